@@ -106,7 +106,9 @@ def convert_gguf(gguf: Path) -> Path:
     if (target / "config.json").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
@@ -162,7 +164,9 @@ def load_model(spec: str, device: str = "auto", dtype: str | None = None,
                trust_remote_code: bool = False) -> LoadedModel:
     """Load `spec` (default | HF folder | hub id in the local cache | .gguf) for decoding."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     name, source, local = _resolve_source(spec)

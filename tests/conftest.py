@@ -1,0 +1,42 @@
+"""Shared fixtures: the real default model (loaded once per session) and real prompts."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune.models.llama import LlamaForward
+from autotune.models.loading import LoadedModel, load_model
+from autotune.workloads import Prompt, load_workload
+
+SPEC_BENCH = Path(__file__).resolve().parents[1].parent / "shared/workloads/spec_bench_question.jsonl"
+
+
+def real_prompts(limit: int) -> list[Prompt]:
+    """Spec-Bench prompts across categories when ../shared is beside the repo, else ours."""
+    source = str(SPEC_BENCH) if SPEC_BENCH.is_file() else "builtin"
+    return load_workload(source, limit=limit)
+
+
+@pytest.fixture(scope="session")
+def default_model() -> LoadedModel:
+    return load_model("default", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def truncated_draft(default_model: LoadedModel) -> LoadedModel:
+    """A separate, smaller draft: a copy of the default model's first 10 layers + head.
+
+    No second small model with the same vocabulary exists offline; a truncated copy is
+    a real draft with its own weights and cache whose distribution differs from the
+    target's, so rejections happen.
+    """
+    hf = copy.deepcopy(default_model.hf_model)
+    hf.model.layers = hf.model.layers[:10]
+    hf.config.num_hidden_layers = 10
+    return LoadedModel(name="smollm2-first10", path="(in memory)", hf_model=hf,
+                       tokenizer=default_model.tokenizer, forward=LlamaForward(hf),
+                       device=torch.device("cpu"), dtype=torch.float32)
