@@ -37,7 +37,7 @@ on both sides:
                     both sides.
 Ratios are ours / HF (below 1 means we are faster; the goal is <= 0.85).
 
-Usage: python bench/decoder_overhead.py [--prompts 8] [--max-new-tokens 64]
+Usage: python bench/decoder_overhead.py [--prompts 8] [--max-new-tokens 64] [--pairs ar,ngram,exit,draft] [--quiet]
                                          [--device auto|cpu|cuda] [--dtype float32|bfloat16|float16]
 """
 
@@ -286,7 +286,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--k", type=int, default=4, help="draft tokens per round for exit and draft")
     p.add_argument("--exit-layer", type=int, default=6, help="early-exit layer E")
     p.add_argument("--draft-layers", type=int, default=6, help="layers D of the truncated draft")
-    p.add_argument("--verbose", action="store_true", help="print per-prompt lines")
+    p.add_argument("--quiet", action="store_true", help="no per-prompt lines")
     return p.parse_args(argv)
 
 
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = PromptResult(prompt.prompt_id, prompt.category, len(ids),
                                       sides["ours"], sides["hf"])
                 pair.results.append(result)
-                if args.verbose:
+                if not args.quiet:
                     o, h = result.ours, result.hf
                     print(f"  prompt {prompt.prompt_id:>5} {prompt.category:<14} len {len(ids):>4} "
                           f"{pair.name:<6} first={order[0]:<4} ours {1000 * o.total_s / o.n:7.2f} "

@@ -13,7 +13,7 @@ from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.models.hf_forward import HFForward
 from autotune.models.loading import LoadedModel
 from autotune.workloads import encode_prompt
-from tests.conftest import real_prompts
+from conftest import real_prompts
 
 MAX_NEW = 16
 N_PROMPTS = 20

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
@@ -24,6 +25,19 @@ from autotune.models.llama import SUPPORTED_MODEL_TYPES, LlamaForward
 from autotune.models.loading import LoadedModel
 
 CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Autouse in every module that imports it: torch on one thread for the module.
+
+    Tiny models run thousands of small ops, where thread hand-offs cost more than they
+    save, and a 2-core machine shared with other jobs is slower still with 2 threads.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _common(vocab: int, layers: int, eos: int | None) -> dict[str, Any]:

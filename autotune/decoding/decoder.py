@@ -111,7 +111,10 @@ class SpeculativeDecoder:
         else:
             p = probabilities(logits[..., : self.vocab_size], self.config.temperature,
                               self.config.top_p)
-            n, nxt = rejection_sample(draft.tokens, draft.q, p, generator)
+            # A round without drafts (the AR baseline, a budget of one token, no n-gram
+            # match) is rejection sampling with k = 0: a plain draw from p.
+            q = draft.q if draft.q is not None else p[:, :0]
+            n, nxt = rejection_sample(draft.tokens, q, p, generator)
         return int(n[0]), int(nxt[0])
 
     @torch.inference_mode()
@@ -121,7 +124,8 @@ class SpeculativeDecoder:
         if max_new_tokens < 1:
             raise AutotuneError("max_new_tokens must be at least 1")
         forward, device = self.target.forward, self.target.device
-        max_len = len(prompt) + max_new_tokens + MAX_DRAFT_TOKENS + 1
+        # Drafts never run past the token budget, so this many positions always suffice.
+        max_len = len(prompt) + max_new_tokens
         cache = forward.new_cache(1, max_len)
         policy = make_policy(self.config)
         choose = TokenChooser(self.config.temperature, self.config.top_p, self.vocab_size,

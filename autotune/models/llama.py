@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autotune.errors import AutotuneError
+
 SUPPORTED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 
 
@@ -119,8 +121,9 @@ def _linear_cpu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     Why: for a single row, `F.linear` dispatches to MKL's matrix-vector kernel, which on
     this class of machine runs on one thread; and for 2..8 rows its GEMM path is slower
     still. `weight @ X^T` with at least two columns takes a GEMM path that uses every
-    core: about 2x faster per decode step and 2-3x per short verify pass (measured with
-    bench/decoder_overhead.py's micro-benchmarks). A single row is duplicated to make two.
+    core: about 2x faster per decode step and 2-3x per short verify pass on the 2-core
+    development machine (bench/linear_kernels.py prints the figures). A single row is
+    duplicated to make two.
     """
     rows = x.reshape(-1, x.shape[-1])
     n = rows.shape[0]
@@ -194,11 +197,12 @@ class LlamaForward:
     # ----------------------------------------------------------------- cache
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         if max_len > self.cos.shape[0]:
-            raise ValueError(f"sequence of {max_len} tokens exceeds the model's "
-                             f"{self.cos.shape[0]} positions")
+            raise AutotuneError(f"prompt + max_new_tokens = {max_len} tokens exceeds the "
+                                f"model's {self.cos.shape[0]} positions")
         if self.sliding_window and max_len > self.sliding_window:
-            raise ValueError(f"sequence of {max_len} tokens exceeds the sliding window "
-                             f"{self.sliding_window}, which this forward does not implement")
+            raise AutotuneError(f"prompt + max_new_tokens = {max_len} tokens exceeds the "
+                                f"sliding window {self.sliding_window}, which the compact "
+                                "forward does not implement")
         return KVCache(self.n_layers, batch, self.n_kv_heads, max_len, self.head_dim,
                        self.dtype, self.device)
 

@@ -1,0 +1,172 @@
+"""The command line: every bad input is one `autotune: error:` line and exit code 2.
+
+The input errors are caught before any model is loaded: `load_model` is replaced by a
+spy that fails the test if it is reached, so none of these loads the default model.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import autotune.models.loading as loading
+from autotune.cli import main
+
+from tiny import gpt2_model, llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError(f"load_model reached with {args}")
+
+    monkeypatch.setattr(loading, "load_model", spy)
+    monkeypatch.setattr("autotune.cli.load_model", spy, raising=False)   # if imported at top
+    return calls
+
+
+def _one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("autotune: error: "), lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def workload(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("t1 t2 t3 t4 t1 t2\nt5 t6 t7 t5 t6\n")
+    return str(path)
+
+
+CASES = {
+    "unknown_set_key": (["--set", "atn_skip=1"], "did you mean 'attn_skip'"),
+    "set_without_equals": (["--set", "k"], "key=value"),
+    "bad_set_value": (["--set", "k=many"], "bad value for k"),
+    "invalid_config": (["--set", "method=medusa"], "method='medusa'"),
+    "missing_config": (["--config", "/nonexistent/autotune.yaml"], "config file not found"),
+    "missing_workload": (["--workload", "/nonexistent/prompts.jsonl"], "workload file not found"),
+    "unknown_category": (["--categories", "poetry"], "unknown category 'poetry'"),
+    "prompts_0": (["--prompts", "0"], "at least 1"),
+    "prompts_not_int": (["--prompts", "two"], "--prompts"),
+    "max_new_tokens_0": (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+    "unknown_argument": (["--bogus"], "unrecognized arguments: --bogus"),
+    "bad_device": (["--device", "tpu"], "invalid choice: 'tpu'"),
+    "bad_dtype": (["--dtype", "int8"], "invalid choice: 'int8'"),
+    "draft_model_without_draft": (["--set", "method=draft_model"], "needs a draft model"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_input_errors_fail_fast_without_loading(name, capsys, no_loading):
+    args, expected = CASES[name]
+    assert main(["measure", *args]) == 2
+    line = _one_error_line(capsys)
+    assert expected in line
+    assert no_loading == []
+
+
+def test_no_subcommand(capsys):
+    assert main([]) == 2
+    assert "command" in _one_error_line(capsys)
+
+
+def test_unknown_subcommand(capsys):
+    assert main(["tune-everything"]) == 2
+    assert "invalid choice" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("/nonexistent/dir", "model path not found: /nonexistent/dir"),
+    ("./no/such/model", "model path not found"),
+    ("/nonexistent/model.gguf", "GGUF file not found"),
+])
+def test_missing_model_path(spec, expected, capsys):
+    assert main(["measure", "--model", spec, "--device", "cpu"]) == 2
+    assert expected in _one_error_line(capsys)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda(capsys):
+    assert main(["measure", "--device", "cuda"]) == 2
+    assert "no CUDA device" in _one_error_line(capsys)
+
+
+def test_folder_without_config(tmp_path, capsys):
+    assert main(["measure", "--model", str(tmp_path), "--device", "cpu"]) == 2
+    assert "without config.json" in _one_error_line(capsys)
+
+
+def test_hub_id_not_in_local_cache(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)             # no folder of that name next to us
+    assert main(["measure", "--model", "someone/not-cached-model", "--device", "cpu"]) == 2
+    line = _one_error_line(capsys)
+    assert "someone/not-cached-model" in line and "local HF cache" in line
+
+
+def test_draft_path_missing(tmp_path, workload, capsys):
+    model = save_tiny(llama_model(seed=1), tmp_path / "target")
+    assert main(["measure", "--model", str(model), "--draft", "/nonexistent/draft",
+                 "--device", "cpu", "--workload", workload, "--set", "method=draft_model"]) == 2
+    assert "model path not found: /nonexistent/draft" in _one_error_line(capsys)
+
+
+def test_layer_method_on_non_llama_model(tmp_path, workload, capsys):
+    model = save_tiny(gpt2_model(seed=1), tmp_path / "gpt2")
+    assert main(["measure", "--model", str(model), "--device", "cpu", "--workload", workload,
+                 "--set", "method=layer_skip", "--set", "attn_skip=1"]) == 2
+    assert "needs layer access" in _one_error_line(capsys)
+
+
+def test_skip_layer_outside_model(tmp_path, workload, capsys):
+    model = save_tiny(llama_model(seed=1), tmp_path / "llama")
+    assert main(["measure", "--model", str(model), "--device", "cpu", "--workload", workload,
+                 "--set", "method=layer_skip", "--set", "attn_skip=4"]) == 2
+    assert "outside 0..3" in _one_error_line(capsys)
+
+
+def test_measure_runs_on_a_tiny_model(tmp_path, workload, capsys):
+    """The happy path end to end: JSON summary on stdout, progress on stderr, a trace."""
+    model = save_tiny(llama_model(seed=1), tmp_path / "llama")
+    trace = tmp_path / "out" / "trace.json"
+    code = main(["measure", "--model", str(model), "--device", "cpu", "--workload", workload,
+                 "--max-new-tokens", "6", "--json", "--trace", str(trace),
+                 "--set", "method=layer_skip", "--set", "attn_skip=1,2", "--set", "k=3"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    assert summary["prompts"] == 2 and summary["lossless"] is True
+    assert summary["config"]["attn_skip"] == [1, 2]
+    assert summary["tokens_generated"] == 12
+    assert len(captured.err.splitlines()) == 2           # one progress line per prompt
+    traces = json.loads(trace.read_text())
+    assert [len(t["tokens"]) for t in traces] == [6, 6]
+
+
+def test_measure_with_sampling(tmp_path, workload, capsys):
+    """temperature > 0: the AR baseline and speculative rounds without drafts sample too."""
+    model = save_tiny(llama_model(seed=1), tmp_path / "llama")
+    code = main(["measure", "--model", str(model), "--device", "cpu", "--workload", workload,
+                 "--max-new-tokens", "6", "--json", "--set", "method=ngram",
+                 "--set", "temperature=0.8"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    assert summary["lossless"] is None and summary["tokens_generated"] == 12
+
+
+def test_max_new_tokens_beyond_model_positions(tmp_path, workload, capsys):
+    """The tiny model has 256 positions: asking for 300 new tokens is a user error."""
+    model = save_tiny(llama_model(seed=1), tmp_path / "llama")
+    code = main(["measure", "--model", str(model), "--device", "cpu", "--workload", workload,
+                 "--max-new-tokens", "300"])
+    assert code == 2
+    assert "256" in _one_error_line(capsys)
