@@ -380,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         for pair in pairs:
             run_ours(pair, target, encoded[0], warm, clock)
             run_hf(pair, target, encoded[0], warm, clock)
+        load_before = os.getloadavg()
         t_bench = time.perf_counter()
         for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
             for j, pair in enumerate(pairs):
@@ -399,10 +400,14 @@ def main(argv: list[str] | None = None) -> int:
                           f"{(o.total_s / o.n) / (h.total_s / h.n):.3f} tokens {o.n}/{h.n}"
                           f"{'' if o.tokens == h.tokens else ' MISMATCH'}", flush=True)
         bench_s = time.perf_counter() - t_bench
+        load_after = os.getloadavg()
     for w in caught:
         collector.messages[f"[{w.category.__name__}] {str(w.message).strip().splitlines()[0][:240]}"] += 1
 
     print()
+    print(f"1-min load average before/after the timed runs: {load_before[0]:.2f} / "
+          f"{load_after[0]:.2f} on {os.cpu_count()} cores (this run alone keeps it near "
+          f"{torch.get_num_threads()}; more means other processes shared the CPU)")
     print(f"Timed run: {bench_s:.0f}s. ms/tok = wall time of the whole generate call / new "
           "tokens (prefill included), same on both sides;")
     print("  'dec' = (that wall time - a separately timed prompt forward of the same side) / "

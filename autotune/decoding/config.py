@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -25,8 +25,12 @@ LAYER_METHODS = frozenset({"layer_skip", "sorted_exit"})
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """One candidate. Defaults follow the papers' documented settings where they exist:
-    Draft & Verify's adaptive rule (γ0 0.6, α 0.85? see README) and prompt lookup 1..3."""
+    """One candidate: every knob of the decoder, with canonical names.
+
+    Knobs a method does not use are ignored by it (e.g. `exits` under `layer_skip`), so
+    one flat record serves every method. The adaptive-rule defaults (γ0 0.6, α 0.85,
+    ε 0.01, β1 0.5, β2 0.9) are our starting point, not values a paper prescribes.
+    """
 
     method: str = "none"
     k: int = 4                               # most draft tokens per round (policy cap)
@@ -44,7 +48,6 @@ class DecodeConfig:
     ngram_max: int = 3
     temperature: float = 0.0                 # 0 = greedy
     top_p: float = 1.0
-    extras: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def greedy(self) -> bool:
@@ -54,8 +57,6 @@ class DecodeConfig:
         """Canonical keys and JSON-ready values (lists for sets)."""
         out = {}
         for f in dataclasses.fields(self):
-            if f.name == "extras":
-                continue
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
@@ -110,7 +111,7 @@ class DecodeConfig:
         return padded[: len(self.exits)]
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(DecodeConfig) if f.name != "extras"}
+_FIELDS = {f.name: f for f in dataclasses.fields(DecodeConfig)}
 _INT_LISTS = {"attn_skip", "mlp_skip", "exits"}
 _FLOAT_LISTS = {"thresholds"}
 _INTS = {"k", "ngram_min", "ngram_max"}

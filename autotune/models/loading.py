@@ -15,9 +15,10 @@ import os
 import shutil
 import tempfile
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -135,6 +136,17 @@ def convert_gguf(gguf: Path) -> Path:
     return target
 
 
+@contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -183,9 +195,10 @@ def load_model(spec: str, device: str = "auto", dtype: str | None = None,
     except Exception as exc:
         raise AutotuneError(f"cannot read the config of {spec}: {_first_line(exc)}") from None
     try:
-        with warnings.catch_warnings():
+        # Loading chatter (unused weights, generation-config notes) is not for our users;
+        # quiet it for the load only and give the caller back its logging.
+        with warnings.catch_warnings(), _quiet_logger("transformers"):
             warnings.simplefilter("ignore")
-            logging.getLogger("transformers").setLevel(logging.ERROR)
             tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
             hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
     except Exception as exc:
