@@ -162,8 +162,8 @@ class SpeculativeDecoder:
             if draft.k:
                 drafter.observe(n_accepted)
             policy.update(draft.k, n_accepted)
+            # At most limit + 1 <= budget tokens; cut after the first EOS.
             new_tokens = draft.tokens[0, :n_accepted].tolist() + [next_token]
-            new_tokens = new_tokens[:budget]
             for i, token in enumerate(new_tokens):
                 if token in self.eos:
                     new_tokens = new_tokens[: i + 1]
@@ -179,8 +179,9 @@ class SpeculativeDecoder:
                 exit_layers=draft.exit_layers))
             round_start = round_end
         end_time = clock()
-        cache_bytes = cache.nbytes() + sum(
-            c.nbytes() for c in (getattr(drafter, "cache", None),) if c is not None and c is not cache)
+        own_cache = getattr(drafter, "cache", None)      # a drafter's cache of its own
+        cache_bytes = cache.nbytes() + (
+            own_cache.nbytes() if own_cache is not None and own_cache is not cache else 0)
         return Generation(prompt_len=len(prompt), tokens=generated,
                           prefill_s=decode_start - start_time, decode_s=end_time - decode_start,
                           rounds=rounds, cache_bytes=cache_bytes)
