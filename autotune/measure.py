@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import torch
@@ -77,9 +77,9 @@ class Measurement:
         accepted = sum(t.accepted for t in rounds)
         draft_s = sum(t.draft_s for t in rounds)
         verify_s = sum(t.verify_s for t in rounds)
-        ratios = [PromptRun.per_token(r.baseline) / PromptRun.per_token(r.candidate)
-                  for r in self.runs
-                  if PromptRun.per_token(r.baseline) and PromptRun.per_token(r.candidate)]
+        per_token = [(PromptRun.per_token(r.baseline), PromptRun.per_token(r.candidate))
+                     for r in self.runs]
+        ratios = [b / c for b, c in per_token if b and c]
         mismatched = [r.prompt_id for r in self.runs if r.baseline.tokens != r.candidate.tokens]
         return {
             "config": self.config.to_dict(),

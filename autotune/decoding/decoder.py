@@ -22,7 +22,8 @@ from autotune.decoding.verify import greedy_verify, rejection_sample
 from autotune.errors import AutotuneError
 from autotune.models.loading import LoadedModel, check_shared_vocabulary
 
-# The heuristic policy grows K without bound in HF; we cap it so the cache stays bounded.
+# HF's heuristic schedule grows K without bound; a cap keeps one runaway round from
+# drafting far past what any verify pass should carry.
 MAX_DRAFT_TOKENS = 64
 
 

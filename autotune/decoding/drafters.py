@@ -17,6 +17,8 @@ catches up on the tokens it has not seen at the start of each round.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
+
 import torch
 
 from autotune.decoding.policies import ExitPolicy
@@ -82,7 +84,6 @@ class _Collector:
         self.tokens: list[torch.Tensor] = []
         self.qs: list[torch.Tensor] = []
         self.confidences: list[float] = []
-        self.exit_layers: list[int] = []
 
     def add(self, token: torch.Tensor, q: torch.Tensor | None, confidence: float) -> None:
         self.tokens.append(token)
@@ -92,7 +93,26 @@ class _Collector:
 
     def draft(self) -> Draft:
         q = torch.stack(self.qs, dim=1) if self.qs else None
-        return Draft(torch.cat(self.tokens, dim=1), q, self.confidences, self.exit_layers)
+        return Draft(torch.cat(self.tokens, dim=1), q, self.confidences)
+
+
+DraftStep = Callable[[torch.Tensor], tuple[torch.Tensor, "torch.Tensor | None", float]]
+
+
+def _draft_chain(first_feed: torch.Tensor, limit: int, policy: ExitPolicy, step: DraftStep) -> Draft:
+    """Draft token by token: `step(feed)` scores the tokens fed [B, T] and returns the
+    next draft token [B, 1], its probabilities and confidence; each token is fed back in
+    turn. Stops after `limit` tokens or when the policy says so (the last token is never
+    fed, so it costs no draft pass)."""
+    out = _Collector()
+    feed = first_feed
+    for _ in range(limit):
+        token, q, confidence = step(feed)
+        out.add(token, q, confidence)
+        if len(out.tokens) == limit or not policy.keep_going(confidence):
+            break
+        feed = token
+    return out.draft()
 
 
 class DraftModelDrafter(Drafter):
@@ -109,19 +129,16 @@ class DraftModelDrafter(Drafter):
         self.forward.forward(prompt, self.cache, last_only=True)
 
     def propose(self, seq: torch.Tensor, limit: int, policy: ExitPolicy) -> Draft:
-        out = _Collector()
         self.verified_len = seq.shape[1]
-        # Catch up on every token the draft has not seen (at least the pending one).
-        feed = seq[:, self.cache.length:]
-        for i in range(limit):
-            logits = self.forward.forward(feed, self.cache, last_only=True)
-            token, q, confidence = self.choose(logits[:, -1])
-            out.add(token, q, confidence)
-            if i + 1 == limit or not policy.keep_going(confidence):
-                break
-            feed = token
-        self.drafted = len(out.tokens)
-        return out.draft()
+
+        def step(feed: torch.Tensor):
+            return self.choose(self.forward.forward(feed, self.cache, last_only=True)[:, -1])
+
+        # The first feed catches up on every token the draft has not seen (at least the
+        # pending one).
+        draft = _draft_chain(seq[:, self.cache.length:], limit, policy, step)
+        self.drafted = draft.k
+        return draft
 
     def observe(self, n_accepted: int) -> None:
         # The cache holds the sequence plus drafts 1..k-1 (the last draft was never fed);
@@ -147,19 +164,16 @@ class LayerSkipDrafter(Drafter):
         self.attn_skip, self.mlp_skip = frozenset(attn_skip), frozenset(mlp_skip)
 
     def propose(self, seq: torch.Tensor, limit: int, policy: ExitPolicy) -> Draft:
-        out = _Collector()
         verified = self.cache.length
-        feed = seq[:, -1:]
-        for i in range(limit):
+
+        def step(feed: torch.Tensor):
             logits = self.forward.forward(feed, self.cache, attn_skip=self.attn_skip,
                                           mlp_skip=self.mlp_skip, last_only=True)
-            token, q, confidence = self.choose(logits[:, -1])
-            out.add(token, q, confidence)
-            if i + 1 == limit or not policy.keep_going(confidence):
-                break
-            feed = token
+            return self.choose(logits[:, -1])
+
+        draft = _draft_chain(seq[:, -1:], limit, policy, step)
         self.cache.crop(verified)
-        return out.draft()
+        return draft
 
 
 class SortedExitDrafter(Drafter):
@@ -196,26 +210,26 @@ class SortedExitDrafter(Drafter):
         if self.cache.length < seq.shape[1] - 1:
             self._run_stack(seq[:, self.cache.length:-1])
         verified = self.cache.length
-        out = _Collector()
-        feed = seq[:, -1:]
-        for i in range(limit):
-            step = self.forward.begin(feed, self.cache)
+        exit_layers: list[int] = []
+
+        def step(feed: torch.Tensor):
+            state = self.forward.begin(feed, self.cache)
             done = 0
             for exit_layer, threshold in zip(self.exits, self.thresholds):
-                self.forward.run_layers(step, done, exit_layer)
+                self.forward.run_layers(state, done, exit_layer)
                 done = exit_layer
-                token, q, confidence = self.choose(self.forward.logits(step)[:, -1])
+                token, q, confidence = self.choose(self.forward.logits(state)[:, -1])
                 if confidence >= threshold:
                     break
             if done < self.depth:
-                self.forward.fill_kv(step, done, self.depth)
-            out.add(token, q, confidence)
-            out.exit_layers.append(done)
-            if i + 1 == limit or not policy.keep_going(confidence):
-                break
-            feed = token
+                self.forward.fill_kv(state, done, self.depth)
+            exit_layers.append(done)
+            return token, q, confidence
+
+        draft = _draft_chain(seq[:, -1:], limit, policy, step)
+        draft.exit_layers = exit_layers
         self.cache.crop(verified)
-        return out.draft()
+        return draft
 
 
 class NgramDrafter(Drafter):
