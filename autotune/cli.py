@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from autotune.errors import AutotuneError
+from autotune.files import write_atomically
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+# Kept here rather than imported so `--help` and argument errors stay fast (no optuna).
+_SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,13 +39,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="allow model code from the model folder (off by default)")
 
 
-def _add_workload_args(p: argparse.ArgumentParser) -> None:
+def _add_workload_args(p: argparse.ArgumentParser, max_new_tokens: int | None) -> None:
+    """`max_new_tokens` None: the objective's workload defaults fill what is not given."""
     p.add_argument("--workload", default="builtin",
                    help="builtin | Spec-Bench JSONL | JSONL with prompt/text | text file")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
     p.add_argument("--prompts", type=int, default=None,
                    help="number of prompts, taken round-robin across categories")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -53,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     m = sub.add_parser("measure", help="time one decoding config against the AR baseline")
     _add_model_args(m)
-    _add_workload_args(m)
+    _add_workload_args(m, max_new_tokens=128)
     m.add_argument("--config", default=None, help="JSON/YAML file of config keys")
     m.add_argument("--set", dest="assignments", action="append", default=[],
                    metavar="KEY=VALUE", help="config key, e.g. --set attn_skip=12,17")
@@ -61,20 +64,31 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--trace", default=None, metavar="FILE",
                    help="write the per-round traces of every prompt as JSON")
     m.set_defaults(run=_run_measure)
+
+    s = sub.add_parser("search", help="search the joint space for the fastest config")
+    _add_model_args(s)
+    _add_workload_args(s, max_new_tokens=None)
+    s.add_argument("--space", default="joint", help="a shipped space name or a YAML file")
+    s.add_argument("--objective", default="latency",
+                   help="a shipped objective name or a YAML file")
+    s.add_argument("--trials", type=int, default=30,
+                   help="trials to finish in the study (finished ones count on resume)")
+    s.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="stop starting trials after S seconds")
+    s.add_argument("--trial-timeout", type=float, default=None, metavar="S",
+                   help="fail a trial that runs longer than S seconds")
+    s.add_argument("--sampler", default="tpe", help=f"one of {', '.join(_SAMPLERS)}")
+    s.add_argument("--no-prune", dest="prune", action="store_false",
+                   help="evaluate every trial on every prompt (no median pruning)")
+    s.add_argument("--storage", default=None,
+                   help="Optuna storage URL (postgresql://...) or journal file; "
+                        "default: study.journal in the run folder")
+    s.add_argument("--study", default=None, help="study name (default: model-space-objective)")
+    s.add_argument("--out", default=None, help="run folder (default: reports/<study>/)")
+    s.add_argument("--enqueue", default=None, metavar="FILE",
+                   help="JSON/YAML config (or list of configs) to try first")
+    s.set_defaults(run=_run_search)
     return parser
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _format_table(summary: dict[str, Any]) -> str:
@@ -118,7 +132,7 @@ def _run_measure(args: argparse.Namespace) -> int:
     draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)
              if args.draft else None)
 
-    def progress(index: int, run: Any) -> None:
+    def progress(index: int, run: Any, so_far: Any) -> None:
         print(f"[{index + 1}/{len(prompts)}] {run.prompt_id} ({run.category}): "
               f"{len(run.candidate.tokens)} tokens", file=sys.stderr, flush=True)
 
@@ -126,9 +140,36 @@ def _run_measure(args: argparse.Namespace) -> int:
                      on_prompt=progress)
     summary = result.summary()
     if args.trace:
-        _write_atomically(Path(args.trace), json.dumps(result.traces()))
+        write_atomically(Path(args.trace), json.dumps(result.traces()))
     print(json.dumps(summary) if args.json else _format_table(summary))
     return 0
+
+
+def _slug(text: str) -> str:
+    """A file- and study-name-safe form of a model spec."""
+    name = Path(text.rstrip("/")).name or text
+    name = name.removesuffix(".gguf")
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-") or "model"
+
+
+def _load_enqueue(path: str) -> list[dict[str, Any]]:
+    from autotune.decoding.config import config_from_mapping, load_config_file
+
+    raw = load_config_file(path, allow_list=True)
+    entries = raw if isinstance(raw, list) else [raw]
+    out = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise AutotuneError(f"{path}: each enqueued config must be a mapping of config keys")
+        entry = dict(entry.get("params", entry))
+        config_from_mapping(entry).validate()       # fail now on a bad key or value
+        out.append(entry)
+    return out
+
+
+def _run_search(args: argparse.Namespace) -> int:
+    from autotune.search_cli import run_search_command
+    return run_search_command(args, _slug(args.model))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -136,8 +136,12 @@ def position_acceptance(rounds: list) -> list[float]:
 
 def measure(target: LoadedModel, config: DecodeConfig, prompts: list[Prompt],
             max_new_tokens: int, seed: int = 0, draft: LoadedModel | None = None,
-            on_prompt: Callable[[int, PromptRun], None] | None = None) -> Measurement:
+            on_prompt: Callable[[int, PromptRun, "Measurement"], None] | None = None
+            ) -> Measurement:
     """Time `config` against the AR baseline on `prompts`, interleaved.
+
+    `on_prompt(index, run, so_far)` is called after each prompt with the Measurement of
+    the prompts done so far, so a pruner sees a metric computed as the final one is.
 
     Peak memory: on CUDA, the allocator's peak over the candidate's runs; on CPU, where
     no allocator keeps such a count, the bytes of the weights read plus the largest KV
@@ -158,6 +162,15 @@ def measure(target: LoadedModel, config: DecodeConfig, prompts: list[Prompt],
         decoder.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock, generator(0))
 
     weights = target.forward.nbytes() + (draft.forward.nbytes() if draft is not None else 0)
+
+    def result(runs: list[PromptRun], peak: int) -> Measurement:
+        return Measurement(
+            config=config, model=target.name,
+            draft=draft.name if draft is not None else None, device=str(target.device),
+            dtype=str(target.dtype).removeprefix("torch."), max_new_tokens=max_new_tokens,
+            runs=runs, weights_bytes=weights, peak_memory_bytes=peak,
+            memory_kind="cuda_max_allocated" if cuda else "weights_plus_kv_cache")
+
     peak = 0
     runs: list[PromptRun] = []
     for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
@@ -175,10 +188,5 @@ def measure(target: LoadedModel, config: DecodeConfig, prompts: list[Prompt],
                         results["candidate"])
         runs.append(run)
         if on_prompt is not None:
-            on_prompt(index, run)
-    return Measurement(
-        config=config, model=target.name, draft=draft.name if draft is not None else None,
-        device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
-        max_new_tokens=max_new_tokens, runs=runs, weights_bytes=weights,
-        peak_memory_bytes=peak,
-        memory_kind="cuda_max_allocated" if cuda else "weights_plus_kv_cache")
+            on_prompt(index, run, result(list(runs), peak))
+    return result(runs, peak)

@@ -180,9 +180,10 @@ def parse_assignments(assignments: list[str]) -> dict[str, str]:
     return out
 
 
-def load_config_file(path: str | Path) -> dict[str, Any]:
+def load_config_file(path: str | Path, allow_list: bool = False) -> Any:
     """Read a JSON or YAML mapping of config keys; a top-level `params` mapping (an
-    exported frozen config) is used when present."""
+    exported frozen config) is used when present. `allow_list` also accepts a list of
+    such mappings (returned as is, for `--enqueue`)."""
     path = Path(path)
     if not path.is_file():
         raise AutotuneError(f"config file not found: {path}")
@@ -194,6 +195,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise AutotuneError(f"cannot read config file {path}: {first}") from None
     if isinstance(data, dict) and isinstance(data.get("params"), dict):
         data = data["params"]
+    if allow_list and isinstance(data, list):
+        return data
     if not isinstance(data, dict):
         raise AutotuneError(f"config file {path} must hold a mapping of config keys")
     return data

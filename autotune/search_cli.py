@@ -1,0 +1,172 @@
+"""`autotune search`: arguments -> loaded models and prompts -> StudyRunner -> run folder.
+
+Everything that can be checked without a model (space, objective, enqueued configs,
+numbers) is checked first, so a typo costs a second, not a model load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.files import write_atomically
+
+REPORTS = Path("reports")
+
+
+class _Progress:
+    """A tqdm bar (trials done, best so far, current candidate) on a terminal; one
+    plain line per trial otherwise (CI logs, pipes)."""
+
+    def __init__(self, total: int, initial: int, metric: str) -> None:
+        from tqdm import tqdm
+        self.metric = metric
+        self.tty = sys.stderr.isatty()
+        self.bar = tqdm(total=total, initial=min(initial, total), unit="trial",
+                        file=sys.stderr, dynamic_ncols=True, disable=not self.tty)
+
+    def start(self, config: dict[str, Any]) -> None:
+        from autotune.run_folder import describe
+        if self.tty:
+            self.bar.set_description(describe(config)[:48])
+
+    def finished(self, event: Any) -> None:
+        from autotune.run_folder import describe
+        trial = event.trial
+        label = describe(trial.user_attrs.get("config", {}))
+        best = ""
+        if event.best is not None:
+            best = f"best {event.best.values[0]:.4g} (trial {event.best.number})"
+        line = f"[{event.finished}/{event.budget}] trial {trial.number} {label}: {event.message}"
+        if self.tty:
+            self.bar.write(line)
+            self.bar.n = min(event.finished, self.bar.total)
+            self.bar.set_postfix_str(best)
+            self.bar.refresh()
+        else:
+            print(f"{line}; {best}" if best else line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _workload_digest(prompts: list[Any]) -> str:
+    digest = hashlib.sha256()
+    for p in prompts:
+        digest.update(json.dumps([p.prompt_id, p.category, p.text]).encode())
+    return digest.hexdigest()[:16]
+
+
+def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
+    from autotune.cli import _load_enqueue
+    from autotune.objectives import load_objective
+    from autotune.samplers import SAMPLERS
+    from autotune.space import load_space
+
+    if args.trials < 1:
+        raise AutotuneError("--trials must be at least 1")
+    for flag, value in (("--timeout", args.timeout), ("--trial-timeout", args.trial_timeout)):
+        if value is not None and value <= 0:
+            raise AutotuneError(f"{flag} must be a positive number of seconds")
+    if args.sampler not in SAMPLERS:
+        import difflib
+        close = difflib.get_close_matches(args.sampler, SAMPLERS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise AutotuneError(f"unknown sampler {args.sampler!r} "
+                            f"(one of {', '.join(SAMPLERS)}){hint}")
+    space = load_space(args.space)
+    objective = load_objective(args.objective)
+    if objective.multi and args.sampler in ("cmaes", "bayes_opt"):
+        raise AutotuneError(f"--sampler {args.sampler} optimises one objective and "
+                            f"{objective.name!r} has {len(objective.metrics)}; use tpe or nsga2")
+    enqueue = _load_enqueue(args.enqueue) if args.enqueue else []
+    defaults = objective.workload
+    prompts_n = args.prompts if args.prompts is not None else defaults.prompts
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else defaults.max_new_tokens
+    if max_new < 1:
+        raise AutotuneError("--max-new-tokens must be at least 1")
+    if prompts_n < 1:
+        raise AutotuneError("--prompts must be at least 1")
+    categories = ([c for c in args.categories.split(",") if c] if args.categories
+                  else list(defaults.categories) if defaults.categories else None)
+    study_name = args.study or f"{model_slug}-{space.name}-{objective.name}"
+    run_dir = Path(args.out) if args.out else REPORTS / study_name
+    if run_dir.exists() and not run_dir.is_dir():
+        raise AutotuneError(f"--out {run_dir} exists and is not a folder")
+    storage = args.storage or str(run_dir / "study.journal")
+
+    from autotune.workloads import load_workload
+    prompts = load_workload(args.workload, categories, prompts_n)
+
+    from autotune.models.loading import load_model
+    print(f"autotune: loading {args.model}" + (f" and draft {args.draft}" if args.draft else ""),
+          file=sys.stderr, flush=True)
+    target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
+    draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)
+             if args.draft else None)
+    bound = space.bind(target.n_layers, draft.n_layers if draft is not None else None)
+
+    from autotune import __version__
+    from autotune.objectives import EvalContext
+    from autotune.run_folder import RUN_FILE, top_table, write_run_files
+    from autotune.search import SearchSettings, StudyRunner, masked_storage
+
+    study_attrs = {
+        "space": space.name, "space_sha256": space.sha256,
+        "objective": objective.name, "objective_sha256": objective.sha256,
+        "model": target.name, "draft": draft.name if draft is not None else None,
+        "device_type": target.device.type, "dtype": str(target.dtype).removeprefix("torch."),
+        "workload": args.workload, "categories": categories, "prompts": len(prompts),
+        "workload_sha256": _workload_digest(prompts), "max_new_tokens": max_new,
+        "temperature": defaults.temperature, "top_p": defaults.top_p, "seed": args.seed,
+    }
+    settings = SearchSettings(
+        study_name=study_name, storage=storage, trials=args.trials, sampler=args.sampler,
+        seed=args.seed, timeout_s=args.timeout, trial_timeout_s=args.trial_timeout,
+        prune=args.prune, enqueue=enqueue, study_attrs=study_attrs)
+    context = EvalContext(target=target, draft=draft, prompts=prompts, max_new_tokens=max_new,
+                          seed=args.seed, memo={})
+    run_dir.mkdir(parents=True, exist_ok=True)
+    runner = StudyRunner(settings, bound, objective, context)
+    run_record = {
+        "study": study_name, "storage": masked_storage(storage), "run_dir": str(run_dir),
+        "sampler": args.sampler, "trials": args.trials, "prune": args.prune,
+        "space_file": space.path, "objective_file": objective.path,
+        "model_spec": args.model, "draft_spec": args.draft, "autotune_version": __version__,
+        "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "argv": sys.argv[1:], **study_attrs,
+    }
+    write_atomically(run_dir / RUN_FILE, json.dumps(run_record, indent=2) + "\n")
+
+    done, _, _ = runner.progress()
+    print(f"autotune: study {study_name!r}: {done} of {args.trials} trials finished; "
+          f"run folder {run_dir}", file=sys.stderr, flush=True)
+    progress = _Progress(args.trials, done, objective.metrics[0])
+    began = time.monotonic()
+
+    def finished(event: Any) -> None:
+        write_run_files(run_dir, runner.study, objective)
+        progress.finished(event)
+
+    try:
+        reason = runner.run(on_trial=finished, on_start=progress.start)
+    finally:
+        progress.close()
+    write_run_files(run_dir, runner.study, objective)
+    done, _, _ = runner.progress()
+    stopped = {"budget": "trial budget reached", "timeout": "--timeout reached",
+               "interrupted": "interrupted (Ctrl-C); rerun the same command to resume",
+               "infeasible": "the space kept yielding infeasible points",
+               "grid": "the grid is exhausted"}[reason]
+    print(f"\n{stopped}: {done} of {args.trials} trials finished "
+          f"({time.monotonic() - began:.0f} s this run)\n", file=sys.stderr)
+    print(top_table(runner.study, objective))
+    print(f"\nrun folder: {run_dir} (trials.csv, best.json, run.json)")
+    return 130 if reason == "interrupted" else 0

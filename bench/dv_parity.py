@@ -1,0 +1,91 @@
+"""Draft & Verify's search against ours, on the default model, same budget.
+
+Draft & Verify searches its skip mask with the bayesian-optimization package: one bit per
+attention and MLP sublayer (2L bits), a GP with UCB, its draft settings fixed
+(`bench/spaces/dv_bits.yaml`). We run that setting (sampler `bayes_opt`) and our default
+sampler (`tpe`) on the same space, objective (latency, lossless constraint) and
+workload, alternating one trial of each so that machine drift hits both alike. Both
+studies start with the same queued trials (the AR baseline and Draft & Verify's default).
+Printed: the best speedup (and latency) found after n evaluations, for both.
+
+Usage: python bench/dv_parity.py [--trials 30] [--prompts 3] [--max-new-tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.models.loading import load_model
+from autotune.objectives import EvalContext, load_objective
+from autotune.search import SearchSettings, StudyRunner, counted_trials
+from autotune.space import load_space
+from autotune.workloads import load_workload
+
+SPACE = Path(__file__).resolve().parent / "spaces" / "dv_bits.yaml"
+
+
+def best_so_far(study: optuna.Study) -> list[tuple[float, float] | None]:
+    """Per counted trial, in order: (best latency, its speedup) so far."""
+    out: list[tuple[float, float] | None] = []
+    best: tuple[float, float] | None = None
+    for t in counted_trials(study.get_trials(deepcopy=False)):
+        if t.state == TrialState.COMPLETE and (best is None or t.value < best[0]):
+            best = (t.value, t.user_attrs["metrics"]["speedup"])
+        out.append(best)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+    target = load_model("default", "cpu", "float32")
+    bound = load_space(str(SPACE)).bind(target.n_layers, None)
+    objective = load_objective("latency")
+    prompts = load_workload("builtin", None, args.prompts)
+    context = EvalContext(target=target, draft=None, prompts=prompts,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed, memo={})
+    folder = Path(tempfile.mkdtemp(prefix="dv-parity-"))
+    runners = {}
+    for sampler in ("bayes_opt", "tpe"):
+        settings = SearchSettings(study_name=sampler, storage=str(folder / f"{sampler}.journal"),
+                                  trials=0, sampler=sampler, seed=args.seed, prune=False)
+        runners[sampler] = StudyRunner(settings, bound, objective, context)
+    began = time.monotonic()
+    for n in range(1, args.trials + 1):
+        for runner in runners.values():
+            runner.settings.trials = n
+            runner.run()
+        print(f"{n}/{args.trials} trials each, {time.monotonic() - began:.0f} s", flush=True)
+
+    curves = {name: best_so_far(r.study) for name, r in runners.items()}
+    print(f"\n{args.prompts} prompts x {args.max_new_tokens} tokens, "
+          f"{bound.space.name}: {len(bound.knobs())} bits")
+    print(f"{'evals':>5}  {'bayes_opt ms/tok (speedup)':>28}  {'tpe ms/tok (speedup)':>24}")
+    for i in range(args.trials):
+        cells = []
+        for name in ("bayes_opt", "tpe"):
+            point = curves[name][i] if i < len(curves[name]) else None
+            cells.append("-" if point is None else f"{point[0]:.2f} ({point[1]:.3f})")
+        print(f"{i + 1:>5}  {cells[0]:>28}  {cells[1]:>24}")
+    for name, runner in runners.items():
+        best = runner.study.best_trial
+        print(f"{name}: best trial {best.number} {best.value:.2f} ms/token, speedup "
+              f"{best.user_attrs['metrics']['speedup']:.3f}, attn_skip "
+              f"{best.user_attrs['config']['attn_skip']}, mlp_skip "
+              f"{best.user_attrs['config']['mlp_skip']}")
+
+
+if __name__ == "__main__":
+    main()
