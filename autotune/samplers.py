@@ -119,7 +119,7 @@ class BayesOptSampler(BaseSampler):
         seed = None if self._seed is None else self._seed + trial.number
         optimizer = BayesianOptimization(
             f=None, pbounds=bounds, random_state=seed, verbose=0,
-            acquisition_function=UpperConfidenceBound(kappa=self._kappa, random_state=seed),
+            acquisition_function=UpperConfidenceBound(kappa=self._kappa),
             allow_duplicate_points=True)
         sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
         for done in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
@@ -187,8 +187,7 @@ def make_sampler(name: str, seed: int | None, n_objectives: int,
             # multivariate + group: TPE models knobs jointly within each conditional
             # branch of the space (method, exit policy) instead of one by one.
             inner: BaseSampler = samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                                     constant_liar=True,
-                                                     warn_independent_sampling=False)
+                                                     constant_liar=True)
         elif name == "gp":
             inner = samplers.GPSampler(seed=seed, warn_independent_sampling=False)
         elif name == "cmaes":

@@ -27,6 +27,7 @@ import signal
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -119,10 +120,15 @@ def open_storage(storage: str) -> BaseStorage:
             raise AutotuneError("redis storage is not supported; use a journal file or an "
                                 "RDB URL (postgresql://, mysql://, sqlite:///)")
         try:
-            return optuna.storages.RDBStorage(
-                storage, heartbeat_interval=30, grace_period=120,
-                failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=1),
-                engine_kwargs={"pool_pre_ping": True})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                # A worker that stops beating for grace_period is taken as lost: its
+                # trial is failed and queued once more (counted_trials skips the lost one).
+                return optuna.storages.RDBStorage(
+                    storage, heartbeat_interval=30, grace_period=120,
+                    heartbeat_stale_trial_callback=(
+                        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)),
+                    engine_kwargs={"pool_pre_ping": True})
         except Exception as exc:  # driver missing, server down, bad URL: one line
             raise AutotuneError(f"cannot open storage {_masked(storage)}: "
                                 f"{str(exc).splitlines()[0]}") from None

@@ -1,0 +1,1 @@
+"""Search spaces as YAML data, shipped as package data (read by autotune.space)."""

@@ -1,0 +1,270 @@
+"""The study runner on tiny random models: samplers, defaults, failure, timeout,
+pruning, resume. (Kill -9, many workers and the CLI run in test_search_cli.py.)"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.decoding.config import DecodeConfig
+from autotune.errors import AutotuneError
+from autotune.objectives import EvalContext, load_objective
+from autotune.run_folder import best_document, top_table, trials_frame, write_run_files
+from autotune.samplers import BayesOptSampler, make_sampler
+from autotune.search import SearchSettings, StudyRunner, counted_trials, presets
+from autotune.space import load_space
+from autotune.workloads import Prompt
+
+from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
+
+PROMPTS = [Prompt(text="t1 t2 t3 t4 t5 t1 t2 t3 t4", category="a", prompt_id="p0"),
+           Prompt(text="t7 t8 t9 t7 t8 t9 t7", category="b", prompt_id="p1")]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(seed=3, layers=4, scale=4.0)
+
+
+def _runner(tmp_path, target, space="ngram", objective="latency", trials=6, sampler="tpe",
+            draft=None, **kwargs) -> StudyRunner:
+    obj = load_objective(objective)
+    bound = load_space(space).bind(target.n_layers, None if draft is None else draft.n_layers)
+    settings = SearchSettings(study_name="s", storage=str(tmp_path / "study.journal"),
+                              trials=trials, sampler=sampler, seed=0, **kwargs)
+    context = EvalContext(target=target, draft=draft, prompts=PROMPTS, max_new_tokens=6,
+                          seed=0, memo={})
+    return StudyRunner(settings, bound, obj, context)
+
+
+def _finished(runner: StudyRunner) -> list:
+    return runner.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
+                                                           TrialState.PRUNED, TrialState.FAIL))
+
+
+@pytest.mark.parametrize("sampler,space,objective", [
+    ("tpe", "joint", "latency"),
+    ("random", "ngram", "speedup"),
+    ("grid", "ngram", "latency"),
+    ("qmc", "ngram", "latency"),
+    ("cmaes", "ngram", "latency"),
+    ("gp", "layer_skip", "latency"),
+    ("bayes_opt", "layer_skip", "latency"),
+    ("nsga2", "ngram", "latency_memory"),
+])
+def test_every_sampler_runs_trials(tmp_path, target, sampler, space, objective):
+    runner = _runner(tmp_path, target, space, objective, trials=7, sampler=sampler)
+    reason = runner.run()
+    assert reason == "budget"
+    trials = runner.study.get_trials(deepcopy=False)
+    assert len(counted_trials(trials)) == 7
+    # The AR baseline is always trial 0, recorded with no parameters.
+    assert trials[0].user_attrs["preset"] == "baseline" and trials[0].params == {}
+    assert trials[0].user_attrs["config"]["method"] == "none"
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(complete) >= 5
+    for t in complete:
+        assert t.user_attrs["metrics"]["lossless"] is True
+        assert len(t.values) == len(runner.objective.metrics)
+    # Samplers other than the queued defaults produced trials of their own.
+    assert any("preset" not in t.user_attrs for t in complete)
+
+
+def test_defaults_are_queued_once_and_only_where_expressible(tmp_path, target):
+    runner = _runner(tmp_path, target, "ngram", trials=3)
+    runner.run()
+    names = [t.user_attrs.get("preset") for t in runner.study.get_trials(deepcopy=False)]
+    assert names[:2] == ["baseline", "vllm_ngram"]
+    vllm = runner.study.get_trials(deepcopy=False)[1]
+    assert vllm.user_attrs["config"] | {"k": 5, "ngram_min": 5, "ngram_max": 5} == \
+        vllm.user_attrs["config"]
+    # Draft & Verify's default is not an n-gram config; HF/SGLang ones need a draft.
+    assert "dv_default" not in names and "hf_assisted" not in names
+    again = _runner(tmp_path, target, "ngram", trials=4)
+    assert again.enqueue_defaults() == []
+
+
+def test_dv_default_preset_is_expressible_in_layer_skip_space(target):
+    bound = load_space("layer_skip").bind(30, None)
+    dv = next(p for p in presets(30) if p.name == "dv_default")
+    params = bound.encode(dv.values)
+    assert params is not None
+    config = bound.params_to_config(params)
+    assert config.k == 8 and config.exit_policy == "adaptive" and config.gamma == 0.8
+    assert config.attn_skip == tuple(range(15, 29, 2))
+
+
+def test_failing_and_oom_trials_are_recorded_and_the_study_goes_on(tmp_path, target, monkeypatch):
+    runner = _runner(tmp_path, target, "ngram", trials=6, prune=False)
+    real = runner.objective.evaluate
+    calls = {"n": 0}
+
+    def flaky(ctx, config, report=None):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if calls["n"] == 3:
+            raise ValueError("something broke\nwith a second line")
+        return real(ctx, config, report)
+
+    monkeypatch.setattr(type(runner.objective), "evaluate",
+                        lambda self, ctx, config, report=None: flaky(ctx, config, report))
+    assert runner.run() == "budget"
+    failed = [t for t in runner.study.get_trials(deepcopy=False) if t.state == TrialState.FAIL]
+    messages = sorted(t.user_attrs["error"] for t in failed)
+    assert messages == ["ValueError: something broke",
+                        "out of memory: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    assert len(counted_trials(runner.study.get_trials(deepcopy=False))) == 6
+
+
+def test_trial_timeout_fails_only_the_slow_trial(tmp_path, target, monkeypatch):
+    runner = _runner(tmp_path, target, "ngram", trials=3, trial_timeout_s=0.5, prune=False)
+    real = runner.objective.evaluate
+    calls = {"n": 0}
+
+    def slow_second(self, ctx, config, report=None):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            time.sleep(5)
+        return real(ctx, config, report)
+
+    monkeypatch.setattr(type(runner.objective), "evaluate", slow_second)
+    began = time.monotonic()
+    runner.run()
+    assert time.monotonic() - began < 4.5
+    states = [t.state for t in runner.study.get_trials(deepcopy=False)]
+    assert states.count(TrialState.FAIL) == 1
+    failed = next(t for t in runner.study.get_trials(deepcopy=False) if t.state == TrialState.FAIL)
+    assert "--trial-timeout 0.5" in failed.user_attrs["error"]
+
+
+def test_constraint_violation_fails_the_trial(tmp_path, target, monkeypatch):
+    runner = _runner(tmp_path, target, "ngram", trials=2, prune=False)
+    real = runner.objective.evaluate
+
+    def lossy(self, ctx, config, report=None):
+        metrics = real(ctx, config, report)
+        return {**metrics, "lossless": False}
+
+    monkeypatch.setattr(type(runner.objective), "evaluate", lossy)
+    runner.run()
+    trials = runner.study.get_trials(deepcopy=False)
+    assert all(t.state == TrialState.FAIL for t in trials)
+    assert "constraint violated" in trials[0].user_attrs["error"]
+    assert best_document(runner.study, runner.objective) is None
+
+
+def _fake_latency(monkeypatch, runner, value_of):
+    """Replace measurement with a deterministic per-prompt latency (pruning logic only)."""
+    def evaluate(self, ctx, config, report=None):
+        value = value_of(config)
+        for step in range(4):
+            if report is not None:
+                report(step, value)
+        return {"latency_ms_per_token": value, "lossless": True, "speedup": 1.0}
+
+    monkeypatch.setattr(type(runner.objective), "evaluate", evaluate)
+
+
+def test_median_pruner_prunes_slow_trials_and_no_prune_does_not(tmp_path, target, monkeypatch):
+    for prune, folder in ((True, "a"), (False, "b")):
+        (tmp_path / folder).mkdir()
+        runner = _runner(tmp_path / folder, target, "ngram", trials=16, prune=prune)
+        _fake_latency(monkeypatch, runner, lambda c: 10.0 + c.k)
+        runner.run()
+        # Infeasible points are pruned before measuring; the pruner's are the others.
+        pruned = [t for t in runner.study.get_trials(deepcopy=False)
+                  if t.state == TrialState.PRUNED and not t.user_attrs.get("infeasible")]
+        assert bool(pruned) == prune
+        assert all(t.intermediate_values for t in pruned)
+
+
+def test_resume_counts_finished_trials_toward_the_budget(tmp_path, target):
+    first = _runner(tmp_path, target, "ngram", trials=3)
+    first.run()
+    before = {t.number: t.values for t in _finished(first)}
+    second = _runner(tmp_path, target, "ngram", trials=5)
+    second.run()
+    after = {t.number: t.values for t in _finished(second)}
+    assert len(counted_trials(second.study.get_trials(deepcopy=False))) == 5
+    assert all(after[n] == v for n, v in before.items())
+    assert sum(1 for t in second.study.get_trials() if t.user_attrs.get("preset") == "baseline") == 1
+
+
+def test_resume_refuses_another_experiment(tmp_path, target):
+    runner = _runner(tmp_path, target, "ngram", trials=1, study_attrs={"space_sha256": "aaa"})
+    runner.run()
+    with pytest.raises(AutotuneError, match="space_sha256"):
+        _runner(tmp_path, target, "ngram", trials=2, study_attrs={"space_sha256": "bbb"})
+
+
+def test_dead_worker_trial_is_failed_and_requeued(tmp_path, target):
+    runner = _runner(tmp_path, target, "ngram", trials=2)
+    # A trial left RUNNING by a process of this host that no longer exists.
+    trial = runner.study.ask({"k": optuna.distributions.IntDistribution(1, 10)})
+    trial.set_user_attr("worker", f"{socket.gethostname()}:999999999:1")
+    assert runner.recover_interrupted() == [trial.number]
+    frozen = runner.study._storage.get_trial(trial._trial_id)
+    assert frozen.state == TrialState.FAIL and frozen.user_attrs["interrupted"]
+    waiting = runner.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert [t.user_attrs["retry_of"] for t in waiting] == [trial.number]
+    assert frozen not in counted_trials(runner.study.get_trials(deepcopy=False))
+
+
+def test_run_folder_files(tmp_path, target):
+    runner = _runner(tmp_path, target, "ngram", trials=3)
+    runner.run()
+    write_run_files(tmp_path, runner.study, runner.objective)
+    frame = trials_frame(runner.study, runner.objective)
+    assert {"number", "state", "duration_s", "value.latency_ms_per_token",
+            "metrics.speedup", "config.method", "params.k"} <= set(frame.columns)
+    assert (tmp_path / "trials.csv").read_text().count("\n") == len(frame) + 1
+    best = best_document(runner.study, runner.objective)
+    assert best["values"]["latency_ms_per_token"] == min(
+        t.value for t in runner.study.get_trials() if t.state == TrialState.COMPLETE)
+    assert DecodeConfig(**{k: tuple(v) if isinstance(v, list) else v
+                           for k, v in best["params"].items()}).validate()
+    assert "latency_ms_per_token" in top_table(runner.study, runner.objective)
+
+
+def test_bayes_opt_sampler_finds_a_quadratic_optimum_and_resumes_from_storage(tmp_path):
+    def objective(trial):
+        x = trial.suggest_float("x", -5, 5)
+        y = trial.suggest_int("y", 0, 10)
+        return -((x - 1.5) ** 2) - (y - 7) ** 2
+
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "j.log")))
+    study = optuna.create_study(study_name="q", storage=storage, direction="maximize",
+                                sampler=make_sampler("bayes_opt", 0, 1, dict))
+    study.optimize(objective, n_trials=12)
+    # A fresh sampler on the same storage continues from every stored trial.
+    resumed = optuna.load_study(study_name="q", storage=storage,
+                                sampler=make_sampler("bayes_opt", 1, 1, dict))
+    resumed.optimize(objective, n_trials=13)
+    assert resumed.best_value > -0.5
+    random = optuna.create_study(direction="maximize",
+                                 sampler=optuna.samplers.RandomSampler(seed=0))
+    random.optimize(objective, n_trials=25)
+    assert resumed.best_value >= random.best_value
+
+
+def test_bayes_opt_refuses_several_objectives():
+    with pytest.raises(AutotuneError, match="one objective"):
+        make_sampler("bayes_opt", 0, 2, dict)
+    with pytest.raises(AutotuneError, match="did you mean 'tpe'"):
+        make_sampler("tpee", 0, 1, dict)
+    assert isinstance(make_sampler("bayes_opt", 0, 1, dict).inner, BayesOptSampler)
+
+
+def test_infeasible_points_do_not_count(tmp_path, target):
+    runner = _runner(tmp_path, target, "ngram", trials=6, sampler="random")
+    runner.run()
+    trials = runner.study.get_trials(deepcopy=False)
+    infeasible = [t for t in trials if t.user_attrs.get("infeasible")]
+    assert all(t.state == TrialState.PRUNED for t in infeasible)
+    assert len(counted_trials(trials)) == 6

@@ -1,0 +1,215 @@
+"""`autotune search` as a user runs it: bad inputs, kill -9 and resume, two workers on
+one PostgreSQL study, and a short search on the real default model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+
+import autotune.models.loading as loading
+from autotune.cli import main
+from autotune.search import counted_trials
+
+from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+
+# Repetitive prompts so n-gram drafts get accepted on a random model too.
+WORKLOAD = "t1 t2 t3 t4 t5 t1 t2 t3 t4 t5 t1 t2\nt7 t8 t9 t7 t8 t9 t7 t8\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny")
+    save_tiny(llama_model(seed=5, layers=4, scale=4.0), folder / "model")
+    (folder / "prompts.txt").write_text(WORKLOAD)
+    return folder
+
+
+def _cli(*args: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _journal_trials(path: Path, study: str) -> list:
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(path)))
+    return optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    def spy(*args, **kwargs):
+        raise AssertionError(f"load_model reached with {args}")
+    monkeypatch.setattr(loading, "load_model", spy)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--trials", "0"], "--trials must be at least 1"),
+    (["--sampler", "tpee"], "did you mean 'tpe'"),
+    (["--space", "layer_skp"], "layer_skip"),
+    (["--objective", "latncy"], "latency"),
+    (["--timeout", "-1"], "--timeout must be a positive"),
+    (["--objective", "latency_memory", "--sampler", "cmaes"], "one objective"),
+])
+def test_bad_search_inputs_are_one_line_before_loading(capsys, no_loading, tmp_path, args, message):
+    assert main(["search", "--out", str(tmp_path / "r"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autotune: error:") and "\n" not in err
+    assert message in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_enqueue_file(capsys, no_loading, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {method: ngram, kk: 3}\n")
+    assert main(["search", "--enqueue", str(bad), "--out", str(tmp_path / "r")]) == 2
+    assert "kk" in capsys.readouterr().err
+
+
+def test_kill_9_loses_no_finished_trial_and_rerun_resumes(tmp_path, tiny_dir):
+    run = tmp_path / "run"
+    args = ["search", "--model", str(tiny_dir / "model"), "--workload",
+            str(tiny_dir / "prompts.txt"), "--space", "ngram", "--trials", "8",
+            "--max-new-tokens", "160", "--prompts", "2", "--out", str(run), "--study", "k9",
+            "--no-prune"]
+    proc = _cli(*args)
+    journal = run / "study.journal"
+    deadline = time.monotonic() + 240
+    finished: list = []
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        if journal.exists():
+            try:
+                trials = _journal_trials(journal, "k9")
+            except Exception:     # the study may not be created yet
+                continue
+            finished = [t for t in trials if t.state.is_finished()]
+            if len(finished) >= 2 and any(t.state == TrialState.RUNNING for t in trials):
+                break
+    assert proc.poll() is None, proc.communicate()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {t.number: (t.state, t.values, t.params)
+              for t in _journal_trials(journal, "k9") if t.state.is_finished()}
+    assert len(before) >= 2
+    running = [t.number for t in _journal_trials(journal, "k9") if t.state == TrialState.RUNNING]
+    assert running
+
+    rerun = _cli(*args)
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    trials = _journal_trials(journal, "k9")
+    after = {t.number: (t.state, t.values, t.params) for t in trials}
+    for number, record in before.items():
+        assert after[number] == record             # nothing finished was lost or changed
+    assert len(counted_trials(trials)) == 8
+    killed = next(t for t in trials if t.number == running[0])
+    assert killed.state == TrialState.FAIL and killed.user_attrs["interrupted"]
+    assert any(t.user_attrs.get("retry_of") == killed.number for t in trials)
+    frame = pd.read_csv(run / "trials.csv")
+    assert len(frame) == len(trials)
+    assert json.loads((run / "best.json").read_text())["params"]["method"] in ("ngram", "none")
+
+
+# -- many workers on one PostgreSQL study ----------------------------------------------
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    return str(candidates[-1]) if candidates else None
+
+
+@pytest.fixture
+def postgres_url():
+    """A throwaway PostgreSQL server on loopback; CI (AUTOTUNE_REQUIRE_POSTGRES=1) must
+    have it, elsewhere the test skips when the server binaries are missing."""
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES"):
+            pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) not found")
+        pytest.skip("PostgreSQL server binaries not installed")
+    pytest.importorskip("psycopg")
+    # PostgreSQL refuses to run as root: run it as the `postgres` user then.
+    as_user: list[str] = []
+    folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    if os.geteuid() == 0:
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(folder, "postgres")
+    data = folder / "data"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run([*as_user, initdb, "-D", str(data), "-U", "autotune", "--auth=trust",
+                    "-E", "UTF8"], check=True, capture_output=True)
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-l", str(folder / "log"), "-w",
+                    "-o", f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start"],
+                   check=True, capture_output=True)
+    try:
+        yield f"postgresql://autotune@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_two_workers_share_one_postgres_study(tmp_path, tiny_dir, postgres_url):
+    common = ["search", "--model", str(tiny_dir / "model"), "--workload",
+              str(tiny_dir / "prompts.txt"), "--space", "ngram", "--trials", "10",
+              "--max-new-tokens", "24", "--prompts", "2", "--storage", postgres_url,
+              "--study", "shared"]
+    workers = [_cli(*common, "--out", str(tmp_path / f"w{i}"), "--seed", str(i))
+               for i in range(2)]
+    outputs = [w.communicate(timeout=300) for w in workers]
+    for w, (out, err) in zip(workers, outputs):
+        assert w.returncode == 0, err
+    study = optuna.load_study(study_name="shared", storage=postgres_url)
+    trials = study.get_trials(deepcopy=False)
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers))
+    counted = counted_trials(trials)
+    assert 10 <= len(counted) <= 11         # two workers may each start the last one
+    # Each finished trial was run by exactly one of the two workers, and both worked.
+    owners = {t.user_attrs["worker"] for t in counted}
+    assert len(owners) == 2
+    reported = [line for _, err in outputs for line in err.splitlines() if "] trial " in line]
+    ran = sorted(int(line.split("] trial ")[1].split()[0]) for line in reported)
+    assert ran == sorted(t.number for t in trials if t.state.is_finished())
+    assert sum(1 for t in trials if t.user_attrs.get("preset") == "baseline") == 1
+
+
+# -- the real default model ---------------------------------------------------------
+
+@pytest.mark.slow
+def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["search", "--space", "ngram", "--trials", "3", "--prompts", "2",
+            "--max-new-tokens", "8", "--out", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr()
+    assert "latency_ms_per_token" in printed.out and "run folder" in printed.out
+    assert {"study.journal", "trials.csv", "best.json", "run.json"} <= {
+        p.name for p in out.iterdir()}
+    best = json.loads((out / "best.json").read_text())
+    assert best["values"]["latency_ms_per_token"] > 0
+    assert best["metrics"]["lossless"] is True
+    run = json.loads((out / "run.json").read_text())
+    assert run["space"] == "ngram" and run["objective"] == "latency"
+    # Rerunning with a bigger budget adds only the missing trials.
+    assert main([*args[:4], "4", *args[5:]]) == 0
+    frame = pd.read_csv(out / "trials.csv")
+    assert len(frame[frame.state.isin(["COMPLETE", "PRUNED", "FAIL"])]) == 4
