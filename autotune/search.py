@@ -119,19 +119,26 @@ def open_storage(storage: str) -> BaseStorage:
         if storage.startswith("redis"):
             raise AutotuneError("redis storage is not supported; use a journal file or an "
                                 "RDB URL (postgresql://, mysql://, sqlite:///)")
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                # A worker that stops beating for grace_period is taken as lost: its
-                # trial is failed and queued once more (counted_trials skips the lost one).
-                return optuna.storages.RDBStorage(
-                    storage, heartbeat_interval=30, grace_period=120,
-                    heartbeat_stale_trial_callback=(
-                        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)),
-                    engine_kwargs={"pool_pre_ping": True})
-        except Exception as exc:  # driver missing, server down, bad URL: one line
-            raise AutotuneError(f"cannot open storage {_masked(storage)}: "
-                                f"{str(exc).splitlines()[0]}") from None
+        # Workers starting together race to create the schema; the loser's CREATE fails
+        # on a duplicate, and a second try finds the tables made.
+        for attempt in range(4):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    # A worker that stops beating for grace_period is taken as lost: its
+                    # trial is failed and queued again (counted_trials skips the lost one).
+                    return optuna.storages.RDBStorage(
+                        storage, heartbeat_interval=30, grace_period=120,
+                        heartbeat_stale_trial_callback=(
+                            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)),
+                        engine_kwargs={"pool_pre_ping": True})
+            except Exception as exc:  # driver missing, server down, bad URL: one line
+                racing = any(word in str(exc) for word in ("already exists", "duplicate key"))
+                if racing and attempt < 3:
+                    time.sleep(0.5 * (attempt + 1))
+                    continue
+                raise AutotuneError(f"cannot open storage {_masked(storage)}: "
+                                    f"{str(exc).splitlines()[0]}") from None
     path = Path(storage)
     path.parent.mkdir(parents=True, exist_ok=True)
     from optuna.storages.journal import JournalFileBackend
@@ -265,7 +272,12 @@ class StudyRunner:
 
     def _open_study(self) -> optuna.Study:
         settings = self.settings
-        sampler = make_sampler(settings.sampler, settings.seed, len(self.objective.metrics),
+        seed = settings.seed
+        if "://" in settings.storage:
+            # Many workers may share this study, often started with the same --seed: mix
+            # in the process so their samplers do not propose the very same points.
+            seed = (seed * 1_000_003 + os.getpid()) % 2**31
+        sampler = make_sampler(settings.sampler, seed, len(self.objective.metrics),
                                self.space.grid)
         pruner: optuna.pruners.BasePruner = (
             optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1)

@@ -40,7 +40,8 @@ class _Progress:
     def finished(self, event: Any) -> None:
         from autotune.run_folder import describe
         trial = event.trial
-        label = describe(trial.user_attrs.get("config", {}))
+        label = ("infeasible point, not counted" if trial.user_attrs.get("infeasible")
+                 else describe(trial.user_attrs.get("config", {})))
         best = ""
         if event.best is not None:
             best = f"best {event.best.values[0]:.4g} (trial {event.best.number})"
@@ -113,7 +114,18 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
              if args.draft else None)
     bound = space.bind(target.n_layers, draft.n_layers if draft is not None else None)
 
+    import warnings
+
+    import optuna
+
     from autotune import __version__
+
+    # Our progress lines say what Optuna's log would (a failed trial's one-line reason
+    # rather than its traceback); its sampler fallbacks on conditional knobs (CMA-ES,
+    # GP) are expected in a conditional space, not news.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=UserWarning, module="optuna")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     from autotune.objectives import EvalContext
     from autotune.run_folder import RUN_FILE, top_table, write_run_files
     from autotune.search import SearchSettings, StudyRunner, masked_storage
@@ -125,7 +137,7 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
         "device_type": target.device.type, "dtype": str(target.dtype).removeprefix("torch."),
         "workload": args.workload, "categories": categories, "prompts": len(prompts),
         "workload_sha256": _workload_digest(prompts), "max_new_tokens": max_new,
-        "temperature": defaults.temperature, "top_p": defaults.top_p, "seed": args.seed,
+        "temperature": defaults.temperature, "top_p": defaults.top_p,
     }
     settings = SearchSettings(
         study_name=study_name, storage=storage, trials=args.trials, sampler=args.sampler,
@@ -137,7 +149,7 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     runner = StudyRunner(settings, bound, objective, context)
     run_record = {
         "study": study_name, "storage": masked_storage(storage), "run_dir": str(run_dir),
-        "sampler": args.sampler, "trials": args.trials, "prune": args.prune,
+        "sampler": args.sampler, "seed": args.seed, "trials": args.trials, "prune": args.prune,
         "space_file": space.path, "objective_file": objective.path,
         "model_spec": args.model, "draft_spec": args.draft, "autotune_version": __version__,
         "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),

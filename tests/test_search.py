@@ -268,3 +268,17 @@ def test_infeasible_points_do_not_count(tmp_path, target):
     infeasible = [t for t in trials if t.user_attrs.get("infeasible")]
     assert all(t.state == TrialState.PRUNED for t in infeasible)
     assert len(counted_trials(trials)) == 6
+
+
+def test_enqueued_configs_run_first_and_inexpressible_ones_are_refused(tmp_path, target):
+    runner = _runner(tmp_path, target, "ngram", trials=4,
+                     enqueue=[{"method": "ngram", "k": 2, "ngram_min": 1, "ngram_max": 2}])
+    runner.run()
+    trials = runner.study.get_trials(deepcopy=False)
+    mine = [t for t in trials if t.user_attrs.get("preset") == "enqueue0"]
+    assert len(mine) == 1 and mine[0].user_attrs["config"]["k"] == 2
+    assert mine[0].number < 3
+    other = _runner(tmp_path / "x", target, "ngram", trials=1,
+                    enqueue=[{"method": "layer_skip", "attn_skip": [1]}])
+    with pytest.raises(AutotuneError, match="not expressible"):
+        other.run()

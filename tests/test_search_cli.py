@@ -87,18 +87,7 @@ def test_kill_9_loses_no_finished_trial_and_rerun_resumes(tmp_path, tiny_dir):
             "--no-prune"]
     proc = _cli(*args)
     journal = run / "study.journal"
-    deadline = time.monotonic() + 240
-    finished: list = []
-    while time.monotonic() < deadline:
-        time.sleep(0.3)
-        if journal.exists():
-            try:
-                trials = _journal_trials(journal, "k9")
-            except Exception:     # the study may not be created yet
-                continue
-            finished = [t for t in trials if t.state.is_finished()]
-            if len(finished) >= 2 and any(t.state == TrialState.RUNNING for t in trials):
-                break
+    _wait_for_running_trial(journal, "k9", proc, finished_at_least=2)
     assert proc.poll() is None, proc.communicate()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -122,6 +111,45 @@ def test_kill_9_loses_no_finished_trial_and_rerun_resumes(tmp_path, tiny_dir):
     frame = pd.read_csv(run / "trials.csv")
     assert len(frame) == len(trials)
     assert json.loads((run / "best.json").read_text())["params"]["method"] in ("ngram", "none")
+
+
+def _wait_for_running_trial(journal: Path, study: str, proc: subprocess.Popen,
+                            finished_at_least: int) -> None:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.3)
+        if not journal.exists():
+            continue
+        try:
+            trials = _journal_trials(journal, study)
+        except Exception:     # the study may not be created yet
+            continue
+        finished = [t for t in trials if t.state.is_finished()]
+        if len(finished) >= finished_at_least and any(
+                t.state == TrialState.RUNNING for t in trials):
+            return
+    raise AssertionError(f"no running trial seen: {proc.poll()}")
+
+
+def test_ctrl_c_stops_cleanly_prints_the_summary_and_requeues(tmp_path, tiny_dir):
+    run = tmp_path / "run"
+    proc = _cli("search", "--model", str(tiny_dir / "model"), "--workload",
+                str(tiny_dir / "prompts.txt"), "--space", "ngram", "--trials", "50",
+                "--max-new-tokens", "160", "--prompts", "2", "--out", str(run),
+                "--study", "cc", "--no-prune")
+    _wait_for_running_trial(run / "study.journal", "cc", proc, finished_at_least=2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "interrupted (Ctrl-C)" in err and "latency_ms_per_token" in out
+    trials = _journal_trials(run / "study.journal", "cc")
+    stopped = [t for t in trials if t.user_attrs.get("interrupted")]
+    assert len(stopped) == 1 and stopped[0].state == TrialState.FAIL
+    waiting = [t for t in trials if t.state == TrialState.WAITING]
+    assert [t.user_attrs["retry_of"] for t in waiting] == [stopped[0].number]
+    assert not any(t.state == TrialState.RUNNING for t in trials)
+    assert len(pd.read_csv(run / "trials.csv")) == len(trials)
 
 
 # -- many workers on one PostgreSQL study ----------------------------------------------
