@@ -1,13 +1,22 @@
 """Samplers by name: Optuna's own, and the bayesian-optimization package as one more.
 
-Every sampler is wrapped so that it never sees the autoregressive baseline trial. That
-trial is recorded with no parameters (it has no knobs); Optuna's intersection search
-space — what GP, CMA-ES, QMC and bayes_opt fit on — would shrink to nothing if an
-empty-parameter trial were part of it.
+Every sampler is wrapped (`GuardedSampler`) for two things the conditional spaces here
+need and Optuna's samplers do not do:
+- it never sees the autoregressive baseline trial. That trial is recorded with no
+  parameters (it has no knobs); Optuna's intersection search space — what GP, CMA-ES,
+  QMC and bayes_opt fit on — would shrink to nothing with it;
+- it steps around exhausted points: one found infeasible (pruned before anything is
+  measured; GP, CMA-ES and bayes_opt learn only from complete trials, so they would
+  propose it again and again), or one already measured `MAX_REPEATS` times (a model-based
+  sampler on a discrete space can settle on one point for good). Such a proposal is
+  replaced by a random draw. One repeat is allowed: a second measurement of a
+  promising point on a noisy machine is worth having.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import warnings
 from typing import Any, Callable, Sequence
@@ -26,6 +35,7 @@ from autotune.errors import AutotuneError
 SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
 BASELINE_ATTR = "preset"          # user attr naming an enqueued default; "baseline" = AR
 BASELINE = "baseline"
+MAX_REPEATS = 2                   # measurements of one point before a sampler must move on
 
 
 def is_baseline(trial: FrozenTrial) -> bool:
@@ -54,8 +64,8 @@ class _StudyView:
         return self._get_trials()
 
 
-class BaselineBlind(BaseSampler):
-    """Delegates to `inner`, hiding the parameterless baseline trial from it."""
+class GuardedSampler(BaseSampler):
+    """Delegates to `inner`, hiding the baseline trial and known-infeasible repeats."""
 
     def __init__(self, inner: BaseSampler) -> None:
         self.inner = inner
@@ -66,7 +76,10 @@ class BaselineBlind(BaseSampler):
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        return self.inner.sample_relative(_StudyView(study), trial, search_space)  # type: ignore[arg-type]
+        params = self.inner.sample_relative(_StudyView(study), trial, search_space)  # type: ignore[arg-type]
+        if params and _exhausted(study, params):
+            return {}          # each parameter then comes from sample_independent
+        return params
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
@@ -82,6 +95,18 @@ class BaselineBlind(BaseSampler):
 
     def reseed_rng(self) -> None:
         self.inner.reseed_rng()
+
+
+def _exhausted(study: Study, params: dict[str, Any]) -> bool:
+    """Whether these very values were found infeasible, or measured MAX_REPEATS times."""
+    measured = 0
+    for done in study._get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.COMPLETE),
+                                  use_cache=True):
+        if all(done.params.get(name) == value for name, value in params.items()):
+            if done.user_attrs.get("infeasible"):
+                return True
+            measured += 1
+    return measured >= MAX_REPEATS
 
 
 class BayesOptSampler(BaseSampler):
@@ -122,11 +147,15 @@ class BayesOptSampler(BaseSampler):
             acquisition_function=UpperConfidenceBound(kappa=self._kappa),
             allow_duplicate_points=True)
         sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
-        for done in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if not all(name in done.params for name in search_space):
-                continue
-            point = {name: _to_axis(dist, done.params[name]) for name, dist in search_space.items()}
-            optimizer.register(params=point, target=sign * float(done.value))
+        # bayes_opt prints a line for every repeated point even at verbose=0; rounding to
+        # integers and bits makes repeats common and the lines are noise.
+        with contextlib.redirect_stdout(io.StringIO()):
+            for done in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+                if not all(name in done.params for name in search_space):
+                    continue
+                point = {name: _to_axis(dist, done.params[name])
+                         for name, dist in search_space.items()}
+                optimizer.register(params=point, target=sign * float(done.value))
         if not optimizer.space.target.size:
             return {}
         with warnings.catch_warnings():
@@ -175,7 +204,7 @@ def _from_axis(dist: BaseDistribution, x: float) -> Any:
 
 def make_sampler(name: str, seed: int | None, n_objectives: int,
                  grid: Callable[[], dict[str, list[Any]]]) -> BaseSampler:
-    """A sampler by name, wrapped so it ignores the baseline trial.
+    """A sampler by name, wrapped in `GuardedSampler`.
 
     `grid` is called only for the grid sampler (it may raise for spaces a grid cannot
     cover, e.g. a float knob without `grid:` values).
@@ -212,4 +241,4 @@ def make_sampler(name: str, seed: int | None, n_objectives: int,
             close = difflib.get_close_matches(name, SAMPLERS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise AutotuneError(f"unknown sampler {name!r} (one of {', '.join(SAMPLERS)}){hint}")
-    return BaselineBlind(inner)
+    return GuardedSampler(inner)

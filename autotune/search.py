@@ -405,6 +405,11 @@ class StudyRunner:
                 self.study.optimize(self._trial, n_trials=1, catch=(TrialFailed,),
                                     gc_after_trial=False)
             except KeyboardInterrupt:
+                # Ctrl-C outside the objective (sampling, storage) can leave our trial
+                # RUNNING; inside it, `_trial` has already marked and queued it.
+                for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                    if trial.user_attrs.get("worker") == self.worker:
+                        self._interrupt(trial, "stopped by the user (Ctrl-C)")
                 return "interrupted"
             last = self._last_own_trial()
             if on_trial is not None and last is not None:

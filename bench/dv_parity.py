@@ -30,12 +30,16 @@ from autotune.workloads import load_workload
 SPACE = Path(__file__).resolve().parent / "spaces" / "dv_bits.yaml"
 
 
-def best_so_far(study: optuna.Study) -> list[tuple[float, float] | None]:
-    """Per counted trial, in order: (best latency, its speedup) so far."""
+def best_so_far(study: optuna.Study, speculative_only: bool = False
+                ) -> list[tuple[float, float] | None]:
+    """Per counted trial, in order: (best latency, its speedup) so far; with
+    `speculative_only`, among skip masks only (the AR baseline trial left out)."""
     out: list[tuple[float, float] | None] = []
     best: tuple[float, float] | None = None
     for t in counted_trials(study.get_trials(deepcopy=False)):
-        if t.state == TrialState.COMPLETE and (best is None or t.value < best[0]):
+        eligible = t.state == TrialState.COMPLETE and not (
+            speculative_only and t.user_attrs.get("preset") == "baseline")
+        if eligible and (best is None or t.value < best[0]):
             best = (t.value, t.user_attrs["metrics"]["speedup"])
         out.append(best)
     return out
@@ -69,16 +73,19 @@ def main() -> None:
             runner.run()
         print(f"{n}/{args.trials} trials each, {time.monotonic() - began:.0f} s", flush=True)
 
-    curves = {name: best_so_far(r.study) for name, r in runners.items()}
     print(f"\n{args.prompts} prompts x {args.max_new_tokens} tokens, "
           f"{bound.space.name}: {len(bound.knobs())} bits")
-    print(f"{'evals':>5}  {'bayes_opt ms/tok (speedup)':>28}  {'tpe ms/tok (speedup)':>24}")
-    for i in range(args.trials):
-        cells = []
-        for name in ("bayes_opt", "tpe"):
-            point = curves[name][i] if i < len(curves[name]) else None
-            cells.append("-" if point is None else f"{point[0]:.2f} ({point[1]:.3f})")
-        print(f"{i + 1:>5}  {cells[0]:>28}  {cells[1]:>24}")
+    for speculative_only in (False, True):
+        curves = {name: best_so_far(r.study, speculative_only) for name, r in runners.items()}
+        print("\nbest so far" + (", skip masks only (baseline left out)" if speculative_only
+                                 else ", the AR baseline included"))
+        print(f"{'evals':>5}  {'bayes_opt ms/tok (speedup)':>28}  {'tpe ms/tok (speedup)':>24}")
+        for i in range(args.trials):
+            cells = []
+            for name in ("bayes_opt", "tpe"):
+                point = curves[name][i] if i < len(curves[name]) else None
+                cells.append("-" if point is None else f"{point[0]:.2f} ({point[1]:.3f})")
+            print(f"{i + 1:>5}  {cells[0]:>28}  {cells[1]:>24}")
     for name, runner in runners.items():
         best = runner.study.best_trial
         print(f"{name}: best trial {best.number} {best.value:.2f} ms/token, speedup "

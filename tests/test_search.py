@@ -282,3 +282,74 @@ def test_enqueued_configs_run_first_and_inexpressible_ones_are_refused(tmp_path,
                     enqueue=[{"method": "layer_skip", "attn_skip": [1]}])
     with pytest.raises(AutotuneError, match="not expressible"):
         other.run()
+
+
+class _Stubborn(optuna.samplers.BaseSampler):
+    """Always proposes the same point, as a GP can on a discrete space."""
+
+    def __init__(self, point):
+        self.point = point
+        self.random = optuna.samplers.RandomSampler(seed=0)
+
+    def infer_relative_search_space(self, study, trial):
+        return {"x": optuna.distributions.IntDistribution(0, 50),
+                "y": optuna.distributions.IntDistribution(0, 50)}
+
+    def sample_relative(self, study, trial, search_space):
+        return dict(self.point)
+
+    def sample_independent(self, study, trial, name, dist):
+        return self.random.sample_independent(study, trial, name, dist)
+
+
+def test_guarded_sampler_moves_on_from_exhausted_points():
+    from autotune.samplers import MAX_REPEATS, GuardedSampler
+
+    def measured(trial):
+        trial.suggest_int("x", 0, 50), trial.suggest_int("y", 0, 50)
+        return 1.0
+
+    study = optuna.create_study(sampler=GuardedSampler(_Stubborn({"x": 3, "y": 4})))
+    study.optimize(measured, n_trials=MAX_REPEATS + 3)
+    points = [(t.params["x"], t.params["y"]) for t in study.trials]
+    assert points[:MAX_REPEATS] == [(3, 4)] * MAX_REPEATS
+    assert (3, 4) not in points[MAX_REPEATS:]
+
+    def infeasible(trial):
+        trial.suggest_int("x", 0, 50), trial.suggest_int("y", 0, 50)
+        trial.set_user_attr("infeasible", "no")
+        raise optuna.TrialPruned()
+
+    study = optuna.create_study(sampler=GuardedSampler(_Stubborn({"x": 7, "y": 7})))
+    study.optimize(infeasible, n_trials=3)
+    points = [(t.params["x"], t.params["y"]) for t in study.trials]
+    assert points[0] == (7, 7) and (7, 7) not in points[1:]
+
+
+def test_ctrl_c_inside_a_trial_marks_it_interrupted_and_queues_it(tmp_path, target, monkeypatch):
+    runner = _runner(tmp_path, target, "ngram", trials=5, prune=False)
+    real = runner.objective.evaluate
+    calls = {"n": 0}
+
+    def interrupted_third(self, ctx, config, report=None):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(ctx, config, report)
+
+    monkeypatch.setattr(type(runner.objective), "evaluate", interrupted_third)
+    assert runner.run() == "interrupted"
+    trials = runner.study.get_trials(deepcopy=False)
+    stopped = [t for t in trials if t.user_attrs.get("interrupted")]
+    assert len(stopped) == 1 and stopped[0].state == TrialState.FAIL
+    assert "Ctrl-C" in stopped[0].user_attrs["error"]
+    retry = [t for t in trials if t.state == TrialState.WAITING]
+    assert [t.user_attrs["retry_of"] for t in retry] == [stopped[0].number]
+    assert retry[0].system_attrs["fixed_params"] == stopped[0].params
+    # Resuming runs the queued retry and does not count the interrupted trial.
+    monkeypatch.setattr(type(runner.objective), "evaluate", lambda self, c, cfg, r=None: real(c, cfg, r))
+    resumed = _runner(tmp_path, target, "ngram", trials=5, prune=False)
+    assert resumed.run() == "budget"
+    after = resumed.study.get_trials(deepcopy=False)
+    assert after[retry[0].number].state == TrialState.COMPLETE
+    assert len(counted_trials(after)) == 5

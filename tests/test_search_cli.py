@@ -144,11 +144,14 @@ def test_ctrl_c_stops_cleanly_prints_the_summary_and_requeues(tmp_path, tiny_dir
     assert "Traceback" not in err
     assert "interrupted (Ctrl-C)" in err and "latency_ms_per_token" in out
     trials = _journal_trials(run / "study.journal", "cc")
-    stopped = [t for t in trials if t.user_attrs.get("interrupted")]
-    assert len(stopped) == 1 and stopped[0].state == TrialState.FAIL
-    waiting = [t for t in trials if t.state == TrialState.WAITING]
-    assert [t.user_attrs["retry_of"] for t in waiting] == [stopped[0].number]
+    # Ctrl-C lands inside a trial (which is then marked and queued again) or between
+    # two (nothing to mark); either way nothing is left RUNNING.
     assert not any(t.state == TrialState.RUNNING for t in trials)
+    stopped = [t for t in trials if t.user_attrs.get("interrupted")]
+    assert len(stopped) <= 1
+    waiting = [t for t in trials if t.state == TrialState.WAITING]
+    assert [t.user_attrs["retry_of"] for t in waiting] == [t.number for t in stopped]
+    assert all(t.state == TrialState.FAIL for t in stopped)
     assert len(pd.read_csv(run / "trials.csv")) == len(trials)
 
 
