@@ -152,21 +152,6 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-") or "model"
 
 
-def _load_enqueue(path: str) -> list[dict[str, Any]]:
-    from autotune.decoding.config import config_from_mapping, load_config_file
-
-    raw = load_config_file(path, allow_list=True)
-    entries = raw if isinstance(raw, list) else [raw]
-    out = []
-    for entry in entries:
-        if not isinstance(entry, dict):
-            raise AutotuneError(f"{path}: each enqueued config must be a mapping of config keys")
-        entry = dict(entry.get("params", entry))
-        config_from_mapping(entry).validate()       # fail now on a bad key or value
-        out.append(entry)
-    return out
-
-
 def _run_search(args: argparse.Namespace) -> int:
     from autotune.search_cli import run_search_command
     return run_search_command(args, _slug(args.model))

@@ -137,7 +137,7 @@ def open_storage(storage: str) -> BaseStorage:
                 if racing and attempt < 3:
                     time.sleep(0.5 * (attempt + 1))
                     continue
-                raise AutotuneError(f"cannot open storage {_masked(storage)}: "
+                raise AutotuneError(f"cannot open storage {masked_storage(storage)}: "
                                     f"{str(exc).splitlines()[0]}") from None
     path = Path(storage)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,7 +145,7 @@ def open_storage(storage: str) -> BaseStorage:
     return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
 
 
-def _masked(url: str) -> str:
+def masked_storage(url: str) -> str:
     """The URL with any password replaced, for messages and files."""
     if "://" not in url or "@" not in url:
         return url
@@ -153,10 +153,6 @@ def _masked(url: str) -> str:
     creds, host = rest.rsplit("@", 1)
     user = creds.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}" if ":" in creds else url
-
-
-def masked_storage(url: str) -> str:
-    return _masked(url)
 
 
 def _worker_id() -> str:
@@ -313,7 +309,7 @@ class StudyRunner:
         for key, value in self.settings.study_attrs.items():
             if key in existing and existing[key] != value:
                 raise AutotuneError(
-                    f"study {self.settings.study_name!r} in {_masked(self.settings.storage)} "
+                    f"study {self.settings.study_name!r} in {masked_storage(self.settings.storage)} "
                     f"was made with {key}={existing[key]!r}, this run has {value!r}: "
                     "use another --study or --out")
 

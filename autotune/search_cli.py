@@ -65,8 +65,22 @@ def _workload_digest(prompts: list[Any]) -> str:
     return digest.hexdigest()[:16]
 
 
+def load_enqueue(path: str) -> list[dict[str, Any]]:
+    from autotune.decoding.config import config_from_mapping, load_config_file
+
+    raw = load_config_file(path, allow_list=True)
+    entries = raw if isinstance(raw, list) else [raw]
+    out = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise AutotuneError(f"{path}: each enqueued config must be a mapping of config keys")
+        entry = dict(entry.get("params", entry))
+        config_from_mapping(entry).validate()       # fail now on a bad key or value
+        out.append(entry)
+    return out
+
+
 def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
-    from autotune.cli import _load_enqueue
     from autotune.objectives import load_objective
     from autotune.samplers import SAMPLERS
     from autotune.space import load_space
@@ -87,7 +101,7 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     if objective.multi and args.sampler in ("cmaes", "bayes_opt"):
         raise AutotuneError(f"--sampler {args.sampler} optimises one objective and "
                             f"{objective.name!r} has {len(objective.metrics)}; use tpe or nsga2")
-    enqueue = _load_enqueue(args.enqueue) if args.enqueue else []
+    enqueue = load_enqueue(args.enqueue) if args.enqueue else []
     defaults = objective.workload
     prompts_n = args.prompts if args.prompts is not None else defaults.prompts
     max_new = args.max_new_tokens if args.max_new_tokens is not None else defaults.max_new_tokens

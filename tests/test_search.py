@@ -353,3 +353,11 @@ def test_ctrl_c_inside_a_trial_marks_it_interrupted_and_queues_it(tmp_path, targ
     after = resumed.study.get_trials(deepcopy=False)
     assert after[retry[0].number].state == TrialState.COMPLETE
     assert len(counted_trials(after)) == 5
+
+
+def test_storage_passwords_never_reach_files_or_messages():
+    from autotune.search import masked_storage
+    assert masked_storage("postgresql://me:s3cret@db.example:5432/x") == \
+        "postgresql://me:***@db.example:5432/x"
+    assert masked_storage("postgresql://me@db/x") == "postgresql://me@db/x"
+    assert masked_storage("reports/run/study.journal") == "reports/run/study.journal"
