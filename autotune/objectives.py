@@ -28,7 +28,8 @@ from autotune.errors import AutotuneError
 from autotune.measure import Measurement, PromptRun, measure
 from autotune.models.loading import LoadedModel
 from autotune.workloads import Prompt, encode_prompt
-from autotune.yaml_source import KeyPath, did_you_mean, line_of, load_yaml, located
+from autotune.yaml_source import (KeyPath, did_you_mean, display_path, dotted, line_of,
+                                  load_yaml, located)
 
 PRESETS = "autotune.objective_presets"
 
@@ -345,13 +346,6 @@ def load_objective(name_or_path: str) -> Objective:
     return _parse(path, path.stem)
 
 
-def _dotted(key_path: KeyPath) -> str:
-    out = ""
-    for part in key_path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 class _Checker:
     """Reads one objective file's values, raising `file:line: key: message` lines."""
 
@@ -359,8 +353,8 @@ class _Checker:
         self.path, self.lines = path, lines
 
     def error(self, key_path: KeyPath, message: str) -> AutotuneError:
-        where = _dotted(key_path)
-        return located(self.path, line_of(self.lines, key_path),
+        where = dotted(key_path)
+        return located(display_path(self.path), line_of(self.lines, key_path),
                        f"{where}: {message}" if where else message)
 
     def keys(self, mapping: dict, allowed: tuple[str, ...], prefix: KeyPath) -> None:

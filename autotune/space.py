@@ -29,7 +29,6 @@ namespaced `<space>.<knob>` (several branches share knob names with different ra
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import math
 import os
@@ -40,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import yaml
 from optuna.distributions import FloatDistribution, IntDistribution
 
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.errors import AutotuneError
+from autotune.yaml_source import did_you_mean, display_path, dotted, load_yaml
 
 __all__ = ["BoundSpace", "InfeasibleConfig", "SearchSpace", "available_spaces", "load_space"]
 
@@ -90,33 +89,10 @@ _REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
 
 # ------------------------------------------------------------------ small helpers
 
-def _close(word: object, options: Any) -> str:
-    """'; did you mean 'x'?' for a near miss among `options`, else ''."""
-    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 def _hint(word: object, options: Any) -> str:
-    """_close, or else the list of what is allowed."""
+    """did_you_mean, or else the list of what is allowed."""
     names = [str(o) for o in options]
-    return _close(word, names) or (f"; expected one of: {', '.join(names)}" if names else "")
-
-
-def _dotted(at: tuple[Any, ...]) -> str:
-    """('knobs', 'k', 'choices', 2) -> 'knobs.k.choices[2]'."""
-    out = ""
-    for part in at:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _label(path: Path) -> str:
-    """How a file is named in messages: relative to the working folder when inside it."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:                      # another drive on Windows
-        return str(path)
-    return str(path) if rel.startswith("..") else rel
+    return did_you_mean(str(word), names) or (f"; expected one of: {', '.join(names)}" if names else "")
 
 
 def _article(kind: str) -> str:
@@ -325,51 +301,15 @@ class _Doc:
     lines: Mapping[tuple[Any, ...], int]
 
     @classmethod
-    def parse(cls, path: Path, raw: bytes) -> _Doc:
-        label = _label(path)
-        # SafeLoader composes nodes (with marks) first; the data is built from the same
-        # nodes, so every value can be traced to its line.
-        loader = yaml.SafeLoader(raw)
-        try:
-            node = loader.get_single_node()
-            data = None if node is None else loader.construct_document(node)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-            line = mark.line + 1 if mark is not None else 1
-            problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["?"])[0]
-            raise AutotuneError(f"{label}:{line}: YAML syntax error: {problem}") from None
-        finally:
-            loader.dispose()
-        lines: dict[tuple[Any, ...], int] = {}
-        if node is not None:
-            cls._index(label, node, (), lines)
-        return cls(path, label, data, lines)
-
-    @staticmethod
-    def _index(label: str, node: yaml.Node, at: tuple[Any, ...],
-               lines: dict[tuple[Any, ...], int]) -> None:
-        lines.setdefault(at, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            seen: set[str] = set()
-            for key_node, value_node in node.value:
-                key = str(key_node.value)
-                here = at + (key,)
-                if key in seen:
-                    # PyYAML keeps the last silently; a repeated knob is almost always a slip.
-                    raise AutotuneError(f"{label}:{key_node.start_mark.line + 1}: "
-                                        f"{_dotted(here)}: duplicate key")
-                seen.add(key)
-                lines[here] = key_node.start_mark.line + 1
-                _Doc._index(label, value_node, here, lines)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                _Doc._index(label, item, at + (i,), lines)
+    def parse(cls, path: Path) -> _Doc:
+        data, lines = load_yaml(path)
+        return cls(path, display_path(path), data, lines)
 
     def where(self, at: tuple[Any, ...]) -> _Where:
         probe = tuple(str(p) if not isinstance(p, int) else p for p in at)
         while probe and probe not in self.lines:
             probe = probe[:-1]
-        return _Where(self.label, self.lines.get(probe, 1), _dotted(at))
+        return _Where(self.label, self.lines.get(probe, 1), dotted(at))
 
     def error(self, at: tuple[Any, ...], message: str) -> AutotuneError:
         return self.where(at).error(message)
@@ -405,7 +345,7 @@ def _locate(name_or_path: str, base: Path | None) -> Path:
     path = _shipped_dir() / f"{name_or_path}.yaml"
     if name_or_path and path.is_file():
         return path.resolve()
-    hint = _close(name_or_path, _shipped_names())
+    hint = did_you_mean(name_or_path, _shipped_names())
     raise AutotuneError(f"unknown search space {name_or_path!r}{hint}; available: "
                         f"{', '.join(available_spaces())} (or a path to a .yaml file)")
 
@@ -423,9 +363,9 @@ class _Loader:
         try:
             raw = path.read_bytes()
         except OSError as exc:
-            raise AutotuneError(f"cannot read search space {_label(path)}: {exc.strerror}") from None
+            raise AutotuneError(f"cannot read search space {display_path(path)}: {exc.strerror}") from None
         self.digest.update(raw)
-        doc = _Doc.parse(path, raw)
+        doc = _Doc.parse(path)
         self.chain.append(path)
         try:
             return self._space(doc)
@@ -593,7 +533,7 @@ def _possible(doc: _Doc, at: tuple[Any, ...], target: _Entry, value: Any) -> Any
         ok = canon in spec.choices
         options = f"choices: {', '.join(str(c) for c in spec.choices)}"
         if not ok and isinstance(value, str):
-            options += _close(value, spec.choices)
+            options += did_you_mean(value, spec.choices)
     else:
         assert isinstance(spec, _Range)
         ok = _is_number(canon) and spec.low <= canon <= spec.high

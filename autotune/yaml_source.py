@@ -10,6 +10,7 @@ of the key they reject without a custom loader.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,23 @@ def located(path: str | Path, line: int, message: str) -> AutotuneError:
     """An AutotuneError reading `path:line: message`, kept to one line."""
     first = " ".join(str(message).split())
     return AutotuneError(f"{path}:{line}: {first}")
+
+
+def display_path(path: str | Path) -> str:
+    """How a file is named in messages: relative to the working folder when inside it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:                      # another drive on Windows
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def dotted(key_path: KeyPath) -> str:
+    """("knobs", "k", "choices", 2) -> "knobs.k.choices[2]"."""
+    out = ""
+    for part in key_path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
 def did_you_mean(word: str, options: Iterable[str]) -> str:
@@ -47,8 +65,11 @@ def load_yaml(path: Path) -> tuple[Any, dict[KeyPath, int]]:
     A mapping entry's path is its parents' keys plus its own key (`("workload",
     "prompts")`) and its line is the key's; a sequence item's path ends in its index and
     its line is the item's start. The root `()` is line 1. YAML syntax errors become
-    `path:line: YAML syntax error: ...`.
+    `path:line: YAML syntax error: ...`; so does a key repeated in one mapping (PyYAML
+    keeps the last one silently, and a repeated key is almost always a slip). Messages
+    name the file by `display_path`.
     """
+    label = display_path(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -64,12 +85,12 @@ def load_yaml(path: Path) -> tuple[Any, dict[KeyPath, int]]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
         reason = exc.problem or exc.context or "invalid YAML"
-        raise located(path, line, f"YAML syntax error: {reason}") from None
+        raise located(label, line, f"YAML syntax error: {reason}") from None
     except yaml.YAMLError as exc:
-        raise located(path, 1, f"YAML syntax error: {exc}") from None
+        raise located(label, 1, f"YAML syntax error: {exc}") from None
     lines: dict[KeyPath, int] = {(): 1}
     if root is not None:
-        _walk(root, (), lines, set())
+        _walk(label, root, (), lines, set())
     return data, lines
 
 
@@ -93,18 +114,24 @@ def _key(node: yaml.Node) -> str | int:
     return repr(node)        # a complex key: never a valid name, but still reportable
 
 
-def _walk(node: yaml.Node, prefix: KeyPath, lines: dict[KeyPath, int], seen: set[int]) -> None:
+def _walk(label: str, node: yaml.Node, prefix: KeyPath, lines: dict[KeyPath, int],
+          seen: set[int]) -> None:
     # Aliases make the node graph a DAG (or, in hostile input, a cycle): visit once.
     if id(node) in seen:
         return
     seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
+        keys: set[str | int] = set()
         for key_node, value_node in node.value:
-            path = prefix + (_key(key_node),)
+            key = _key(key_node)
+            path = prefix + (key,)
+            if key in keys:
+                raise located(label, key_node.start_mark.line + 1, f"{dotted(path)}: duplicate key")
+            keys.add(key)
             lines.setdefault(path, key_node.start_mark.line + 1)
-            _walk(value_node, path, lines, seen)
+            _walk(label, value_node, path, lines, seen)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             path = prefix + (index,)
             lines.setdefault(path, item.start_mark.line + 1)
-            _walk(item, path, lines, seen)
+            _walk(label, item, path, lines, seen)
