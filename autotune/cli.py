@@ -7,13 +7,11 @@ user for anything they can fix.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from autotune.errors import AutotuneError
-from autotune.files import write_atomically
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -28,9 +26,11 @@ class _Parser(argparse.ArgumentParser):
         raise AutotuneError(message)
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="default",
-                   help="default | HF folder | hub id in the local HF cache | file.gguf")
+def _add_model_args(p: argparse.ArgumentParser, model: str | None = "default") -> None:
+    """`model` None: a frozen --config supplies the model when none is given."""
+    p.add_argument("--model", default=model,
+                   help="default | HF folder | hub id in the local HF cache | file.gguf"
+                        + ("" if model else " (default: the --config's model, else default)"))
     p.add_argument("--draft", default=None, help="draft model (draft_model, sorted_exit)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
@@ -39,25 +39,31 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="allow model code from the model folder (off by default)")
 
 
-def _add_workload_args(p: argparse.ArgumentParser, max_new_tokens: int | None) -> None:
-    """`max_new_tokens` None: the objective's workload defaults fill what is not given."""
-    p.add_argument("--workload", default="builtin",
+def _add_workload_args(p: argparse.ArgumentParser, max_new_tokens: int | None,
+                       from_config: bool = False) -> None:
+    """`max_new_tokens` None: the objective's workload defaults fill what is not given.
+    `from_config`: workload and seed default to None, filled from a frozen --config."""
+    p.add_argument("--workload", default=None if from_config else "builtin",
                    help="builtin | Spec-Bench JSONL | JSONL with prompt/text | text file")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
     p.add_argument("--prompts", type=int, default=None,
                    help="number of prompts, taken round-robin across categories")
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None if from_config else 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autotune",
                      description="Offline auto-tuner for LLM speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    m = sub.add_parser("measure", help="time one decoding config against the AR baseline")
-    _add_model_args(m)
-    _add_workload_args(m, max_new_tokens=128)
-    m.add_argument("--config", default=None, help="JSON/YAML file of config keys")
+    m = sub.add_parser("measure", help="time one decoding config against the AR baseline",
+                       description="Time one config against the AR baseline. With a frozen "
+                       "config (best.json) it re-measures it with its model, workload and "
+                       "objective and prints recorded vs now; flags override those.")
+    _add_model_args(m, model=None)
+    _add_workload_args(m, max_new_tokens=None, from_config=True)
+    m.add_argument("--config", default=None,
+                   help="frozen config (best.json) or JSON/YAML file of config keys")
     m.add_argument("--set", dest="assignments", action="append", default=[],
                    metavar="KEY=VALUE", help="config key, e.g. --set attn_skip=12,17")
     m.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -88,61 +94,84 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--enqueue", default=None, metavar="FILE",
                    help="JSON/YAML config (or list of configs) to try first")
     s.set_defaults(run=_run_search)
+
+    g = sub.add_parser("generate", help="stream one prompt's continuation with a config")
+    _add_model_args(g, model=None)
+    g.add_argument("--config", default=None,
+                   help="frozen config (best.json) or JSON/YAML file of config keys")
+    g.add_argument("--prompt", required=True, help="the user message")
+    g.add_argument("--set", dest="assignments", action="append", default=[],
+                   metavar="KEY=VALUE", help="config key, e.g. --set k=3")
+    g.add_argument("--max-new-tokens", type=int, default=None,
+                   help="default: the config's workload, else 128")
+    g.add_argument("--seed", type=int, default=None)
+    g.set_defaults(run=_run_generate, workload=None, categories=None, prompts=None)
+
+    e = sub.add_parser("export", help="write a frozen config in a server's format")
+    e.add_argument("config", help="frozen config (best.json)")
+    e.add_argument("--format", required=True, help="vllm | sglang | hf | trtllm | dv")
+    e.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
+    e.add_argument("--lossy", action="store_true",
+                   help="drop knobs the format cannot express (each is listed) "
+                        "instead of failing")
+    e.add_argument("--draft-tp", type=int, default=None, metavar="N",
+                   help="vllm: draft_tensor_parallel_size")
+    e.set_defaults(run=_run_export)
+
+    r = sub.add_parser("report", help="write the interactive HTML report of a run folder")
+    r.add_argument("run_dir", help="a search's run folder (holds run.json)")
+    r.add_argument("-o", "--output", default=None, help="default: RUN_DIR/report.html")
+    r.add_argument("--storage", default=None,
+                   help="the study's storage URL when it is not RUN_DIR/study.journal")
+    r.set_defaults(run=_run_report)
+
+    v = sub.add_parser("validate", help="check a frozen config, space, objective or config")
+    v.add_argument("files", nargs="+", metavar="FILE")
+    v.add_argument("--layers", type=int, default=32,
+                   help="layer count a space is checked against (default 32)")
+    v.set_defaults(run=_run_validate)
     return parser
 
 
-def _format_table(summary: dict[str, Any]) -> str:
-    def fmt(value: Any) -> str:
-        if value is None:
-            return "-"
-        if isinstance(value, float):
-            return f"{value:.3f}"
-        if isinstance(value, list):
-            return ", ".join(fmt(v) for v in value) or "-"
-        return str(value)
-
-    config = ", ".join(f"{k}={fmt(v)}" for k, v in summary["config"].items())
-    rows = [("config", config)] + [
-        (key, fmt(summary[key])) for key in (
-            "model", "draft", "device", "dtype", "prompts", "tokens_generated",
-            "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup",
-            "prefill_ms", "mean_accepted_tokens", "acceptance_rate", "pos_acc",
-            "draft_time_share", "peak_memory_mb", "lossless")]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
-
 def _run_measure(args: argparse.Namespace) -> int:
-    # Heavy imports happen here, after argument errors had their chance to surface fast.
-    from autotune.decoding.config import (config_from_mapping, load_config_file,
-                                          parse_assignments)
-    from autotune.measure import measure
-    from autotune.models.loading import load_model
-    from autotune.workloads import load_workload
+    from autotune.measure_cli import run_measure_command
+    return run_measure_command(args)
 
-    if args.max_new_tokens < 1:
-        raise AutotuneError("--max-new-tokens must be at least 1")
-    base = config_from_mapping(load_config_file(args.config)) if args.config else None
-    config = config_from_mapping(parse_assignments(args.assignments), base).validate()
-    categories = [c for c in args.categories.split(",") if c] if args.categories else None
-    prompts = load_workload(args.workload, categories, args.prompts)
-    if config.method == "draft_model" and args.draft is None:
-        raise AutotuneError("method=draft_model needs a draft model: pass --draft")
-    target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
-    draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)
-             if args.draft else None)
 
-    def progress(index: int, run: Any, so_far: Any) -> None:
-        print(f"[{index + 1}/{len(prompts)}] {run.prompt_id} ({run.category}): "
-              f"{len(run.candidate.tokens)} tokens", file=sys.stderr, flush=True)
+def _run_generate(args: argparse.Namespace) -> int:
+    from autotune.generate_cli import run_generate_command
+    return run_generate_command(args)
 
-    result = measure(target, config, prompts, args.max_new_tokens, args.seed, draft,
-                     on_prompt=progress)
-    summary = result.summary()
-    if args.trace:
-        write_atomically(Path(args.trace), json.dumps(result.traces()))
-    print(json.dumps(summary) if args.json else _format_table(summary))
+
+def _run_export(args: argparse.Namespace) -> int:
+    from autotune.exporting import run_export_command
+    return run_export_command(args)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from autotune.report import write_report
+    out = write_report(Path(args.run_dir), Path(args.output) if args.output else None,
+                       storage=args.storage)
+    print(f"autotune: wrote {out}", file=sys.stderr)
     return 0
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    from autotune.validate import validate_file
+    if args.layers < 1:
+        raise AutotuneError("--layers must be at least 1")
+    status = 0
+    for path in args.files:
+        verdict = validate_file(path, args.layers)
+        if verdict.problems:
+            status = EXIT_USAGE
+            for problem in verdict.problems:
+                print(f"{path}: {problem}", file=sys.stderr)
+            print(f"{path}: invalid {verdict.kind} ({len(verdict.problems)} problem"
+                  f"{'s' if len(verdict.problems) > 1 else ''})", file=sys.stderr)
+        else:
+            print(f"{path}: valid {verdict.kind}: {verdict.summary}")
+    return status
 
 
 def _slug(text: str) -> str:

@@ -77,6 +77,11 @@ class Measurement:
         accepted = sum(t.accepted for t in rounds)
         draft_s = sum(t.draft_s for t in rounds)
         verify_s = sum(t.verify_s for t in rounds)
+        # Leviathan's α: of the draft tokens the verifier reached (all up to and
+        # including the first rejection), the share accepted.
+        reached = sum(min(t.drafted, t.accepted + 1) for t in rounds)
+        base_rounds = [t for g in base for t in g.rounds]
+        base_ms = _ms_per_token(base)
         per_token = [(PromptRun.per_token(r.baseline), PromptRun.per_token(r.candidate))
                      for r in self.runs]
         ratios = [b / c for b, c in per_token if b and c]
@@ -100,6 +105,12 @@ class Measurement:
             "acceptance_rate": accepted / drafted if drafted else None,
             "pos_acc": position_acceptance(rounds),
             "draft_time_share": draft_s / (draft_s + verify_s) if rounds else None,
+            "acceptance_alpha": accepted / reached if reached else None,
+            "mean_drafted_tokens": drafted / len(rounds) if rounds else None,
+            # Leviathan's c: one drafted token's cost in units of one AR target step.
+            "cost_ratio": (1000 * draft_s / drafted / base_ms) if drafted and base_ms else None,
+            **_time_split("", cand, rounds),
+            **_time_split("baseline_", base, base_rounds),
             "peak_memory_mb": self.peak_memory_bytes / 2**20,
             "memory_kind": self.memory_kind,
             "lossless": (not mismatched) if self.config.greedy else None,
@@ -119,6 +130,17 @@ class Measurement:
 def _ms_per_token(gens: list[Generation]) -> float | None:
     decoded = sum(len(g.tokens) - 1 for g in gens)
     return 1000 * sum(g.decode_s for g in gens) / decoded if decoded else None
+
+
+def _time_split(prefix: str, gens: list[Generation], rounds: list) -> dict[str, float | None]:
+    """Decode time per generated token split into drafting, the target's verify
+    forward and the rest of the loop (`<prefix>draft_ms_per_token`, ...)."""
+    decoded = sum(len(g.tokens) - 1 for g in gens)
+    out: dict[str, float | None] = {}
+    for part in ("draft", "verify", "other"):
+        total = sum(getattr(t, f"{part}_s") for t in rounds)
+        out[f"{prefix}{part}_ms_per_token"] = 1000 * total / decoded if decoded else None
+    return out
 
 
 def position_acceptance(rounds: list) -> list[float]:

@@ -17,6 +17,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.files import write_atomically
+from autotune.frozen import frozen_document
 from autotune.objectives import Objective
 from autotune.samplers import BASELINE_ATTR
 
@@ -102,28 +103,35 @@ def _trial_record(t: FrozenTrial, objective: Objective) -> dict[str, Any]:
     }
 
 
-def best_document(study: optuna.Study, objective: Objective) -> dict[str, Any] | None:
-    """What `best.json` holds: the best trial's config and metrics (+ the front)."""
+def best_document(study: optuna.Study, objective: Objective,
+                  context: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """What `best.json` holds: a FrozenConfig (`autotune.frozen/v1`) of the best trial
+    (+ the Pareto front for several objectives). `context` is run.json's `frozen`
+    entry: model, draft, hardware, workload and the run's provenance."""
     best = best_trial(study, objective)
     if best is None:
         return None
-    doc = {"study": study.study_name,
-           "objective": {"name": objective.name, "metrics": list(objective.metrics),
-                         "directions": objective.directions},
-           **_trial_record(best, objective)}
+    record = _trial_record(best, objective)
+    front = None
     if objective.multi:
-        doc["pareto_front"] = [_trial_record(t, objective)
-                               for t in sorted(study.best_trials, key=lambda t: t.number)]
-    return doc
+        front = [_trial_record(t, objective)
+                 for t in sorted(study.best_trials, key=lambda t: t.number)]
+    metrics = {k: v for k, v in record["metrics"].items() if k != "config"}
+    return frozen_document(
+        record["params"], metrics=metrics,
+        objective={"name": objective.name, "metrics": list(objective.metrics),
+                   "directions": objective.directions, "values": record["values"]},
+        context=context, trial=record, pareto_front=front)
 
 
-def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective) -> None:
+def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
+                    context: dict[str, Any] | None = None) -> None:
     """Rewrite `trials.csv` and `best.json` from the storage."""
     frame = trials_frame(study, objective)
     write_atomically(run_dir / TRIALS_FILE, frame.to_csv(index=False))
-    doc = best_document(study, objective)
+    doc = best_document(study, objective, context)
     if doc is not None:
-        write_atomically(run_dir / BEST_FILE, json.dumps(doc, indent=2, default=str) + "\n")
+        write_atomically(run_dir / BEST_FILE, json.dumps(doc, indent=2) + "\n")
 
 
 def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:

@@ -80,6 +80,32 @@ def load_enqueue(path: str) -> list[dict[str, Any]]:
     return out
 
 
+def _write_outputs(run_dir: Path, storage: str) -> list[str]:
+    """The report and the exports of the best config, after the study has stopped.
+
+    Neither may lose finished work: a failure here is a warning, the study and the
+    run files are already on disk and `autotune report` / `autotune export` can redo
+    it."""
+    from autotune.exports import write_exports
+    from autotune.report import write_report
+    from autotune.run_folder import BEST_FILE
+
+    written = []
+    try:
+        write_report(run_dir, storage=storage)
+        written.append("report.html")
+    except (AutotuneError, OSError, ValueError) as exc:
+        print(f"autotune: warning: no report written: {exc}", file=sys.stderr)
+    if (run_dir / BEST_FILE).is_file():
+        try:
+            names = write_exports(run_dir / BEST_FILE, run_dir / "exports")
+            if names:
+                written.append(f"exports/ ({', '.join(names)})")
+        except (AutotuneError, OSError, ValueError) as exc:
+            print(f"autotune: warning: no exports written: {exc}", file=sys.stderr)
+    return written
+
+
 def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     from autotune.objectives import load_objective
     from autotune.samplers import SAMPLERS
@@ -157,10 +183,10 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
         study_name=study_name, storage=storage, trials=args.trials, sampler=args.sampler,
         seed=args.seed, timeout_s=args.timeout, trial_timeout_s=args.trial_timeout,
         prune=args.prune, enqueue=enqueue, study_attrs=study_attrs)
-    context = EvalContext(target=target, draft=draft, prompts=prompts, max_new_tokens=max_new,
+    eval_context = EvalContext(target=target, draft=draft, prompts=prompts, max_new_tokens=max_new,
                           seed=args.seed, memo={})
     run_dir.mkdir(parents=True, exist_ok=True)
-    runner = StudyRunner(settings, bound, objective, context)
+    runner = StudyRunner(settings, bound, objective, eval_context)
     run_record = {
         "study": study_name, "storage": masked_storage(storage), "run_dir": str(run_dir),
         "sampler": args.sampler, "seed": args.seed, "trials": args.trials, "prune": args.prune,
@@ -169,6 +195,24 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
         "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "argv": sys.argv[1:], **study_attrs,
     }
+    from autotune.frozen import command_line, hardware_record, model_record
+    run_record["n_layers"] = target.n_layers
+    run_record["frozen"] = {
+        "model": model_record(target, args.model),
+        "draft": model_record(draft, args.draft) if draft is not None else None,
+        "hardware": hardware_record(target.device),
+        "workload": {"source": args.workload, "categories": categories,
+                     "prompts": len(prompts), "max_new_tokens": max_new,
+                     "temperature": defaults.temperature, "top_p": defaults.top_p,
+                     "seed": args.seed, "sha256": study_attrs["workload_sha256"]},
+        "provenance": {
+            "space": {"name": space.name, "file": space.path, "sha256": space.sha256},
+            "objective": {"name": objective.name, "file": objective.path,
+                          "sha256": objective.sha256},
+            "sampler": args.sampler, "seed": args.seed, "study": study_name,
+            "storage": masked_storage(storage), "command": command_line()},
+    }
+    context = run_record["frozen"]
     write_atomically(run_dir / RUN_FILE, json.dumps(run_record, indent=2) + "\n")
 
     done, _, _ = runner.progress()
@@ -178,14 +222,15 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     began = time.monotonic()
 
     def finished(event: Any) -> None:
-        write_run_files(run_dir, runner.study, objective)
+        write_run_files(run_dir, runner.study, objective, context)
         progress.finished(event)
 
     try:
         reason = runner.run(on_trial=finished, on_start=progress.start)
     finally:
         progress.close()
-    write_run_files(run_dir, runner.study, objective)
+    write_run_files(run_dir, runner.study, objective, context)
+    outputs = _write_outputs(run_dir, storage)
     done, _, _ = runner.progress()
     stopped = {"budget": "trial budget reached", "timeout": "--timeout reached",
                "interrupted": "interrupted (Ctrl-C); rerun the same command to resume",
@@ -194,5 +239,5 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     print(f"\n{stopped}: {done} of {args.trials} trials finished "
           f"({time.monotonic() - began:.0f} s this run)\n", file=sys.stderr)
     print(top_table(runner.study, objective))
-    print(f"\nrun folder: {run_dir} (trials.csv, best.json, run.json)")
+    print(f"\nrun folder: {run_dir} ({', '.join(['trials.csv', 'best.json', 'run.json', *outputs])})")
     return 130 if reason == "interrupted" else 0

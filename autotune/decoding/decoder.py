@@ -35,9 +35,10 @@ class RoundTrace:
     accepted: int                # of them accepted by the verifier
     emitted: int                 # tokens appended (accepted + the target's own), after EOS/limit
     confidences: list[float]     # top-1 probability of each draft token's distribution
-    draft_s: float
-    verify_s: float
+    draft_s: float               # proposing the draft
+    verify_s: float              # the target's forward over the verify tokens
     verified: int                # tokens in the verify pass (drafted + 1)
+    other_s: float = 0.0         # accept/reject, cache crop, bookkeeping, streaming
     exit_layers: list[int] = field(default_factory=list)
 
 
@@ -120,8 +121,13 @@ class SpeculativeDecoder:
 
     @torch.inference_mode()
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Callable[[], float],
-                 generator: torch.Generator | None = None) -> Generation:
-        """Generate up to `max_new_tokens` after `prompt`, stopping after an EOS token."""
+                 generator: torch.Generator | None = None,
+                 on_tokens: Callable[[list[int]], None] | None = None) -> Generation:
+        """Generate up to `max_new_tokens` after `prompt`, stopping after an EOS token.
+
+        `on_tokens(ids)` is called with each round's new tokens (the first one, from
+        the prefill, included) for streaming; its time counts as the round's `other_s`.
+        """
         if max_new_tokens < 1:
             raise AutotuneError("max_new_tokens must be at least 1")
         forward, device = self.target.forward, self.target.device
@@ -145,6 +151,8 @@ class SpeculativeDecoder:
         buffer[0, length] = first
         length += 1
         generated = [first]
+        if on_tokens is not None:
+            on_tokens([first])
         decode_start = clock()
         rounds: list[RoundTrace] = []
         round_start = decode_start
@@ -158,6 +166,7 @@ class SpeculativeDecoder:
             verified_len = cache.length
             verify_ids = torch.cat((seq[:, -1:], draft.tokens), dim=1)
             logits = forward.forward(verify_ids, cache, start=verified_len)
+            forward_done = clock()
             n_accepted, next_token = self._verify(draft, logits, generator)
             cache.crop(verified_len + 1 + n_accepted)
             if draft.k:
@@ -172,12 +181,14 @@ class SpeculativeDecoder:
             buffer[0, length:length + len(new_tokens)] = torch.tensor(new_tokens)
             length += len(new_tokens)
             generated.extend(new_tokens)
+            if on_tokens is not None:
+                on_tokens(new_tokens)
             round_end = clock()
             rounds.append(RoundTrace(
                 drafted=draft.k, accepted=n_accepted, emitted=len(new_tokens),
                 confidences=draft.confidences, draft_s=draft_done - round_start,
-                verify_s=round_end - draft_done, verified=verify_ids.shape[1],
-                exit_layers=draft.exit_layers))
+                verify_s=forward_done - draft_done, verified=verify_ids.shape[1],
+                other_s=round_end - forward_done, exit_layers=draft.exit_layers))
             round_start = round_end
         end_time = clock()
         own_cache = getattr(drafter, "cache", None)      # a drafter's cache of its own

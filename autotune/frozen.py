@@ -1,0 +1,276 @@
+"""FrozenConfig: the versioned JSON document (`autotune.frozen/v1`) a search leaves behind.
+
+It carries the canonical knobs (`params`), what was measured (`metrics`), on what
+(`model`, `draft`, `hardware`, `workload`) and by which run (`provenance`), so that
+`autotune measure --config`, `generate` and `export` can consume it and a reader can
+tell whether a re-measurement is comparable. The structure is checked by the JSON
+Schema in `autotune/schemas/frozen-v1.schema.json`; the meaning of the knobs by
+`DecodeConfig.validate`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+from datetime import datetime, timezone
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Mapping
+
+from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.errors import AutotuneError
+from autotune.files import write_atomically
+
+SCHEMA = "autotune.frozen/v1"
+SCHEMA_PREFIX = "autotune.frozen/"
+# Weight files whose bytes define a model; hashed in name order.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+_HASH_CHUNK = 1 << 22
+
+
+def _schema() -> dict[str, Any]:
+    return json.loads(files("autotune").joinpath("schemas/frozen-v1.schema.json").read_text())
+
+
+# ------------------------------------------------------------------ records
+def _hash_cache_file() -> Path:
+    from autotune.models.loading import cache_root
+    return cache_root() / "weight-hashes.json"
+
+
+def _hash_files(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as fh:
+            while chunk := fh.read(_HASH_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def content_hash(model_path: str) -> tuple[str, str]:
+    """(sha256, what was hashed) for a model folder: its weight files' bytes, or, when
+    there are none on disk (an in-memory model), its config.
+
+    Hashing half a gigabyte takes about a second, so the result is cached by path,
+    size and modification time (a changed file is hashed again).
+    """
+    folder = Path(model_path)
+    weights = sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES) \
+        if folder.is_dir() else ([folder] if folder.suffix in _WEIGHT_SUFFIXES
+                                 and folder.is_file() else [])
+    if not weights:
+        config = folder / "config.json"
+        data = config.read_bytes() if config.is_file() else model_path.encode()
+        return hashlib.sha256(data).hexdigest(), "config"
+    key = json.dumps([[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns]
+                      for p in weights])
+    cache_file = _hash_cache_file()
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    if key not in cache:
+        cache[key] = _hash_files(weights)
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(cache_file, json.dumps(cache, indent=1))
+        except OSError:
+            pass                      # a read-only cache only costs a re-hash next time
+    return cache[key], "weights"
+
+
+def model_record(model: Any, spec: str) -> dict[str, Any]:
+    """The `model` (or `draft`) entry for a LoadedModel loaded from `spec`."""
+    if model.path.startswith("<memory:"):
+        digest = hashlib.sha256(model.hf_model.config.to_json_string().encode()).hexdigest()
+        hash_of = "config"
+    else:
+        digest, hash_of = content_hash(model.path)
+    return {"id": model.name, "spec": spec, "path": model.path, "sha256": digest,
+            "hash_of": hash_of, "dtype": str(model.dtype).removeprefix("torch."),
+            "n_layers": model.n_layers,
+            "model_type": str(getattr(model.hf_model.config, "model_type", ""))}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware_record(device: Any) -> dict[str, Any]:
+    """Device, CPU and library versions: what a latency figure depends on."""
+    import torch
+    import transformers
+
+    cuda = device.type == "cuda"
+    return {
+        "device": device.type,
+        "device_name": torch.cuda.get_device_name(device) if cuda else _cpu_model(),
+        "cpu": _cpu_model(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if cuda else None,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def frozen_document(params: Mapping[str, Any], *, metrics: Mapping[str, Any] | None = None,
+                    objective: Mapping[str, Any] | None = None,
+                    context: Mapping[str, Any] | None = None,
+                    trial: Mapping[str, Any] | None = None,
+                    pareto_front: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Assemble a v1 document. `context` is a run's record (run.json's `frozen`
+    entry: model, draft, hardware, workload, provenance); `trial` adds the trial's
+    number, preset and label to the provenance."""
+    from autotune import __version__
+
+    context = context or {}
+    doc: dict[str, Any] = {"schema": SCHEMA,
+                           "params": config_from_mapping(params).to_dict(),
+                           "metrics": _json_safe(dict(metrics or {}))}
+    if objective is not None:
+        doc["objective"] = dict(objective)
+    for key in ("model", "draft", "hardware", "workload"):
+        if key in context:
+            doc[key] = context[key]
+    provenance = {"autotune_version": __version__, "created": now(),
+                  **dict(context.get("provenance", {}))}
+    if trial is not None:
+        provenance.update({k: trial[k] for k in ("trial", "preset", "label", "optuna_params")
+                           if k in trial})
+    doc["provenance"] = provenance
+    if pareto_front is not None:
+        doc["pareto_front"] = _json_safe(pareto_front)
+    return doc
+
+
+def _json_safe(value: Any) -> Any:
+    """Plain JSON values: tuples become lists, NaN/inf become null (strict JSON has
+    neither), anything else unknown its string."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)
+
+
+# --------------------------------------------------------------- validation
+def problems(doc: Any) -> list[str]:
+    """Everything wrong with a document, one `key.path: message` line each (empty if
+    it is valid). Structure first (the JSON Schema); then, if that holds, the knobs'
+    meaning (`DecodeConfig.validate`, with the model's layer count when recorded)."""
+    import jsonschema
+
+    if not isinstance(doc, dict):
+        return ["a frozen config must be a JSON object"]
+    version = doc.get("schema")
+    if isinstance(version, str) and version.startswith(SCHEMA_PREFIX) and version != SCHEMA:
+        return [f"schema: {version!r} is not supported by this autotune (reads {SCHEMA!r})"]
+    validator = jsonschema.Draft202012Validator(_schema())
+    found = []
+    for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.path))):
+        where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+        found.append(f"{where}: {_schema_message(error)}")
+    if found:
+        return found
+    try:
+        config = config_from_mapping(doc["params"])
+        n_layers = (doc.get("model") or {}).get("n_layers")
+        if config.method == "sorted_exit" and doc.get("draft"):
+            n_layers = doc["draft"].get("n_layers")
+        config.validate(n_layers=n_layers if config.method in ("layer_skip", "sorted_exit")
+                        else None)
+    except AutotuneError as exc:
+        return [f"params: {exc}"]
+    if config.method == "draft_model" and not doc.get("draft"):
+        return ["draft: method=draft_model needs the draft model recorded under 'draft'"]
+    return []
+
+
+def _schema_message(error: Any) -> str:
+    """jsonschema's message, with a did-you-mean for an unknown knob."""
+    if error.validator == "additionalProperties" and list(error.path) in ([], ["params"]):
+        import difflib
+        allowed = list(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        return f"unknown key {', '.join(hints)}"
+    if error.validator == "enum":
+        return f"{error.instance!r} is not one of {', '.join(map(repr, error.validator_value))}"
+    return error.message
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise AutotuneError(f"file not found: {path}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AutotuneError(f"cannot read {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise AutotuneError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+
+
+def is_frozen(data: Any) -> bool:
+    return isinstance(data, dict) and str(data.get("schema", "")).startswith(SCHEMA_PREFIX)
+
+
+def load_frozen(path: str | Path) -> dict[str, Any]:
+    """Read and validate a frozen config; one line naming the first problem otherwise."""
+    doc = read_json(path)
+    if not is_frozen(doc):
+        raise AutotuneError(f"{path}: not a frozen config (no \"schema\": \"{SCHEMA}\")")
+    found = problems(doc)
+    if found:
+        more = f" (and {len(found) - 1} more; run autotune validate {path})" if len(found) > 1 else ""
+        raise AutotuneError(f"{path}: {found[0]}{more}")
+    return doc
+
+
+def frozen_config(doc: Mapping[str, Any]) -> DecodeConfig:
+    return config_from_mapping(doc["params"])
+
+
+def describe_environment_change(doc: Mapping[str, Any], model: Mapping[str, Any] | None,
+                                hardware: Mapping[str, Any] | None) -> list[str]:
+    """Lines saying what differs between the recorded run and now (model weights,
+    device, library versions): why recorded and measured figures may disagree."""
+    notes = []
+    recorded_model = doc.get("model") or {}
+    if model and recorded_model.get("sha256") and recorded_model["sha256"] != model.get("sha256"):
+        notes.append(f"model differs: recorded {recorded_model.get('id')} "
+                     f"({recorded_model['sha256'][:12]}), now {model.get('id')} "
+                     f"({str(model.get('sha256'))[:12]})")
+    recorded_hw = doc.get("hardware") or {}
+    for key in ("device", "device_name", "threads", "torch", "cuda", "transformers"):
+        if hardware and key in recorded_hw and recorded_hw[key] != hardware.get(key):
+            notes.append(f"{key} differs: recorded {recorded_hw[key]!r}, now {hardware.get(key)!r}")
+    return notes
+
+
+def command_line() -> str:
+    """The command that made this process, for provenance."""
+    return " ".join([os.path.basename(sys.argv[0]) or "autotune", *sys.argv[1:]])

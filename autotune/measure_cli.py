@@ -1,0 +1,193 @@
+"""`autotune measure`: one config against the AR baseline; with a frozen config, a
+re-measurement through the same objective code, printed as recorded vs now.
+
+A frozen config brings its model, draft, workload and objective along; flags given on
+the command line override them (and the comparison then says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.files import write_atomically
+
+DEFAULT_MAX_NEW_TOKENS = 128
+# Rows of the recorded-vs-now table, in order; objective metrics are added in front.
+COMPARED = ("latency_ms_per_token", "baseline_latency_ms_per_token", "speedup",
+            "mean_accepted_tokens", "acceptance_rate", "draft_time_share", "prefill_ms",
+            "peak_memory_mb", "lossless")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, list):
+        return ", ".join(_fmt(v) for v in value) or "-"
+    return str(value)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    config = ", ".join(f"{k}={_fmt(v)}" for k, v in summary["config"].items())
+    rows = [("config", config)] + [
+        (key, _fmt(summary.get(key))) for key in (
+            "model", "draft", "device", "dtype", "prompts", "tokens_generated",
+            "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup",
+            "prefill_ms", "mean_accepted_tokens", "acceptance_rate", "pos_acc",
+            "draft_time_share", "peak_memory_mb", "lossless")]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def comparison_rows(recorded: dict[str, Any], now: dict[str, Any],
+                    metrics: list[str]) -> list[tuple[str, str, str, str]]:
+    """(metric, recorded, now, now/recorded) for the objective's metrics and the usual
+    figures, skipping those neither side has."""
+    rows = []
+    for key in dict.fromkeys([*metrics, *COMPARED]):
+        old, new = recorded.get(key), now.get(key)
+        if old is None and new is None:
+            continue
+        ratio = (f"{new / old:.3f}x" if isinstance(old, (int, float)) and not isinstance(old, bool)
+                 and isinstance(new, (int, float)) and old else "")
+        rows.append((key, _fmt(old), _fmt(new), ratio))
+    return rows
+
+
+def format_comparison(rows: list[tuple[str, str, str, str]]) -> str:
+    head = ("metric", "recorded", "now", "now/recorded")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+             for row in [head, *rows]]
+    return "\n".join(lines)
+
+
+def frozen_defaults(args: argparse.Namespace, doc: dict[str, Any] | None) -> list[str]:
+    """Fill model, draft and workload flags the user left out from a frozen config (or
+    the plain defaults). Returns the flags the user overrode, for the report."""
+    model = (doc or {}).get("model") or {}
+    draft = (doc or {}).get("draft") or {}
+    workload = (doc or {}).get("workload") or {}
+    overridden = []
+    filled = {
+        "model": model.get("spec", "default"),
+        "draft": draft.get("spec"),
+        "workload": workload.get("source", "builtin"),
+        "categories": ",".join(workload["categories"]) if workload.get("categories") else None,
+        "prompts": workload.get("prompts"),
+        "max_new_tokens": workload.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS),
+        "seed": workload.get("seed", 0),
+    }
+    for name, value in filled.items():
+        given = getattr(args, name, None)
+        if given is None:
+            setattr(args, name, value)
+        elif doc is not None and value is not None and given != value:
+            overridden.append(f"--{name.replace('_', '-')}")
+    if model.get("dtype") and args.dtype is None and doc is not None:
+        args.dtype = model["dtype"]
+    return overridden
+
+
+def _objective_of(doc: dict[str, Any]) -> Any:
+    """The objective the config was measured with: its file when it still has the
+    recorded hash, else the shipped preset of that name, else `latency`."""
+    from autotune.objectives import available_objectives, load_objective
+
+    recorded = (doc.get("provenance") or {}).get("objective") or {}
+    path = recorded.get("file")
+    if path and Path(path).is_file():
+        objective = load_objective(path)
+        if not recorded.get("sha256") or objective.sha256 == recorded["sha256"]:
+            return objective
+    name = recorded.get("name") or (doc.get("objective") or {}).get("name") or "latency"
+    return load_objective(name if name in available_objectives() else "latency")
+
+
+def run_measure_command(args: argparse.Namespace) -> int:
+    # Heavy imports happen here, after argument errors had their chance to surface fast.
+    from autotune.decoding.config import config_from_mapping, load_config_file, parse_assignments
+    from autotune.frozen import is_frozen, load_frozen, read_json
+
+    doc = None
+    if args.config and Path(args.config).suffix == ".json" and is_frozen(read_json(args.config)):
+        doc = load_frozen(args.config)
+    overridden = frozen_defaults(args, doc)
+    if args.max_new_tokens < 1:
+        raise AutotuneError("--max-new-tokens must be at least 1")
+    if args.prompts is not None and args.prompts < 1:
+        raise AutotuneError("--prompts must be at least 1")
+    base = config_from_mapping(load_config_file(args.config)) if args.config else None
+    assignments = parse_assignments(args.assignments)
+    config = config_from_mapping(assignments, base).validate()
+    if assignments and doc is not None:
+        overridden.append("--set " + ",".join(assignments))
+    if config.method == "draft_model" and args.draft is None:
+        raise AutotuneError("method=draft_model needs a draft model: pass --draft")
+
+    from autotune.workloads import load_workload
+    categories = [c for c in args.categories.split(",") if c] if args.categories else None
+    prompts = load_workload(args.workload, categories, args.prompts)
+    objective = _objective_of(doc) if doc is not None else None
+
+    from autotune.models.loading import load_model
+    target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
+    draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)
+             if args.draft else None)
+    if doc is not None:
+        return _remeasure(args, doc, config, objective, target, draft, prompts, overridden)
+
+    from autotune.measure import measure
+
+    def progress(index: int, run: Any, so_far: Any) -> None:
+        print(f"[{index + 1}/{len(prompts)}] {run.prompt_id} ({run.category}): "
+              f"{len(run.candidate.tokens)} tokens", file=sys.stderr, flush=True)
+
+    result = measure(target, config, prompts, args.max_new_tokens, args.seed, draft,
+                     on_prompt=progress)
+    summary = result.summary()
+    if args.trace:
+        write_atomically(Path(args.trace), json.dumps(result.traces()))
+    print(json.dumps(summary) if args.json else format_summary(summary))
+    return 0
+
+
+def _remeasure(args: argparse.Namespace, doc: dict[str, Any], config: Any, objective: Any,
+               target: Any, draft: Any, prompts: list[Any], overridden: list[str]) -> int:
+    """Evaluate a frozen config with its objective (repeats and all) and compare."""
+    from autotune.frozen import describe_environment_change, hardware_record, model_record
+    from autotune.objectives import EvalContext
+
+    if args.trace:
+        raise AutotuneError("--trace is not available with a frozen config; "
+                            "use --set to measure its knobs as a plain config")
+    print(f"autotune: re-measuring {args.config} with objective {objective.name!r} on "
+          f"{len(prompts)} prompts x {args.max_new_tokens} tokens", file=sys.stderr, flush=True)
+    context = EvalContext(target=target, draft=draft, prompts=prompts,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed, memo={})
+    now = objective.evaluate(context, config)
+    recorded = doc.get("metrics") or {}
+    notes = describe_environment_change(doc, model_record(target, args.model),
+                                        hardware_record(target.device))
+    if overridden:
+        notes.append("overridden on the command line: " + ", ".join(overridden))
+    violation = objective.violation(now, config)
+    if violation:
+        notes.append(f"constraint violated now: {violation}")
+    rows = comparison_rows(recorded, now, list(objective.metrics))
+    if args.json:
+        print(json.dumps({"config": args.config, "objective": objective.name,
+                          "recorded": recorded, "now": now, "notes": notes}, default=str))
+    else:
+        print(format_comparison(rows))
+        for note in notes:
+            print(f"note: {note}")
+    return 0
