@@ -166,7 +166,7 @@ def _run_validate(args: argparse.Namespace) -> int:
         if verdict.problems:
             status = EXIT_USAGE
             for problem in verdict.problems:
-                print(f"{path}: {problem}", file=sys.stderr)
+                print(problem, file=sys.stderr)
             print(f"{path}: invalid {verdict.kind} ({len(verdict.problems)} problem"
                   f"{'s' if len(verdict.problems) > 1 else ''})", file=sys.stderr)
         else:

@@ -26,7 +26,7 @@ class Verdict:
 
     path: str
     kind: str                 # "frozen config", "search space", "objective", "config"
-    problems: list[str]
+    problems: list[str]       # one `file[:line]: key: message` line each
     summary: str = ""         # one line describing a valid file
 
 
@@ -60,7 +60,7 @@ def validate_file(path_text: str, n_layers: int = 32) -> Verdict:
     # A `params` mapping without a schema is most likely a frozen config that lost
     # (or predates) its schema key: check it as one, which says what is missing.
     if is_frozen(data) or (isinstance(data, dict) and ("schema" in data or "params" in data)):
-        found = problems(data)
+        found = [_located(path, line) for line in problems(data)]
         return Verdict(str(path), "frozen config", found,
                        "" if found else _frozen_summary(data))
     if isinstance(data, dict) and any(k in data for k in SPACE_KEYS):
@@ -70,7 +70,7 @@ def validate_file(path_text: str, n_layers: int = 32) -> Verdict:
     if isinstance(data, dict):
         return _plain_config(path, data)
     return Verdict(str(path), "unknown", [
-        "not a frozen config, search space, objective or config: expected a mapping, "
+        f"{path}: not a frozen config, search space, objective or config: expected a mapping, "
         f"found {type(data).__name__}"])
 
 
@@ -78,11 +78,16 @@ def _loaded(path: Path, kind: str, summarise: Any) -> Verdict:
     try:
         return Verdict(str(path), kind, [], summarise(path))
     except AutotuneError as exc:
-        # The loaders already say `file:line: key: message`; keep just that.
-        message = str(exc)
-        prefix = f"{path}:"
-        return Verdict(str(path), kind, [message[len(prefix):].lstrip()
-                                         if message.startswith(prefix) else message])
+        # The loaders already say `file:line: key: message`.
+        return Verdict(str(path), kind, [_located(path, str(exc))])
+
+
+def _located(path: Path, message: str) -> str:
+    """`message` as `file[:line]: ...`, adding the file when the message lacks it."""
+    from autotune.yaml_source import display_path
+    if message.startswith((str(path), display_path(path))):
+        return message
+    return f"{path}: {message}"
 
 
 def _space_summary(path: Path, n_layers: int) -> str:
@@ -112,7 +117,7 @@ def _plain_config(path: Path, data: dict[str, Any]) -> Verdict:
     try:
         config = config_from_mapping(data).validate()
     except AutotuneError as exc:
-        return Verdict(str(path), "config", [str(exc)])
+        return Verdict(str(path), "config", [_located(path, str(exc))])
     return Verdict(str(path), "config", [], describe(config.to_dict()))
 
 
