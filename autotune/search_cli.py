@@ -86,7 +86,7 @@ def _write_outputs(run_dir: Path, storage: str) -> list[str]:
     Neither may lose finished work: a failure here is a warning, the study and the
     run files are already on disk and `autotune report` / `autotune export` can redo
     it."""
-    from autotune.exports import write_exports
+    from autotune.exporting import write_exports
     from autotune.report import write_report
     from autotune.run_folder import BEST_FILE
 
@@ -99,8 +99,7 @@ def _write_outputs(run_dir: Path, storage: str) -> list[str]:
     if (run_dir / BEST_FILE).is_file():
         try:
             names = write_exports(run_dir / BEST_FILE, run_dir / "exports")
-            if names:
-                written.append(f"exports/ ({', '.join(names)})")
+            written.append(f"exports/ ({', '.join(names) or 'none: see its README.txt'})")
         except (AutotuneError, OSError, ValueError) as exc:
             print(f"autotune: warning: no exports written: {exc}", file=sys.stderr)
     return written

@@ -233,11 +233,30 @@ def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path,
     assert main(args) == 0
     printed = capsys.readouterr()
     assert "latency_ms_per_token" in printed.out and "run folder" in printed.out
-    assert {"study.journal", "trials.csv", "best.json", "run.json"} <= {
-        p.name for p in out.iterdir()}
+    assert {"study.journal", "trials.csv", "best.json", "run.json", "report.html",
+            "exports"} <= {p.name for p in out.iterdir()}
     best = json.loads((out / "best.json").read_text())
-    assert best["values"]["latency_ms_per_token"] > 0
+    assert best["schema"] == "autotune.frozen/v1"
+    assert best["objective"]["values"]["latency_ms_per_token"] > 0
     assert best["metrics"]["lossless"] is True
+    assert best["model"]["id"] == "SmolLM2-135M-Instruct" and best["model"]["hash_of"] == "weights"
+    assert best["workload"]["prompts"] == 2 and best["workload"]["max_new_tokens"] == 8
+    # A fixed-K n-gram best is expressible by vLLM, SGLang and TensorRT-LLM.
+    exported = {p.name for p in (out / "exports").iterdir()}
+    assert "README.txt" in exported
+    if best["params"]["method"] == "ngram" and best["params"]["exit_policy"] == "fixed":
+        assert {"vllm.json", "sglang.json", "trtllm.json"} <= exported
+    capsys.readouterr()
+    # The consumers of the format: validate, re-measure, generate.
+    assert main(["validate", str(out / "best.json")]) == 0
+    assert main(["measure", "--config", str(out / "best.json"), "--json"]) == 0
+    remeasured = json.loads(capsys.readouterr().out)
+    assert remeasured["now"]["prompts"] == 2 and remeasured["now"]["lossless"] is True
+    assert remeasured["now"]["config"] == best["params"]
+    assert main(["generate", "--config", str(out / "best.json"), "--prompt",
+                 "Name three colours.", "--max-new-tokens", "12"]) == 0
+    generated = capsys.readouterr()
+    assert generated.out.strip() and "ms/token" in generated.err
     run = json.loads((out / "run.json").read_text())
     assert run["space"] == "ngram" and run["objective"] == "latency"
     # Rerunning with a bigger budget adds only the missing trials.

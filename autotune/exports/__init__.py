@@ -1,0 +1,135 @@
+"""Exports: turn a frozen config (best.json) into the config files of serving engines.
+
+    export(frozen, "vllm").primary()   # the --speculative-config JSON
+    expressible(frozen)                # formats that carry the config without loss
+
+A format either expresses every tuned knob, or `export` raises one line naming each knob
+it cannot express; with `lossy=True` those knobs are dropped (or approximated, as the line
+says) and listed in `Export.dropped`. A method a format cannot carry at all is an error
+even with `lossy`. Sampling settings (temperature, top_p) are request parameters of the
+servers, not speculative knobs, so they never count as lost.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from types import ModuleType
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.exports import dv, hf, sglang, trtllm, vllm
+from autotune.exports._common import Loss, Source, read_frozen
+
+FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv")
+_MODULES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang, "hf": hf,
+                                   "trtllm": trtllm, "dv": dv}
+_OPTIONS = ("draft_tensor_parallel_size",)
+BASELINE_MESSAGE = "the best config is plain autoregressive decoding; there is nothing to export"
+
+__all__ = ["FORMATS", "Export", "export", "expressible", "schema"]
+
+
+@dataclass(frozen=True)
+class Export:
+    """The files of one format (relative name -> text, primary file first) and one line
+    per knob dropped under `lossy=True`."""
+
+    format: str
+    files: dict[str, str]
+    dropped: list[str] = field(default_factory=list)
+
+    def primary(self) -> str:
+        """Text of the primary (first) file."""
+        return next(iter(self.files.values()))
+
+
+def _check_format(fmt: Any) -> str:
+    if fmt in FORMATS:
+        return fmt
+    close = difflib.get_close_matches(str(fmt).lower(), FORMATS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise AutotuneError(f"unknown export format {fmt!r}{hint}; formats: {', '.join(FORMATS)}")
+
+
+def _check_options(options: dict | None) -> dict[str, Any]:
+    options = dict(options or {})
+    for key in options:
+        if key not in _OPTIONS:
+            close = difflib.get_close_matches(str(key), _OPTIONS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise AutotuneError(f"unknown export option {key!r}{hint}; options: "
+                                f"{', '.join(_OPTIONS)}")
+    tp = options.get("draft_tensor_parallel_size")
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
+        raise AutotuneError(f"draft_tensor_parallel_size={tp!r} must be an integer >= 1")
+    return options
+
+
+def _losses(src: Source) -> dict[str, list[Loss]]:
+    return {fmt: _MODULES[fmt].check(src) for fmt in FORMATS}
+
+
+def _either(formats: list[str]) -> str:
+    return formats[0] if len(formats) == 1 else ", ".join(formats[:-1]) + " or " + formats[-1]
+
+
+def _alternatives(fmt: str, by_format: dict[str, list[Loss]], fatal: bool) -> str:
+    """The hint after the colon: formats that do express it, else what else can help."""
+    exact = [f for f in FORMATS if f != fmt and not by_format[f]]
+    if exact:
+        hint = "use --format " + _either(exact)
+        return hint if fatal else hint + ", or --lossy"
+    if not fatal:
+        return "use --lossy"
+    lossy = [f for f in FORMATS if f != fmt and not any(x.fatal for x in by_format[f])]
+    if lossy:
+        return "use --format " + _either(lossy) + " with --lossy"
+    return "no export format carries it"
+
+
+def export(frozen: dict, fmt: str, lossy: bool = False, options: dict | None = None) -> Export:
+    """Render `frozen` (a FrozenConfig document) as `fmt`; see the module docstring.
+
+    `options` may carry `draft_tensor_parallel_size` (used by vllm, ignored elsewhere).
+    Raises AutotuneError (one line) for an unknown format, the AR baseline, a method the
+    format cannot carry, or knobs it cannot express while `lossy` is False.
+    """
+    fmt = _check_format(fmt)
+    options = _check_options(options)
+    src = read_frozen(frozen)
+    if src.cfg.method == "none":
+        raise AutotuneError(BASELINE_MESSAGE)
+    by_format = _losses(src)
+    losses = by_format[fmt]
+    fatal = [loss for loss in losses if loss.fatal]
+    if fatal:
+        what = ", ".join(loss.summary() for loss in fatal)
+        raise AutotuneError(f"{fmt} cannot express {what}: "
+                            f"{_alternatives(fmt, by_format, fatal=True)}")
+    if losses and not lossy:
+        what = ", ".join(loss.summary() for loss in losses)
+        raise AutotuneError(f"{fmt} cannot express {what}: "
+                            f"{_alternatives(fmt, by_format, fatal=False)}")
+    files = _MODULES[fmt].render(src, options)
+    dropped = [line for loss in losses for line in loss.lines(src.cfg)]
+    return Export(format=fmt, files=files, dropped=dropped)
+
+
+def expressible(frozen: dict) -> list[str]:
+    """Formats (in FORMATS order) that express `frozen` without any loss; [] for the
+    AR baseline."""
+    src = read_frozen(frozen)
+    if src.cfg.method == "none":
+        return []
+    return [fmt for fmt, losses in _losses(src).items() if not losses]
+
+
+def schema(fmt: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of `fmt`'s primary file, shipped as package data
+    in autotune/exports/schemas/<format>.schema.json."""
+    fmt = _check_format(fmt)
+    text = resources.files(__name__).joinpath("schemas", f"{fmt}.schema.json").read_text("utf-8")
+    return json.loads(text)

@@ -1,0 +1,72 @@
+"""Draft & Verify (Zhang et al., ACL 2024; github.com/dilab-zju/self-speculative-decoding).
+
+That repository keeps skip layers in `skip_layers.json` as `{model name: {"attention":
+[layer ids], "mlp": [layer ids]}}` (0-based decoder layers) and loads them with
+`model.set_skip_layers(skip["attention"], skip["mlp"])` (modeling_llama.py). Its decoding
+functions (decoding.py) take `max_step_draft` (our k), `th_stop_draft` (stop drafting
+below this top-1 probability: our γ), `auto_th_stop_draft` (the adaptive rule on/off) and
+`auto_parameters` = [rounds between updates, β1, target acceptance α, ε, β2]. We write the
+same file shape, keyed by the model id, and add those arguments under `generate_kwargs`
+beside the two lists (the repo's loader reads only "attention" and "mlp").
+
+Known differences in the adaptive rule, not in its knobs: D&V smooths the acceptance from
+0 in the first round (we start from the first round's rate), and it keeps γ after a round
+that drafted the full max_step_draft with acceptance above α (we lower it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.exports._common import Loss, Source, dump_json, effective_policy, method_loss
+
+NAME = "dv"
+FILE = "dv.json"
+
+
+def check(src: Source) -> list[Loss]:
+    losses = [
+        method_loss(src, ("layer_skip",),
+                    "Draft & Verify drafts by skipping the target's attention/MLP sublayers "
+                    "only"),
+    ]
+    if effective_policy(src.cfg) == "heuristic":
+        losses.append(Loss("exit_policy=heuristic", (),
+                           "Draft & Verify has no K schedule; exported as fixed "
+                           f"max_step_draft={src.cfg.k}"))
+    return [loss for loss in losses if loss is not None]
+
+
+def generate_kwargs(src: Source) -> dict[str, Any]:
+    """Keyword arguments of the repo's `exact_self_speculative_generate` / sampling twin."""
+    cfg = src.cfg
+    policy = effective_policy(cfg)
+    # A threshold of 0 never stops a draft early: that is a fixed K.
+    threshold = cfg.gamma if policy in ("confidence", "adaptive") else 0.0
+    out: dict[str, Any] = {
+        "max_step_draft": cfg.k,
+        "th_stop_draft": threshold,
+        "auto_th_stop_draft": policy == "adaptive",
+    }
+    if policy == "adaptive":
+        out["auto_parameters"] = [1, cfg.beta1, cfg.target_acceptance, cfg.epsilon, cfg.beta2]
+    if cfg.greedy:
+        out["do_sample"] = False
+    else:
+        # top_k 0 turns the repo's top-k filter off, leaving top-p as the only filter.
+        # Our drafts are sampled too (do_sample_draft), from the same filtered distribution.
+        out.update({"do_sample": True, "do_sample_draft": True, "temperature": cfg.temperature,
+                    "top_p": cfg.top_p, "top_k": 0})
+    return out
+
+
+def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
+    cfg = src.cfg
+    entry = {
+        "attention": list(cfg.attn_skip),
+        "mlp": list(cfg.mlp_skip),
+        # essg: exact (greedy) self-speculative generation; sss: its sampling version.
+        "generate_fn": "essg" if cfg.greedy else "sss",
+        "generate_kwargs": generate_kwargs(src),
+    }
+    return {FILE: dump_json({src.model_id: entry})}

@@ -1,0 +1,108 @@
+"""The interactive report of a search run: study -> panel data -> one self-contained HTML file.
+
+    data = build_report(Path("reports/my-run"))      # ReportData: tables a test can check
+    path = write_report(Path("reports/my-run"))      # reports/my-run/report.html
+
+`data.py` computes each panel's table from the study and the run folder's documents;
+`render.py` draws them with plotly into one page that opens offline.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.errors import AutotuneError
+from autotune.files import write_atomically
+from autotune.report.data import ReportData, collect
+from autotune.report.render import PANEL_IDS, render_report
+
+__all__ = ["PANEL_IDS", "ReportData", "build_report", "render_report", "write_report",
+           "REPORT_FILE", "JOURNAL_FILE"]
+
+REPORT_FILE = "report.html"
+JOURNAL_FILE = "study.journal"      # autotune.search.JOURNAL_NAME (not imported: no torch here)
+
+
+def _read_json(path: Path, required: bool) -> dict[str, Any] | None:
+    """A JSON object from `path`; None when absent and not required."""
+    if not path.is_file():
+        if required:
+            raise AutotuneError(f"{path.parent}: no {path.name} here; is this a run folder "
+                                "of `autotune search`?")
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AutotuneError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, dict):
+        raise AutotuneError(f"{path}: expected a JSON object")
+    return doc
+
+
+def _open_storage(run_dir: Path, storage: str | None, run: dict[str, Any]) -> tuple[Any, str]:
+    """The study storage (read only in spirit: nothing is written) and its display name."""
+    if storage is not None and "://" in storage:
+        from autotune.search import masked_storage, open_storage
+        return open_storage(storage), masked_storage(storage)
+    path = Path(storage) if storage is not None else run_dir / JOURNAL_FILE
+    if not path.is_file():
+        # Never let JournalFileBackend create an empty journal where none was.
+        recorded = run.get("storage")
+        hint = (f"; this run's storage was {recorded}: pass it with --storage"
+                if storage is None and isinstance(recorded, str) and "://" in recorded else "")
+        raise AutotuneError(f"no study storage at {path}{hint}")
+    from optuna.storages.journal import JournalFileBackend
+    try:
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path))), str(path)
+    except Exception as exc:   # unreadable or corrupt journal
+        raise AutotuneError(f"cannot open storage {path}: {str(exc).splitlines()[0]}") from None
+
+
+def _load_study(storage: Any, shown: str, name: Any) -> optuna.Study:
+    try:
+        if not name:
+            # An old or hand-made run.json: a storage holding one study is unambiguous.
+            names = [s.study_name for s in storage.get_all_studies()]
+            if len(names) != 1:
+                raise AutotuneError(f"run.json names no study and {shown} holds "
+                                    f"{len(names)}: {', '.join(names) or 'none'}")
+            name = names[0]
+        return optuna.load_study(study_name=str(name), storage=storage)
+    except AutotuneError:
+        raise
+    except KeyError:
+        raise AutotuneError(f"study {name!r} not found in {shown}") from None
+    except Exception as exc:   # storage unreachable mid-read, corrupt log
+        raise AutotuneError(f"cannot read study {name!r} from {shown}: "
+                            f"{(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+
+
+def build_report(run_dir: Path, storage: str | None = None) -> ReportData:
+    """Every panel's data for the run folder `run_dir` (run.json, best.json and the study
+    in `storage`, by default `run_dir/study.journal`)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise AutotuneError(f"run folder not found: {run_dir}")
+    run = _read_json(run_dir / "run.json", required=True) or {}
+    try:
+        best_doc = _read_json(run_dir / "best.json", required=False)
+    except AutotuneError:
+        best_doc = None    # best.json is rebuilt from the study; the study is enough
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study_storage, shown = _open_storage(run_dir, storage, run)
+        study = _load_study(study_storage, shown, run.get("study"))
+    return collect(study, run, best_doc)
+
+
+def write_report(run_dir: Path, out: Path | None = None, storage: str | None = None) -> Path:
+    """Build and write the report (default `run_dir/report.html`, written atomically)."""
+    data = build_report(run_dir, storage)
+    path = Path(out) if out is not None else Path(run_dir) / REPORT_FILE
+    write_atomically(path, render_report(data))
+    return path
