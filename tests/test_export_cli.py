@@ -1,0 +1,97 @@
+"""`autotune export` on the command line and the `exports/` folder of a run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune.cli import main
+from autotune.exporting import write_exports
+from autotune.exports import schema
+from autotune.frozen import frozen_document
+
+jsonschema = pytest.importorskip("jsonschema")
+
+DRAFT = {"id": "tiny-draft", "spec": "org/tiny-draft", "path": "/models/d",
+         "sha256": "c" * 64, "hash_of": "weights", "dtype": "float32", "n_layers": 2}
+MODEL = {"id": "tiny", "spec": "org/tiny", "path": "/models/t", "sha256": "a" * 64,
+         "hash_of": "weights", "dtype": "float32", "n_layers": 4}
+
+
+def _write(tmp_path, name="best.json", draft=True, **params):
+    doc = frozen_document({"method": "draft_model", "k": 4, **params},
+                          context={"model": MODEL, "draft": DRAFT if draft else None})
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_export_to_stdout_is_the_engine_config(tmp_path, capsys):
+    path = _write(tmp_path)
+    assert main(["export", str(path), "--format", "vllm", "--draft-tp", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    jsonschema.validate(out, schema("vllm"))
+    assert out == {"method": "draft_model", "model": "org/tiny-draft",
+                   "num_speculative_tokens": 4, "draft_tensor_parallel_size": 2}
+
+
+def test_export_to_a_file_writes_siblings(tmp_path, capsys):
+    path = _write(tmp_path)
+    out = tmp_path / "out" / "sglang.json"
+    out.parent.mkdir()
+    assert main(["export", str(path), "--format", "sglang", "-o", str(out)]) == 0
+    args = json.loads(out.read_text())
+    jsonschema.validate(args, schema("sglang"))
+    line = (tmp_path / "out" / "sglang.sh").read_text()
+    assert "--speculative-algorithm STANDALONE" in line
+    assert "--speculative-draft-model-path org/tiny-draft" in line
+    # topk 1: num-draft-tokens = steps + 1.
+    assert "--speculative-num-steps 4" in line and "--speculative-num-draft-tokens 5" in line
+
+
+def test_what_a_format_cannot_express_is_an_error_unless_lossy(tmp_path, capsys):
+    path = _write(tmp_path, exit_policy="adaptive")
+    assert main(["export", str(path), "--format", "vllm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exit_policy=adaptive" in err[0] and "--lossy" in err[0]
+    assert main(["export", str(path), "--format", "vllm", "--lossy"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["num_speculative_tokens"] == 4
+    warnings = captured.err.strip().splitlines()
+    assert warnings and all(w.startswith("autotune: warning: dropped ") for w in warnings)
+    assert any("target_acceptance" in w for w in warnings)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--format", "vlm"], "did you mean 'vllm'"),
+    (["--format", "vllm", "--draft-tp", "0"], "draft_tensor_parallel_size=0"),
+])
+def test_bad_export_arguments_are_one_line(tmp_path, capsys, argv, message):
+    path = _write(tmp_path)
+    assert main(["export", str(path), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_export_of_a_non_frozen_file_is_refused(tmp_path, capsys):
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps({"method": "ngram"}))
+    assert main(["export", str(path), "--format", "vllm"]) == 2
+    assert "not a frozen config" in capsys.readouterr().err
+
+
+def test_run_exports_replace_a_previous_best(tmp_path):
+    out = tmp_path / "exports"
+    names = write_exports(_write(tmp_path, method="ngram", draft=False), out)
+    assert "vllm.json" in names and "dv.json" not in names
+    first = {p.name for p in out.iterdir()}
+    assert {"vllm.json", "trtllm.json", "README.txt"} <= first
+    names = write_exports(_write(tmp_path, method="layer_skip", attn_skip=[1, 2], draft=False),
+                          out)
+    assert names == ["dv.json"]
+    assert {p.name for p in out.iterdir()} == {"dv.json", "README.txt"}
+    readme = (out / "README.txt").read_text()
+    assert "vllm: not written: vllm cannot express method=layer_skip" in readme
+    # Nothing left over beside it from the swap.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json", "exports"]
