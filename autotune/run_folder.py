@@ -124,6 +124,27 @@ def best_document(study: optuna.Study, objective: Objective,
         context=context, trial=record, pareto_front=front)
 
 
+def ranked_documents(study: optuna.Study, objective: Objective,
+                     context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Frozen configs of every complete trial, best first (the Pareto front first for
+    several objectives, then by the first objective): the fallbacks of the exports."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    signs = [1 if d == "minimize" else -1 for d in objective.directions]
+    front = {t.number for t in study.best_trials} if objective.multi and complete else set()
+    ranked = sorted(complete, key=lambda t: (t.number not in front,
+                                             [s * v for s, v in zip(signs, t.values)]))
+    docs = []
+    for t in ranked:
+        record = _trial_record(t, objective)
+        metrics = {k: v for k, v in record["metrics"].items() if k != "config"}
+        docs.append(frozen_document(
+            record["params"], metrics=metrics,
+            objective={"name": objective.name, "metrics": list(objective.metrics),
+                       "directions": objective.directions, "values": record["values"]},
+            context=context, trial=record))
+    return docs
+
+
 def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
                     context: dict[str, Any] | None = None) -> None:
     """Rewrite `trials.csv` and `best.json` from the storage."""

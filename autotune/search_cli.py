@@ -80,7 +80,8 @@ def load_enqueue(path: str) -> list[dict[str, Any]]:
     return out
 
 
-def _write_outputs(run_dir: Path, storage: str) -> list[str]:
+def _write_outputs(run_dir: Path, storage: str, study: Any, objective: Any,
+                   context: dict[str, Any]) -> list[str]:
     """The report and the exports of the best config, after the study has stopped.
 
     Neither may lose finished work: a failure here is a warning, the study and the
@@ -88,7 +89,7 @@ def _write_outputs(run_dir: Path, storage: str) -> list[str]:
     it."""
     from autotune.exporting import write_exports
     from autotune.report import write_report
-    from autotune.run_folder import BEST_FILE
+    from autotune.run_folder import BEST_FILE, ranked_documents
 
     written = []
     try:
@@ -98,7 +99,8 @@ def _write_outputs(run_dir: Path, storage: str) -> list[str]:
         print(f"autotune: warning: no report written: {exc}", file=sys.stderr)
     if (run_dir / BEST_FILE).is_file():
         try:
-            names = write_exports(run_dir / BEST_FILE, run_dir / "exports")
+            names = write_exports(run_dir / BEST_FILE, run_dir / "exports",
+                                  ranked_documents(study, objective, context))
             written.append(f"exports/ ({', '.join(names) or 'none: see its README.txt'})")
         except (AutotuneError, OSError, ValueError) as exc:
             print(f"autotune: warning: no exports written: {exc}", file=sys.stderr)
@@ -229,7 +231,7 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     finally:
         progress.close()
     write_run_files(run_dir, runner.study, objective, context)
-    outputs = _write_outputs(run_dir, storage)
+    outputs = _write_outputs(run_dir, storage, runner.study, objective, context)
     done, _, _ = runner.progress()
     stopped = {"budget": "trial budget reached", "timeout": "--timeout reached",
                "interrupted": "interrupted (Ctrl-C); rerun the same command to resume",

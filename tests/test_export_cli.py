@@ -95,3 +95,42 @@ def test_run_exports_replace_a_previous_best(tmp_path):
     assert "vllm: not written: vllm cannot express method=layer_skip" in readme
     # Nothing left over beside it from the swap.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json", "exports"]
+
+
+def test_report_cli_errors_are_one_line(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("autotune: error: ")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def _trial_doc(number: int, value: float, speedup: float = 1.1, **params) -> dict:
+    doc = frozen_document({"method": "ngram", "k": 4, **params}, metrics={"speedup": speedup},
+                          objective={"name": "latency", "values": {"latency_ms_per_token": value}},
+                          context={"model": MODEL, "draft": None}, trial={"trial": number})
+    return doc
+
+
+def test_a_format_that_cannot_express_the_best_gets_the_best_it_can(tmp_path):
+    best = _trial_doc(14, 17.7, ngram_min=3, ngram_max=4, exit_policy="heuristic")
+    best_path = tmp_path / "best.json"
+    best_path.write_text(json.dumps(best))
+    slow_mask = _trial_doc(2, 33.0, speedup=0.65)
+    slow_mask["params"].update(method="layer_skip", attn_skip=[1])
+    slow_mask["metrics"]["speedup"] = 0.65
+    fallbacks = [best, _trial_doc(7, 21.1, ngram_min=1, ngram_max=4),
+                 _trial_doc(9, 25.0, ngram_min=1, ngram_max=2), slow_mask]
+    out = tmp_path / "exports"
+    names = write_exports(best_path, out, fallbacks)
+    assert {"vllm.json", "trtllm.json", "hf/generation_config.json"} <= set(names)
+    # The fastest fallback the format expresses exactly: trial 7, not 9.
+    assert json.loads((out / "vllm.json").read_text())["prompt_lookup_max"] == 4
+    readme = (out / "README.txt").read_text()
+    assert "best trial #14 (ngram k=4 n=3..4 heuristic; latency_ms_per_token 17.7)" in readme
+    assert ("vllm: vllm.json: trial #7 (ngram k=4 n=1..4; latency_ms_per_token 21.1), the best "
+            "trial vllm expresses exactly (for the best trial: vllm cannot express "
+            "exit_policy=heuristic") in readme
+    # The layer-skip trial is slower than AR: no advice, even for the one format for it.
+    assert "dv.json" not in names
+    assert "dv: not written: dv cannot express method=ngram" in readme
+    assert "no other trial it expresses beat the AR baseline" in readme

@@ -407,6 +407,9 @@ def render_pos_acc(p: PosAcc) -> str:
             marker=dict(symbol="star" if best else "circle", size=10 if best else 6),
             hovertemplate=f"{_esc(role)}: position %{{x}}<br>acceptance %{{y:.2f}}<extra></extra>"))
     _layout(fig, "draft position i (tokens)", "P(accepted | previous accepted)")
+    # Long labels: a legend under the axis title stays clear of the modebar (top right).
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
+                      margin=dict(t=30, b=110))
     fig.update_yaxes(range=[0, 1.05])
     fig.update_xaxes(dtick=1)
     return _section("pos-acc", "Position-wise acceptance", how, _figure(fig, "fig-pos-acc") + _note(p.note))
@@ -433,7 +436,9 @@ def render_time_split(t: TimeSplit) -> str:
 def render_leviathan(lev: Leviathan) -> str:
     how = ("The line is Leviathan et al.'s expected speedup for K draft tokens per round at the "
            "best config's measured acceptance α and draft cost ratio c; dots are measured trials "
-           "of the same method.")
+           "of the same method. The model counts a verify pass as one target step and every "
+           "round as a full K drafts: dots below the line are what that leaves out (verifying "
+           "K+1 tokens costs more than one, rounds that draft fewer than K).")
     if lev.curve.empty and lev.points.empty:
         return _section("leviathan", "Expected vs measured speedup", how, _note(lev.note))
     fig = go.Figure()
