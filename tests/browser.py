@@ -47,7 +47,7 @@ return out;
 """
 
 
-def check_page(html: Path, screenshot: Path, width: int = 1280) -> PageCheck:
+def check_page(html: Path, screenshot: Path, width: int = 1280, settle_s: float = 30) -> PageCheck:
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -70,10 +70,11 @@ def check_page(html: Path, screenshot: Path, width: int = 1280) -> PageCheck:
         driver.set_network_conditions(offline=True, latency=0, download_throughput=0,
                                       upload_throughput=0)
         driver.get(html.resolve().as_uri())
-        # Plotly draws asynchronously; wait until every panel settled (or 20 s).
-        deadline = time.monotonic() + 20
+        # The page may still be parsing (a report is megabytes) and plotly draws
+        # asynchronously: wait until there are panels and every one settled.
+        deadline = time.monotonic() + settle_s
         panels = driver.execute_script(_PANELS_JS)
-        while "empty" in panels.values() and time.monotonic() < deadline:
+        while (not panels or "empty" in panels.values()) and time.monotonic() < deadline:
             time.sleep(0.25)
             panels = driver.execute_script(_PANELS_JS)
         height = int(driver.execute_script("return document.documentElement.scrollHeight"))

@@ -73,6 +73,6 @@ def test_a_broken_page_is_caught(browser, tmp_path):
     html = tmp_path / "broken.html"
     html.write_text("<html><body><section class='panel' id='panel-x'><h2>x</h2></section>"
                     "<script>notDefined()</script></body></html>")
-    page = check_page(html, tmp_path / "broken.png")
+    page = check_page(html, tmp_path / "broken.png", settle_s=2)
     assert page.panels == {"panel-x": "empty"}
     assert any("notDefined" in e for e in page.errors)

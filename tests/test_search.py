@@ -224,7 +224,7 @@ def test_run_folder_files(tmp_path, target):
             "metrics.speedup", "config.method", "params.k"} <= set(frame.columns)
     assert (tmp_path / "trials.csv").read_text().count("\n") == len(frame) + 1
     best = best_document(runner.study, runner.objective)
-    assert best["values"]["latency_ms_per_token"] == min(
+    assert best["objective"]["values"]["latency_ms_per_token"] == min(
         t.value for t in runner.study.get_trials() if t.state == TrialState.COMPLETE)
     assert DecodeConfig(**{k: tuple(v) if isinstance(v, list) else v
                            for k, v in best["params"].items()}).validate()

@@ -241,11 +241,11 @@ def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path,
     assert best["metrics"]["lossless"] is True
     assert best["model"]["id"] == "SmolLM2-135M-Instruct" and best["model"]["hash_of"] == "weights"
     assert best["workload"]["prompts"] == 2 and best["workload"]["max_new_tokens"] == 8
-    # A fixed-K n-gram best is expressible by vLLM, SGLang and TensorRT-LLM.
+    # A fixed-K n-gram best is expressible by vLLM (whatever its lookup sizes).
     exported = {p.name for p in (out / "exports").iterdir()}
     assert "README.txt" in exported
     if best["params"]["method"] == "ngram" and best["params"]["exit_policy"] == "fixed":
-        assert {"vllm.json", "sglang.json", "trtllm.json"} <= exported
+        assert "vllm.json" in exported
     capsys.readouterr()
     # The consumers of the format: validate, re-measure, generate.
     assert main(["validate", str(out / "best.json")]) == 0
