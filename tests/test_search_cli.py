@@ -249,6 +249,7 @@ def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path,
     capsys.readouterr()
     # The consumers of the format: validate, re-measure, generate.
     assert main(["validate", str(out / "best.json")]) == 0
+    assert capsys.readouterr().out.startswith(f"{out / 'best.json'}: valid frozen config: ")
     assert main(["measure", "--config", str(out / "best.json"), "--json"]) == 0
     remeasured = json.loads(capsys.readouterr().out)
     assert remeasured["now"]["prompts"] == 2 and remeasured["now"]["lossless"] is True
