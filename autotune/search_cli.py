@@ -95,15 +95,18 @@ def _write_outputs(run_dir: Path, storage: str, study: Any, objective: Any,
     try:
         write_report(run_dir, storage=storage)
         written.append("report.html")
-    except (AutotuneError, OSError, ValueError) as exc:
-        print(f"autotune: warning: no report written: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - the study is safe; say why and go on
+        print(f"autotune: warning: no report written ({type(exc).__name__}: {exc}); "
+              f"retry with: autotune report {run_dir}", file=sys.stderr)
     if (run_dir / BEST_FILE).is_file():
         try:
             names = write_exports(run_dir / BEST_FILE, run_dir / "exports",
                                   ranked_documents(study, objective, context))
             written.append(f"exports/ ({', '.join(names) or 'none: see its README.txt'})")
-        except (AutotuneError, OSError, ValueError) as exc:
-            print(f"autotune: warning: no exports written: {exc}", file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - as above
+            print(f"autotune: warning: no exports written ({type(exc).__name__}: {exc}); "
+                  f"retry with: autotune export {run_dir / BEST_FILE} --format ...",
+                  file=sys.stderr)
     return written
 
 
