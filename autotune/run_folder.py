@@ -111,38 +111,41 @@ def best_document(study: optuna.Study, objective: Objective,
     best = best_trial(study, objective)
     if best is None:
         return None
-    record = _trial_record(best, objective)
     front = None
     if objective.multi:
         front = [_trial_record(t, objective)
                  for t in sorted(study.best_trials, key=lambda t: t.number)]
+    return _trial_document(best, objective, context, front)
+
+
+def _trial_document(t: FrozenTrial, objective: Objective, context: dict[str, Any] | None,
+                    pareto_front: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One trial as a FrozenConfig."""
+    record = _trial_record(t, objective)
     metrics = {k: v for k, v in record["metrics"].items() if k != "config"}
     return frozen_document(
         record["params"], metrics=metrics,
         objective={"name": objective.name, "metrics": list(objective.metrics),
                    "directions": objective.directions, "values": record["values"]},
-        context=context, trial=record, pareto_front=front)
+        context=context, trial=record, pareto_front=pareto_front)
 
 
 def ranked_documents(study: optuna.Study, objective: Objective,
                      context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Frozen configs of every complete trial, best first (the Pareto front first for
     several objectives, then by the first objective): the fallbacks of the exports."""
+    return [_trial_document(t, objective, context) for t in _ranked(study, objective)[0]]
+
+
+def _ranked(study: optuna.Study, objective: Objective) -> tuple[list[FrozenTrial], set[int]]:
+    """Complete trials best first (the Pareto front first, then by the first objective),
+    and the front's trial numbers (empty for one objective)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     signs = [1 if d == "minimize" else -1 for d in objective.directions]
     front = {t.number for t in study.best_trials} if objective.multi and complete else set()
     ranked = sorted(complete, key=lambda t: (t.number not in front,
                                              [s * v for s, v in zip(signs, t.values)]))
-    docs = []
-    for t in ranked:
-        record = _trial_record(t, objective)
-        metrics = {k: v for k, v in record["metrics"].items() if k != "config"}
-        docs.append(frozen_document(
-            record["params"], metrics=metrics,
-            objective={"name": objective.name, "metrics": list(objective.metrics),
-                       "directions": objective.directions, "values": record["values"]},
-            context=context, trial=record))
-    return docs
+    return ranked, front
 
 
 def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
@@ -157,13 +160,9 @@ def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
 
 def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
     """The top `n` complete trials (the Pareto front first for several objectives)."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not complete:
+    ranked, front = _ranked(study, objective)
+    if not ranked:
         return "no trial completed"
-    signs = [1 if d == "minimize" else -1 for d in objective.directions]
-    front = {t.number for t in study.best_trials} if objective.multi else set()
-    ranked = sorted(complete, key=lambda t: (t.number not in front,
-                                             [s * v for s, v in zip(signs, t.values)]))
     rows = []
     for t in ranked[:n]:
         m = t.user_attrs.get("metrics", {})
