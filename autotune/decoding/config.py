@@ -21,6 +21,10 @@ METHODS = ("none", "draft_model", "layer_skip", "sorted_exit", "ngram")
 EXIT_POLICIES = ("fixed", "confidence", "adaptive", "heuristic")
 # Methods that read or skip individual layers and so need the compact Llama forward.
 LAYER_METHODS = frozenset({"layer_skip", "sorted_exit"})
+# Drafters whose tokens come with a distribution, which a tree needs to rank children.
+TREE_METHODS = ("draft_model", "layer_skip", "sorted_exit")
+# One verify pass carries the root plus at most this many tree nodes.
+MAX_TREE_NODES = 255
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,16 @@ class DecodeConfig:
     ngram_max: int = 3
     temperature: float = 0.0                 # 0 = greedy
     top_p: float = 1.0
+    # Draft trees (EAGLE-2's dynamic tree, or a static one). tree_width 0 and no
+    # tree_choices = a chain of up to k tokens under the exit policy.
+    tree_width: int = 0                      # children expanded per node (EAGLE-2's top-k)
+    tree_depth: int = 0                      # levels drafted (draft passes per round)
+    tree_tokens: int = 0                     # nodes kept after the rerank; 0 = all drafted
+    tree_choices: tuple[tuple[int, ...], ...] = ()   # static tree: paths of child ranks
+
+    @property
+    def is_tree(self) -> bool:
+        return self.tree_width > 0 or bool(self.tree_choices)
 
     @property
     def greedy(self) -> bool:
@@ -58,7 +72,7 @@ class DecodeConfig:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            out[f.name] = list(value) if isinstance(value, tuple) else value
+            out[f.name] = _to_json(value)
         return out
 
     def validate(self, n_layers: int | None = None) -> "DecodeConfig":
@@ -83,6 +97,7 @@ class DecodeConfig:
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise AutotuneError(
                 f"ngram_min={self.ngram_min}, ngram_max={self.ngram_max}: need 1 <= min <= max")
+        self._validate_tree()
         if self.method == "sorted_exit":
             if not self.exits:
                 raise AutotuneError("method=sorted_exit needs exits, e.g. exits=8,16")
@@ -105,16 +120,106 @@ class DecodeConfig:
                     f"exits={list(self.exits)} goes past the draft stack's {n_layers} layers")
         return self
 
+    def _validate_tree(self) -> None:
+        for name in ("tree_width", "tree_depth", "tree_tokens"):
+            if getattr(self, name) < 0:
+                raise AutotuneError(f"{name}={getattr(self, name)} must be >= 0")
+        if not self.is_tree:
+            if self.tree_depth or self.tree_tokens:
+                raise AutotuneError("tree_depth and tree_tokens need tree_width >= 1 "
+                                    "(or a static tree in tree_choices)")
+            return
+        if self.method not in TREE_METHODS:
+            raise AutotuneError(
+                f"method={self.method} cannot draft a tree: a tree ranks children by the "
+                f"draft's probabilities, which only {', '.join(TREE_METHODS)} give")
+        if self.exit_policy != "fixed":
+            raise AutotuneError(f"exit_policy={self.exit_policy} does not apply to a tree, "
+                                "whose shape is set by tree_width/tree_depth/tree_tokens: "
+                                "use exit_policy=fixed")
+        if self.tree_choices:
+            if self.tree_width or self.tree_depth or self.tree_tokens:
+                raise AutotuneError("give either tree_choices (a static tree) or "
+                                    "tree_width/tree_depth/tree_tokens (a dynamic one), "
+                                    "not both")
+            check_choices(self.tree_choices)
+            return
+        if self.tree_depth < 1:
+            raise AutotuneError(f"tree_width={self.tree_width} needs tree_depth >= 1")
+        if self.tree_node_count() > MAX_TREE_NODES:
+            raise AutotuneError(
+                f"a tree of width {self.tree_width} and depth {self.tree_depth} drafts "
+                f"{self.tree_pool_size()} nodes: set tree_tokens <= {MAX_TREE_NODES}")
+
+    def tree_pool_size(self) -> int:
+        """Nodes a dynamic tree drafts before the rerank: `width` at level 1, then
+        `width` children of each of the `width` best nodes at every later level."""
+        w, d = self.tree_width, self.tree_depth
+        return w + (d - 1) * w * w if w and d else 0
+
+    def tree_node_count(self) -> int:
+        """Tree nodes verified per round at most (excluding the root); 0 for a chain."""
+        if self.tree_choices:
+            return len(self.tree_choices)
+        pool = self.tree_pool_size()
+        return min(self.tree_tokens, pool) if self.tree_tokens else pool
+
     def exit_thresholds(self) -> tuple[float, ...]:
         """One threshold per exit; missing entries are 0 (always emit), deepest ignored."""
         padded = tuple(self.thresholds) + (0.0,) * (len(self.exits) - len(self.thresholds))
         return padded[: len(self.exits)]
 
 
+def check_choices(choices: tuple[tuple[int, ...], ...]) -> None:
+    """A static tree: non-empty, distinct paths of child ranks >= 0, closed under
+    prefixes (every path's parent path is listed too), at most MAX_TREE_NODES."""
+    if len(choices) > MAX_TREE_NODES:
+        raise AutotuneError(f"tree_choices has {len(choices)} paths; at most "
+                            f"{MAX_TREE_NODES} fit one verify pass")
+    seen = set(choices)
+    if len(seen) != len(choices):
+        raise AutotuneError("tree_choices lists a path twice")
+    for path in choices:
+        if not path or any(rank < 0 for rank in path):
+            raise AutotuneError(f"tree_choices path {list(path)} must be a non-empty list "
+                                "of child ranks >= 0")
+        if len(path) > 1 and path[:-1] not in seen:
+            raise AutotuneError(f"tree_choices path {list(path)} has no parent path "
+                                f"{list(path[:-1])}: list every prefix")
+
+
+def _to_json(value: Any) -> Any:
+    return [_to_json(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _parse_choices(value: Any) -> tuple[tuple[int, ...], ...]:
+    """`[[0], [0, 0], [1]]` (JSON or YAML) or the CLI form `0;0,0;1`."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            value = json.loads(text)
+        else:
+            value = [[v for v in part.split(",") if v.strip()]
+                     for part in text.split(";") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError
+    paths = []
+    for path in value:
+        if not isinstance(path, (list, tuple)):
+            raise ValueError
+        ranks = []
+        for rank in path:
+            if isinstance(rank, bool) or (isinstance(rank, float) and not rank.is_integer()):
+                raise ValueError
+            ranks.append(int(rank))
+        paths.append(tuple(ranks))
+    return tuple(paths)
+
+
 _FIELDS = {f.name: f for f in dataclasses.fields(DecodeConfig)}
 _INT_LISTS = {"attn_skip", "mlp_skip", "exits"}
 _FLOAT_LISTS = {"thresholds"}
-_INTS = {"k", "ngram_min", "ngram_max"}
+_INTS = {"k", "ngram_min", "ngram_max", "tree_width", "tree_depth", "tree_tokens"}
 _STRS = {"method", "exit_policy"}
 
 
@@ -127,6 +232,8 @@ def _unknown_key(key: str) -> AutotuneError:
 def _coerce(key: str, value: Any) -> Any:
     """Turn a CLI string or a file value into the field's type, or raise one clear line."""
     try:
+        if key == "tree_choices":
+            return _parse_choices(value)
         if key in _INT_LISTS or key in _FLOAT_LISTS:
             cast = int if key in _INT_LISTS else float
             if isinstance(value, str):
@@ -153,7 +260,8 @@ def _coerce(key: str, value: Any) -> Any:
             raise ValueError
         return float(value)
     except (TypeError, ValueError):
-        kind = ("a comma-separated list of integers" if key in _INT_LISTS else
+        kind = ("a list of paths like [[0], [0, 0], [1]] or 0;0,0;1" if key == "tree_choices"
+                else "a comma-separated list of integers" if key in _INT_LISTS else
                 "a comma-separated list of numbers" if key in _FLOAT_LISTS else
                 "an integer" if key in _INTS else "a string" if key in _STRS else "a number")
         raise AutotuneError(f"bad value for {key}: {value!r} is not {kind}") from None
