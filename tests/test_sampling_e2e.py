@@ -18,6 +18,7 @@ test also checks that a broken verifier that accepted every draft would exceed t
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 
@@ -199,3 +200,72 @@ def test_autoregressive_sampling_matches_target_distribution(target, exact):
     empirical, first_rounds = _run(target, DecodeConfig(temperature=1.0), n=N)
     assert all(r.drafted == 0 for r in first_rounds)
     assert _tv(law, empirical) < bound
+
+
+# ------------------------------------------------------------------ draft trees
+TREE_N = 3000
+TREE_CONFIGS = {
+    # Round 1 has a budget of 3 tokens, so a tree of depth 2: root -> 2 children, each
+    # with 2 children (after the rerank, 5 of the 6 nodes are kept), verified in one pass.
+    "layer_skip_dynamic": DecodeConfig(method="layer_skip", attn_skip=(1,), mlp_skip=(2,),
+                                       tree_width=2, tree_depth=2, tree_tokens=5,
+                                       temperature=1.0),
+    "sorted_exit_static": DecodeConfig(method="sorted_exit", exits=(1, 3), thresholds=(0.3,),
+                                       tree_choices=((0,), (1,), (2,), (0, 0), (0, 1), (1, 0)),
+                                       temperature=1.0),
+}
+
+
+@torch.no_grad()
+def _law_of_positions_2_3_4(hf_model) -> torch.Tensor:
+    """Exact joint law [V, V, V] of tokens 2, 3, 4 (token 1 marginalised out)."""
+    p1 = torch.softmax(hf_model(torch.tensor([PROMPT])).logits[0, -1].double(), -1)
+    seqs = torch.tensor([PROMPT + list(t) for t in itertools.product(range(V), repeat=3)])
+    logits = hf_model(seqs).logits.double()
+    # Row (a, b, c): p(. | a) at -3, p(. | a, b) at -2, p(. | a, b, c) at -1.
+    p2 = torch.softmax(logits[:, -3], -1).reshape(V, V, V, V)[:, 0, 0]          # [a, b]
+    p3 = torch.softmax(logits[:, -2], -1).reshape(V, V, V, V)[:, :, 0]          # [a, b, c]
+    p4 = torch.softmax(logits[:, -1], -1).reshape(V, V, V, V)                   # [a, b, c, d]
+    return (p1[:, None, None, None] * p2[:, :, None, None] * p3[:, :, :, None] * p4).sum(0)
+
+
+@pytest.mark.parametrize("name", list(TREE_CONFIGS))
+def test_tree_sampling_matches_target_distribution(target, name):
+    """Multi-candidate rejection sampling along a tree keeps the target's law of the
+    three tokens one tree round produces."""
+    law = _law_of_positions_2_3_4(target.hf_model)
+    bound = _null_bound(law, TREE_N)
+    decoder = SpeculativeDecoder(target, TREE_CONFIGS[name])
+    counts = torch.zeros(V, V, V, dtype=torch.float64)
+    accepted = Counter()
+    for i in range(TREE_N):
+        gen = decoder.generate(PROMPT, 4, time.perf_counter, torch.Generator().manual_seed(i))
+        assert len(gen.tokens) == 4
+        counts[gen.tokens[1], gen.tokens[2], gen.tokens[3]] += 1
+        first = gen.rounds[0]
+        assert first.draft_depth == 2 and first.verified == first.drafted + 1
+        accepted[first.accepted] += 1
+    # Every outcome of the walk happened: nothing, one level, both levels accepted.
+    assert all(accepted[n] > 0.02 * TREE_N for n in (0, 1, 2)), accepted
+    tv = _tv(law, counts / TREE_N)
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f} (N={TREE_N})"
+
+
+def test_tree_sampling_check_catches_a_residual_bug(target, monkeypatch):
+    """Power: the same check fails for a plausible bug, a rule that draws from p
+    instead of the residual after the candidates were rejected."""
+    from autotune.decoding import verify
+
+    def buggy(p, candidates, q=None):
+        accept, _ = candidate_acceptance(p, candidates, q)
+        return accept, p
+
+    candidate_acceptance = verify.candidate_acceptance
+    monkeypatch.setattr(verify, "candidate_acceptance", buggy)
+    law = _law_of_positions_2_3_4(target.hf_model)
+    decoder = SpeculativeDecoder(target, TREE_CONFIGS["layer_skip_dynamic"])
+    counts = torch.zeros(V, V, V, dtype=torch.float64)
+    for i in range(TREE_N):
+        gen = decoder.generate(PROMPT, 4, time.perf_counter, torch.Generator().manual_seed(i))
+        counts[gen.tokens[1], gen.tokens[2], gen.tokens[3]] += 1
+    assert _tv(law, counts / TREE_N) > _null_bound(law, TREE_N)

@@ -18,7 +18,10 @@ from autotune.decoding.drafters import (Draft, Drafter, DraftModelDrafter, Layer
                                         NgramDrafter, SortedExitDrafter, TokenChooser)
 from autotune.decoding.policies import make_policy
 from autotune.decoding.sampling import probabilities
-from autotune.decoding.verify import greedy_verify, rejection_sample
+from autotune.decoding.tree import DraftTree, compact_cache
+from autotune.decoding.tree_drafting import TreeDrafter
+from autotune.decoding.verify import (greedy_tree_verify, greedy_verify, rejection_sample,
+                                      tree_rejection_sample)
 from autotune.errors import AutotuneError
 from autotune.models.loading import LoadedModel, check_shared_vocabulary
 
@@ -40,6 +43,7 @@ class RoundTrace:
     verified: int                # tokens in the verify pass (drafted + 1)
     other_s: float = 0.0         # accept/reject, cache crop, bookkeeping, streaming
     exit_layers: list[int] = field(default_factory=list)
+    draft_depth: int = 0         # deepest drafted level (a chain: its length)
 
 
 @dataclass
@@ -76,6 +80,15 @@ class SpeculativeDecoder:
             config.validate(n_layers=target.n_layers)
         if method == "sorted_exit":
             config.validate(n_layers=stack.n_layers)
+        if config.is_tree:
+            # Tree masks and per-node positions exist only in the compact forward.
+            for role, model in (("target", target), ("draft", draft if method == "draft_model"
+                                                     or method == "sorted_exit" else None)):
+                if model is not None and not model.forward.supports_layers:
+                    raise AutotuneError(
+                        f"draft trees need the compact Llama-family forward for the {role} "
+                        f"({model.name}, {model.hf_model.config.model_type}); use a chain "
+                        "(tree_width=0) with this model")
         self.vocab_size = target.forward.vocab_size if draft is None else min(
             target.forward.vocab_size, draft.forward.vocab_size)
         self.eos = target.eos_token_ids
@@ -119,6 +132,32 @@ class SpeculativeDecoder:
             n, nxt = rejection_sample(draft.tokens, q, p, generator)
         return int(n[0]), int(nxt[0])
 
+    def _tree_round(self, tree_drafter: TreeDrafter, seq: torch.Tensor, cache, limit: int,
+                    generator: torch.Generator | None, clock: Callable[[], float]
+                    ) -> tuple[DraftTree, list[int], list[int], float, float]:
+        """One tree round: draft, verify every node in one pass, keep the accepted path.
+        Returns (tree, accepted path, new tokens, draft_done, forward_done)."""
+        forward = self.target.forward
+        tree = tree_drafter.propose(seq, limit)
+        draft_done = clock()
+        base = cache.length
+        verify_ids = torch.cat((seq[:, -1:], tree.tokens), dim=1)
+        device = verify_ids.device
+        logits = forward.forward(verify_ids, cache, start=base,
+                                 tree_mask=tree.attention_mask(device),
+                                 position_ids=tree.position_ids(seq.shape[1] - 1, device))
+        forward_done = clock()
+        children, node_tokens = tree.children(), tree.tokens[0].tolist()
+        if self.config.greedy:
+            path, next_token = greedy_tree_verify(children, node_tokens,
+                                                  logits[0].argmax(dim=-1).tolist())
+        else:
+            p = probabilities(logits[0, :, : self.vocab_size], self.config.temperature,
+                              self.config.top_p)
+            path, next_token = tree_rejection_sample(children, node_tokens, p, generator)
+        compact_cache(cache, base, path)
+        return tree, path, tree.path_tokens(path) + [next_token], draft_done, forward_done
+
     @torch.inference_mode()
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Callable[[], float],
                  generator: torch.Generator | None = None,
@@ -131,13 +170,20 @@ class SpeculativeDecoder:
         if max_new_tokens < 1:
             raise AutotuneError("max_new_tokens must be at least 1")
         forward, device = self.target.forward, self.target.device
-        # Drafts never run past the token budget, so this many positions always suffice.
-        max_len = len(prompt) + max_new_tokens
+        # Drafts never run past the token budget, so this many positions always suffice
+        # for a chain; a tree also needs room for its side branches: the verify pass
+        # writes every node, and a tree drafter writes every node it feeds.
+        c = self.config
+        tree_room = max(c.tree_node_count(), c.tree_width * (c.tree_depth - 1)) + 1 \
+            if c.is_tree else 0
+        max_len = len(prompt) + max_new_tokens + tree_room
         cache = forward.new_cache(1, max_len)
         policy = make_policy(self.config)
         choose = TokenChooser(self.config.temperature, self.config.top_p, self.vocab_size,
                               generator)
         drafter = self._drafter(cache, max_len, choose)
+        tree_drafter = (TreeDrafter(drafter, self.config, self.vocab_size, device)
+                        if self.config.is_tree else None)
         # The sequence lives in one preallocated buffer; `seq` views its filled part.
         buffer = torch.zeros((1, max_len), dtype=torch.long, device=device)
         buffer[0, : len(prompt)] = torch.tensor(prompt, dtype=torch.long)
@@ -161,19 +207,29 @@ class SpeculativeDecoder:
             # Never draft past the budget: k drafts can yield k+1 tokens.
             limit = min(policy.limit(), budget - 1, MAX_DRAFT_TOKENS)
             seq = buffer[:, :length]
-            draft = drafter.propose(seq, limit, policy) if limit > 0 else no_draft
-            draft_done = clock()
-            verified_len = cache.length
-            verify_ids = torch.cat((seq[:, -1:], draft.tokens), dim=1)
-            logits = forward.forward(verify_ids, cache, start=verified_len)
-            forward_done = clock()
-            n_accepted, next_token = self._verify(draft, logits, generator)
-            cache.crop(verified_len + 1 + n_accepted)
-            if draft.k:
-                drafter.observe(n_accepted)
-            policy.update(draft.k, n_accepted)
+            if tree_drafter is not None:
+                # A tree never grows deeper than the budget: a path of d nodes yields d+1.
+                tree, path, new_tokens, draft_done, forward_done = self._tree_round(
+                    tree_drafter, seq, cache, min(budget - 1, MAX_DRAFT_TOKENS), generator,
+                    clock)
+                n_accepted, drafted, verified = len(path), tree.size, tree.size + 1
+                confidences, exit_layers, depth = tree.probs, tree.exit_layers, tree.depth
+            else:
+                draft = drafter.propose(seq, limit, policy) if limit > 0 else no_draft
+                draft_done = clock()
+                verified_len = cache.length
+                verify_ids = torch.cat((seq[:, -1:], draft.tokens), dim=1)
+                logits = forward.forward(verify_ids, cache, start=verified_len)
+                forward_done = clock()
+                n_accepted, next_token = self._verify(draft, logits, generator)
+                cache.crop(verified_len + 1 + n_accepted)
+                if draft.k:
+                    drafter.observe(n_accepted)
+                policy.update(draft.k, n_accepted)
+                new_tokens = draft.tokens[0, :n_accepted].tolist() + [next_token]
+                drafted, verified = draft.k, verify_ids.shape[1]
+                confidences, exit_layers, depth = draft.confidences, draft.exit_layers, draft.k
             # At most limit + 1 <= budget tokens; cut after the first EOS.
-            new_tokens = draft.tokens[0, :n_accepted].tolist() + [next_token]
             for i, token in enumerate(new_tokens):
                 if token in self.eos:
                     new_tokens = new_tokens[: i + 1]
@@ -185,10 +241,10 @@ class SpeculativeDecoder:
                 on_tokens(new_tokens)
             round_end = clock()
             rounds.append(RoundTrace(
-                drafted=draft.k, accepted=n_accepted, emitted=len(new_tokens),
-                confidences=draft.confidences, draft_s=draft_done - round_start,
-                verify_s=forward_done - draft_done, verified=verify_ids.shape[1],
-                other_s=round_end - forward_done, exit_layers=draft.exit_layers))
+                drafted=drafted, accepted=n_accepted, emitted=len(new_tokens),
+                confidences=confidences, draft_s=draft_done - round_start,
+                verify_s=forward_done - draft_done, verified=verified,
+                other_s=round_end - forward_done, exit_layers=exit_layers, draft_depth=depth))
             round_start = round_end
         end_time = clock()
         own_cache = getattr(drafter, "cache", None)      # a drafter's cache of its own

@@ -145,6 +145,22 @@ class DraftModelDrafter(Drafter):
         # keep what the verifier confirmed.
         self.cache.crop(self.verified_len + min(n_accepted, self.drafted - 1))
 
+    # Draft trees (see TreeDrafter): the root pass catches up like a chain's first step;
+    # the tree's scratch is dropped afterwards and the accepted tokens are caught up on
+    # in the next round's root pass, batched with the new pending token.
+    def tree_root(self, seq: torch.Tensor) -> tuple[torch.Tensor, list[int] | None]:
+        self.verified_len = seq.shape[1]
+        logits = self.forward.forward(seq[:, self.cache.length:], self.cache, last_only=True)
+        return logits[0, -1], None
+
+    def tree_level(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+                   ) -> tuple[torch.Tensor, list[int] | None]:
+        logits = self.forward.forward(tokens, self.cache, tree_mask=mask, position_ids=positions)
+        return logits[0], None
+
+    def tree_finish(self) -> None:
+        self.cache.crop(self.verified_len)
+
 
 class LayerSkipDrafter(Drafter):
     """`layer_skip`: Draft & Verify self-speculation. The draft is the target itself with
@@ -174,6 +190,22 @@ class LayerSkipDrafter(Drafter):
         draft = _draft_chain(seq[:, -1:], limit, policy, step)
         self.cache.crop(verified)
         return draft
+
+    def tree_root(self, seq: torch.Tensor) -> tuple[torch.Tensor, list[int] | None]:
+        self.verified = self.cache.length
+        logits = self.forward.forward(seq[:, -1:], self.cache, attn_skip=self.attn_skip,
+                                      mlp_skip=self.mlp_skip, last_only=True)
+        return logits[0, -1], None
+
+    def tree_level(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+                   ) -> tuple[torch.Tensor, list[int] | None]:
+        logits = self.forward.forward(tokens, self.cache, attn_skip=self.attn_skip,
+                                      mlp_skip=self.mlp_skip, tree_mask=mask,
+                                      position_ids=positions)
+        return logits[0], None
+
+    def tree_finish(self) -> None:
+        self.cache.crop(self.verified)
 
 
 class SortedExitDrafter(Drafter):
@@ -230,6 +262,49 @@ class SortedExitDrafter(Drafter):
         draft.exit_layers = exit_layers
         self.cache.crop(verified)
         return draft
+
+    def _score_at_exits(self, tokens: torch.Tensor, mask: torch.Tensor | None = None,
+                        positions: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, list[int]]:
+        """Several tokens [1, T] through the exits at once (a tree level): each token
+        takes the distribution of the first exit where its top-1 probability reaches
+        that exit's threshold; the pass goes on while any token is still undecided, so
+        tokens decided early get real deeper keys/values rather than propagated ones.
+        Returns (logits [T, V], exit layer per token)."""
+        state = self.forward.begin(tokens, self.cache, None, mask, positions)
+        t = tokens.shape[1]
+        chosen: list[torch.Tensor | None] = [None] * t
+        exits = [0] * t
+        done = 0
+        for exit_layer, threshold in zip(self.exits, self.thresholds):
+            self.forward.run_layers(state, done, exit_layer)
+            done = exit_layer
+            logits = self.forward.logits(state)[0]
+            deepest = exit_layer == self.depth
+            confidence = torch.softmax(
+                logits[:, : self.choose.vocab_size].float(), dim=-1).max(dim=-1).values.tolist()
+            for i in range(t):
+                if chosen[i] is None and (deepest or confidence[i] >= threshold):
+                    chosen[i], exits[i] = logits[i], exit_layer
+            if all(c is not None for c in chosen):
+                break
+        if done < self.depth:
+            self.forward.fill_kv(state, done, self.depth)
+        return torch.stack(chosen), exits  # type: ignore[arg-type]
+
+    def tree_root(self, seq: torch.Tensor) -> tuple[torch.Tensor, list[int] | None]:
+        if self.cache.length < seq.shape[1] - 1:
+            self._run_stack(seq[:, self.cache.length:-1])
+        self.verified = self.cache.length
+        logits, exits = self._score_at_exits(seq[:, -1:])
+        return logits[0], exits
+
+    def tree_level(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+                   ) -> tuple[torch.Tensor, list[int] | None]:
+        return self._score_at_exits(tokens, mask, positions)
+
+    def tree_finish(self) -> None:
+        self.cache.crop(self.verified)
 
 
 class NgramDrafter(Drafter):

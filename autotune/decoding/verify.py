@@ -68,3 +68,88 @@ def rejection_sample(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tenso
     dist = residual_distribution(p_row, q_row)
     next_token = torch.multinomial(dist, 1, generator=generator).squeeze(1)
     return n_accepted, next_token
+
+
+# ------------------------------------------------------------------ draft trees
+def candidate_acceptance(p: torch.Tensor, candidates: list[int], q: torch.Tensor | None = None
+                         ) -> tuple[list[float], torch.Tensor]:
+    """The multi-candidate rule at one tree node: the candidates x_1..x_m (distinct
+    children, tried in order) are accepted with probabilities a_i given x_1..x_{i-1}
+    were rejected, and after rejecting all the token is drawn from the final residual.
+    The output is distributed exactly as p.
+
+    q None: the candidates were chosen deterministically by the draft (top-k, as in
+    EAGLE's trees). Then x_i's proposal is a point mass, a_i = p_i(x_i), and a rejection
+    removes x_i: p_{i+1} = norm(p_i with x_i zeroed). For a fixed candidate set this is
+    the best any exact rule can do (it accepts with probability sum_i p(x_i)).
+    q given [V]: the candidates were drawn from q without replacement (recursive
+    rejection sampling, Jeon et al. 2024; SpecInfer's rule with replacement is its
+    cousin): a_i = min(1, p_i(x_i)/q_i(x_i)), p_{i+1} = norm(max(0, p_i - q_i)) and
+    q_{i+1} = norm(q_i with x_i zeroed).
+
+    p: [V] target probabilities at the node. Returns ([a_1..a_m], final residual [V]).
+    """
+    accept: list[float] = []
+    residual = p
+    proposal = q
+    for x in candidates:
+        if proposal is None:
+            a = float(residual[x])
+            removed = residual.clone()
+            removed[x] = 0.0
+            total = removed.sum()
+            # total == 0 means a == 1: the candidate is surely taken, the rest unused.
+            residual = removed / total if total > 0 else residual
+        else:
+            qx, px = float(proposal[x]), float(residual[x])
+            a = min(1.0, px / qx) if qx > 0 else 1.0
+            residual = residual_distribution(residual, proposal)
+            left = proposal.clone()
+            left[x] = 0.0
+            total = left.sum()
+            proposal = left / total if total > 0 else left
+        accept.append(a)
+    return accept, residual
+
+
+def greedy_tree_verify(children: list[list[int]], node_tokens: list[int],
+                       target_tokens: list[int]) -> tuple[list[int], int]:
+    """Longest root path whose every node's token is the target's argmax after its
+    parent, plus the target's next token after that path.
+
+    children[i]: verify indices of node i's children; node_tokens[i-1]: node i's token;
+    target_tokens[i]: the target's argmax after node i (i = 0: after the root).
+    Returns (accepted path as verify indices, root excluded; next token).
+    """
+    path: list[int] = []
+    node = 0
+    while True:
+        wanted = target_tokens[node]
+        match = next((c for c in children[node] if node_tokens[c - 1] == wanted), None)
+        if match is None:
+            return path, wanted
+        path.append(match)
+        node = match
+
+
+def tree_rejection_sample(children: list[list[int]], node_tokens: list[int], p: torch.Tensor,
+                          generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """Walk the tree from the root with the multi-candidate rule (deterministic
+    candidates) at each node; stop at the first node whose children are all rejected
+    (draw from its residual) or that has none (draw from p there: the bonus token).
+
+    p: [N+1, V] target probabilities after each node (row 0: after the root).
+    Returns (accepted path as verify indices, root excluded; next token).
+    """
+    path: list[int] = []
+    node = 0
+    while True:
+        kids = children[node]
+        accept, residual = candidate_acceptance(p[node], [node_tokens[c - 1] for c in kids])
+        u = torch.rand(len(kids), generator=generator, device=p.device).tolist()
+        taken = next((c for c, a, r in zip(kids, accept, u) if r < a), None)
+        if taken is None:
+            token = int(torch.multinomial(residual, 1, generator=generator)[0])
+            return path, token
+        path.append(taken)
+        node = taken

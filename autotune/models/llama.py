@@ -220,9 +220,13 @@ class LlamaForward:
         """Embed `input_ids` [B, T] to be written at cache positions [start, start+T).
 
         `start` defaults to `cache.length`; afterwards `cache.length == start + T`.
-        `tree_mask` [T, T] bool says which new tokens each new token may see (default
-        causal); `position_ids` [T] are their rotary positions (default start..start+T-1;
-        a tree gives siblings the same position).
+        `tree_mask` [T, M] bool (T <= M <= start + T) says which of the last M cache
+        positions, the new tokens included, each new token may see; every position
+        before those is visible to all (the verified prefix). M = T is a mask over the
+        new tokens alone (a verify pass over a tree); M > T also covers scratch written
+        by earlier passes (a draft tree grown level by level). Default: causal.
+        `position_ids` [T] are the rotary positions (default start..start+T-1; a tree
+        gives a node the position its depth implies, siblings alike).
         """
         start = cache.length if start is None else start
         t = input_ids.shape[1]
@@ -235,8 +239,12 @@ class LlamaForward:
         causal = False
         mask = None
         if tree_mask is not None:
-            prefix = torch.ones(t, start, dtype=torch.bool, device=self.device)
-            mask = torch.cat((prefix, tree_mask.to(torch.bool)), dim=1)
+            visible = start + t - tree_mask.shape[1]
+            if tree_mask.shape[0] != t or visible < 0:
+                raise ValueError(f"tree_mask {tuple(tree_mask.shape)} does not fit {t} new "
+                                 f"tokens after {start} cache positions")
+            prefix = torch.ones(t, visible, dtype=torch.bool, device=self.device)
+            mask = torch.cat((prefix, tree_mask.to(device=self.device, dtype=torch.bool)), dim=1)
         elif t > 1 and start == 0:
             causal = True
         elif t > 1:
