@@ -6,8 +6,10 @@
 A format either expresses every tuned knob, or `export` raises one line naming each knob
 it cannot express; with `lossy=True` those knobs are dropped (or approximated, as the line
 says) and listed in `Export.dropped`. A method a format cannot carry at all is an error
-even with `lossy`. Sampling settings (temperature, top_p) are request parameters of the
-servers, not speculative knobs, so they never count as lost.
+even with `lossy`. Draft trees: SGLang expresses a dynamic (EAGLE-2) tree; chain-only
+formats drop a tree to its best path under `lossy` (see _common). Sampling settings
+(temperature, top_p) are request parameters of the servers, not speculative knobs, so
+they never count as lost.
 """
 
 from __future__ import annotations
@@ -90,6 +92,11 @@ def _alternatives(fmt: str, by_format: dict[str, list[Loss]], fatal: bool) -> st
     return "no export format carries it"
 
 
+def _notes(losses: list[Loss]) -> str:
+    """`; note` for each distinct note of these losses (none for most)."""
+    return "".join(f"; {note}" for note in dict.fromkeys(x.note for x in losses if x.note))
+
+
 def export(frozen: dict, fmt: str, lossy: bool = False, options: dict | None = None) -> Export:
     """Render `frozen` (a FrozenConfig document) as `fmt`; see the module docstring.
 
@@ -108,11 +115,11 @@ def export(frozen: dict, fmt: str, lossy: bool = False, options: dict | None = N
     if fatal:
         what = ", ".join(loss.summary() for loss in fatal)
         raise AutotuneError(f"{fmt} cannot express {what}: "
-                            f"{_alternatives(fmt, by_format, fatal=True)}")
+                            f"{_alternatives(fmt, by_format, fatal=True)}{_notes(fatal)}")
     if losses and not lossy:
         what = ", ".join(loss.summary() for loss in losses)
         raise AutotuneError(f"{fmt} cannot express {what}: "
-                            f"{_alternatives(fmt, by_format, fatal=False)}")
+                            f"{_alternatives(fmt, by_format, fatal=False)}{_notes(losses)}")
     files = _MODULES[fmt].render(src, options)
     dropped = [line for loss in losses for line in loss.lines(src.cfg)]
     return Export(format=fmt, files=files, dropped=dropped)

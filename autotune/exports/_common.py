@@ -6,6 +6,14 @@ Every format module exposes the same two functions:
   loss means the engine cannot carry the method at all (not even with `lossy`).
 - `render(src, options) -> dict[str, str]`: the files, primary first; called only when
   no loss is fatal, and then it applies the documented fallback for every other loss.
+
+Draft trees (DecodeConfig's tree_width/tree_depth/tree_tokens, or a static tree in
+tree_choices): only SGLang drafts a tree from a separate draft model (EAGLE-2's dynamic
+tree, which STANDALONE inherits from its EAGLE worker); every other format drafts a chain.
+A tree whose shape is one path (tree_width 1, or choices that are all rank 0) *is* a
+chain and every format expresses it. Any other tree is a loss in a chain-only format;
+with `lossy` it degrades to a chain as long as the tree is deep (its best path), which
+`draft_length` gives and every chain export uses in place of k.
 """
 
 from __future__ import annotations
@@ -54,6 +62,8 @@ class Loss:
     knobs: tuple[str, ...] = ()
     why: str = ""
     fatal: bool = False
+    # A fact the error line adds after the alternatives (e.g. that no format has it).
+    note: str = ""
 
     def summary(self) -> str:
         return f"{self.label} ({', '.join(self.knobs)})" if self.knobs else self.label
@@ -137,6 +147,60 @@ def fixed_k_policy_loss(src: Source, engine: str) -> Loss | None:
     return Loss(f"exit_policy={policy}", POLICY_KNOBS[policy],
                 f"{engine} drafts a fixed number of tokens every round; exported as "
                 f"fixed k={src.cfg.k}")
+
+
+# The error line's note for a static tree: the alternatives cannot name a format for it.
+STATIC_TREE_NOTE = ("no export format takes a static tree (tree_choices) for this method: "
+                    "engines take one only for EAGLE/Medusa heads, e.g. TensorRT-LLM's "
+                    "eagle_choices")
+
+
+def tree_is_chain(cfg: DecodeConfig) -> bool:
+    """A tree of one path: width 1, or static paths that all take the top-ranked child
+    (closed under prefixes, so exactly [0], [0, 0], ...). It drafts what a chain does."""
+    if cfg.tree_choices:
+        return all(rank == 0 for path in cfg.tree_choices for rank in path)
+    return cfg.tree_width == 1
+
+
+def tree_depth_of(cfg: DecodeConfig) -> int:
+    """Levels a verified tree can have: its longest path (0 for a chain). A dynamic tree
+    keeps tree_node_count() nodes, so it is no deeper than that either."""
+    if cfg.tree_choices:
+        return max(len(path) for path in cfg.tree_choices)
+    if cfg.tree_width:
+        return min(cfg.tree_depth, cfg.tree_node_count())
+    return 0
+
+
+def draft_length(cfg: DecodeConfig) -> int:
+    """Tokens a chain export drafts per round: k for a chain; for a tree its depth, i.e.
+    its best path as a chain (exact for a one-path tree, the lossy fallback otherwise)."""
+    return tree_depth_of(cfg) if cfg.is_tree else cfg.k
+
+
+def tree_label(cfg: DecodeConfig) -> tuple[str, tuple[str, ...]]:
+    """`knob=value` and the related knobs of a tree, for a Loss."""
+    if cfg.tree_choices:
+        paths = [list(path) for path in cfg.tree_choices]
+        shown = (str(paths) if len(paths) <= 8
+                 else f"[{len(paths)} paths, depth {tree_depth_of(cfg)}]")
+        return f"tree_choices={shown}", ()
+    knobs = ("tree_depth",) + (("tree_tokens",) if cfg.tree_tokens else ())
+    return f"tree_width={cfg.tree_width}", knobs
+
+
+def chain_only_tree_loss(src: Source, why: str) -> Loss | None:
+    """For engines that draft only chains: a tree of more than one path is dropped to its
+    best path, a chain of draft_length tokens. `why` says what the engine lacks."""
+    cfg = src.cfg
+    if not cfg.is_tree or tree_is_chain(cfg):
+        return None
+    label, knobs = tree_label(cfg)
+    return Loss(label, knobs,
+                f"{why}; exported as a chain of {draft_length(cfg)} tokens, the tree's depth "
+                "(its best path)",
+                note=STATIC_TREE_NOTE if cfg.tree_choices else "")
 
 
 def dump_json(obj: Any) -> str:

@@ -12,13 +12,25 @@ beside the two lists (the repo's loader reads only "attention" and "mlp").
 Known differences in the adaptive rule, not in its knobs: D&V smooths the acceptance from
 0 in the first round (we start from the first round's rate), and it keeps γ after a round
 that drafted the full max_step_draft with acceptance above α (we lower it).
+
+Draft trees: the repo drafts one chain of up to max_step_draft tokens per round, so a tree
+of more than one path is a loss, dropped under `lossy` to its best path: max_step_draft =
+the tree's depth.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from autotune.exports._common import Loss, Source, dump_json, effective_policy, method_loss
+from autotune.exports._common import (
+    Loss,
+    Source,
+    chain_only_tree_loss,
+    draft_length,
+    dump_json,
+    effective_policy,
+    method_loss,
+)
 
 NAME = "dv"
 FILE = "dv.json"
@@ -34,6 +46,8 @@ def check(src: Source) -> list[Loss]:
         losses.append(Loss("exit_policy=heuristic", (),
                            "Draft & Verify has no K schedule; exported as fixed "
                            f"max_step_draft={src.cfg.k}"))
+    losses.append(chain_only_tree_loss(src, "Draft & Verify drafts one chain per round, no "
+                                            "tree"))
     return [loss for loss in losses if loss is not None]
 
 
@@ -44,7 +58,7 @@ def generate_kwargs(src: Source) -> dict[str, Any]:
     # A threshold of 0 never stops a draft early: that is a fixed K.
     threshold = cfg.gamma if policy in ("confidence", "adaptive") else 0.0
     out: dict[str, Any] = {
-        "max_step_draft": cfg.k,
+        "max_step_draft": draft_length(cfg),
         "th_stop_draft": threshold,
         "auto_th_stop_draft": policy == "adaptive",
     }

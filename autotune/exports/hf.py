@@ -10,13 +10,27 @@ generation/candidate_generator.py of the same version.
 The draft model itself is not part of a generation config: pass it to
 `generate(assistant_model=...)`. Prompt lookup ignores the assistant-token schedule and
 the confidence threshold, so only a fixed k is expressible for n-grams.
+
+Draft trees: assisted generation verifies one chain of candidate tokens per round (every
+CandidateGenerator.get_candidates in generation/candidate_generator.py, 5.23, returns one
+candidate sequence; no GenerationConfig field describes a tree), so a tree of more than one
+path is a loss, dropped under `lossy` to its best path: num_assistant_tokens = the tree's
+depth.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from autotune.exports._common import POLICY_KNOBS, Loss, Source, dump_json, effective_policy
+from autotune.exports._common import (
+    POLICY_KNOBS,
+    Loss,
+    Source,
+    chain_only_tree_loss,
+    draft_length,
+    dump_json,
+    effective_policy,
+)
 
 NAME = "hf"
 FILE = "hf/generation_config.json"
@@ -58,6 +72,10 @@ def check(src: Source) -> list[Loss]:
                            "transformers has no adaptive γ rule; exported as a confidence "
                            f"threshold fixed at γ0 (assistant_confidence_threshold="
                            f"{cfg.gamma})"))
+    tree = chain_only_tree_loss(src, "transformers' assisted generation verifies one chain "
+                                     "of candidates, no tree")
+    if tree is not None:
+        losses.append(tree)
     return losses
 
 
@@ -78,7 +96,7 @@ def generation_config(src: Source) -> dict[str, Any]:
         return out
     if cfg.method == "sorted_exit":
         out["assistant_early_exit"] = cfg.exits[-1] if len(cfg.exits) > 1 else cfg.exits[0]
-    out["num_assistant_tokens"] = cfg.k
+    out["num_assistant_tokens"] = draft_length(cfg)
     policy = effective_policy(cfg)
     # Our heuristic schedule restarts from k for every prompt; "heuristic" would carry K
     # over between generate() calls on the same assistant, "heuristic_transient" resets.

@@ -2,12 +2,30 @@
 
 Argument names from SGLang's ServerArgs (python/sglang/srt/server_args.py, 2026 main,
 and docs.sglang.io "Speculative Decoding"): `speculative_algorithm` (STANDALONE for a
-separate draft model, NGRAM for n-grams; EAGLE is left for draft trees),
+separate draft model, NGRAM for n-grams; EAGLE/EAGLE3 need EAGLE draft heads),
 `speculative_draft_model_path`, `speculative_num_steps`, `speculative_eagle_topk`,
 `speculative_num_draft_tokens`, and the NGRAM group `speculative_ngram_min_bfs_breadth`,
 `speculative_ngram_max_bfs_breadth`, `speculative_ngram_max_trie_depth` (was
 `speculative_ngram_branch_length`, renamed in PR #21181). The JSON keys are ServerArgs
 field names; the shell line uses the same names as `--kebab-case` flags.
+
+Draft trees. STANDALONE's worker is a subclass of EAGLEWorker
+(python/sglang/srt/speculative/standalone_worker.py: `class StandaloneWorker(EAGLEWorker)`,
+`self.topk = server_args.speculative_eagle_topk`), so a separate draft model drafts the
+same EAGLE-2 dynamic tree as EAGLE; the docs' STANDALONE example uses
+`--speculative-num-steps 4 --speculative-eagle-topk 2 --speculative-num-draft-tokens 7`.
+Each step expands the `topk` best nodes by `topk` children; the pool of
+topk + (num_steps - 1)·topk² drafted nodes is then cut to its `num_draft_tokens - 1` best
+by path score (`organize_draft_results` in python/sglang/srt/speculative/eagle_utils.py:
+`torch.topk(score_list, num_draft_token - 1)`); the verify pass carries those nodes plus
+the root, the last verified token. That is our tree exactly: tree_width -> eagle_topk,
+tree_depth -> num_steps, tree_node_count() (excluding the root) + 1 -> num_draft_tokens,
+and the chain export (topk 1, num_draft_tokens = num_steps + 1, which SGLang enforces for
+topk 1) is the same rule for a one-path tree. The experimental overlap scheduler
+(SGLANG_ENABLE_SPEC_V2) takes topk 1 only (same docs), so a tree runs without it. SGLang
+has no static tree (no counterpart of EAGLE's or
+TensorRT-LLM's choices): tree_choices is a loss, approximated under `lossy` by the dynamic
+tree of the same depth, width and size.
 
 SGLang's n-gram drafter is a trie over the tokens seen so far; since PR #21225 (March
 2026) it has no matching window (the older `--speculative-ngram-min/max-match-window-size`
@@ -20,7 +38,19 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from autotune.exports._common import Loss, Source, dump_json, fixed_k_policy_loss, method_loss
+from autotune.decoding.config import DecodeConfig
+from autotune.exports._common import (
+    STATIC_TREE_NOTE,
+    Loss,
+    Source,
+    draft_length,
+    dump_json,
+    fixed_k_policy_loss,
+    method_loss,
+    tree_depth_of,
+    tree_is_chain,
+    tree_label,
+)
 
 NAME = "sglang"
 ENGINE = "SGLang"
@@ -44,7 +74,30 @@ def check(src: Source) -> list[Loss]:
                            f"speculative_ngram_max_trie_depth={_trie_depth(src)} "
                            "(ngram_max + k, so a longest match still leaves k draft tokens), "
                            "which also lets longer suffixes match"))
+    if cfg.method == "draft_model" and cfg.tree_choices and not tree_is_chain(cfg):
+        steps, topk, nodes = _static_tree_shape(cfg)
+        label, knobs = tree_label(cfg)
+        losses.append(Loss(label, knobs,
+                           "SGLang drafts only dynamic (EAGLE-2) trees, no static one; "
+                           f"exported as the dynamic tree of the same depth and width: "
+                           f"speculative_num_steps={steps}, speculative_eagle_topk={topk}, "
+                           f"speculative_num_draft_tokens={nodes + 1} (the best {nodes} "
+                           "drafted nodes plus the root)",
+                           note=STATIC_TREE_NOTE))
     return [loss for loss in losses if loss is not None]
+
+
+def _static_tree_shape(cfg: DecodeConfig) -> tuple[int, int, int]:
+    """(num_steps, eagle_topk, tree nodes) of the dynamic tree nearest a static one: as
+    deep, as wide as its widest node or its highest child rank, and as many nodes as it
+    has, capped at what such a dynamic tree drafts."""
+    children: dict[tuple[int, ...], int] = {}
+    for path in cfg.tree_choices:
+        children[path[:-1]] = children.get(path[:-1], 0) + 1
+    steps = tree_depth_of(cfg)
+    topk = max(max(children.values()), max(rank for path in cfg.tree_choices for rank in path) + 1)
+    pool = topk + (steps - 1) * topk * topk
+    return steps, topk, min(len(cfg.tree_choices), pool)
 
 
 def _trie_depth(src: Source) -> int:
@@ -58,15 +111,14 @@ def server_args(src: Source) -> dict[str, Any]:
     cfg = src.cfg
     args: dict[str, Any] = {"model_path": src.target}
     if cfg.method == "draft_model":
-        # A chain draft: one candidate per step (topk 1). SGLang then requires
-        # num_draft_tokens = num_steps + 1 (the verified root plus k drafts) and
-        # overrides any other value with a warning, so we write it consistently.
+        steps, topk, nodes = _tree_shape(cfg)
         args.update({
             "speculative_algorithm": "STANDALONE",
             "speculative_draft_model_path": src.draft,
-            "speculative_num_steps": cfg.k,
-            "speculative_eagle_topk": 1,
-            "speculative_num_draft_tokens": cfg.k + 1,
+            "speculative_num_steps": steps,
+            "speculative_eagle_topk": topk,
+            # The verify pass: the root (last verified token) plus the kept tree nodes.
+            "speculative_num_draft_tokens": nodes + 1,
         })
     else:
         # NGRAM sets eagle_topk to max_bfs_breadth itself; breadth 1 gives a chain like our
@@ -79,6 +131,19 @@ def server_args(src: Source) -> dict[str, Any]:
             "speculative_ngram_max_trie_depth": _trie_depth(src),
         })
     return args
+
+
+def _tree_shape(cfg: DecodeConfig) -> tuple[int, int, int]:
+    """(speculative_num_steps, speculative_eagle_topk, tree nodes excluding the root)."""
+    if not cfg.is_tree or tree_is_chain(cfg):
+        # A chain draft: one candidate per step (topk 1). SGLang then requires
+        # num_draft_tokens = num_steps + 1 (the verified root plus the drafts) and
+        # overrides any other value with a warning, so we write it consistently.
+        n = draft_length(cfg)
+        return n, 1, n
+    if cfg.tree_choices:
+        return _static_tree_shape(cfg)     # the lossy approximation (see check)
+    return cfg.tree_depth, cfg.tree_width, cfg.tree_node_count()
 
 
 def command_line(args: dict[str, Any]) -> str:
