@@ -78,8 +78,9 @@ class Measurement:
         draft_s = sum(t.draft_s for t in rounds)
         verify_s = sum(t.verify_s for t in rounds)
         # Leviathan's α: of the draft tokens the verifier reached (all up to and
-        # including the first rejection), the share accepted.
-        reached = sum(min(t.drafted, t.accepted + 1) for t in rounds)
+        # including the first rejection), the share accepted. For a tree, a level is
+        # one "token": the walk reaches min(depth, accepted + 1) levels.
+        reached = sum(min(t.draft_depth, t.accepted + 1) for t in rounds)
         base_rounds = [t for g in base for t in g.rounds]
         base_ms = _ms_per_token(base)
         per_token = [(PromptRun.per_token(r.baseline), PromptRun.per_token(r.candidate))
@@ -104,6 +105,11 @@ class Measurement:
             "mean_accepted_tokens": (accepted + len(rounds)) / len(rounds) if rounds else None,
             "acceptance_rate": accepted / drafted if drafted else None,
             "pos_acc": position_acceptance(rounds),
+            "depth_acceptance": depth_acceptance(rounds),
+            # Tokens in the target's verify pass per round, the pending one included
+            # (a chain: drafted + 1; a tree: its nodes + the root).
+            "mean_verified_tokens": (statistics.fmean(t.verified for t in rounds)
+                                     if rounds else None),
             "draft_time_share": draft_s / (draft_s + verify_s) if rounds else None,
             "acceptance_alpha": accepted / reached if reached else None,
             "mean_drafted_tokens": drafted / len(rounds) if rounds else None,
@@ -145,14 +151,26 @@ def _time_split(prefix: str, gens: list[Generation], rounds: list) -> dict[str, 
 
 def position_acceptance(rounds: list) -> list[float]:
     """PosS's position-wise acceptance: entry i-1 is P(A_i | A_{i-1}), the chance the
-    i-th draft token is accepted given the one before it was (and it was proposed)."""
-    longest = max((t.drafted for t in rounds), default=0)
+    i-th draft token (a tree: a node at depth i) is accepted given the one before it
+    was (and the draft went that deep)."""
+    longest = max((t.draft_depth for t in rounds), default=0)
     out = []
     for i in range(1, longest + 1):
-        reached = sum(1 for t in rounds if t.drafted >= i and t.accepted >= i - 1)
+        reached = sum(1 for t in rounds if t.draft_depth >= i and t.accepted >= i - 1)
         if reached == 0:
             break
         out.append(sum(1 for t in rounds if t.accepted >= i) / reached)
+    return out
+
+
+def depth_acceptance(rounds: list) -> list[float]:
+    """Acceptance by depth: entry d-1 is the share of rounds whose accepted path
+    reached depth d, among the rounds that drafted at least d levels."""
+    longest = max((t.draft_depth for t in rounds), default=0)
+    out = []
+    for d in range(1, longest + 1):
+        drafted = [t for t in rounds if t.draft_depth >= d]
+        out.append(sum(1 for t in drafted if t.accepted >= d) / len(drafted))
     return out
 
 

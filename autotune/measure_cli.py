@@ -30,6 +30,8 @@ def _fmt(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, float):
         return f"{value:.3f}"
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        return ";".join(",".join(str(x) for x in v) for v in value)   # tree_choices
     if isinstance(value, list):
         return ", ".join(_fmt(v) for v in value) or "-"
     return str(value)
@@ -42,7 +44,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             "model", "draft", "device", "dtype", "prompts", "tokens_generated",
             "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup",
             "prefill_ms", "mean_accepted_tokens", "acceptance_rate", "pos_acc",
-            "draft_time_share", "peak_memory_mb", "lossless")]
+            "depth_acceptance", "mean_verified_tokens", "draft_time_share",
+            "peak_memory_mb", "lossless")]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 

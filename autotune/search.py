@@ -237,7 +237,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Metrics worth storing per trial: scalars and the short pos-acc list."""
+    """Metrics worth storing per trial: scalars and the short per-position lists."""
     keep = {}
     for key, value in metrics.items():
         if key == "config":
@@ -246,7 +246,7 @@ def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, float) and not math.isfinite(value):
                 value = None
             keep[key] = value
-        elif key in ("pos_acc", "mismatched_prompts"):
+        elif key in ("pos_acc", "depth_acceptance", "mismatched_prompts"):
             keep[key] = list(value)[:64]
     return keep
 
