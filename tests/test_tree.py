@@ -192,7 +192,10 @@ METHODS = {
     "layer_skip": dict(method="layer_skip", attn_skip=(1,), mlp_skip=(2,)),
     "draft_model": dict(method="draft_model"),
     "sorted_exit": dict(method="sorted_exit", exits=(1, 2, 4), thresholds=(0.3, 0.2)),
+    # S2D over a separate draft stack, with its own cache.
+    "sorted_exit_draft": dict(method="sorted_exit", exits=(1, 2), thresholds=(0.3,)),
 }
+USES_DRAFT = {"draft_model", "sorted_exit_draft"}
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +215,7 @@ def test_greedy_tree_decoding_is_lossless_on_a_tiny_model(models, method, shape)
     target, draft, _ = models
     config = DecodeConfig(**METHODS[method], **SHAPES[shape])
     ar = SpeculativeDecoder(target, DecodeConfig())
-    tree = SpeculativeDecoder(target, config, draft if method == "draft_model" else None)
+    tree = SpeculativeDecoder(target, config, draft if method in USES_DRAFT else None)
     for prompt in PROMPTS:
         for max_new in (1, 2, 7, 30):              # budgets that cut trees short
             expected = ar.generate(prompt, max_new, time.perf_counter).tokens
