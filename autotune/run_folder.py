@@ -31,14 +31,23 @@ def describe(config: dict[str, Any]) -> str:
     method = config.get("method", "none")
     if method == "none":
         return "baseline (AR)"
-    parts = [method, f"k={config.get('k')}"]
+    choices = config.get("tree_choices") or []
+    width = config.get("tree_width") or 0
+    if choices:                       # a static tree: its shape is the list of paths
+        parts = [method, f"tree choices({len(choices)})"]
+    elif width:                       # a dynamic tree; no token budget = every node
+        tokens = config.get("tree_tokens") or 0
+        parts = [method, f"tree w{width} d{config.get('tree_depth')}"
+                 + (f" t{tokens}" if tokens else "")]
+    else:
+        parts = [method, f"k={config.get('k')}"]
     if method == "layer_skip":
         parts.append(f"attn={len(config.get('attn_skip', []))} mlp={len(config.get('mlp_skip', []))}")
     elif method == "sorted_exit":
         parts.append(f"exits={','.join(map(str, config.get('exits', [])))}")
     elif method == "ngram":
         parts.append(f"n={config.get('ngram_min')}..{config.get('ngram_max')}")
-    policy = config.get("exit_policy", "fixed")
+    policy = config.get("exit_policy", "fixed")     # a tree always runs `fixed`
     if policy in ("confidence", "adaptive"):
         parts.append(f"{policy} γ={config.get('gamma'):.2f}")
     elif policy != "fixed":

@@ -18,7 +18,7 @@ import optuna
 
 from autotune.errors import AutotuneError
 from autotune.files import write_atomically
-from autotune.report.data import ReportData, collect
+from autotune.report.data import PROFILE_FILE, ReportData, collect
 from autotune.report.render import PANEL_IDS, render_report
 
 __all__ = ["PANEL_IDS", "ReportData", "build_report", "render_report", "write_report",
@@ -42,6 +42,17 @@ def _read_json(path: Path, required: bool) -> dict[str, Any] | None:
     if not isinstance(doc, dict):
         raise AutotuneError(f"{path}: expected a JSON object")
     return doc
+
+
+def _read_profile(path: Path) -> tuple[Any, str | None]:
+    """The parsed hardware profile (None when absent) and why it could not be read: a bad
+    profile costs the report one panel's plot, never the report."""
+    if not path.is_file():
+        return None, None
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        return None, (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _open_storage(run_dir: Path, storage: str | None, run: dict[str, Any]) -> tuple[Any, str]:
@@ -83,8 +94,8 @@ def _load_study(storage: Any, shown: str, name: Any) -> optuna.Study:
 
 
 def build_report(run_dir: Path, storage: str | None = None) -> ReportData:
-    """Every panel's data for the run folder `run_dir` (run.json, best.json and the study
-    in `storage`, by default `run_dir/study.journal`)."""
+    """Every panel's data for the run folder `run_dir` (run.json, best.json,
+    hardware_profile.json and the study in `storage`, by default `run_dir/study.journal`)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise AutotuneError(f"run folder not found: {run_dir}")
@@ -97,7 +108,8 @@ def build_report(run_dir: Path, storage: str | None = None) -> ReportData:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study_storage, shown = _open_storage(run_dir, storage, run)
         study = _load_study(study_storage, shown, run.get("study"))
-    return collect(study, run, best_doc)
+    profile, problem = _read_profile(run_dir / PROFILE_FILE)
+    return collect(study, run, best_doc, profile, problem)
 
 
 def write_report(run_dir: Path, out: Path | None = None, storage: str | None = None) -> Path:

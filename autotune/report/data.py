@@ -28,6 +28,8 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution,
                                   FloatDistribution, IntDistribution)
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.decoding.config import config_from_mapping
+from autotune.errors import AutotuneError
 from autotune.run_folder import describe
 from autotune.samplers import BASELINE, BASELINE_ATTR
 
@@ -45,6 +47,16 @@ DERIVED_KNOBS: tuple[tuple[str, str, str, str], ...] = (
     ("n_mlp_skipped", "MLP layers skipped", "layer_skip", "mlp_skip"),
     ("n_exits", "number of exits", "sorted_exit", "exits"),
 )
+
+# Knobs computed from a draft tree's canonical config (tree trials only; a chain lacks
+# them): width and depth of a dynamic tree, and the nodes one verify pass checks.
+TREE_KNOBS: tuple[tuple[str, str], ...] = (
+    ("tree_width", "tree width"),
+    ("tree_depth", "tree depth"),
+    ("tree_nodes", "tree nodes verified per round"),
+)
+_DERIVED_TITLES = {name: text for name, text, _, _ in DERIVED_KNOBS} | dict(TREE_KNOBS)
+TREE_CONFIG_KEYS = ("tree_width", "tree_depth", "tree_tokens", "tree_choices")
 
 # The canonical config keys each method reads (the header shows only these).
 _METHOD_KEYS: dict[str, tuple[str, ...]] = {
@@ -64,6 +76,7 @@ _UNITS = {
     "latency_ms_per_token": "ms/token", "speedup": "× AR", "peak_memory_mb": "MiB",
     "acceptance_rate": "fraction", "mean_accepted_tokens": "tokens/round",
     "prefill_ms": "ms", "draft_time_share": "fraction", "agreement": "fraction",
+    "mean_verified_tokens": "tokens/pass",
 }
 
 
@@ -218,13 +231,56 @@ def _leaf(name: str) -> str:
     return name.rsplit(".", 1)[-1] if not _INDEXED.match(name) else name
 
 
+@dataclass(frozen=True)
+class TreeShape:
+    """The draft shape of one config, from its canonical keys.
+
+    kind: "chain" (tree_width 0, no tree_choices), "tree" (a dynamic tree) or "static"
+    (tree_choices). depth: tree_depth; a chain's k; a static tree's deepest path.
+    width: tree_width (0 for chains and static trees). tokens: tree_tokens as set
+    (0 = every drafted node). nodes: draft nodes one verify pass checks at most, root
+    excluded (`DecodeConfig.tree_node_count()`; a chain's k)."""
+
+    kind: str
+    width: int
+    depth: int
+    tokens: int
+    nodes: int
+
+
+def tree_shape(config: dict[str, Any]) -> TreeShape | None:
+    """The shape of a speculative config; None for the AR baseline, no config, or tree
+    keys that do not parse (a hand-edited config)."""
+    method = config.get("method")
+    if not config or method in (None, "none"):
+        return None
+    try:
+        cfg = config_from_mapping({key: config[key] for key in TREE_CONFIG_KEYS + ("k",)
+                                   if config.get(key) is not None})
+    except AutotuneError:
+        return None
+    if cfg.tree_choices:
+        return TreeShape("static", 0, max(len(p) for p in cfg.tree_choices), 0,
+                         cfg.tree_node_count())
+    if cfg.tree_width > 0:
+        return TreeShape("tree", cfg.tree_width, cfg.tree_depth, cfg.tree_tokens,
+                         cfg.tree_node_count())
+    return TreeShape("chain", 0, cfg.k, 0, cfg.k)
+
+
 def _derived_values(t: FrozenTrial) -> dict[str, int]:
-    """Derived knob values of a trial, for the methods that have them."""
+    """Derived knob values of a trial, for the methods that have them: layer / exit
+    counts, and a tree's width, depth and verified nodes (trees only)."""
     config, method = _config(t), trial_method(t)
     out = {}
     for name, _, for_method, key in DERIVED_KNOBS:
         if method == for_method and isinstance(config.get(key), list):
             out[name] = len(config[key])
+    shape = tree_shape(config)
+    if shape is not None and shape.kind != "chain":
+        if shape.kind == "tree":
+            out["tree_width"], out["tree_depth"] = shape.width, shape.depth
+        out["tree_nodes"] = shape.nodes
     return out
 
 
@@ -270,7 +326,16 @@ def method_params(config: dict[str, Any]) -> dict[str, Any]:
     if keys is None:
         return {k: v for k, v in config.items() if k not in ("temperature", "top_p")}
     keys = keys + _POLICY_KEYS.get(str(config.get("exit_policy")), ()) if keys else keys
-    return {"method": method, **{k: config[k] for k in keys if k in config}}
+    shape = tree_shape(config)
+    if shape is not None and shape.kind != "chain":
+        # A tree's shape replaces k and the exit policy (a tree needs exit_policy=fixed).
+        keys = tuple(k for k in keys if k not in ("k", "exit_policy")) + (
+            ("tree_choices",) if shape.kind == "static" else ("tree_width", "tree_depth", "tree_tokens"))
+    out = {"method": method, **{k: config[k] for k in keys if k in config}}
+    if shape is not None and shape.kind == "static":
+        # Up to 255 paths: the header names the tree's size; the exports hold the paths.
+        out["tree_choices"] = f"{shape.nodes} paths, depth {shape.depth}"
+    return out
 
 
 def _pick(source: Any, keys: Iterable[str]) -> dict[str, str]:
@@ -432,14 +497,21 @@ def _response(t: FrozenTrial, metric: str, objective: ObjectiveInfo) -> float | 
     return _finite(_metrics(t).get(metric))
 
 
+# Tree knobs read best as width, depth, nodes (then any searched tree_tokens).
+_TREE_ORDER = {name: f"tree_{i}" for i, (name, _) in enumerate(TREE_KNOBS)}
+
+
 def _knob_order(names: Iterable[str]) -> list[str]:
     """`method` first, then by namespace in order of appearance, then by name."""
     names = list(dict.fromkeys(names))
     spaces: dict[str, int] = {}
     for name in names:
         spaces.setdefault(name.rsplit(".", 1)[0] if "." in name else "", len(spaces))
-    return sorted(names, key=lambda n: (n != "method",
-                                        spaces[n.rsplit(".", 1)[0] if "." in n else ""], n))
+
+    def key(n: str) -> tuple[bool, int, str]:
+        space, _, leaf = n.rpartition(".")
+        return n != "method", spaces[space], _TREE_ORDER.get(leaf, leaf)
+    return sorted(names, key=key)
 
 
 def knobs(study: optuna.Study, objective: ObjectiveInfo) -> Knobs:
@@ -452,9 +524,17 @@ def knobs(study: optuna.Study, objective: ObjectiveInfo) -> Knobs:
         for name, dist in t.distributions.items():
             if not _is_bit(name, dist):
                 dists.setdefault(name, dist)
-    derived_present = {name for t in trials for name in _derived_values(t)}
-    derived = [(f"{method}.{name}", name, text, method) for name, text, method, _ in DERIVED_KNOBS
-               if name in derived_present]
+    # A derived knob per method that has it (`layer_skip.n_attn_skipped`,
+    # `draft_model.tree_width`), unless the space already searches a knob of that name.
+    searched = {(name.rsplit(".", 1)[0] if "." in name else "", _leaf(name)) for name in dists}
+    derived_present: dict[tuple[str, str], None] = {}
+    for t in trials:
+        for name in _derived_values(t):
+            derived_present.setdefault((trial_method(t), name), None)
+    order_of = {name: i for i, name in enumerate(_DERIVED_TITLES)}
+    derived = [(f"{method}.{name}", name, _DERIVED_TITLES[name], method)
+               for method, name in sorted(derived_present, key=lambda mn: (mn[0], order_of[mn[1]]))
+               if (method, name) not in searched]
     order = _knob_order(list(dists) + [full for full, *_ in derived])
     by_full = {full: (name, text) for full, name, text, _ in derived}
     out = []
@@ -462,7 +542,8 @@ def knobs(study: optuna.Study, objective: ObjectiveInfo) -> Knobs:
         rows = []
         for t in trials:
             if full in by_full:
-                x = _derived_values(t).get(by_full[full][0])
+                x = (_derived_values(t).get(by_full[full][0])
+                     if trial_method(t) == full.split(".")[0] else None)
             elif full == "method":
                 x = trial_method(t)       # the AR baseline (no params) shows as "none"
             else:
@@ -957,7 +1038,7 @@ def pareto(study: optuna.Study, objective: ObjectiveInfo) -> Pareto:
 
 # ------------------------------------------------------------------ top trials
 TOP_METRICS = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
-               "mean_accepted_tokens", "acceptance_rate", "lossless")
+               "mean_accepted_tokens", "mean_verified_tokens", "acceptance_rate", "lossless")
 
 
 @dataclass
@@ -993,6 +1074,296 @@ def top_trials(study: optuna.Study, objective: ObjectiveInfo, n: int = 10) -> To
     return TopTrials(frame, None if rows else "No trial has completed yet.")
 
 
+# ------------------------------------------------------------------ draft trees
+@dataclass
+class TreePanel:
+    """Speedup over the shape of the draft tree.
+
+    `cells`: one row per heatmap cell, the best trial of that shape: column ("chain",
+    the tree width as text, or "static"), depth, value (the response metric), number,
+    label, method, tokens (its tree_tokens; 0 = every drafted node), nodes (nodes
+    verified per round), budgets (the tree_tokens tried in the cell, as text), n_trials,
+    is_best (the best cell). `columns`: the column order. `depth_acc`: number, label,
+    method, role, depth, share: the depth acceptance of the best tree and best chain."""
+
+    metric: str
+    metric_title: str
+    higher_better: bool
+    columns: list[str]
+    cells: pd.DataFrame
+    depth_acc: pd.DataFrame
+    note: str | None = None
+
+
+_TREE_CELL_COLUMNS = ["column", "depth", "value", "number", "label", "method", "tokens", "nodes",
+                      "budgets", "n_trials", "is_best"]
+
+
+def _budget(tokens: int) -> str:
+    return "all" if tokens == 0 else str(tokens)
+
+
+def _sign_of(metric: str, objective: ObjectiveInfo) -> int:
+    """+1 when smaller is better for `metric` (speedup and unknown metrics: larger)."""
+    if metric in objective.metrics:
+        return objective.sign(objective.metrics.index(metric))
+    return -1
+
+
+def tree_panel(study: optuna.Study, objective: ObjectiveInfo) -> TreePanel:
+    """The best speedup per tree width × depth, at the best token budget.
+
+    Per (width, depth) cell, the complete trial with the best speedup (else the first
+    objective) over every tree_tokens tried there: the cell shows its value and names its
+    budget. Chains (tree_width 0) of the methods that also drafted trees form a "chain"
+    column at depth = k, a tree of width 1 in all but the exit policy; static trees
+    (tree_choices) a "static" column at their deepest path."""
+    trials = complete_trials(study)
+    metric, title = response_metric(trials, objective)
+    sign = _sign_of(metric, objective)
+    shaped = [(t, shape) for t in trials if (shape := tree_shape(_config(t))) is not None]
+    tree_methods = {trial_method(t) for t, s in shaped if s.kind != "chain"}
+    empty = TreePanel(metric, title, sign < 0, [], pd.DataFrame(columns=_TREE_CELL_COLUMNS),
+                      pd.DataFrame(columns=["number", "label", "method", "role", "depth", "share"]))
+    if not trials:
+        empty.note = "No trial has completed yet."
+        return empty
+    if not tree_methods:
+        empty.note = ("No trial drafted a tree: every config is a chain (tree_width 0, no "
+                      "tree_choices). A search space with tree knobs (tree_width, tree_depth, "
+                      "tree_tokens) fills this panel.")
+        return empty
+    groups: dict[tuple[str, int], list[tuple[FrozenTrial, TreeShape, float]]] = {}
+    unmeasured = []
+    for t, shape in shaped:
+        if shape.kind == "chain" and trial_method(t) not in tree_methods:
+            continue
+        value = _response(t, metric, objective)
+        if value is None:
+            unmeasured.append(f"#{t.number}")
+            continue
+        column = {"chain": "chain", "static": "static"}.get(shape.kind, str(shape.width))
+        groups.setdefault((column, shape.depth), []).append((t, shape, value))
+    rows = []
+    for (column, depth), members in groups.items():
+        t, shape, value = min(members, key=lambda m: (sign * m[2], m[0].number))
+        budgets = sorted({m[1].tokens for m in members}, key=lambda b: (b == 0, b))
+        rows.append({"column": column, "depth": depth, "value": value, "number": t.number,
+                     "label": trial_label(t), "method": trial_method(t), "tokens": shape.tokens,
+                     "nodes": shape.nodes,
+                     "budgets": ", ".join(_budget(b) for b in budgets) if column not in ("chain", "static") else "",
+                     "n_trials": len(members), "is_best": False})
+    cells = pd.DataFrame(rows, columns=_TREE_CELL_COLUMNS)
+    widths = sorted({int(c) for c in cells["column"] if c not in ("chain", "static")})
+    columns = (["chain"] if (cells["column"] == "chain").any() else []) + [str(w) for w in widths] + (
+        ["static"] if (cells["column"] == "static").any() else [])
+    notes = []
+    if not (cells["column"] != "chain").any():
+        cells = cells.iloc[0:0]
+        columns = []
+    if not cells.empty:
+        cells = cells.sort_values(["depth", "column"], key=lambda c: c.map(columns.index)
+                                  if c.name == "column" else c, ignore_index=True)
+        best_at = min(range(len(cells)), key=lambda i: (sign * cells.at[i, "value"], cells.at[i, "number"]))
+        cells.loc[best_at, "is_best"] = True
+        notes.append(_tree_summary(cells, metric, sign))
+    else:
+        notes.append(f"No tree trial measured {metric}.")
+    if unmeasured:
+        notes.append(f"No {metric} for {', '.join(unmeasured)}.")
+    depth_acc = _depth_acceptance(cells, sign, {t.number: t for t in trials})
+    if not cells.empty and depth_acc.empty:
+        notes.append("No depth acceptance recorded for the best tree or chain.")
+    return TreePanel(metric, title, sign < 0, columns, cells, depth_acc, " ".join(notes) or None)
+
+
+def _shape_text(row: Any) -> str:
+    """`tree w4 d5 t30`, `chain k=4`, `static tree, 12 nodes, depth 4` for a cell row."""
+    if row["column"] == "chain":
+        return f"chain k={row['depth']}"
+    if row["column"] == "static":
+        return f"static tree, {row['nodes']} nodes, depth {row['depth']}"
+    return f"tree w{row['column']} d{row['depth']} t={_budget(int(row['tokens']))}"
+
+
+def _tree_summary(cells: pd.DataFrame, metric: str, sign: int) -> str:
+    """The best tree against the best chain, and how to read the chain / static columns."""
+    unit = "×" if metric == "speedup" else f" {metric}"
+
+    def best(part: pd.DataFrame) -> Any:
+        return part.loc[min(part.index, key=lambda i: (sign * part.at[i, "value"], part.at[i, "number"]))]
+
+    trees, chains = cells[cells["column"] != "chain"], cells[cells["column"] == "chain"]
+    tree = best(trees)
+    parts = [f"Best tree: #{tree['number']} {tree['method']} {_shape_text(tree)}, "
+             f"{tree['value']:.3g}{unit}"]
+    if not chains.empty:
+        chain = best(chains)
+        parts[0] += (f"; best chain of the same drafters: #{chain['number']} {chain['method']} "
+                     f"{_shape_text(chain)}, {chain['value']:.3g}{unit}")
+    parts[0] += "."
+    parts.append("Each cell is the best trial of its width and depth over the token budgets tried "
+                 "there (t: tree_tokens, the nodes kept after the rerank; t=all keeps every "
+                 "drafted node).")
+    if not chains.empty:
+        parts.append("The chain column holds the chains (tree_width 0) of the drafters that also "
+                     "drafted trees, at depth = k, the most tokens a chain drafts per round: a "
+                     "width-1 tree but for its exit policy.")
+    statics = cells[cells["column"] == "static"]
+    if not statics.empty:
+        listed = "; ".join(f"#{r.number} {r.method} {r.nodes} nodes to depth {r.depth}: "
+                           f"{r.value:.3g}{unit}" for r in statics.itertuples(index=False))
+        parts.append(f"The static column holds static trees (tree_choices) at their deepest "
+                     f"path: {listed}.")
+    return " ".join(parts)
+
+
+def _depth_acceptance(cells: pd.DataFrame, sign: int, by_number: dict[int, FrozenTrial]) -> pd.DataFrame:
+    """Depth acceptance (share of rounds whose accepted path reached depth d, among those
+    that drafted that deep) of the best tree and of the best chain, when recorded."""
+    columns = ["number", "label", "method", "role", "depth", "share"]
+    rows = []
+    for role, part in (("best tree", cells[cells["column"] != "chain"]),
+                       ("best chain", cells[cells["column"] == "chain"])):
+        if part.empty:
+            continue
+        i = min(part.index, key=lambda i: (sign * part.at[i, "value"], part.at[i, "number"]))
+        t = by_number[int(part.at[i, "number"])]
+        values = _metrics(t).get("depth_acceptance")
+        if not isinstance(values, list):
+            continue
+        rows += [{"number": t.number, "label": trial_label(t), "method": trial_method(t),
+                  "role": role, "depth": d, "share": _finite(v)}
+                 for d, v in enumerate(values, start=1) if _finite(v) is not None]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# ------------------------------------------------------------------ hardware profile
+PROFILE_FILE = "hardware_profile.json"
+FREE_TOLERANCE = 0.10          # "free": within 10 % of the cost of verifying one token
+
+
+@dataclass
+class Hardware:
+    """The target's forward cost against the tokens verified in one pass.
+
+    `frame`: tokens, ms (median), ms_min, ms_per_token (median / tokens), by tokens.
+    `free_up_to`: the largest n whose median is within FREE_TOLERANCE of the 1-token
+    cost; `extra_ms_per_token`: the slope of a least-squares line through the medians
+    from there on. `verified`: the best speculative trial's mean_verified_tokens."""
+
+    frame: pd.DataFrame
+    info: dict[str, str] = field(default_factory=dict)
+    free_up_to: int | None = None
+    base_ms: float | None = None
+    extra_ms_per_token: float | None = None
+    verified: float | None = None
+    verified_number: int | None = None
+    note: str | None = None
+
+
+_PROFILE_COLUMNS = ["tokens", "ms", "ms_min", "ms_per_token"]
+
+
+def profile_points(doc: Any) -> tuple[pd.DataFrame, int]:
+    """The valid points of a hardware profile document, by tokens, and how many entries
+    were left out (not an object, tokens not a positive integer, ms not a positive finite
+    number, a repeated token count)."""
+    points = doc.get("points") if isinstance(doc, dict) else None
+    rows, dropped, seen = [], 0, set()
+    for point in points if isinstance(points, list) else []:
+        tokens = point.get("tokens") if isinstance(point, dict) else None
+        ms = _finite(point.get("ms")) if isinstance(point, dict) else None
+        if (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1 or tokens in seen
+                or ms is None or ms <= 0):
+            dropped += 1
+            continue
+        seen.add(tokens)
+        ms_min = _finite(point.get("ms_min"))
+        rows.append({"tokens": tokens, "ms": ms, "ms_min": ms_min if ms_min and ms_min > 0 else None,
+                     "ms_per_token": ms / tokens})
+    frame = pd.DataFrame(rows, columns=_PROFILE_COLUMNS)
+    return frame.sort_values("tokens", ignore_index=True), dropped
+
+
+def free_up_to(frame: pd.DataFrame, tolerance: float = FREE_TOLERANCE) -> int | None:
+    """The largest token count whose median cost is within `tolerance` of the 1-token
+    cost; None without a 1-token point."""
+    one = frame[frame["tokens"] == 1]
+    if one.empty:
+        return None
+    limit = float(one["ms"].iloc[0]) * (1 + tolerance)
+    return int(frame[frame["ms"] <= limit]["tokens"].max())
+
+
+def marginal_ms(frame: pd.DataFrame, start: int) -> float | None:
+    """Milliseconds per extra verified token beyond `start`: the least-squares slope of
+    the medians at `start` tokens and above (None with fewer than two such points)."""
+    part = frame[frame["tokens"] >= start]
+    if len(part) < 2:
+        return None
+    x, y = part["tokens"].astype(float), part["ms"].astype(float)
+    mx, my = x.mean(), y.mean()
+    return float(((x - mx) * (y - my)).sum() / ((x - mx) ** 2).sum())
+
+
+def hardware(doc: Any, study: optuna.Study | None = None, objective: ObjectiveInfo | None = None,
+             problem: str | None = None) -> Hardware:
+    """The hardware panel from the run folder's hardware_profile.json (`doc`: its parsed
+    content, None when there is none; `problem`: why it could not be read), with the best
+    speculative trial's mean verified tokens per pass when the study is given."""
+    empty = pd.DataFrame(columns=_PROFILE_COLUMNS)
+    if problem:
+        return Hardware(empty, note=f"Cannot read {PROFILE_FILE}: {problem}. `autotune search` "
+                                    f"writes it into the run folder.")
+    if doc is None:
+        return Hardware(empty, note=f"No {PROFILE_FILE} in this run folder: `autotune search` "
+                                    "writes it into the run folder (runs from before it did "
+                                    "have none).")
+    frame, dropped = profile_points(doc)
+    if frame.empty:
+        what = "is not a JSON object" if not isinstance(doc, dict) else (
+            "has no list of points" if not isinstance(doc.get("points"), list)
+            else "has no valid point (tokens >= 1, ms > 0)")
+        return Hardware(empty, note=f"{PROFILE_FILE} {what}: nothing to plot. `autotune search` "
+                                    "writes it into the run folder.")
+    info = _pick(doc, ("model", "device", "dtype", "context_tokens", "repeats"))
+    out = Hardware(frame, info)
+    notes = []
+    out.free_up_to = free_up_to(frame)
+    if out.free_up_to is None:
+        notes.append("The profile has no 1-token point: the cost of verifying one token, "
+                     "which 'free' is measured against, is unknown.")
+    else:
+        out.base_ms = float(frame[frame["tokens"] == 1]["ms"].iloc[0])
+        n = out.free_up_to
+        if n >= int(frame["tokens"].max()):
+            notes.append(f"Verifying up to {n} tokens, every size measured, costs about as much "
+                         f"as one on this hardware ({out.base_ms:.3g} ms, within "
+                         f"{FREE_TOLERANCE:.0%}).")
+        else:
+            out.extra_ms_per_token = marginal_ms(frame, n)
+            extra = (f"; beyond that each extra token costs ~{out.extra_ms_per_token:.3g} ms"
+                     if out.extra_ms_per_token is not None else "")
+            notes.append(f"Verifying up to {n} tokens costs about as much as one on this "
+                         f"hardware ({out.base_ms:.3g} ms, within {FREE_TOLERANCE:.0%}){extra}.")
+    if dropped:
+        notes.append(f"{dropped} malformed point{'s' if dropped != 1 else ''} left out.")
+    if study is not None and objective is not None:
+        best, _ = best_speculative(study, objective)
+        verified = _finite(_metrics(best).get("mean_verified_tokens")) if best is not None else None
+        if best is not None and verified is not None:
+            out.verified, out.verified_number = verified, best.number
+            where = ""
+            if out.free_up_to is not None:
+                where = (" (inside the free range)" if verified <= out.free_up_to
+                         else " (past the free range)")
+            notes.append(f"The best speculative config, #{best.number}, verifies {verified:.3g} "
+                         f"tokens per pass on average{where}.")
+    out.note = " ".join(notes) or None
+    return out
+
+
 # ------------------------------------------------------------------ everything
 @dataclass
 class ReportData:
@@ -1007,15 +1378,20 @@ class ReportData:
     importance: Importance
     layers: LayerHeatmap
     pos_acc: PosAcc
+    tree: TreePanel
     time_split: TimeSplit
+    hardware: Hardware
     leviathan: Leviathan
     pareto: Pareto
     top: TopTrials
 
 
 def collect(study: optuna.Study, run: dict[str, Any] | None = None,
-            best_doc: dict[str, Any] | None = None) -> ReportData:
-    """Every panel's data for `study` (run / best_doc: the run folder's JSON documents)."""
+            best_doc: dict[str, Any] | None = None, profile: Any = None,
+            profile_problem: str | None = None) -> ReportData:
+    """Every panel's data for `study` (run / best_doc: the run folder's JSON documents;
+    profile: its parsed hardware_profile.json, None when absent, with `profile_problem`
+    saying why it could not be read)."""
     run, best_doc = run or {}, best_doc or {}
     objective = objective_info(study, run, best_doc)
     return ReportData(
@@ -1027,7 +1403,9 @@ def collect(study: optuna.Study, run: dict[str, Any] | None = None,
         importance=importance(study, objective),
         layers=layer_heatmap(study, objective, n_layers_of(run, best_doc, study)),
         pos_acc=pos_acc(study, objective),
+        tree=tree_panel(study, objective),
         time_split=time_split(study, objective),
+        hardware=hardware(profile, study, objective, profile_problem),
         leviathan=leviathan(study, objective),
         pareto=pareto(study, objective),
         top=top_trials(study, objective),

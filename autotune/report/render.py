@@ -17,13 +17,14 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from autotune.report.data import (Header, History, Importance, Knob, Knobs, LayerHeatmap,
-                                  Leviathan, Parallel, Pareto, PosAcc, ReportData, TimeSplit,
-                                  TopTrials, metric_title)
+from autotune.report.data import (FREE_TOLERANCE, PROFILE_FILE, Hardware, Header, History,
+                                  Importance, Knob, Knobs, LayerHeatmap, Leviathan, Parallel,
+                                  Pareto, PosAcc, ReportData, TimeSplit, TopTrials, TreePanel,
+                                  metric_title)
 
 # Panel ids in page order (`panel-<id>`); a test and the headless-browser check use them.
-PANEL_IDS = ("header", "top", "history", "knobs", "parallel", "importance", "layers",
-             "pos-acc", "time-split", "leviathan", "pareto")
+PANEL_IDS = ("header", "top", "history", "knobs", "parallel", "importance", "layers", "tree",
+             "pos-acc", "time-split", "hardware", "leviathan", "pareto")
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 FIG_HEIGHT = 400
@@ -226,7 +227,8 @@ def render_header(h: Header) -> str:
 _TOP_HEADS = {"rank": "#", "number": "trial", "label": "config", "preset": "preset",
               "pareto": "Pareto", "speedup": "speedup (× AR)", "latency_ms_per_token": "ms/token",
               "baseline_latency_ms_per_token": "AR ms/token",
-              "mean_accepted_tokens": "τ (tokens/round)", "acceptance_rate": "acceptance",
+              "mean_accepted_tokens": "τ (tokens/round)",
+              "mean_verified_tokens": "verified (tokens/pass)", "acceptance_rate": "acceptance",
               "lossless": "lossless"}
 
 
@@ -308,7 +310,8 @@ def _knob_figure(knob: Knob, knobs: Knobs, index: int) -> str:
 def render_knobs(k: Knobs) -> str:
     how = (f"One plot per knob: each dot is a complete trial, y is its {k.y_metric}; dots "
            "of a trial's method share a colour and the best trial is the star. Derived knobs "
-           "count the layers or exits a config uses.")
+           "count the layers or exits a config uses, or give a draft tree's width, depth and "
+           "the nodes one verify pass checks.")
     if not k.knobs:
         return _section("knobs", "Speedup against each knob", how, _note(k.note))
     cells = [_knob_figure(knob, k, i) for i, knob in enumerate(k.knobs)]
@@ -383,6 +386,143 @@ def render_layers(lh: LayerHeatmap) -> str:
     fig.update_xaxes(dtick=1 if (lh.n_layers or 0) <= 40 else 4, tickangle=0)
     return _section("layers", "Layers skipped by the best drafts", how,
                     _figure(fig, "fig-layers") + _note(lh.note))
+
+
+def _cell_text(row: Any, unit: str, best: bool) -> str:
+    """What a tree cell prints: its value and token budget (nodes for a static tree)."""
+    value = f"{'★ ' if best else ''}{row.value:.2f}{unit}"
+    if row.column == "chain":
+        return value
+    if row.column == "static":
+        return f"{value}<br>{row.nodes} nodes"
+    return f"{value}<br>t={'all' if row.tokens == 0 else row.tokens}"
+
+
+def _cell_hover(row: Any, metric: str) -> str:
+    if row.column == "chain":
+        shape = f"chain, k={row.depth}"
+    elif row.column == "static":
+        shape = f"static tree (tree_choices): {row.nodes} nodes, depth {row.depth}"
+    else:
+        shape = (f"tree width {row.column}, depth {row.depth}, "
+                 f"tree_tokens {'all' if row.tokens == 0 else row.tokens} ({row.nodes} nodes)")
+    lines = [f"#{row.number} {row.method}: {shape}", f"{metric} {row.value:.3f}",
+             _esc(row.label)]
+    if row.budgets:
+        lines.append(f"budgets tried here: {row.budgets}")
+    lines.append(f"{row.n_trials} trial{'s' if row.n_trials != 1 else ''} of this shape")
+    return "<br>".join(lines)
+
+
+def render_tree(tp: TreePanel) -> str:
+    how = ("The best trial per draft-tree shape: x is the tree width (children expanded per "
+           "node), y the depth (levels drafted); each cell shows its best "
+           f"{tp.metric} and the token budget t that gave it (★: the best cell). "
+           "Hover for the trial. Where recorded, the right plot shows how often the accepted "
+           "path reached each depth.")
+    title = "Draft trees: width × depth"
+    if tp.cells.empty:
+        return _section("tree", title, how, _note(tp.note))
+    depths = sorted({int(d) for d in tp.cells["depth"]})
+    rows_y = [str(d) for d in depths]
+    z: list[list[float | None]] = [[None] * len(tp.columns) for _ in depths]
+    text = [[""] * len(tp.columns) for _ in depths]
+    hover = [[""] * len(tp.columns) for _ in depths]
+    unit = "×" if tp.metric == "speedup" else ""
+    for row in tp.cells.itertuples(index=False):
+        i, j = depths.index(int(row.depth)), tp.columns.index(row.column)
+        z[i][j] = float(row.value)
+        text[i][j] = _cell_text(row, unit, bool(row.is_best))
+        hover[i][j] = _cell_hover(row, tp.metric)
+    if tp.metric == "speedup":
+        # White at AR parity: blue cells beat plain decoding, red ones lose to it.
+        scale: dict[str, Any] = dict(colorscale="RdBu", zmid=1.0)
+    else:
+        scale = dict(colorscale="Viridis", reversescale=not tp.higher_better)
+    ticks = {"chain": "chain (k)", "static": "static"}
+    fig = go.Figure(go.Heatmap(
+        z=z, x=tp.columns, y=rows_y, text=text, texttemplate="%{text}", hovertext=hover,
+        hovertemplate="%{hovertext}<extra></extra>", xgap=2, ygap=2, hoverongaps=False,
+        colorbar=dict(title=dict(text=tp.metric_title, side="right")), **scale))
+    _layout(fig, "tree width (children per node)", "tree depth (levels; chain: k)",
+            max(300, 60 + 48 * len(depths)), legend=False)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=tp.columns,
+                     tickvals=tp.columns, ticktext=[ticks.get(c, c) for c in tp.columns])
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=rows_y)
+    heat = _figure(fig, "fig-tree")
+    if tp.depth_acc.empty:
+        return _section("tree", title, how, heat + _note(tp.note))
+    acc = go.Figure()
+    for role, part in tp.depth_acc.groupby("role", sort=False):
+        tree = role == "best tree"
+        acc.add_trace(go.Scatter(
+            x=part["depth"], y=part["share"], mode="lines+markers",
+            name=f"{role}: #{part['number'].iloc[0]}",
+            line=dict(color=method_color(str(part["method"].iloc[0])), width=2.5 if tree else 1.5,
+                      dash="solid" if tree else "dash"),
+            marker=dict(symbol="star" if tree else "circle", size=9 if tree else 6),
+            hovertemplate=f"{_esc(role)} #{part['number'].iloc[0]}: depth %{{x}}<br>"
+                          "reached in %{y:.2f} of the rounds that drafted it<extra></extra>"))
+    _layout(acc, "depth d", "share of rounds reaching depth d", max(300, 60 + 48 * len(depths)))
+    acc.update_yaxes(range=[0, 1.05])
+    acc.update_xaxes(dtick=1)
+    body = (f'<div class="grid"><div class="cell">{heat}</div>'
+            f'<div class="cell">{_figure(acc, "fig-tree-depth")}</div></div>')
+    return _section("tree", title, how, body + _note(tp.note))
+
+
+def render_hardware(hw: Hardware) -> str:
+    how = ("What one forward of the target costs against the number of tokens it verifies "
+           "in that pass (left: ms per pass, median and fastest; right: ms per token). Where "
+           "the left curve is flat, extra draft tokens ride along almost for free: the shaded "
+           f"range stays within {FREE_TOLERANCE:.0%} of the 1-token cost.")
+    title = "Verify cost on this hardware"
+    if hw.frame.empty:
+        return _section("hardware", title, how, _note(hw.note))
+    f = hw.frame
+    cost = go.Figure()
+    if hw.free_up_to is not None and hw.free_up_to > int(f["tokens"].min()):
+        cost.add_vrect(x0=float(f["tokens"].min()), x1=float(hw.free_up_to),
+                       fillcolor="#009E73", opacity=0.10, line_width=0,
+                       annotation_text=f"free up to {hw.free_up_to}",
+                       annotation_position="top left")
+    if hw.base_ms is not None:
+        cost.add_hline(y=hw.base_ms * (1 + FREE_TOLERANCE), line=dict(color="#888", dash="dot", width=1),
+                       annotation_text=f"1 token +{FREE_TOLERANCE:.0%}",
+                       annotation_position="bottom right")
+    mins = f[f["ms_min"].notna()]
+    if not mins.empty:
+        cost.add_trace(go.Scatter(x=mins["tokens"], y=mins["ms_min"], mode="lines", name="fastest",
+                                  line=dict(color="#0072B2", width=1, dash="dot"), opacity=0.45,
+                                  hovertemplate="%{x} tokens: fastest %{y:.3f} ms<extra></extra>"))
+    cost.add_trace(go.Scatter(x=f["tokens"], y=f["ms"], mode="lines+markers", name="median",
+                              line=dict(color="#0072B2", width=2), marker=dict(size=5),
+                              hovertemplate="%{x} tokens: median %{y:.3f} ms<extra></extra>"))
+    per = go.Figure(go.Scatter(x=f["tokens"], y=f["ms_per_token"], mode="lines+markers",
+                               name="median / tokens", line=dict(color="#E69F00", width=2),
+                               marker=dict(size=5),
+                               hovertemplate="%{x} tokens: %{y:.4f} ms per token<extra></extra>"))
+    for fig, where in ((cost, "right"), (per, "top right")):
+        # Mid-height on the cost plot, clear of the "free up to" label and of the curve.
+        if hw.verified is not None:
+            fig.add_vline(x=hw.verified, line=dict(color=BEST_COLOR, width=1.5, dash="dash"),
+                          annotation_text=f"best #{hw.verified_number}: {hw.verified:.3g} verified",
+                          annotation_position=where)
+    _layout(cost, "tokens verified in one pass", "ms per target forward", SMALL_FIG_HEIGHT,
+            title="cost of one verify pass")
+    cost.update_yaxes(rangemode="tozero")
+    _layout(per, "tokens verified in one pass", "ms per verified token (log)", SMALL_FIG_HEIGHT,
+            title="cost per verified token", legend=False)
+    per.update_yaxes(type="log")
+    info = hw.info
+    measured = ", ".join(x for x in (
+        info.get("model"), f"on {info['device']}" if info.get("device") else None, info.get("dtype"),
+        f"context {info['context_tokens']} tokens" if info.get("context_tokens") else None,
+        f"median of {info['repeats']} repeats" if info.get("repeats") else None) if x)
+    head = f'<p class="how">Measured: {_esc(measured)} ({_esc(PROFILE_FILE)}).</p>' if measured else ""
+    body = (head + f'<div class="grid"><div class="cell">{_figure(cost, "fig-hardware")}</div>'
+            f'<div class="cell">{_figure(per, "fig-hardware-per-token")}</div></div>')
+    return _section("hardware", title, how, body + _note(hw.note))
 
 
 _DASHES = ("dash", "dot", "dashdot", "longdash", "longdashdot")
@@ -500,8 +640,10 @@ def render_report(data: ReportData) -> str:
         lambda: render_parallel(data.parallel),
         lambda: render_importance(data.importance),
         lambda: render_layers(data.layers),
+        lambda: render_tree(data.tree),
         lambda: render_pos_acc(data.pos_acc),
         lambda: render_time_split(data.time_split),
+        lambda: render_hardware(data.hardware),
         lambda: render_leviathan(data.leviathan),
         lambda: render_pareto(data.pareto),
     ]
