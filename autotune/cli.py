@@ -26,12 +26,15 @@ class _Parser(argparse.ArgumentParser):
         raise AutotuneError(message)
 
 
-def _add_model_args(p: argparse.ArgumentParser, model: str | None = "default") -> None:
-    """`model` None: a frozen --config supplies the model when none is given."""
+def _add_model_args(p: argparse.ArgumentParser, model: str | None = "default",
+                    draft: bool = True) -> None:
+    """`model` None: a frozen --config supplies the model when none is given. `draft`
+    False: no --draft (a command about the target alone)."""
     p.add_argument("--model", default=model,
                    help="default | HF folder | hub id in the local HF cache | file.gguf"
                         + ("" if model else " (default: the --config's model, else default)"))
-    p.add_argument("--draft", default=None, help="draft model (draft_model, sorted_exit)")
+    if draft:
+        p.add_argument("--draft", default=None, help="draft model (draft_model, sorted_exit)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="default: float32 on CPU, bfloat16 on CUDA")
@@ -125,6 +128,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the study's storage URL when it is not RUN_DIR/study.journal")
     r.set_defaults(run=_run_report)
 
+    pr = sub.add_parser("profile", help="time the target's forward for 1..128 new tokens",
+                        description="Time the target's forward over n new tokens after a "
+                        "prefilled context (n = 1 ... 128, as Sequoia profiles): where "
+                        "verifying more draft tokens stops being nearly free on this "
+                        "hardware. `autotune search` stores the same curve in its run "
+                        "folder (hardware_profile.json).")
+    _add_model_args(pr, draft=False)
+    pr.add_argument("--sizes", default=None, metavar="N,N,...",
+                    help="token counts to time (default 1,2,3,4,5,6,8,...,96,128)")
+    pr.add_argument("--context", type=int, default=None, metavar="N",
+                    help="context tokens prefilled before each timed forward (default 128)")
+    pr.add_argument("--repeats", type=int, default=None, metavar="N",
+                    help="round-robin passes over the sizes; median and min (default 3)")
+    pr.add_argument("-o", "--output", default=None, metavar="FILE",
+                    help="also write the profile as JSON")
+    pr.set_defaults(run=_run_profile)
+
     v = sub.add_parser("validate", help="check a frozen config, space, objective or config")
     v.add_argument("files", nargs="+", metavar="FILE")
     v.add_argument("--layers", type=int, default=32,
@@ -153,6 +173,35 @@ def _run_report(args: argparse.Namespace) -> int:
     out = write_report(Path(args.run_dir), Path(args.output) if args.output else None,
                        storage=args.storage)
     print(f"autotune: wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _run_profile(args: argparse.Namespace) -> int:
+    import json
+
+    from autotune.files import write_atomically
+    from autotune.profile import (DEFAULT_CONTEXT, DEFAULT_REPEATS, DEFAULT_SIZES,
+                                  forward_cost_profile, format_profile, parse_sizes)
+    sizes = parse_sizes(args.sizes) if args.sizes is not None else DEFAULT_SIZES
+    for flag, value in (("--context", args.context), ("--repeats", args.repeats)):
+        if value is not None and value < 1:
+            raise AutotuneError(f"{flag} must be at least 1")
+    output = Path(args.output) if args.output else None
+    if output is not None and output.is_dir():
+        raise AutotuneError(f"-o {output} is a folder; give a file name")
+    from autotune.models.loading import load_model
+    print(f"autotune: loading {args.model}", file=sys.stderr, flush=True)
+    target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
+    print(f"autotune: timing the forward for {sizes[0]}..{sizes[-1]} new tokens "
+          f"({len(sizes)} sizes)", file=sys.stderr, flush=True)
+    profile = forward_cost_profile(
+        target, sizes,
+        context_tokens=args.context if args.context is not None else DEFAULT_CONTEXT,
+        repeats=args.repeats if args.repeats is not None else DEFAULT_REPEATS)
+    print(format_profile(profile))
+    if output is not None:
+        write_atomically(output, json.dumps(profile, indent=2) + "\n")
+        print(f"autotune: wrote {output}", file=sys.stderr)
     return 0
 
 

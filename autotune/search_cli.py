@@ -218,6 +218,10 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     }
     context = run_record["frozen"]
     write_atomically(run_dir / RUN_FILE, json.dumps(run_record, indent=2) + "\n")
+    # Once per run folder (reused on resume): where verifying more tokens stops being
+    # nearly free on this hardware, for the report. A failure is a warning only.
+    from autotune.profile import ensure_run_profile
+    ensure_run_profile(run_dir, target)
 
     done, _, _ = runner.progress()
     print(f"autotune: study {study_name!r}: {done} of {args.trials} trials finished; "
@@ -243,5 +247,8 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     print(f"\n{stopped}: {done} of {args.trials} trials finished "
           f"({time.monotonic() - began:.0f} s this run)\n", file=sys.stderr)
     print(top_table(runner.study, objective))
-    print(f"\nrun folder: {run_dir} ({', '.join(['trials.csv', 'best.json', 'run.json', *outputs])})")
+    from autotune.profile import PROFILE_FILE
+    files = ["trials.csv", "best.json", "run.json", *outputs,
+             *([PROFILE_FILE] if (run_dir / PROFILE_FILE).is_file() else [])]
+    print(f"\nrun folder: {run_dir} ({', '.join(files)})")
     return 130 if reason == "interrupted" else 0

@@ -23,7 +23,24 @@ File format (top-level keys `description`, `include`, `fixed`, `knobs`):
       gamma: {type: float, low: 0.05, high: 0.95, when: {exit_policy: [confidence, adaptive]}}
 
 An include with `when:` makes the included space a conditional branch whose params are
-namespaced `<space>.<knob>` (several branches share knob names with different ranges).
+namespaced `<space>.<knob>` (several branches share knob names with different ranges);
+`as: NAME` names the branch instead of the file's name (one file included twice, or a
+fragment `_x` that should not show as `_x.` in param names).
+
+A `switch` knob chooses between branches without setting any config key: its name is
+not a DecodeConfig field, its `choices:` are labels that `when:` conditions test, e.g.
+
+    draft_shape: {type: switch, choices: [chain, tree], when: {method: layer_skip}}
+
+`encode` finds a switch's value by trying its choices in order and keeping the first
+one under which the whole config is expressible (so list the plainer branch first).
+
+Draft trees: a dynamic tree (tree_width >= 1) whose tree_tokens keeps every drafted
+node (tree_tokens >= the pool size, tree_width + (tree_depth-1)*tree_width^2) is the
+same tree as tree_tokens=0, and one with 0 < tree_tokens < tree_depth drafts levels the
+rerank can never keep (a node's value is at most its parent's, so the kept nodes form a
+tree of depth <= tree_tokens: EAGLE-2, Li et al. 2024). Both raise InfeasibleConfig
+rather than spend a trial measuring a duplicate or a dominated point.
 """
 
 from __future__ import annotations
@@ -45,7 +62,8 @@ from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.errors import AutotuneError
 from autotune.yaml_source import did_you_mean, display_path, dotted, load_yaml
 
-__all__ = ["BoundSpace", "InfeasibleConfig", "SearchSpace", "available_spaces", "load_space"]
+__all__ = ["BoundSpace", "InfeasibleConfig", "SearchSpace", "available_spaces", "load_space",
+           "wasted_tree"]
 
 
 class InfeasibleConfig(AutotuneError):
@@ -57,7 +75,9 @@ _TOP_KEYS = ("description", "include", "fixed", "knobs")
 # Sampling settings describe the workload a config is tuned for, so a space cannot vary them.
 _WORKLOAD_KEYS = frozenset({"temperature", "top_p"})
 _DEFAULT = DecodeConfig()
+_TREE_SHAPE = ("tree_width", "tree_depth", "tree_tokens")
 _SET_KINDS = ("layers", "exits")
+_SWITCH = "switch"
 
 
 def _knob_types() -> dict[str, tuple[str, ...]]:
@@ -78,13 +98,14 @@ _TYPE_KEYS: dict[str, tuple[str, ...]] = {
     "logfloat": ("low", "high", "grid"),          # log is implied; Optuna forbids log + step
     "categorical": ("choices",),
     "bool": (),
+    _SWITCH: ("choices",),
     "layers": ("candidates", "never_skip", "min_skipped", "max_skipped"),
     "exits": ("candidates", "min_exits", "max_exits"),
     "thresholds": ("low", "high", "step", "log", "grid"),
 }
 _REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "int": ("low", "high"), "float": ("low", "high"), "logfloat": ("low", "high"),
-    "categorical": ("choices",), "thresholds": ("low", "high")}
+    "categorical": ("choices",), _SWITCH: ("choices",), "thresholds": ("low", "high")}
 
 
 # ------------------------------------------------------------------ small helpers
@@ -121,6 +142,13 @@ def _config_error(key: str, value: Any) -> str | None:
     probe: dict[str, Any] = {key: value}
     if key in ("ngram_min", "ngram_max"):
         probe = {"ngram_min": value, "ngram_max": value}
+    elif key in _TREE_SHAPE and _is_int(value) and value > 0:
+        # A tree needs a tree method and both width and depth; tokens 1 keeps any
+        # width inside MAX_TREE_NODES, so each key is checked on its own.
+        probe = {"method": "draft_model", "tree_width": 1, "tree_depth": 1, "tree_tokens": 1,
+                 key: value}
+    elif key == "tree_choices" and value:
+        probe = {"method": "draft_model", "tree_choices": value}
     elif key == "thresholds":
         probe = {"method": "sorted_exit", "exits": [1], "thresholds": [value]}
     elif key == "method" and value == "sorted_exit":
@@ -404,7 +432,8 @@ class _Loader:
             if raw_when is not None:
                 if name in branch_names:
                     raise doc.error(at, f"two conditional includes of a space named {name!r}: "
-                                        "their params would share the prefix")
+                                        "their params would share the prefix (name one "
+                                        "with `as:`)")
                 branch_names.add(name)
                 entries = [e.prefixed(name + ".") for e in entries]
                 branches.append((at + ("when",), raw_when, [e.id for e in entries]))
@@ -433,18 +462,20 @@ class _Loader:
         return description, _order(doc, list(merged.values()))
 
     def _includes(self, doc: _Doc) -> Iterator[tuple[tuple[Any, ...], str, list[_Entry], Any]]:
+        """(where, branch name, entries, raw `when` or None) per include, in order."""
         items = doc.data.get("include", [])
         if not isinstance(items, list):
             raise doc.error(("include",), "must be a list of space names or paths")
         for i, item in enumerate(items):
             at: tuple[Any, ...] = ("include", i)
             raw_when = None
+            alias = None
             if isinstance(item, str):
                 target = item
             elif isinstance(item, dict):
                 for key in item:
-                    if key not in ("space", "when"):
-                        hint = _hint(key, ("space", "when"))
+                    if key not in ("space", "when", "as"):
+                        hint = _hint(key, ("space", "when", "as"))
                         raise doc.error(at + (key,), f"unknown key for an include{hint}")
                 target = item.get("space")
                 if not isinstance(target, str):
@@ -453,6 +484,14 @@ class _Loader:
                     raw_when = item["when"]
                     if not isinstance(raw_when, dict) or not raw_when:
                         raise doc.error(at + ("when",), "must be a mapping of knob -> value(s)")
+                if "as" in item:
+                    alias = item["as"]
+                    if not isinstance(alias, str) or not alias.isidentifier():
+                        raise doc.error(at + ("as",), f"{alias!r} is not a branch name "
+                                                      "(letters, digits, _)")
+                    if raw_when is None:
+                        raise doc.error(at + ("as",), "names a conditional branch: give "
+                                                      "`when:` too")
             else:
                 raise doc.error(at, "an include is a space name, a path or {space:, when:}")
             try:
@@ -463,7 +502,7 @@ class _Loader:
                 loop = self.chain[self.chain.index(path):] + [path]
                 raise doc.error(at, "include cycle: " + " -> ".join(p.name for p in loop))
             _, entries = self.load(path)
-            yield at, path.stem, entries, raw_when
+            yield at, alias or path.stem, entries, raw_when
 
     def _fixed(self, doc: _Doc) -> list[_Entry]:
         fixed = doc.data.get("fixed", {})
@@ -477,7 +516,8 @@ class _Loader:
                 canon = _canon(key, value)
             except AutotuneError as exc:
                 raise doc.error(at, str(exc)) from None
-            problem = None if isinstance(canon, tuple) else _config_error(key, canon)
+            problem = (None if isinstance(canon, tuple) and key != "tree_choices"
+                       else _config_error(key, canon))
             if problem:
                 raise doc.error(at, problem)
             out.append(_Entry(key, key, "fixed", _Fixed(canon), (), doc.where(at), doc.where(at)))
@@ -548,6 +588,8 @@ def _possible(doc: _Doc, at: tuple[Any, ...], target: _Entry, value: Any) -> Any
 def _knob(doc: _Doc, name: Any, spec: Any) -> tuple[_Entry, Any]:
     """Parse one knob spec; its `when` is returned raw (resolved once includes are merged)."""
     at: tuple[Any, ...] = ("knobs", name)
+    if isinstance(spec, dict) and spec.get("type") == _SWITCH:
+        return _switch(doc, at, name, spec)
     _check_name(doc, at, name)
     if not isinstance(spec, dict):
         raise doc.error(at, "a knob spec is a mapping with a `type:`")
@@ -578,6 +620,32 @@ def _knob(doc: _Doc, name: Any, spec: Any) -> tuple[_Entry, Any]:
         parsed = _layer_set(doc, at, kind, spec)
     entry = _Entry(name, name, "float" if kind == "logfloat" else kind, parsed, (),
                    doc.where(at), doc.where(at + ("when",)))
+    return entry, spec.get("when")
+
+
+def _switch(doc: _Doc, at: tuple[Any, ...], name: Any, spec: dict) -> tuple[_Entry, Any]:
+    """A `switch` knob: labels for `when:` conditions; it sets no config key."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise doc.error(at, f"{name!r} is not a valid switch name (letters, digits, _)")
+    if name in _KNOB_TYPES or name in _WORKLOAD_KEYS:
+        raise doc.error(at + ("type",), f"a switch sets no config key, so it cannot be named "
+                                        f"after the config key {name!r}; pick another name")
+    keys = ("type", "when", "choices")
+    for key in spec:
+        if key not in keys:
+            raise doc.error(at + (key,), f"unknown key for a switch knob{_hint(key, keys)}")
+    choices = spec.get("choices")
+    here = at + ("choices",)
+    if not isinstance(choices, list) or not choices:
+        raise doc.error(here if "choices" in spec else at,
+                        "a switch needs `choices:`, a non-empty list of labels")
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, str) or not choice:
+            raise doc.error(here + (i,), f"{choice!r} is not a label (a non-empty string)")
+        if choice in choices[:i]:
+            raise doc.error(here + (i,), f"duplicate choice {choice!r}")
+    entry = _Entry(name, name, _SWITCH, _Choices(tuple(choices)), (), doc.where(at),
+                   doc.where(at + ("when",)))
     return entry, spec.get("when")
 
 
@@ -805,6 +873,9 @@ class BoundSpace:
             if not _active(entry, decided):
                 continue
             value = self._draw(entry, trial, values, problems)
+            if entry.type == _SWITCH:
+                decided[entry.id] = value            # a branch label, not a config value
+                continue
             if entry.key in values and values[entry.key] != value:
                 problems.append(f"{entry.key} is {values[entry.key]!r} by "
                                 f"{setter[entry.key]} and {value!r} by {entry.id}")
@@ -815,9 +886,13 @@ class BoundSpace:
         try:
             config = config_from_mapping(values)
             over_draft = config.method == "sorted_exit" and self.draft_layers is not None
-            return config.validate(self.draft_layers if over_draft else self.n_layers)
+            config.validate(self.draft_layers if over_draft else self.n_layers)
         except AutotuneError as exc:
             raise InfeasibleConfig(str(exc)) from None
+        waste = wasted_tree(config)
+        if waste:
+            raise InfeasibleConfig(waste)
+        return config
 
     def _draw(self, entry: _Entry, trial: optuna.trial.BaseTrial, values: Mapping[str, Any],
               problems: list[str]) -> Any:
@@ -859,19 +934,34 @@ class BoundSpace:
         them). Numbers outside a knob's range are kept: an enqueued default is tried as
         given. Returns None when the space cannot express the values: a choice it does not
         offer, a layer that is not a candidate, a value against a fixed one, or a key the
-        space neither tunes nor fixes set away from its default. Workload keys
+        space neither tunes nor fixes set away from its default. A switch takes the first
+        of its choices under which the rest is expressible. Workload keys
         (temperature, top_p) are ignored. Keys that are not DecodeConfig fields, or values
         of the wrong type, raise AutotuneError (a caller's mistake, not a config to skip).
         """
         given = config_from_mapping(values)
-        explicit = {k for k in values if k not in _WORKLOAD_KEYS}
-        params: dict[str, Any] = {}
-        decided: dict[str, Any] = {}
-        current: dict[str, Any] = {}
-        for entry in self._entries:
+        explicit = frozenset(k for k in values if k not in _WORKLOAD_KEYS)
+        return self._encode_from(0, given, explicit, {}, {}, {})
+
+    def _encode_from(self, first: int, given: DecodeConfig, explicit: frozenset[str],
+                     params: dict[str, Any], decided: dict[str, Any],
+                     current: dict[str, Any]) -> dict[str, Any] | None:
+        """encode() from entry `first` on; a switch tries each choice on copies of the
+        state so far and keeps the first under which the rest is expressible."""
+        for index in range(first, len(self._entries)):
+            entry = self._entries[index]
             if not _active(entry, decided):
                 continue
             spec = entry.spec
+            if entry.type == _SWITCH:
+                assert isinstance(spec, _Choices)
+                for choice in spec.choices:
+                    found = self._encode_from(index + 1, given, explicit,
+                                              {**params, entry.id: choice},
+                                              {**decided, entry.id: choice}, dict(current))
+                    if found is not None:
+                        return found
+                return None
             if isinstance(spec, _Fixed):
                 if entry.key in explicit and getattr(given, entry.key) != spec.value:
                     return None
@@ -980,6 +1070,21 @@ def _threshold_depths(exits: _Entry | None) -> Iterator[tuple[int, str]]:
     elif isinstance(exits.spec, _Fixed):
         for d in sorted(exits.spec.value)[:-1]:
             yield d, f"exit {d} (fixed)"
+
+
+def wasted_tree(config: DecodeConfig) -> str | None:
+    """Why a valid dynamic tree would waste a trial (see the module docstring), or None."""
+    width, depth, tokens = config.tree_width, config.tree_depth, config.tree_tokens
+    if config.tree_choices or not width or not tokens:
+        return None
+    pool = config.tree_pool_size()
+    if tokens >= pool:
+        return (f"tree_tokens={tokens} keeps all {pool} nodes a width-{width} depth-{depth} "
+                "tree drafts: the same tree as tree_tokens=0")
+    if tokens < depth:
+        return (f"tree_tokens={tokens} < tree_depth={depth}: the rerank keeps no node below "
+                f"level {tokens}, so levels {tokens + 1}..{depth} are drafted for nothing")
+    return None
 
 
 def load_space(name_or_path: str) -> SearchSpace:

@@ -24,7 +24,7 @@ from autotune.space import (
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-SHIPPED = ["draft_model", "joint", "layer_skip", "ngram", "sorted_exit"]
+SHIPPED = ["draft_model", "joint", "layer_skip", "ngram", "sorted_exit", "tree"]
 POLICY_KNOBS = {"gamma", "target_acceptance", "epsilon", "beta1", "beta2"}
 
 
@@ -97,7 +97,7 @@ def test_random_trials_give_valid_configs_or_infeasible(name, n_layers, draft_la
         feasible += 1
         over_draft = result.method == "sorted_exit" and draft_layers is not None
         result.validate(draft_layers if over_draft else n_layers)
-        if name != "joint":
+        if name not in ("joint", "tree"):
             assert result.method == name
         assert result.temperature == 0.0 and result.top_p == 1.0   # workload's, untouched
     # the search gives up after 20 infeasible points in a row: shipped spaces must be
@@ -152,8 +152,13 @@ def test_joint_suggests_only_the_chosen_methods_params():
     for params, result in random_points(bound, 80, seed=1):
         method = params["method"]
         methods.add(method)
-        others = [p for p in params if p != "method"]
-        assert others and all(p.startswith(f"{method}.") for p in others), (method, others)
+        # a drafter's tree branch: the draft_shape switch, the shared tree shape and
+        # the drafter's own knobs under `<method>_tree.`
+        others = [p for p in params if p not in ("method", "draft_shape")
+                  and not p.startswith(("tree.", f"{method}_tree."))]
+        shape = params.get("draft_shape", "chain")
+        assert (others or shape == "tree") and all(
+            p.startswith(f"{method}.") for p in others), (method, others)
         if isinstance(result, DecodeConfig):
             assert result.method == method
             if method == "ngram":
@@ -167,7 +172,8 @@ def test_joint_params_are_namespaced_and_conditions_chain():
     assert rows["layer_skip.attn_skip[5]"]["key"] == "attn_skip"
     assert "layer_skip.attn_skip[0]" not in rows                  # never_skip: [0]
     assert rows["layer_skip.gamma"]["when"] == (
-        "method == layer_skip and layer_skip.exit_policy in [confidence, adaptive]")
+        "method == layer_skip and draft_shape == chain and "
+        "layer_skip.exit_policy in [confidence, adaptive]")
     assert rows["sorted_exit.thresholds[6]"]["when"].startswith("method == sorted_exit")
     assert not any(p.startswith("draft_model.") for p in rows)     # no draft: branch unreachable
 

@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.decoding.config import config_from_mapping
 from autotune.errors import AutotuneError
+from autotune.profile import FREE_FACTOR, PROFILE_FILE
 from autotune.run_folder import describe
 from autotune.samplers import BASELINE, BASELINE_ATTR
 
@@ -1239,8 +1240,7 @@ def _depth_acceptance(cells: pd.DataFrame, sign: int, by_number: dict[int, Froze
 
 
 # ------------------------------------------------------------------ hardware profile
-PROFILE_FILE = "hardware_profile.json"
-FREE_TOLERANCE = 0.10          # "free": within 10 % of the cost of verifying one token
+FREE_TOLERANCE = FREE_FACTOR - 1    # "free": within 10 % of the cost of verifying one token
 
 
 @dataclass
