@@ -217,6 +217,16 @@ def test_free_up_to_on_a_known_curve() -> None:
     assert D.free_up_to(pd.DataFrame({"tokens": [1, 2, 4, 8], "ms": [10.0, 12.0, 10.5, 30.0]})) == 4
 
 
+def test_a_cpu_like_profile_says_verifying_is_not_free() -> None:
+    doc = curve()
+    doc["points"] = [{"tokens": n, "ms": 20.0 + 8.0 * (n - 1) ** 0.8, "ms_min": 19.0 + n}
+                     for n in (1, 2, 4, 8, 16)]
+    hw = D.hardware(doc)
+    assert hw.free_up_to == 1
+    assert hw.note.startswith("Verifying is not free on this hardware: already 2 tokens "
+                              "cost 1.40x one (20 ms)")
+
+
 def test_a_flat_profile_is_free_everywhere_and_a_missing_one_token_point_is_said() -> None:
     hw = D.hardware(curve(free=200, top=64))
     assert hw.free_up_to == 64 and hw.extra_ms_per_token is None

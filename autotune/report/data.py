@@ -1345,8 +1345,15 @@ def hardware(doc: Any, study: optuna.Study | None = None, objective: ObjectiveIn
             out.extra_ms_per_token = marginal_ms(frame, n)
             extra = (f"; beyond that each extra token costs ~{out.extra_ms_per_token:.3g} ms"
                      if out.extra_ms_per_token is not None else "")
-            notes.append(f"Verifying up to {n} tokens costs about as much as one on this "
-                         f"hardware ({out.base_ms:.3g} ms, within {FREE_TOLERANCE:.0%}){extra}.")
+            if n == 1:
+                nxt = frame[frame["tokens"] > 1].iloc[0]
+                notes.append(f"Verifying is not free on this hardware: already "
+                             f"{int(nxt['tokens'])} tokens cost {nxt['ms'] / out.base_ms:.2f}x "
+                             f"one ({out.base_ms:.3g} ms){extra}.")
+            else:
+                notes.append(f"Verifying up to {n} tokens costs about as much as one on this "
+                             f"hardware ({out.base_ms:.3g} ms, within "
+                             f"{FREE_TOLERANCE:.0%}){extra}.")
     if dropped:
         notes.append(f"{dropped} malformed point{'s' if dropped != 1 else ''} left out.")
     if study is not None and objective is not None:

@@ -1,0 +1,60 @@
+"""End to end: `autotune search --space tree` on a tiny Llama measures real trees, and
+the run folder's consumers (best.json, the report's tree and hardware panels, the
+SGLang export, `measure --config`) all carry the tree."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from autotune.cli import main
+from autotune.decoding.config import config_from_mapping
+
+from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+
+WORKLOAD = "t1 t2 t3 t4 t5 t1 t2 t3 t4 t5 t1 t2\nt7 t8 t9 t7 t8 t9 t7 t8\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-tree")
+    save_tiny(llama_model(seed=5, layers=4, scale=4.0), folder / "model")
+    (folder / "prompts.txt").write_text(WORKLOAD)
+    return folder
+
+
+def test_tree_search_writes_trees_through_every_output(tmp_path, tiny_dir, capsys):
+    out = tmp_path / "run"
+    known = tmp_path / "known.json"
+    # One known tree first, so the run surely holds a measured dynamic tree of width 2+.
+    known.write_text(json.dumps({"method": "layer_skip", "attn_skip": [1], "tree_width": 2,
+                                 "tree_depth": 3, "tree_tokens": 8, "exit_policy": "fixed"}))
+    assert main(["search", "--model", str(tiny_dir / "model"), "--workload",
+                 str(tiny_dir / "prompts.txt"), "--space", "tree", "--trials", "6",
+                 "--max-new-tokens", "12", "--no-prune", "--seed", "3",
+                 "--enqueue", str(known), "--out", str(out)]) == 0
+    frame = pd.read_csv(out / "trials.csv")
+    complete = frame[frame.state == "COMPLETE"]
+    assert len(complete) >= 4
+    best = json.loads((out / "best.json").read_text())
+    params = config_from_mapping(best["params"])
+    assert params.method == "none" or params.is_tree
+    assert best["metrics"]["lossless"] is True
+    profile = json.loads((out / "hardware_profile.json").read_text())
+    assert profile["points"][0]["tokens"] == 1 and profile["points"][-1]["tokens"] == 128
+    html = (out / "report.html").read_text()
+    assert 'id="fig-tree"' in html, "the tree panel drew its heatmap"
+    assert 'id="fig-hardware' in html and "Verifying " in html     # curve and its note
+    capsys.readouterr()
+    if params.is_tree:
+        # The frozen tree is re-measured through the same decoder.
+        assert main(["measure", "--config", str(out / "best.json"), "--json"]) == 0
+        now = json.loads(capsys.readouterr().out)["now"]
+        assert now["lossless"] is True and now["mean_verified_tokens"] > 1
+        assert now["config"] == best["params"]
+        if params.tree_width > 1:
+            assert main(["export", str(out / "best.json"), "--format", "vllm"]) == 2
+            assert "tree" in capsys.readouterr().err
