@@ -105,10 +105,14 @@ def main() -> None:
         return row
 
     results = []
+    chain_rows: dict[int, dict] = {}        # a chain is measured once, for every budget
     for budget in _ints(args.budgets):
         print(f"budget {budget} drafted tokens per round", flush=True)
-        chains = [run(config_from_mapping({"k": k, "exit_policy": "fixed"}, base), f"chain k={k}")
-                  for k in CHAIN_KS if k <= budget]
+        for k in CHAIN_KS:
+            if k <= budget and k not in chain_rows:
+                chain_rows[k] = run(config_from_mapping({"k": k, "exit_policy": "fixed"}, base),
+                                    f"chain k={k}")
+        chains = [row for k, row in chain_rows.items() if k <= budget]
         trees = []
         for width in _ints(args.widths):
             for depth in _ints(args.depths):
