@@ -190,6 +190,12 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     eval_context = EvalContext(target=target, draft=draft, prompts=prompts, max_new_tokens=max_new,
                           seed=args.seed, memo={})
     run_dir.mkdir(parents=True, exist_ok=True)
+    # Once per run folder (reused on resume): where verifying more tokens stops being
+    # nearly free on this hardware, for the report. A failure is a warning only. It runs
+    # before the study is opened: the worker that creates a shared study queues the
+    # baseline and presets as it starts, before the other workers use up the budget.
+    from autotune.profile import ensure_run_profile
+    ensure_run_profile(run_dir, target)
     runner = StudyRunner(settings, bound, objective, eval_context)
     run_record = {
         "study": study_name, "storage": masked_storage(storage), "run_dir": str(run_dir),
@@ -218,10 +224,6 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     }
     context = run_record["frozen"]
     write_atomically(run_dir / RUN_FILE, json.dumps(run_record, indent=2) + "\n")
-    # Once per run folder (reused on resume): where verifying more tokens stops being
-    # nearly free on this hardware, for the report. A failure is a warning only.
-    from autotune.profile import ensure_run_profile
-    ensure_run_profile(run_dir, target)
 
     done, _, _ = runner.progress()
     print(f"autotune: study {study_name!r}: {done} of {args.trials} trials finished; "
