@@ -83,6 +83,17 @@ def presets(n_layers: int) -> list[Preset]:
                 "attn_skip": upper_attention, "mlp_skip": []}),
         Preset("sglang_chain", "SGLang chain drafting: speculative_num_steps=3, eagle_topk=1",
                {"method": "draft_model", "k": 3, "exit_policy": "fixed"}),
+        Preset("sglang_tree", "SGLang STANDALONE tree example: speculative_num_steps=4, "
+               "eagle_topk=2, num_draft_tokens=7 (the root included)",
+               {"method": "draft_model", "exit_policy": "fixed", "tree_width": 2,
+                "tree_depth": 4, "tree_tokens": 6}),
+        # EAGLE-2's tree (top-k 10, depth 6, 60 tokens) is tuned for its trained head on a
+        # GPU; over the layer-skip draft above it is our starting point, not theirs.
+        Preset("eagle2_tree", "EAGLE-2 dynamic tree: top-k 10, depth 6, total tokens 60 "
+               "(over the dv_default mask)",
+               {"method": "layer_skip", "exit_policy": "fixed", "tree_width": 10,
+                "tree_depth": 6, "tree_tokens": 60, "attn_skip": upper_attention,
+                "mlp_skip": []}),
     ]
 
 

@@ -66,11 +66,11 @@ def test_tree_space_offers_the_tree_methods_and_drops_draft_model_without_draft(
     with_draft = {r["param"]: r for r in space.bind(30, 10).knobs()}
     assert with_draft["method"]["choices"] == ["draft_model", "layer_skip", "sorted_exit"]
     assert space.bind(30).knobs()[0]["choices"] == ["layer_skip", "sorted_exit"]
-    assert (with_draft["tree_width"]["low"], with_draft["tree_width"]["high"]) == (1, 8)
+    assert (with_draft["tree_width"]["low"], with_draft["tree_width"]["high"]) == (1, 10)
     assert (with_draft["tree_depth"]["low"], with_draft["tree_depth"]["high"]) == (1, 8)
     tokens = with_draft["tree_tokens"]
     assert (tokens["low"], tokens["high"], tokens["step"]) == (0, 64, 4)
-    assert tokens["when"] == ("tree_width in [2, 3, 4, 5, 6, 7, 8] and "
+    assert tokens["when"] == ("tree_width in [2, 3, 4, 5, 6, 7, 8, 9, 10] and "
                               "tree_depth in [2, 3, 4, 5, 6, 7, 8]")
     # no exit-policy knob anywhere, and no k: a tree's shape is its own knobs
     assert not {r["key"] for r in with_draft.values()} & {
