@@ -171,7 +171,7 @@ def test_tree_rejection_sample_draws_the_rule_it_computes():
     counts = torch.zeros(5)
     paths = 0
     for _ in range(n):
-        path, token = tree_rejection_sample(children, node_tokens, p, gen)
+        path, token = tree_rejection_sample(children, node_tokens, lambda i: p[i], gen)
         first = node_tokens[path[0] - 1] if path else token
         counts[first] += 1
         paths += bool(path)

@@ -226,3 +226,19 @@ def test_probabilities_temperature_applies_before_top_p():
     assert (probabilities(logits, 1.0, 0.7) > 0).sum() == 2
     sharp = probabilities(logits, 0.25, 0.7)
     assert sharp.tolist() == pytest.approx([1.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("scale", [0.3, 3.0, 10.0])      # flat (falls back to a full sort) .. peaked
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.99])
+def test_probabilities_top_p_on_a_large_vocabulary_equals_a_full_sort(scale, top_p):
+    """The nucleus found among the most likely tokens is the one a sort of the whole
+    vocabulary finds, whichever path probabilities() takes."""
+    logits = torch.randn(3, 49152, generator=torch.Generator().manual_seed(7)) * scale
+    full = torch.softmax(logits / 0.8, -1)
+    sorted_probs, order = full.sort(dim=-1, descending=True)
+    sorted_probs = sorted_probs.masked_fill(sorted_probs.cumsum(-1) - sorted_probs >= top_p, 0.0)
+    expected = torch.zeros_like(full).scatter(-1, order, sorted_probs)
+    expected /= expected.sum(-1, keepdim=True)
+    got = probabilities(logits, 0.8, top_p)
+    assert torch.equal(got > 0, expected > 0)
+    assert torch.allclose(got, expected, atol=1e-7)

@@ -152,9 +152,11 @@ class SpeculativeDecoder:
             path, next_token = greedy_tree_verify(children, node_tokens,
                                                   logits[0].argmax(dim=-1).tolist())
         else:
-            p = probabilities(logits[0, :, : self.vocab_size], self.config.temperature,
-                              self.config.top_p)
-            path, next_token = tree_rejection_sample(children, node_tokens, p, generator)
+            def p_at(node: int) -> torch.Tensor:
+                return probabilities(logits[0, node, : self.vocab_size],
+                                     self.config.temperature, self.config.top_p)
+
+            path, next_token = tree_rejection_sample(children, node_tokens, p_at, generator)
         compact_cache(cache, base, path)
         return tree, path, tree.path_tokens(path) + [next_token], draft_done, forward_done
 

@@ -7,6 +7,8 @@ through these and nothing else decides acceptance.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 
@@ -90,25 +92,29 @@ def candidate_acceptance(p: torch.Tensor, candidates: list[int], q: torch.Tensor
     p: [V] target probabilities at the node. Returns ([a_1..a_m], final residual [V]).
     """
     accept: list[float] = []
-    residual = p
-    proposal = q
+    if q is None:
+        # Closed form: after rejecting x_1..x_{i-1} the residual is p without them,
+        # renormalised, so a_i = p(x_i) / (mass of p left); one pass over V at the end.
+        left = float(p.sum())
+        for x in candidates:
+            px = float(p[x])
+            accept.append(min(1.0, px / left) if left > 0 else 1.0)
+            left -= px
+        removed = p.clone()
+        removed[candidates] = 0.0
+        total = removed.sum()
+        # total == 0: every candidate together held all the mass, so one of them is
+        # surely taken and the residual is never drawn from.
+        return accept, (removed / total if total > 0 else p)
+    residual, proposal = p, q
     for x in candidates:
-        if proposal is None:
-            a = float(residual[x])
-            removed = residual.clone()
-            removed[x] = 0.0
-            total = removed.sum()
-            # total == 0 means a == 1: the candidate is surely taken, the rest unused.
-            residual = removed / total if total > 0 else residual
-        else:
-            qx, px = float(proposal[x]), float(residual[x])
-            a = min(1.0, px / qx) if qx > 0 else 1.0
-            residual = residual_distribution(residual, proposal)
-            left = proposal.clone()
-            left[x] = 0.0
-            total = left.sum()
-            proposal = left / total if total > 0 else left
-        accept.append(a)
+        qx, px = float(proposal[x]), float(residual[x])
+        accept.append(min(1.0, px / qx) if qx > 0 else 1.0)
+        residual = residual_distribution(residual, proposal)
+        unsampled = proposal.clone()
+        unsampled[x] = 0.0
+        total = unsampled.sum()
+        proposal = unsampled / total if total > 0 else unsampled
     return accept, residual
 
 
@@ -132,21 +138,24 @@ def greedy_tree_verify(children: list[list[int]], node_tokens: list[int],
         node = match
 
 
-def tree_rejection_sample(children: list[list[int]], node_tokens: list[int], p: torch.Tensor,
+def tree_rejection_sample(children: list[list[int]], node_tokens: list[int],
+                          p: Callable[[int], torch.Tensor],
                           generator: torch.Generator | None = None) -> tuple[list[int], int]:
     """Walk the tree from the root with the multi-candidate rule (deterministic
     candidates) at each node; stop at the first node whose children are all rejected
     (draw from its residual) or that has none (draw from p there: the bonus token).
 
-    p: [N+1, V] target probabilities after each node (row 0: after the root).
-    Returns (accepted path as verify indices, root excluded; next token).
+    p(i): [V] target probabilities after node i (i = 0: after the root), asked only for
+    the nodes the walk visits (top-p sorts the vocabulary, so this saves a sort per
+    node not visited). Returns (accepted path as verify indices, root excluded; next token).
     """
     path: list[int] = []
     node = 0
     while True:
         kids = children[node]
-        accept, residual = candidate_acceptance(p[node], [node_tokens[c - 1] for c in kids])
-        u = torch.rand(len(kids), generator=generator, device=p.device).tolist()
+        dist = p(node)
+        accept, residual = candidate_acceptance(dist, [node_tokens[c - 1] for c in kids])
+        u = torch.rand(len(kids), generator=generator, device=dist.device).tolist()
         taken = next((c for c, a, r in zip(kids, accept, u) if r < a), None)
         if taken is None:
             token = int(torch.multinomial(residual, 1, generator=generator)[0])
