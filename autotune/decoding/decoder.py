@@ -1,5 +1,9 @@
 """The decoder loop: prefill, then rounds of draft -> verify -> accept, with a trace.
 
+A round drafts a chain (up to k tokens under the exit policy) or, with tree knobs, a
+draft tree (tree_drafting.py) that one target pass verifies with a tree mask before the
+accepted path's cache entries are compacted (tree.py).
+
 The same loop runs the AR baseline (the `none` drafter proposes nothing, so every round
 is one target step) and every speculative method, so the baseline pays exactly the
 loop's own overhead and nothing else. The loop does not time itself: it reads a clock
