@@ -173,13 +173,13 @@ def _matches(doc: Any, target: LoadedModel) -> bool:
             and doc.get("dtype") == str(target.dtype).removeprefix("torch."))
 
 
-def ensure_run_profile(run_dir: Path, target: LoadedModel) -> dict[str, Any] | None:
-    """RUN_DIR/hardware_profile.json: reused when it was taken with this model, device
-    and dtype, else measured (one progress line) and written atomically. A failure is
-    a one-line warning and None: the profile is worth having, not worth a search."""
+def run_profile(run_dir: Path, target: LoadedModel) -> tuple[dict[str, Any] | None, bool]:
+    """The profile for RUN_DIR: (its hardware_profile.json when that was taken with this
+    model, device and dtype, False) or (a fresh measurement, True: to be written with
+    `save_run_profile` once the run is accepted). Nothing is written here, so a search
+    refused afterwards leaves the folder as it was. A failure is a one-line warning and
+    (None, False): the profile is worth having, not worth a search."""
     import json
-
-    from autotune.files import write_atomically
 
     path = run_dir / PROFILE_FILE
     try:
@@ -189,16 +189,23 @@ def ensure_run_profile(run_dir: Path, target: LoadedModel) -> dict[str, Any] | N
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
                 doc = None
             if _matches(doc, target):
-                return doc
+                return doc, False
         print(f"autotune: profiling the target's forward cost for {DEFAULT_SIZES[0]}.."
               f"{DEFAULT_SIZES[-1]} tokens ({path.name})", file=sys.stderr, flush=True)
-        doc = forward_cost_profile(target)
-        write_atomically(path, json.dumps(doc, indent=2) + "\n")
-        return doc
+        return forward_cost_profile(target), True
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - the search goes on without it
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"autotune: warning: no hardware profile ({type(exc).__name__}"
               f"{': ' + first if first else ''})", file=sys.stderr, flush=True)
-        return None
+        return None, False
+
+
+def save_run_profile(run_dir: Path, doc: dict[str, Any]) -> None:
+    """Write RUN_DIR/hardware_profile.json atomically."""
+    import json
+
+    from autotune.files import write_atomically
+
+    write_atomically(run_dir / PROFILE_FILE, json.dumps(doc, indent=2) + "\n")

@@ -191,12 +191,15 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
                           seed=args.seed, memo={})
     run_dir.mkdir(parents=True, exist_ok=True)
     # Once per run folder (reused on resume): where verifying more tokens stops being
-    # nearly free on this hardware, for the report. A failure is a warning only. It runs
-    # before the study is opened: the worker that creates a shared study queues the
-    # baseline and presets as it starts, before the other workers use up the budget.
-    from autotune.profile import ensure_run_profile
-    ensure_run_profile(run_dir, target)
+    # nearly free on this hardware, for the report. A failure is a warning only. It is
+    # measured before the study is opened (the worker that creates a shared study queues
+    # the baseline and presets as it starts, before the other workers use up the
+    # budget) and written only once the study has accepted this run.
+    from autotune.profile import run_profile, save_run_profile
+    profile, fresh = run_profile(run_dir, target)
     runner = StudyRunner(settings, bound, objective, eval_context)
+    if fresh:
+        save_run_profile(run_dir, profile)
     run_record = {
         "study": study_name, "storage": masked_storage(storage), "run_dir": str(run_dir),
         "sampler": args.sampler, "seed": args.seed, "trials": args.trials, "prune": args.prune,

@@ -193,3 +193,22 @@ def test_a_failed_profile_is_a_warning_and_the_search_goes_on(tiny_dir, tmp_path
     warnings = [line for line in captured.err.splitlines() if "hardware profile" in line]
     assert warnings == ["autotune: warning: no hardware profile (RuntimeError: no clock today)"]
     assert not (run / PROFILE_FILE).exists() and (run / "best.json").is_file()
+
+
+def test_a_refused_search_leaves_the_run_folders_profile_alone(tiny_dir, tmp_path, capsys):
+    """A run the study refuses (another space in the same folder) writes nothing, not
+    even a profile measured before the study was opened."""
+    run = tmp_path / "run"
+    assert _search(tiny_dir, run, 1) == 0
+    path = run / PROFILE_FILE
+    path.write_text(path.read_text().replace('"float32"', '"bfloat16"'))   # stale: remeasured
+    stale = path.read_text()
+    study = json.loads((run / "run.json").read_text())["study"]
+    capsys.readouterr()
+    refused = main(["search", "--model", str(tiny_dir / "model"), "--workload",
+                    str(tiny_dir / "prompts.txt"), "--space", "layer_skip", "--trials", "2",
+                    "--max-new-tokens", "6", "--prompts", "1", "--out", str(run),
+                    "--study", study, "--device", "cpu"])
+    assert refused == 2
+    assert "was made with space" in capsys.readouterr().err
+    assert path.read_text() == stale
