@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import optuna
 import pandas as pd
 import pytest
 
 from autotune.cli import main
 from autotune.decoding.config import config_from_mapping
+from autotune.objectives import load_objective
+from autotune.run_folder import ranked_documents
+from autotune.search import open_storage
 
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
@@ -40,21 +44,32 @@ def test_tree_search_writes_trees_through_every_output(tmp_path, tiny_dir, capsy
     complete = frame[frame.state == "COMPLETE"]
     assert len(complete) >= 4
     best = json.loads((out / "best.json").read_text())
-    params = config_from_mapping(best["params"])
-    assert params.method == "none" or params.is_tree
     assert best["metrics"]["lossless"] is True
     profile = json.loads((out / "hardware_profile.json").read_text())
     assert profile["points"][0]["tokens"] == 1 and profile["points"][-1]["tokens"] == 128
     html = (out / "report.html").read_text()
     assert 'id="fig-tree"' in html, "the tree panel drew its heatmap"
     assert 'id="fig-hardware' in html and "Verifying " in html     # curve and its note
+    # The known tree's own frozen config (the AR baseline may well be best on a tiny
+    # model), as the run folder writes it for export fallbacks.
+    study = optuna.load_study(study_name=json.loads((out / "run.json").read_text())["study"],
+                              storage=open_storage(str(out / "study.journal")))
+    context = json.loads((out / "run.json").read_text())["frozen"]
+    docs = ranked_documents(study, load_objective("latency"), context)
+    tree_doc = next(d for d in docs if d["params"]["tree_width"] == 2
+                    and d["params"]["tree_tokens"] == 8)
+    frozen = tmp_path / "tree.json"
+    frozen.write_text(json.dumps(tree_doc))
     capsys.readouterr()
-    if params.is_tree:
-        # The frozen tree is re-measured through the same decoder.
-        assert main(["measure", "--config", str(out / "best.json"), "--json"]) == 0
-        now = json.loads(capsys.readouterr().out)["now"]
-        assert now["lossless"] is True and now["mean_verified_tokens"] > 1
-        assert now["config"] == best["params"]
-        if params.tree_width > 1:
-            assert main(["export", str(out / "best.json"), "--format", "vllm"]) == 2
-            assert "tree" in capsys.readouterr().err
+    assert main(["validate", str(frozen)]) == 0
+    assert "valid frozen config" in capsys.readouterr().out
+    # The frozen tree is re-measured through the same decoder.
+    assert main(["measure", "--config", str(frozen), "--json"]) == 0
+    now = json.loads(capsys.readouterr().out)["now"]
+    assert now["lossless"] is True and now["mean_verified_tokens"] > 1
+    assert now["config"] == tree_doc["params"]
+    assert config_from_mapping(now["config"]).tree_node_count() == 8
+    # Draft & Verify's format takes this drafter's mask but not a tree: it names the
+    # tree instead of writing something else.
+    assert main(["export", str(frozen), "--format", "dv"]) == 2
+    assert "tree" in capsys.readouterr().err

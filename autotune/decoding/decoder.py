@@ -86,8 +86,8 @@ class SpeculativeDecoder:
             config.validate(n_layers=stack.n_layers)
         if config.is_tree:
             # Tree masks and per-node positions exist only in the compact forward.
-            for role, model in (("target", target), ("draft", draft if method == "draft_model"
-                                                     or method == "sorted_exit" else None)):
+            uses_draft = method in ("draft_model", "sorted_exit")
+            for role, model in (("target", target), ("draft", draft if uses_draft else None)):
                 if model is not None and not model.forward.supports_layers:
                     raise AutotuneError(
                         f"draft trees need the compact Llama-family forward for the {role} "

@@ -50,7 +50,6 @@ class TreeDrafter:
         self.drafter, self.vocab_size, self.device = drafter, vocab_size, device
         self.width, self.depth, self.keep = config.tree_width, config.tree_depth, config.tree_tokens
         self.choices = sorted(config.tree_choices, key=lambda p: (len(p), p))
-        self.max_depth = max((len(p) for p in self.choices), default=self.depth)
 
     # ------------------------------------------------------------------ helpers
     def _log_probs(self, logits: torch.Tensor) -> torch.Tensor:
@@ -74,8 +73,8 @@ class TreeDrafter:
         prefix, the root, its fed ancestors and itself. Returns (logits [T, V], exits)."""
         cache_len = self.drafter.cache.length
         t = len(frontier)
-        width = cache_len + t - scratch_start
-        mask = torch.zeros((t, width), dtype=torch.bool, device=self.device)
+        span = cache_len + t - scratch_start          # scratch slots, the new ones included
+        mask = torch.zeros((t, span), dtype=torch.bool, device=self.device)
         for row, index in enumerate(frontier):
             pool[index].slot = cache_len + row
             node = index

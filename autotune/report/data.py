@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.decoding.config import config_from_mapping
 from autotune.errors import AutotuneError
-from autotune.profile import FREE_FACTOR, PROFILE_FILE
+from autotune.profile import FREE_FACTOR, PROFILE_FILE, free_tokens
 from autotune.run_folder import describe
 from autotune.samplers import BASELINE, BASELINE_ATTR
 
@@ -1289,11 +1289,11 @@ def profile_points(doc: Any) -> tuple[pd.DataFrame, int]:
 def free_up_to(frame: pd.DataFrame, tolerance: float = FREE_TOLERANCE) -> int | None:
     """The largest token count whose median cost is within `tolerance` of the 1-token
     cost; None without a 1-token point."""
-    one = frame[frame["tokens"] == 1]
-    if one.empty:
+    if not (frame["tokens"] == 1).any():
         return None
-    limit = float(one["ms"].iloc[0]) * (1 + tolerance)
-    return int(frame[frame["ms"] <= limit]["tokens"].max())
+    # profile.free_tokens measures against the first point: the 1-token one, once sorted.
+    points = frame.sort_values("tokens")[["tokens", "ms"]].to_dict("records")
+    return int(free_tokens({"points": points}, 1 + tolerance))
 
 
 def marginal_ms(frame: pd.DataFrame, start: int) -> float | None:
