@@ -411,6 +411,14 @@ class StudyRunner:
             try:
                 self.study.optimize(self._trial, n_trials=1, catch=(TrialFailed,),
                                     gc_after_trial=False)
+                # The callback (run files, progress line) is "between trials": a Ctrl-C
+                # there stops the same way, with nothing of ours left RUNNING.
+                last = self._last_own_trial()
+                if on_trial is not None and last is not None:
+                    done, _, _ = self.progress()
+                    on_trial(TrialEvent(last, done, self.settings.trials,
+                                        best_trial(self.study, self.objective),
+                                        self._message(last)))
             except KeyboardInterrupt:
                 # Ctrl-C outside the objective (sampling, storage) can leave our trial
                 # RUNNING; inside it, `_trial` has already marked and queued it.
@@ -418,11 +426,6 @@ class StudyRunner:
                     if trial.user_attrs.get("worker") == self.worker:
                         self._interrupt(trial, "stopped by the user (Ctrl-C)")
                 return "interrupted"
-            last = self._last_own_trial()
-            if on_trial is not None and last is not None:
-                done, _, _ = self.progress()
-                on_trial(TrialEvent(last, done, self.settings.trials, best_trial(self.study, self.objective),
-                                    self._message(last)))
 
     def _last_own_trial(self) -> FrozenTrial | None:
         own = [t for t in self.study.get_trials(deepcopy=False)

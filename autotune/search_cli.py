@@ -2,6 +2,17 @@
 
 Everything that can be checked without a model (space, objective, enqueued configs,
 numbers) is checked first, so a typo costs a second, not a model load.
+
+Ctrl-C, by phase (each ends with exit code 130 and leaves no half-written file; every
+file of the run folder is replaced atomically):
+- before the study (loading, the hardware profile): nothing is written, not even the
+  run folder;
+- inside a trial: the trial is marked interrupted (failed, not counted) and queued
+  again, then the run files, report and exports are written and the summary printed;
+- between trials (sampling, the run files, the progress line): the same, with no trial
+  to mark;
+- while the report or the exports are written: they are left as they were (the
+  previous ones, or none), and the message says which command redoes them.
 """
 
 from __future__ import annotations
@@ -189,14 +200,15 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
         prune=args.prune, enqueue=enqueue, study_attrs=study_attrs)
     eval_context = EvalContext(target=target, draft=draft, prompts=prompts, max_new_tokens=max_new,
                           seed=args.seed, memo={})
-    run_dir.mkdir(parents=True, exist_ok=True)
     # Once per run folder (reused on resume): where verifying more tokens stops being
     # nearly free on this hardware, for the report. A failure is a warning only. It is
     # measured before the study is opened (the worker that creates a shared study queues
     # the baseline and presets as it starts, before the other workers use up the
-    # budget) and written only once the study has accepted this run.
+    # budget) and written only once the study has accepted this run; the folder itself
+    # is made only after it, so a Ctrl-C while loading or profiling leaves nothing.
     from autotune.profile import run_profile, save_run_profile
     profile, fresh = run_profile(run_dir, target)
+    run_dir.mkdir(parents=True, exist_ok=True)
     runner = StudyRunner(settings, bound, objective, eval_context)
     if fresh:
         save_run_profile(run_dir, profile)
@@ -242,8 +254,17 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
         reason = runner.run(on_trial=finished, on_start=progress.start)
     finally:
         progress.close()
-    write_run_files(run_dir, runner.study, objective, context)
-    outputs = _write_outputs(run_dir, storage, runner.study, objective, context)
+    try:
+        write_run_files(run_dir, runner.study, objective, context)
+        outputs = _write_outputs(run_dir, storage, runner.study, objective, context)
+    except KeyboardInterrupt:
+        # The study is in the storage; each file is replaced atomically, so what was
+        # not rewritten is the previous version (or absent) and can be redone.
+        reason, outputs = "interrupted", []
+        print(f"autotune: interrupted while writing the run folder; the study is saved. "
+              f"Redo the files with: autotune report {run_dir}; autotune export "
+              f"{run_dir / 'best.json'} --format ... (or rerun the same command)",
+              file=sys.stderr, flush=True)
     done, _, _ = runner.progress()
     stopped = {"budget": "trial budget reached", "timeout": "--timeout reached",
                "interrupted": "interrupted (Ctrl-C); rerun the same command to resume",

@@ -45,9 +45,13 @@ for (const s of document.querySelectorAll('section.panel')) {
 }
 return out;
 """
+_TWO_FRAMES_JS = """
+const done = arguments[arguments.length - 1];
+requestAnimationFrame(() => requestAnimationFrame(() => done(true)));
+"""
 
 
-def check_page(html: Path, screenshot: Path, width: int = 1280, settle_s: float = 30) -> PageCheck:
+def check_page(html: Path, screenshot: Path, width: int = 1280, settle_s: float = 300) -> PageCheck:
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -71,15 +75,21 @@ def check_page(html: Path, screenshot: Path, width: int = 1280, settle_s: float 
                                       upload_throughput=0)
         driver.get(html.resolve().as_uri())
         # The page may still be parsing (a report is megabytes) and plotly draws
-        # asynchronously: wait until there are panels and every one settled.
+        # asynchronously: wait until the document is loaded and every panel settled.
+        # The deadline only bounds a page that never settles (a real failure); a slow
+        # machine just waits longer.
         deadline = time.monotonic() + settle_s
         panels = driver.execute_script(_PANELS_JS)
-        while (not panels or "empty" in panels.values()) and time.monotonic() < deadline:
-            time.sleep(0.25)
+        while ((not panels or "empty" in panels.values()
+                or driver.execute_script("return document.readyState") != "complete")
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
             panels = driver.execute_script(_PANELS_JS)
         height = int(driver.execute_script("return document.documentElement.scrollHeight"))
         driver.set_window_size(width, min(height + 100, 16000))
-        time.sleep(0.5)
+        # Let the resized page lay out and paint (two animation frames) before the shot.
+        driver.set_script_timeout(settle_s)
+        driver.execute_async_script(_TWO_FRAMES_JS)
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(screenshot))
         errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]

@@ -79,80 +79,125 @@ def test_bad_enqueue_file(capsys, no_loading, tmp_path):
     assert "kk" in capsys.readouterr().err
 
 
+DRIVER = Path(__file__).with_name("phase_driver.py")
+
+
+def _search_args(tiny_dir: Path, run: Path, study: str, trials: int) -> list[str]:
+    return ["search", "--model", str(tiny_dir / "model"), "--workload",
+            str(tiny_dir / "prompts.txt"), "--space", "ngram", "--trials", str(trials),
+            "--max-new-tokens", "24", "--prompts", "2", "--out", str(run), "--study", study,
+            "--no-prune"]
+
+
+def _parked(phase: str, nth: int, args: list[str], marker: Path) -> subprocess.Popen:
+    """The CLI under `phase_driver`, waiting at the nth time it reaches `phase` once
+    this returns: the test signals a process whose place it knows."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, str(DRIVER), phase, str(nth), str(marker), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # No deadline of ours: the driver gives up by itself (exit != 0) if never reached.
+    while not marker.exists():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"exited {proc.returncode} before reaching {phase}: {err[-2000:]}")
+        time.sleep(0.05)
+    return proc
+
+
 def test_kill_9_loses_no_finished_trial_and_rerun_resumes(tmp_path, tiny_dir):
     run = tmp_path / "run"
-    args = ["search", "--model", str(tiny_dir / "model"), "--workload",
-            str(tiny_dir / "prompts.txt"), "--space", "ngram", "--trials", "8",
-            "--max-new-tokens", "160", "--prompts", "2", "--out", str(run), "--study", "k9",
-            "--no-prune"]
-    proc = _cli(*args)
-    journal = run / "study.journal"
-    _wait_for_running_trial(journal, "k9", proc, finished_at_least=2)
-    assert proc.poll() is None, proc.communicate()
+    args = _search_args(tiny_dir, run, "k9", trials=6)
+    proc = _parked("trial", 3, args, tmp_path / "in-trial")     # the baseline, one, the third
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.communicate()
+    journal = run / "study.journal"
     before = {t.number: (t.state, t.values, t.params)
               for t in _journal_trials(journal, "k9") if t.state.is_finished()}
-    assert len(before) >= 2
+    assert len(before) == 2
     running = [t.number for t in _journal_trials(journal, "k9") if t.state == TrialState.RUNNING]
-    assert running
+    assert running == [2]
 
     rerun = _cli(*args)
-    out, err = rerun.communicate(timeout=300)
+    out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
     trials = _journal_trials(journal, "k9")
     after = {t.number: (t.state, t.values, t.params) for t in trials}
     for number, record in before.items():
         assert after[number] == record             # nothing finished was lost or changed
-    assert len(counted_trials(trials)) == 8
+    assert len(counted_trials(trials)) == 6
     killed = next(t for t in trials if t.number == running[0])
     assert killed.state == TrialState.FAIL and killed.user_attrs["interrupted"]
-    assert any(t.user_attrs.get("retry_of") == killed.number for t in trials)
+    retry = [t for t in trials if t.user_attrs.get("retry_of") == killed.number]
+    assert len(retry) == 1 and retry[0].params == killed.params
     frame = pd.read_csv(run / "trials.csv")
     assert len(frame) == len(trials)
     assert json.loads((run / "best.json").read_text())["params"]["method"] in ("ngram", "none")
 
 
-def _wait_for_running_trial(journal: Path, study: str, proc: subprocess.Popen,
-                            finished_at_least: int) -> None:
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.3)
-        if not journal.exists():
-            continue
-        try:
-            trials = _journal_trials(journal, study)
-        except Exception:     # the study may not be created yet
-            continue
-        finished = [t for t in trials if t.state.is_finished()]
-        if len(finished) >= finished_at_least and any(
-                t.state == TrialState.RUNNING for t in trials):
-            return
-    raise AssertionError(f"no running trial seen: {proc.poll()}")
+def _stray_temporaries(folder: Path) -> list[str]:
+    """write_atomically's `.NAME.*` files and write_exports' `.exports-*` folders."""
+    return sorted(p.name for p in folder.rglob(".*")) if folder.exists() else []
 
 
-def test_ctrl_c_stops_cleanly_prints_the_summary_and_requeues(tmp_path, tiny_dir):
-    run = tmp_path / "run"
-    proc = _cli("search", "--model", str(tiny_dir / "model"), "--workload",
-                str(tiny_dir / "prompts.txt"), "--space", "ngram", "--trials", "50",
-                "--max-new-tokens", "160", "--prompts", "2", "--out", str(run),
-                "--study", "cc", "--no-prune")
-    _wait_for_running_trial(run / "study.journal", "cc", proc, finished_at_least=2)
+def _ctrl_c(proc: subprocess.Popen) -> tuple[str, str]:
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
+    return out, err
+
+
+def test_ctrl_c_before_the_study_leaves_nothing(tmp_path, tiny_dir):
+    run = tmp_path / "run"
+    proc = _parked("profile", 1, _search_args(tiny_dir, run, "cc", 4), tmp_path / "m")
+    _, err = _ctrl_c(proc)
+    assert "autotune: interrupted" in err
+    assert not run.exists()
+
+
+@pytest.mark.parametrize("phase,nth", [("trial", 3), ("between", 2)])
+def test_ctrl_c_in_or_between_trials_stops_cleanly_prints_the_summary_and_requeues(
+        tmp_path, tiny_dir, phase, nth):
+    run = tmp_path / "run"
+    proc = _parked(phase, nth, _search_args(tiny_dir, run, "cc", 6), tmp_path / "m")
+    out, err = _ctrl_c(proc)
     assert "interrupted (Ctrl-C)" in err and "latency_ms_per_token" in out
     trials = _journal_trials(run / "study.journal", "cc")
-    # Ctrl-C lands inside a trial (which is then marked and queued again) or between
-    # two (nothing to mark); either way nothing is left RUNNING.
     assert not any(t.state == TrialState.RUNNING for t in trials)
     stopped = [t for t in trials if t.user_attrs.get("interrupted")]
-    assert len(stopped) <= 1
     waiting = [t for t in trials if t.state == TrialState.WAITING]
-    assert [t.user_attrs["retry_of"] for t in waiting] == [t.number for t in stopped]
-    assert all(t.state == TrialState.FAIL for t in stopped)
+    if phase == "trial":
+        # The third trial was stopped inside: failed, not counted, queued again.
+        assert [t.number for t in stopped] == [2] and stopped[0].state == TrialState.FAIL
+        assert [(t.user_attrs["retry_of"], t.system_attrs["fixed_params"]) for t in waiting] == [
+            (2, stopped[0].params)]
+        assert len(counted_trials(trials)) == 2
+    else:
+        # Stopped while the second trial's files were written: nothing to mark.
+        assert stopped == [] and waiting == []
+        assert len(counted_trials(trials)) == 2
     assert len(pd.read_csv(run / "trials.csv")) == len(trials)
+    assert {"best.json", "report.html", "exports"} <= {p.name for p in run.iterdir()}
+    assert _stray_temporaries(run) == []
+
+
+@pytest.mark.parametrize("phase,missing", [("report", "report.html"), ("exports", "exports")])
+def test_ctrl_c_while_writing_the_report_or_exports_leaves_no_half_file(
+        tmp_path, tiny_dir, phase, missing):
+    run = tmp_path / "run"
+    proc = _parked(phase, 1, _search_args(tiny_dir, run, "cc", 2), tmp_path / "m")
+    _, err = _ctrl_c(proc)
+    assert f"autotune report {run}" in err and "the study is saved" in err
+    assert "trial budget reached" not in err and "interrupted (Ctrl-C)" in err
+    names = {p.name for p in run.iterdir()}
+    assert missing not in names
+    assert {"best.json", "trials.csv", "run.json"} <= names
+    assert _stray_temporaries(run) == []
+    trials = _journal_trials(run / "study.journal", "cc")
+    assert len(counted_trials(trials)) == 2
+    # The redo the message names writes what is missing.
+    assert main(["report", str(run)]) == 0
+    assert (run / "report.html").is_file()
 
 
 # -- many workers on one PostgreSQL study ----------------------------------------------

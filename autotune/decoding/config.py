@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
+from autotune.decoding.knobs import (ALL, DRAFTING, KNOB_METADATA_KEY, SHAPE, WORKLOAD,
+                                     Knob, knob, method_owner, policy_owner)
 from autotune.errors import AutotuneError
 
 METHODS = ("none", "draft_model", "layer_skip", "sorted_exit", "ngram")
@@ -36,28 +38,60 @@ class DecodeConfig:
     ε 0.01, β1 0.5, β2 0.9) are our starting point, not values a paper prescribes.
     """
 
-    method: str = "none"
-    k: int = 4                               # most draft tokens per round (policy cap)
-    attn_skip: tuple[int, ...] = ()          # layers whose attention the draft skips
-    mlp_skip: tuple[int, ...] = ()           # layers whose MLP the draft skips
-    exits: tuple[int, ...] = ()              # S2D exit depths n1 < ... < nm (layers run)
-    thresholds: tuple[float, ...] = ()       # S2D top-1 thresholds per exit (deepest ignored)
-    exit_policy: str = "fixed"
-    gamma: float = 0.6                       # confidence threshold; γ0 for adaptive
-    target_acceptance: float = 0.85          # α of Draft & Verify's adaptive rule
-    epsilon: float = 0.01                    # ε: step of γ per round
-    beta1: float = 0.5                       # β1: smoothing of the acceptance rate
-    beta2: float = 0.9                       # β2: smoothing of γ
-    ngram_min: int = 1
-    ngram_max: int = 3
-    temperature: float = 0.0                 # 0 = greedy
-    top_p: float = 1.0
+    method: str = field(default="none", metadata=knob(
+        "str", ALL, "`none` (the AR baseline) or a registered drafting method"))
+    k: int = field(default=4, metadata=knob(
+        "int", DRAFTING, "most draft tokens per round (start value for `heuristic`)", low=1))
+    attn_skip: tuple[int, ...] = field(default=(), metadata=knob(
+        "int_set", method_owner("layer_skip"),
+        "layers whose attention the `layer_skip` draft skips, e.g. `12,17`", low=0))
+    mlp_skip: tuple[int, ...] = field(default=(), metadata=knob(
+        "int_set", method_owner("layer_skip"),
+        "layers whose MLP the `layer_skip` draft skips", low=0))
+    exits: tuple[int, ...] = field(default=(), metadata=knob(
+        "int_list", method_owner("sorted_exit"),
+        "`sorted_exit`: exit depths n1<…<nm over the draft stack (the target, or `--draft`)",
+        low=1))
+    thresholds: tuple[float, ...] = field(default=(), metadata=knob(
+        "float_list", method_owner("sorted_exit"),
+        "`sorted_exit`: top-1 threshold per exit; the deepest exit always emits",
+        low=0.0, high=1.0))
+    exit_policy: str = field(default="fixed", metadata=knob(
+        "str", DRAFTING, "`fixed`, `confidence` (stop when top-1 < `gamma`), `adaptive` "
+        "(Draft & Verify), `heuristic` (HF: +2 if all accepted, else −1)",
+        choices=EXIT_POLICIES))
+    gamma: float = field(default=0.6, metadata=knob(
+        "float", policy_owner("confidence", "adaptive"),
+        "confidence threshold γ; γ0 of the adaptive rule", low=0.0, high=1.0))
+    target_acceptance: float = field(default=0.85, metadata=knob(
+        "float", policy_owner("adaptive"), "α: Draft & Verify's target acceptance rate",
+        low=0.0, high=1.0))
+    epsilon: float = field(default=0.01, metadata=knob(
+        "float", policy_owner("adaptive"), "ε: step of γ per round", low=0.0, high=1.0))
+    beta1: float = field(default=0.5, metadata=knob(
+        "float", policy_owner("adaptive"), "β1: smoothing of the acceptance rate",
+        low=0.0, high=1.0))
+    beta2: float = field(default=0.9, metadata=knob(
+        "float", policy_owner("adaptive"), "β2: smoothing of γ", low=0.0, high=1.0))
+    ngram_min: int = field(default=1, metadata=knob(
+        "int", method_owner("ngram"), "shortest prompt-lookup n-gram", low=1))
+    ngram_max: int = field(default=3, metadata=knob(
+        "int", method_owner("ngram"), "longest prompt-lookup n-gram", low=1))
+    temperature: float = field(default=0.0, metadata=knob(
+        "float", WORKLOAD, "0 = greedy; sampling uses Leviathan rejection sampling", low=0.0))
+    top_p: float = field(default=1.0, metadata=knob(
+        "float", WORKLOAD, "nucleus mass kept when sampling (0 excluded)", low=0.0, high=1.0))
     # Draft trees (EAGLE-2's dynamic tree, or a static one). tree_width 0 and no
     # tree_choices = a chain of up to k tokens under the exit policy.
-    tree_width: int = 0                      # children expanded per node (EAGLE-2's top-k)
-    tree_depth: int = 0                      # levels drafted (draft passes per round)
-    tree_tokens: int = 0                     # nodes kept after the rerank; 0 = all drafted
-    tree_choices: tuple[tuple[int, ...], ...] = ()   # static tree: paths of child ranks
+    tree_width: int = field(default=0, metadata=knob(
+        "int", SHAPE, "children expanded per node, EAGLE-2's top-k (0 = a chain)", low=0))
+    tree_depth: int = field(default=0, metadata=knob(
+        "int", SHAPE, "levels drafted (draft passes per round)", low=0))
+    tree_tokens: int = field(default=0, metadata=knob(
+        "int", SHAPE, "nodes kept after the rerank by cumulative draft probability "
+        "(0 = all)", low=0))
+    tree_choices: tuple[tuple[int, ...], ...] = field(default=(), metadata=knob(
+        "paths", SHAPE, "a static tree as paths of child ranks, e.g. `0;1;0,0`", low=0))
 
     @property
     def is_tree(self) -> bool:
@@ -217,6 +251,8 @@ def _parse_choices(value: Any) -> tuple[tuple[int, ...], ...]:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(DecodeConfig)}
+# Every knob's metadata, in field order: the one source of types, bounds, owners, docs.
+KNOBS: dict[str, Knob] = {f.name: f.metadata[KNOB_METADATA_KEY] for f in dataclasses.fields(DecodeConfig)}
 _INT_LISTS = {"attn_skip", "mlp_skip", "exits"}
 _FLOAT_LISTS = {"thresholds"}
 _INTS = {"k", "ngram_min", "ngram_max", "tree_width", "tree_depth", "tree_tokens"}

@@ -1,0 +1,80 @@
+"""Run the `autotune` CLI with one phase made to wait for the test, so process-level
+tests (Ctrl-C, kill -9) know exactly where the process is when they signal it.
+
+    python tests/phase_driver.py PHASE N MARKER autotune-args...
+
+The N-th time the process reaches PHASE it writes the file MARKER and waits there
+(sleeping, so a SIGINT raises KeyboardInterrupt at that very point). The test waits for
+MARKER, then signals. Nothing depends on how fast trials run.
+
+Phases, each a real function of the search patched here and nowhere else:
+  profile  the hardware profile before the study (`profile.forward_cost_profile`)
+  trial    inside a trial's measurement (`Objective.evaluate`)
+  between  the run files rewritten after a trial (`run_folder.write_run_files`)
+  report   rendering the report after the study (`report.render_report`)
+  exports  writing the exports after the report (`exports.export`)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+# Long enough for any test, short enough that a test that never signals still ends.
+WAIT_S = 600.0
+
+
+def _park(marker: Path) -> None:
+    """Say where we are (atomically: the test never reads half a marker), then wait."""
+    tmp = marker.with_name(marker.name + ".tmp")
+    tmp.write_text(str(os.getpid()))
+    os.replace(tmp, marker)
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    raise RuntimeError(f"phase_driver: no signal came within {WAIT_S:g} s")
+
+
+def _wait_on_call(owner: Any, name: str, nth: int, marker: Path) -> None:
+    original: Callable[..., Any] = getattr(owner, name)
+    calls = {"n": 0}
+
+    @functools.wraps(original)
+    def waiting(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == nth:
+            _park(marker)
+        return original(*args, **kwargs)
+
+    setattr(owner, name, waiting)
+
+
+def _install(phase: str, nth: int, marker: Path) -> None:
+    if phase == "profile":
+        import autotune.profile as module
+        _wait_on_call(module, "forward_cost_profile", nth, marker)
+    elif phase == "trial":
+        from autotune.objectives import Objective
+        _wait_on_call(Objective, "evaluate", nth, marker)
+    elif phase == "between":
+        import autotune.run_folder as module
+        _wait_on_call(module, "write_run_files", nth, marker)
+    elif phase == "report":
+        import autotune.report as module
+        _wait_on_call(module, "render_report", nth, marker)
+    elif phase == "exports":
+        import autotune.exports as module
+        _wait_on_call(module, "export", nth, marker)
+    else:
+        raise SystemExit(f"phase_driver: unknown phase {phase!r}")
+
+
+if __name__ == "__main__":
+    phase, nth, marker, *cli_args = sys.argv[1:]
+    _install(phase, int(nth), Path(marker))
+    from autotune.cli import main
+    sys.exit(main(cli_args))
