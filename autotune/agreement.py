@@ -33,7 +33,10 @@ import torch
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.drafters import _lookup
+from autotune.decoding.drafters.base import stack_model
+from autotune.decoding.drafters.ngram import lookup
+from autotune.decoding.drafters.sorted_exit import first_confident_exit, top1_probability
+from autotune.decoding.methods import get_method
 from autotune.errors import AutotuneError
 from autotune.models.loading import LoadedModel
 
@@ -82,77 +85,88 @@ def teacher_forced_agreement(target: LoadedModel, config: DecodeConfig,
 
 
 Scorer = Callable[[list[int]], list[int]]
+# A method's scorer factory (named by `MethodSpec.scorer`): (target, config, draft) -> Scorer.
+ScorerFactory = Callable[[LoadedModel, DecodeConfig, "LoadedModel | None"], Scorer]
 
 
 def _scorer(target: LoadedModel, config: DecodeConfig,
             draft: LoadedModel | None) -> Scorer | None:
     """The draft's top-1 prediction at every position of a sequence (index t predicts
-    token t+1; -1 where the draft proposes nothing), or None for `none`."""
-    method = config.method
-    vocab = target.forward.vocab_size if draft is None else min(
+    token t+1; -1 where the draft proposes nothing), or None for a method without a
+    scorer (`none`: nothing is drafted)."""
+    factory = get_method(config.method).scorer_factory()
+    return factory(target, config, draft) if factory is not None else None
+
+
+def _shared_vocab(target: LoadedModel, draft: LoadedModel | None) -> int:
+    return target.forward.vocab_size if draft is None else min(
         target.forward.vocab_size, draft.forward.vocab_size)
 
-    def top1(logits: torch.Tensor) -> list[int]:
-        # logits [1, N, V] -> N ids; the decoder's drafts are confined to the shared vocab.
-        return logits[0, :, :vocab].argmax(dim=-1).tolist()
 
-    if method == "layer_skip":
-        forward = target.forward
-
-        def layer_skip(ids: list[int]) -> list[int]:
-            x = torch.tensor([ids], dtype=torch.long, device=target.device)
-            cache = forward.new_cache(1, len(ids))
-            return top1(forward.forward(x, cache, attn_skip=frozenset(config.attn_skip),
-                                        mlp_skip=frozenset(config.mlp_skip)))
-
-        return _no_grad(layer_skip)
-    if method == "draft_model":
-        assert draft is not None                 # checked by SpeculativeDecoder
-
-        def draft_model(ids: list[int]) -> list[int]:
-            x = torch.tensor([ids], dtype=torch.long, device=draft.device)
-            return top1(draft.forward.forward(x, draft.forward.new_cache(1, len(ids))))
-
-        return _no_grad(draft_model)
-    if method == "sorted_exit":
-        stack = draft if draft is not None else target
-        return _no_grad(lambda ids: _sorted_exit(stack, config, ids, vocab))
-    if method == "ngram":
-        def ngram(ids: list[int]) -> list[int]:
-            out = []
-            for t in range(len(ids)):
-                found = _lookup(ids[:t + 1], config.ngram_min, config.ngram_max, 1)
-                out.append(found[0] if found else -1)
-            return out
-
-        return ngram
-    return None
+def _top1(logits: torch.Tensor, vocab: int) -> list[int]:
+    """logits [1, N, V] -> N ids; the decoder's drafts are confined to the shared vocab."""
+    return logits[0, :, :vocab].argmax(dim=-1).tolist()
 
 
-def _sorted_exit(stack: LoadedModel, config: DecodeConfig, ids: list[int],
-                 vocab: int) -> list[int]:
-    """S2D's rule at every position: the top-1 of the first exit whose top-1 probability
-    reaches its threshold, else the deepest exit's top-1 (SortedExitDrafter's loop).
-    One pass through the stack: each exit continues from the previous exit's state."""
-    forward = stack.forward
-    x = torch.tensor([ids], dtype=torch.long, device=stack.device)
-    step = forward.begin(x, forward.new_cache(1, len(ids)))
-    chosen = torch.zeros(len(ids), dtype=torch.long, device=stack.device)
-    decided = torch.zeros(len(ids), dtype=torch.bool, device=stack.device)
-    done = 0
-    last = chosen
-    for exit_layer, threshold in zip(config.exits, config.exit_thresholds()):
-        forward.run_layers(step, done, exit_layer)
-        done = exit_layer
-        logits = forward.logits(step)[0, :, :vocab]
-        confidence, token = torch.softmax(logits.float(), dim=-1).max(dim=-1)
-        take = ~decided & (confidence >= threshold)
-        chosen = torch.where(take, token, chosen)
-        decided |= take
-        last = token
-    # The deepest exit always emits (the drafter keeps the last exit's token).
-    chosen = torch.where(decided, chosen, last)
-    return chosen.tolist()
+def layer_skip_scorer(target: LoadedModel, config: DecodeConfig,
+                      draft: LoadedModel | None) -> Scorer:
+    """The skipping pass over the whole sequence (see the module docstring for how it
+    differs from the drafter's)."""
+    forward, vocab = target.forward, _shared_vocab(target, draft)
+    attn_skip, mlp_skip = frozenset(config.attn_skip), frozenset(config.mlp_skip)
+
+    def layer_skip(ids: list[int]) -> list[int]:
+        x = torch.tensor([ids], dtype=torch.long, device=target.device)
+        cache = forward.new_cache(1, len(ids))
+        return _top1(forward.forward(x, cache, attn_skip=attn_skip, mlp_skip=mlp_skip), vocab)
+
+    return _no_grad(layer_skip)
+
+
+def draft_model_scorer(target: LoadedModel, config: DecodeConfig,
+                       draft: LoadedModel | None) -> Scorer:
+    """The draft model's own pass over the whole sequence."""
+    assert draft is not None                 # checked by SpeculativeDecoder
+    vocab = _shared_vocab(target, draft)
+
+    def draft_model(ids: list[int]) -> list[int]:
+        x = torch.tensor([ids], dtype=torch.long, device=draft.device)
+        return _top1(draft.forward.forward(x, draft.forward.new_cache(1, len(ids))), vocab)
+
+    return _no_grad(draft_model)
+
+
+def sorted_exit_scorer(target: LoadedModel, config: DecodeConfig,
+                       draft: LoadedModel | None) -> Scorer:
+    """S2D's exit rule (`first_confident_exit`, the drafter's own) at every position, in
+    one pass through the stack: the top-1 of each position's exit."""
+    stack = stack_model(get_method(config.method), target, draft)    # what exits index
+    vocab = _shared_vocab(target, draft)
+    exits, thresholds = config.exits, config.exit_thresholds()
+
+    def sorted_exit(ids: list[int]) -> list[int]:
+        forward = stack.forward
+        x = torch.tensor([ids], dtype=torch.long, device=stack.device)
+        state = forward.begin(x, forward.new_cache(1, len(ids)))
+        choice = first_confident_exit(forward, state, exits, thresholds,
+                                      top1_probability(vocab))
+        probs = torch.softmax(choice.logits[:, :vocab].float(), dim=-1)
+        return probs.max(dim=-1).indices.tolist()
+
+    return _no_grad(sorted_exit)
+
+
+def ngram_scorer(target: LoadedModel, config: DecodeConfig,
+                 draft: LoadedModel | None) -> Scorer:
+    """The drafter's own lookup, one token at every prefix."""
+    def ngram(ids: list[int]) -> list[int]:
+        out = []
+        for t in range(len(ids)):
+            found = lookup(ids[:t + 1], config.ngram_min, config.ngram_max, 1)
+            out.append(found[0] if found else -1)
+        return out
+
+    return ngram
 
 
 def _no_grad(fn: Scorer) -> Scorer:

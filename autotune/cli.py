@@ -1,21 +1,24 @@
-"""Command line: a table of subcommands, each a thin call into the library.
+"""Command line: a table of subcommands, each run by its own `*_cli` module.
 
 Every bad input ends in one line on stderr and exit code 2; no traceback reaches the
-user for anything they can fix.
+user for anything they can fix. A subcommand names its runner as "module:function",
+imported only when that command runs, so `--help` and argument errors load neither
+torch nor optuna.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from pathlib import Path
 from typing import Callable, Sequence
 
 from autotune.errors import AutotuneError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-# Kept here rather than imported so `--help` and argument errors stay fast (no optuna).
+# samplers.SAMPLERS, restated so that `--help` stays fast (that module loads optuna);
+# tests/test_cli.py fails when the two differ.
 _SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
 
 
@@ -72,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true", help="one JSON object on stdout")
     m.add_argument("--trace", default=None, metavar="FILE",
                    help="write the per-round traces of every prompt as JSON")
-    m.set_defaults(run=_run_measure)
+    m.set_defaults(run="autotune.measure_cli:run_measure_command")
 
     s = sub.add_parser("search", help="search the joint space for the fastest config")
     _add_model_args(s)
@@ -96,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None, help="run folder (default: reports/<study>/)")
     s.add_argument("--enqueue", default=None, metavar="FILE",
                    help="JSON/YAML config (or list of configs) to try first")
-    s.set_defaults(run=_run_search)
+    s.set_defaults(run="autotune.search_cli:run_search_command")
 
     g = sub.add_parser("generate", help="stream one prompt's continuation with a config")
     _add_model_args(g, model=None)
@@ -108,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-new-tokens", type=int, default=None,
                    help="default: the config's workload, else 128")
     g.add_argument("--seed", type=int, default=None)
-    g.set_defaults(run=_run_generate, workload=None, categories=None, prompts=None)
+    g.set_defaults(run="autotune.generate_cli:run_generate_command", workload=None,
+                   categories=None, prompts=None)
 
     e = sub.add_parser("export", help="write a frozen config in a server's format")
     e.add_argument("config", help="frozen config (best.json)")
@@ -119,14 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of failing")
     e.add_argument("--draft-tp", type=int, default=None, metavar="N",
                    help="vllm: draft_tensor_parallel_size")
-    e.set_defaults(run=_run_export)
+    e.set_defaults(run="autotune.export_cli:run_export_command")
 
     r = sub.add_parser("report", help="write the interactive HTML report of a run folder")
     r.add_argument("run_dir", help="a search's run folder (holds run.json)")
     r.add_argument("-o", "--output", default=None, help="default: RUN_DIR/report.html")
     r.add_argument("--storage", default=None,
                    help="the study's storage URL when it is not RUN_DIR/study.journal")
-    r.set_defaults(run=_run_report)
+    r.set_defaults(run="autotune.report_cli:run_report_command")
 
     pr = sub.add_parser("profile", help="time the target's forward for 1..128 new tokens",
                         description="Time the target's forward over n new tokens after a "
@@ -143,103 +147,26 @@ def build_parser() -> argparse.ArgumentParser:
                     help="round-robin passes over the sizes; median and min (default 3)")
     pr.add_argument("-o", "--output", default=None, metavar="FILE",
                     help="also write the profile as JSON")
-    pr.set_defaults(run=_run_profile)
+    pr.set_defaults(run="autotune.profile_cli:run_profile_command")
 
     v = sub.add_parser("validate", help="check a frozen config, space, objective or config")
     v.add_argument("files", nargs="+", metavar="FILE")
     v.add_argument("--layers", type=int, default=32,
                    help="layer count a space is checked against (default 32)")
-    v.set_defaults(run=_run_validate)
+    v.set_defaults(run="autotune.validate_cli:run_validate_command")
     return parser
 
 
-def _run_measure(args: argparse.Namespace) -> int:
-    from autotune.measure_cli import run_measure_command
-    return run_measure_command(args)
-
-
-def _run_generate(args: argparse.Namespace) -> int:
-    from autotune.generate_cli import run_generate_command
-    return run_generate_command(args)
-
-
-def _run_export(args: argparse.Namespace) -> int:
-    from autotune.exporting import run_export_command
-    return run_export_command(args)
-
-
-def _run_report(args: argparse.Namespace) -> int:
-    from autotune.report import write_report
-    out = write_report(Path(args.run_dir), Path(args.output) if args.output else None,
-                       storage=args.storage)
-    print(f"autotune: wrote {out}", file=sys.stderr)
-    return 0
-
-
-def _run_profile(args: argparse.Namespace) -> int:
-    import json
-
-    from autotune.files import write_atomically
-    from autotune.profile import (DEFAULT_CONTEXT, DEFAULT_REPEATS, DEFAULT_SIZES,
-                                  forward_cost_profile, format_profile, parse_sizes)
-    sizes = parse_sizes(args.sizes) if args.sizes is not None else DEFAULT_SIZES
-    for flag, value in (("--context", args.context), ("--repeats", args.repeats)):
-        if value is not None and value < 1:
-            raise AutotuneError(f"{flag} must be at least 1")
-    output = Path(args.output) if args.output else None
-    if output is not None and output.is_dir():
-        raise AutotuneError(f"-o {output} is a folder; give a file name")
-    from autotune.models.loading import load_model
-    print(f"autotune: loading {args.model}", file=sys.stderr, flush=True)
-    target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
-    print(f"autotune: timing the forward for {sizes[0]}..{sizes[-1]} new tokens "
-          f"({len(sizes)} sizes)", file=sys.stderr, flush=True)
-    profile = forward_cost_profile(
-        target, sizes,
-        context_tokens=args.context if args.context is not None else DEFAULT_CONTEXT,
-        repeats=args.repeats if args.repeats is not None else DEFAULT_REPEATS)
-    print(format_profile(profile))
-    if output is not None:
-        write_atomically(output, json.dumps(profile, indent=2) + "\n")
-        print(f"autotune: wrote {output}", file=sys.stderr)
-    return 0
-
-
-def _run_validate(args: argparse.Namespace) -> int:
-    from autotune.validate import validate_file
-    if args.layers < 1:
-        raise AutotuneError("--layers must be at least 1")
-    status = 0
-    for path in args.files:
-        verdict = validate_file(path, args.layers)
-        if verdict.problems:
-            status = EXIT_USAGE
-            for problem in verdict.problems:
-                print(problem, file=sys.stderr)
-            print(f"{path}: invalid {verdict.kind} ({len(verdict.problems)} problem"
-                  f"{'s' if len(verdict.problems) > 1 else ''})", file=sys.stderr)
-        else:
-            print(f"{path}: valid {verdict.kind}: {verdict.summary}")
-    return status
-
-
-def _slug(text: str) -> str:
-    """A file- and study-name-safe form of a model spec."""
-    name = Path(text.rstrip("/")).name or text
-    name = name.removesuffix(".gguf")
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-") or "model"
-
-
-def _run_search(args: argparse.Namespace) -> int:
-    from autotune.search_cli import run_search_command
-    return run_search_command(args, _slug(args.model))
+def _runner(name: str) -> Callable[[argparse.Namespace], int]:
+    """The function a subcommand's "module:function" names, imported now."""
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        run: Callable[[argparse.Namespace], int] = args.run
-        return run(args)
+        return _runner(args.run)(args)
     except AutotuneError as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,26 +1,28 @@
-"""`autotune export` and the `exports/` folder of a run: frozen config -> server files.
+"""The `exports/` folder of a run: each engine's files for the best config it expresses.
 
 The mapping of knobs to each engine's fields lives in `autotune.exports`; this module
-reads the frozen config, writes files atomically and reports what was dropped.
+picks, per format, the best trial the format expresses, writes the files atomically and
+says in a README what each holds and why a format got another trial or none.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+# Used as `exports.export`, not imported by name, so that wrapping the module's function
+# (tests/phase_driver.py parks a run there) takes effect whenever it is wrapped.
+import autotune.exports as exports
 from autotune.errors import AutotuneError
-from autotune.files import write_atomically
+from autotune.frozen import load_frozen
 
 
 def _trial_line(doc: dict[str, Any]) -> str:
     """`trial #N (label, metric value)` for the README."""
-    from autotune.run_folder import describe
+    from autotune.run_folder import describe      # run_folder loads optuna and pandas
     provenance = doc.get("provenance") or {}
     values = (doc.get("objective") or {}).get("values") or {}
     shown = ", ".join(f"{k} {v:.4g}" for k, v in values.items() if isinstance(v, (int, float)))
@@ -38,9 +40,6 @@ def write_exports(best_path: Path, out_dir: Path,
     express, so a vLLM user gets the fastest config vLLM can actually run, and the
     README says which trial that is and what the best one needed. Returns the files
     written, relative to `out_dir`."""
-    from autotune.exports import FORMATS, export, expressible
-    from autotune.frozen import load_frozen
-
     best = load_frozen(best_path)
     best_trial = (best.get("provenance") or {}).get("trial")
     # A fallback slower than plain decoding is no advice: only those that beat it.
@@ -53,14 +52,14 @@ def write_exports(best_path: Path, out_dir: Path,
     written: list[str] = []
     try:
         lines = [f"Exports of the run's {best_path.name}: best {_trial_line(best)}.", ""]
-        for fmt in FORMATS:
-            chosen = next((d for d in candidates if fmt in expressible(d)), None)
+        for fmt in exports.FORMATS:
+            chosen = next((d for d in candidates if fmt in exports.expressible(d)), None)
             if chosen is None:
-                lines.append(f"{fmt}: not written: {_reason(export, best, fmt)}"
+                lines.append(f"{fmt}: not written: {_reason(best, fmt)}"
                              + ("; no other trial it expresses beat the AR baseline"
                                 if fallbacks else ""))
                 continue
-            result = export(chosen, fmt)
+            result = exports.export(chosen, fmt)
             for name, text in result.files.items():
                 path = scratch / name
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +68,7 @@ def write_exports(best_path: Path, out_dir: Path,
             line = f"{fmt}: {', '.join(result.files)}"
             if chosen is not best:
                 line += (f": {_trial_line(chosen)}, the best trial {fmt} expresses exactly "
-                         f"(for the best trial: {_reason(export, best, fmt)})")
+                         f"(for the best trial: {_reason(best, fmt)})")
             lines.append(line)
         (scratch / "README.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
         old = None
@@ -90,45 +89,9 @@ def _beats_baseline(doc: dict[str, Any]) -> bool:
     return not isinstance(speedup, (int, float)) or speedup > 1.0
 
 
-def _reason(export: Any, doc: dict[str, Any], fmt: str) -> str:
+def _reason(doc: dict[str, Any], fmt: str) -> str:
     try:
-        export(doc, fmt)
+        exports.export(doc, fmt)
     except AutotuneError as exc:
         return str(exc)
     return "not expressible"
-
-
-def run_export_command(args: argparse.Namespace) -> int:
-    from autotune.exports import export
-    from autotune.frozen import load_frozen
-
-    options = {}
-    if args.draft_tp is not None:
-        options["draft_tensor_parallel_size"] = args.draft_tp
-    doc = load_frozen(args.config)
-    result = export(doc, args.format, lossy=args.lossy, options=options)
-    for line in result.dropped:
-        print(f"autotune: warning: dropped {line}", file=sys.stderr)
-    if args.output is None:
-        for text in result.files.values():
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        return 0
-    out = Path(args.output)
-    if out.is_dir():
-        raise AutotuneError(f"-o {out} is a folder; give a file name")
-    names = list(result.files)
-    # The primary file goes to -o; siblings (sglang's .sh, trtllm's .yaml) next to it.
-    write_atomically(out, _ensure_newline(result.files[names[0]]))
-    written = [str(out)]
-    for name in names[1:]:
-        sibling = out.with_suffix(Path(name).suffix)
-        if sibling == out:
-            continue
-        write_atomically(sibling, _ensure_newline(result.files[name]))
-        written.append(str(sibling))
-    print(f"autotune: wrote {', '.join(written)}", file=sys.stderr)
-    return 0
-
-
-def _ensure_newline(text: str) -> str:
-    return text if text.endswith("\n") else text + "\n"

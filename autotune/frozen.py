@@ -6,6 +6,11 @@ It carries the canonical knobs (`params`), what was measured (`metrics`), on wha
 tell whether a re-measurement is comparable. The structure is checked by the JSON
 Schema in `autotune/schemas/frozen-v1.schema.json`; the meaning of the knobs by
 `DecodeConfig.validate`.
+
+This module is the one reader of the format: its schema id, `problems` (everything wrong,
+for `autotune validate`), `load_frozen` (a file, for measure / generate / export) and
+`read_parts` (the validated knobs and model records that consumers such as the exporters
+act on).
 """
 
 from __future__ import annotations
@@ -16,24 +21,40 @@ import math
 import os
 import platform
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Mapping
 
+from autotune import __version__
 from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.decoding.methods import find_method, method_names
 from autotune.errors import AutotuneError
 from autotune.files import write_atomically
+from autotune.yaml_source import did_you_mean
 
 SCHEMA = "autotune.frozen/v1"
 SCHEMA_PREFIX = "autotune.frozen/"
+_SCHEMA_FILE = "schemas/frozen-v1.schema.json"
 # Weight files whose bytes define a model; hashed in name order.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 _HASH_CHUNK = 1 << 22
 
 
+def shipped_schema() -> dict[str, Any]:
+    """The JSON Schema file as shipped: its `params.method` enum lists the built-in methods,
+    so a reader without autotune sees a complete schema."""
+    return json.loads(files("autotune").joinpath(_SCHEMA_FILE).read_text())
+
+
 def _schema() -> dict[str, Any]:
-    return json.loads(files("autotune").joinpath("schemas/frozen-v1.schema.json").read_text())
+    """The schema documents are checked against: the shipped file with its method enum
+    read from the registry, so a method registered at run time (a plug-in, a test's toy
+    drafter) validates too. The file itself never changes."""
+    schema = shipped_schema()
+    schema["properties"]["params"]["properties"]["method"]["enum"] = list(method_names())
+    return schema
 
 
 # ------------------------------------------------------------------ records
@@ -137,8 +158,6 @@ def frozen_document(params: Mapping[str, Any], *, metrics: Mapping[str, Any] | N
     """Assemble a v1 document. `context` is a run's record (run.json's `frozen`
     entry: model, draft, hardware, workload, provenance); `trial` adds the trial's
     number, preset and label to the provenance."""
-    from autotune import __version__
-
     context = context or {}
     doc: dict[str, Any] = {"schema": SCHEMA,
                            "params": config_from_mapping(params).to_dict(),
@@ -174,17 +193,79 @@ def _json_safe(value: Any) -> Any:
 
 
 # --------------------------------------------------------------- validation
+@dataclass(frozen=True)
+class FrozenParts:
+    """What consumers act on in a frozen config: its knobs, validated for meaning, and the
+    records of the models they were tuned on (None when not recorded)."""
+
+    config: DecodeConfig
+    model: Mapping[str, Any] | None
+    draft: Mapping[str, Any] | None
+
+
+def _version_problem(doc: Mapping[str, Any]) -> str | None:
+    """A different version of this format (a newer autotune's file): one line saying so."""
+    version = doc.get("schema")
+    if isinstance(version, str) and version.startswith(SCHEMA_PREFIX) and version != SCHEMA:
+        return f"schema: {version!r} is not supported by this autotune (reads {SCHEMA!r})"
+    return None
+
+
+def _n_layers(record: Mapping[str, Any] | None) -> int | None:
+    value = (record or {}).get("n_layers")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_parts(doc: Any) -> FrozenParts:
+    """The knobs and model records of a frozen document, or an AutotuneError naming the
+    first problem in one `key: message` line.
+
+    Checks the structure consumers rely on (a mapping of this version, with a `params`
+    mapping; `model` and `draft` mappings when present) and the knobs' meaning:
+    `DecodeConfig.validate` against the layers of the stack the method's layer keys index
+    (the method registry's rule), and a recorded draft when the method needs one. The
+    full structural check of every field is the JSON Schema's (`problems`)."""
+    if not isinstance(doc, Mapping):
+        raise AutotuneError("a frozen config must be a mapping (the contents of best.json)")
+    version = doc.get("schema", SCHEMA)
+    if version != SCHEMA:
+        raise AutotuneError(_version_problem(doc)
+                            or f"schema: {version!r} is not {SCHEMA!r}")
+    params, model, draft = doc.get("params"), doc.get("model"), doc.get("draft")
+    if not isinstance(params, Mapping):
+        raise AutotuneError("frozen config has no 'params' mapping")
+    if model is not None and not isinstance(model, Mapping):
+        raise AutotuneError("frozen config's 'model' must be a mapping")
+    if draft is not None and not isinstance(draft, Mapping):
+        raise AutotuneError("frozen config's 'draft' must be a mapping or null")
+    draft = draft or None                  # an empty record names no draft model
+    try:
+        config = config_from_mapping(params)
+        spec = find_method(config.method)  # None: validate says the method is unknown
+        # Layer keys are checked against the stack they index (exits: the draft's when
+        # sorted_exit runs over one); None skips the check, e.g. a method without any.
+        role = spec.stack_role(draft is not None) if spec is not None else None
+        stack = draft if role == "draft" else model if role == "target" else None
+        config.validate(n_layers=_n_layers(stack))
+    except AutotuneError as exc:
+        raise AutotuneError(f"params: {exc}") from None
+    if spec is not None and spec.needs_draft and draft is None:
+        raise AutotuneError(f"draft: method={config.method} needs the draft model recorded "
+                            "under 'draft'")
+    return FrozenParts(config, model, draft)
+
+
 def problems(doc: Any) -> list[str]:
     """Everything wrong with a document, one `key.path: message` line each (empty if
     it is valid). Structure first (the JSON Schema); then, if that holds, the knobs'
-    meaning (`DecodeConfig.validate`, with the model's layer count when recorded)."""
-    import jsonschema
+    meaning (`read_parts`)."""
+    import jsonschema          # ~90 ms, and only validation needs it (not the report)
 
     if not isinstance(doc, dict):
         return ["a frozen config must be a JSON object"]
-    version = doc.get("schema")
-    if isinstance(version, str) and version.startswith(SCHEMA_PREFIX) and version != SCHEMA:
-        return [f"schema: {version!r} is not supported by this autotune (reads {SCHEMA!r})"]
+    version = _version_problem(doc)
+    if version is not None:
+        return [version]
     validator = jsonschema.Draft202012Validator(_schema())
     found = []
     for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.path))):
@@ -193,29 +274,18 @@ def problems(doc: Any) -> list[str]:
     if found:
         return found
     try:
-        config = config_from_mapping(doc["params"])
-        n_layers = (doc.get("model") or {}).get("n_layers")
-        if config.method == "sorted_exit" and doc.get("draft"):
-            n_layers = doc["draft"].get("n_layers")
-        config.validate(n_layers=n_layers if config.method in ("layer_skip", "sorted_exit")
-                        else None)
+        read_parts(doc)
     except AutotuneError as exc:
-        return [f"params: {exc}"]
-    if config.method == "draft_model" and not doc.get("draft"):
-        return ["draft: method=draft_model needs the draft model recorded under 'draft'"]
+        return [str(exc)]
     return []
 
 
 def _schema_message(error: Any) -> str:
     """jsonschema's message, with a did-you-mean for an unknown knob."""
     if error.validator == "additionalProperties" and list(error.path) in ([], ["params"]):
-        import difflib
         allowed = list(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        hints = [f"{key!r}{did_you_mean(key, allowed, inline=True)}" for key in unknown]
         return f"unknown key {', '.join(hints)}"
     if error.validator == "enum":
         return f"{error.instance!r} is not one of {', '.join(map(repr, error.validator_value))}"
@@ -248,10 +318,6 @@ def load_frozen(path: str | Path) -> dict[str, Any]:
         more = f" (and {len(found) - 1} more; run autotune validate {path})" if len(found) > 1 else ""
         raise AutotuneError(f"{path}: {found[0]}{more}")
     return doc
-
-
-def frozen_config(doc: Mapping[str, Any]) -> DecodeConfig:
-    return config_from_mapping(doc["params"])
 
 
 def describe_environment_change(doc: Mapping[str, Any], model: Mapping[str, Any] | None,

@@ -12,7 +12,11 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from autotune.decoding.config import config_from_mapping, load_config_file, parse_assignments
 from autotune.errors import AutotuneError
+from autotune.frozen import is_frozen, load_frozen, read_json
+from autotune.measure_cli import frozen_defaults, require_draft
+from autotune.workloads import Prompt, encode_prompt
 
 WARMUP_TOKENS = 8
 
@@ -92,10 +96,6 @@ def format_stats(stats: dict[str, Any]) -> str:
 
 
 def run_generate_command(args: argparse.Namespace) -> int:
-    from autotune.decoding.config import config_from_mapping, load_config_file, parse_assignments
-    from autotune.frozen import is_frozen, load_frozen, read_json
-    from autotune.measure_cli import frozen_defaults
-
     if not args.prompt.strip():
         raise AutotuneError("--prompt is empty")
     doc = None
@@ -106,16 +106,15 @@ def run_generate_command(args: argparse.Namespace) -> int:
         raise AutotuneError("--max-new-tokens must be at least 1")
     base = config_from_mapping(load_config_file(args.config)) if args.config else None
     config = config_from_mapping(parse_assignments(args.assignments), base).validate()
-    if config.method == "draft_model" and args.draft is None:
-        raise AutotuneError("method=draft_model needs a draft model: pass --draft")
+    require_draft(config, args.draft)
 
+    # torch, transformers (and optuna for `describe`) load here, once the inputs are good.
     import torch
 
     from autotune.decoding.decoder import SpeculativeDecoder
     from autotune.measure import Clock
     from autotune.models.loading import load_model
     from autotune.run_folder import describe
-    from autotune.workloads import Prompt, encode_prompt
 
     target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
     draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)

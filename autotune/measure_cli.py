@@ -13,8 +13,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from autotune.decoding.config import (DecodeConfig, config_from_mapping, load_config_file,
+                                      parse_assignments)
+from autotune.decoding.methods import get_method
 from autotune.errors import AutotuneError
 from autotune.files import write_atomically
+from autotune.frozen import (describe_environment_change, hardware_record, is_frozen,
+                             load_frozen, model_record, read_json)
+from autotune.objectives import EvalContext, available_objectives, load_objective
+from autotune.workloads import load_workload
 
 DEFAULT_MAX_NEW_TOKENS = 128
 # Rows of the recorded-vs-now table, in order; objective metrics are added in front.
@@ -103,8 +110,6 @@ def frozen_defaults(args: argparse.Namespace, doc: dict[str, Any] | None) -> lis
 def _objective_of(doc: dict[str, Any]) -> Any:
     """The objective the config was measured with: its file when it still has the
     recorded hash, else the shipped preset of that name, else `latency`."""
-    from autotune.objectives import available_objectives, load_objective
-
     recorded = (doc.get("provenance") or {}).get("objective") or {}
     path = recorded.get("file")
     if path and Path(path).is_file():
@@ -115,11 +120,13 @@ def _objective_of(doc: dict[str, Any]) -> Any:
     return load_objective(name if name in available_objectives() else "latency")
 
 
-def run_measure_command(args: argparse.Namespace) -> int:
-    # Heavy imports happen here, after argument errors had their chance to surface fast.
-    from autotune.decoding.config import config_from_mapping, load_config_file, parse_assignments
-    from autotune.frozen import is_frozen, load_frozen, read_json
+def require_draft(config: DecodeConfig, draft: str | None) -> None:
+    """A method that runs only over a separate draft model needs `--draft`."""
+    if draft is None and get_method(config.method).needs_draft:
+        raise AutotuneError(f"method={config.method} needs a draft model: pass --draft")
 
+
+def run_measure_command(args: argparse.Namespace) -> int:
     doc = None
     if args.config and Path(args.config).suffix == ".json" and is_frozen(read_json(args.config)):
         doc = load_frozen(args.config)
@@ -133,14 +140,13 @@ def run_measure_command(args: argparse.Namespace) -> int:
     config = config_from_mapping(assignments, base).validate()
     if assignments and doc is not None:
         overridden.append("--set " + ",".join(assignments))
-    if config.method == "draft_model" and args.draft is None:
-        raise AutotuneError("method=draft_model needs a draft model: pass --draft")
+    require_draft(config, args.draft)
 
-    from autotune.workloads import load_workload
     categories = [c for c in args.categories.split(",") if c] if args.categories else None
     prompts = load_workload(args.workload, categories, args.prompts)
     objective = _objective_of(doc) if doc is not None else None
 
+    # torch and transformers load here, once every input above has been checked.
     from autotune.models.loading import load_model
     target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
     draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)
@@ -166,9 +172,6 @@ def run_measure_command(args: argparse.Namespace) -> int:
 def _remeasure(args: argparse.Namespace, doc: dict[str, Any], config: Any, objective: Any,
                target: Any, draft: Any, prompts: list[Any], overridden: list[str]) -> int:
     """Evaluate a frozen config with its objective (repeats and all) and compare."""
-    from autotune.frozen import describe_environment_change, hardware_record, model_record
-    from autotune.objectives import EvalContext
-
     if args.trace:
         raise AutotuneError("--trace is not available with a frozen config; "
                             "use --set to measure its knobs as a plain config")

@@ -7,7 +7,8 @@ greedy output identical to the baseline's), how often to repeat a measurement, a
 workload it is meant for. `Objective.evaluate` turns one DecodeConfig into a metrics
 dict: through `autotune.measure.measure` for timed metrics (objectives never time
 anything themselves) or, for `agreement`, through one teacher-forced pass per prompt
-(`autotune.agreement`), which decodes nothing.
+(`autotune.agreement`), which decodes nothing; that code lives in `evaluation.py`, so
+reading an objective (validate, the report, the run folder) loads no model library.
 """
 
 from __future__ import annotations
@@ -15,21 +16,20 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.resources import as_file, files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.agreement import reference_continuations, teacher_forced_agreement
 from autotune.decoding.config import DecodeConfig
 from autotune.errors import AutotuneError
-from autotune.measure import Measurement, PromptRun, measure
-from autotune.models.loading import LoadedModel
-from autotune.workloads import Prompt, encode_prompt
+from autotune.workloads import Prompt
 from autotune.yaml_source import (KeyPath, did_you_mean, display_path, dotted, line_of,
                                   load_yaml, located)
+
+if TYPE_CHECKING:
+    from autotune.models.loading import LoadedModel
 
 PRESETS = "autotune.objective_presets"
 
@@ -74,13 +74,13 @@ def _fmt(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def _number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _defined(value: Any) -> bool:
+def is_defined(value: Any) -> bool:
     """A usable numeric value: not None, not a bool, finite."""
-    return _number(value) and math.isfinite(value)
+    return is_number(value) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class Constraint:
             return f"{self.metric} is undefined ({value}), must be {must}"
         if op == "equals":
             ok = value == bound and isinstance(value, bool) == isinstance(bound, bool)
-        elif not _number(value):
+        elif not is_number(value):
             ok = False
         else:
             ok = value <= bound if op == "at_most" else value >= bound
@@ -218,47 +218,10 @@ class Objective:
         A step whose value is still undefined is not reported. Whatever `report` raises
         (optuna.TrialPruned) propagates.
         """
-        first = self.metrics[0]
-        single = report if not self.multi else None
-        result: dict[str, Any] = {}
-        if self.needs_timing:
-            result = self._timed(ctx, config, single if first != "agreement" else None)
-        if self.needs_agreement:
-            result.update(self._agreement(ctx, config, single if first == "agreement" else None))
-            result.setdefault("config", config.to_dict())
-        return result
-
-    def _timed(self, ctx: EvalContext, config: DecodeConfig,
-               report: Report | None) -> dict[str, Any]:
-        metric = self.metrics[0]
-        n_prompts = len(ctx.prompts)
-        summaries: list[dict[str, Any]] = []
-        for repeat in range(self.repeats):
-            done = [s[metric] for s in summaries]
-
-            def on_prompt(index: int, run: PromptRun, so_far: Measurement,
-                          done: list[Any] = done, repeat: int = repeat) -> None:
-                if report is None:
-                    return
-                partial = so_far.summary()[metric]
-                value = _median([*done, partial])
-                if _defined(value):
-                    report(repeat * n_prompts + index, float(value))
-
-            summaries.append(measure(ctx.target, config, ctx.prompts, ctx.max_new_tokens,
-                                     ctx.seed, ctx.draft, on_prompt=on_prompt).summary())
-        return _combine(summaries, self.metrics)
-
-    def _agreement(self, ctx: EvalContext, config: DecodeConfig,
-                   report: Report | None) -> dict[str, Any]:
-        agreements = positions = 0
-        for index, sequence in enumerate(reference_sequences(ctx)):
-            a, p = teacher_forced_agreement(ctx.target, config, [sequence], ctx.draft)
-            agreements, positions = agreements + a, positions + p
-            if report is not None and positions:
-                report(index, agreements / positions)
-        return {"agreement": agreements / positions if positions else None,
-                "agreement_positions": positions}
+        # The measuring code (torch) is imported on the first evaluation, so that reading
+        # an objective (validate, the report, the run folder) loads no model library.
+        from autotune.evaluation import evaluate
+        return evaluate(self, ctx, config, report)
 
     # ---------------------------------------------------------------- judge
     def values(self, metrics: Mapping[str, Any]) -> list[float]:
@@ -266,7 +229,7 @@ class Objective:
         out = []
         for name in self.metrics:
             value = metrics.get(name)
-            if not _defined(value):
+            if not is_defined(value):
                 raise AutotuneError(
                     f"objective {self.name}: {name} is undefined for this candidate "
                     f"({value!r}); e.g. no token was drafted or decoded")
@@ -280,44 +243,6 @@ class Objective:
             if reason is not None:
                 return reason
         return None
-
-
-def reference_sequences(ctx: EvalContext) -> list[tuple[int, list[int]]]:
-    """(prompt length, prompt + the target's greedy continuation) per prompt of `ctx`,
-    computed once per search and kept in `ctx.memo`."""
-    key = f"agreement.reference/{ctx.max_new_tokens}"
-    if key not in ctx.memo:
-        ids = [encode_prompt(ctx.target.tokenizer, p) for p in ctx.prompts]
-        continuations = reference_continuations(ctx.target, ids, ctx.max_new_tokens)
-        ctx.memo[key] = [(len(p), p + c) for p, c in zip(ids, continuations)]
-    return ctx.memo[key]
-
-
-def _median(values: list[Any]) -> Any:
-    """Median of the defined values (None if there are none)."""
-    defined = [v for v in values if _defined(v)]
-    return statistics.median(defined) if defined else None
-
-
-def _combine(summaries: list[dict[str, Any]], metrics: tuple[str, ...]) -> dict[str, Any]:
-    """One summary from several repeats: medians of numeric values, the rest from the
-    last repeat; a repeat that was not lossless makes the whole not lossless."""
-    out = dict(summaries[-1])
-    if len(summaries) == 1:
-        return out
-    for key, value in out.items():
-        values = [s.get(key) for s in summaries]
-        # Equal values stay as they are (an int count stays an int).
-        if (any(_defined(v) for v in values) and (value is None or _number(value))
-                and len(set(values)) > 1):
-            out[key] = _median(values)
-    if any(s.get("lossless") is False for s in summaries):
-        out["lossless"] = False
-        out["mismatched_prompts"] = sorted({p for s in summaries
-                                            for p in s.get("mismatched_prompts", [])})
-    out["repeats"] = len(summaries)
-    out["repeat_values"] = {m: [s.get(m) for s in summaries] for m in metrics if m in out}
-    return out
 
 
 # ------------------------------------------------------------------ loading
@@ -372,7 +297,7 @@ class _Checker:
         return value
 
     def number(self, value: Any, key_path: KeyPath) -> float:
-        if not _number(value) or not math.isfinite(value):
+        if not is_number(value) or not math.isfinite(value):
             raise self.error(key_path, f"{value!r} is not a number")
         return float(value)
 

@@ -15,15 +15,17 @@ a shared machine hits every size alike; each size reports the median and the min
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any, Sequence
 
 from autotune.errors import AutotuneError
-from autotune.models.loading import LoadedModel
+from autotune.files import write_atomically
+
+if TYPE_CHECKING:
+    from autotune.models.loading import LoadedModel
 
 PROFILE_FILE = "hardware_profile.json"
 DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
@@ -79,6 +81,10 @@ def forward_cost_profile(target: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZ
     points in increasing `tokens`. The context is shortened when the model has too few
     positions for context + the largest size (the result says how long it was).
     """
+    # Imported here, not at the top: the report and `autotune profile`'s argument checks
+    # read this module's curve helpers and must not load torch for them.
+    import torch
+
     from autotune.measure import Clock
 
     sizes = check_sizes(sizes)
@@ -179,8 +185,6 @@ def run_profile(run_dir: Path, target: LoadedModel) -> tuple[dict[str, Any] | No
     `save_run_profile` once the run is accepted). Nothing is written here, so a search
     refused afterwards leaves the folder as it was. A failure is a one-line warning and
     (None, False): the profile is worth having, not worth a search."""
-    import json
-
     path = run_dir / PROFILE_FILE
     try:
         if path.is_file():
@@ -204,8 +208,4 @@ def run_profile(run_dir: Path, target: LoadedModel) -> tuple[dict[str, Any] | No
 
 def save_run_profile(run_dir: Path, doc: dict[str, Any]) -> None:
     """Write RUN_DIR/hardware_profile.json atomically."""
-    import json
-
-    from autotune.files import write_atomically
-
     write_atomically(run_dir / PROFILE_FILE, json.dumps(doc, indent=2) + "\n")

@@ -10,47 +10,53 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import pandas as pd
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
+from autotune.decoding.config import KNOBS, DecodeConfig
+from autotune.decoding.methods import find_method
+from autotune.decoding.shape import DraftShape
 from autotune.files import write_atomically
 from autotune.frozen import frozen_document
-from autotune.objectives import Objective
+from autotune.ranking import best_trial, pareto_numbers, ranked
 from autotune.samplers import BASELINE_ATTR
+
+if TYPE_CHECKING:      # objectives imports the measuring code (torch); the files need none
+    from autotune.objectives import Objective
+
+__all__ = ["BEST_FILE", "RUN_FILE", "TRIALS_FILE", "best_document", "best_trial", "describe",
+           "ranked_documents", "top_table", "trials_frame", "write_run_files"]
 
 RUN_FILE = "run.json"
 TRIALS_FILE = "trials.csv"
 BEST_FILE = "best.json"
 
 
+_DEFAULTS = DecodeConfig()       # a key a config lacks reads as its default
+# The exit policies that read γ (their label shows it).
+_GAMMA_POLICIES = KNOBS["gamma"].policies
+
+
 def describe(config: dict[str, Any]) -> str:
-    """A short human label for a config (progress line, tables)."""
-    method = config.get("method", "none")
-    if method == "none":
+    """A short human label for a config (progress line, tables): `baseline (AR)`, or the
+    method, its draft shape (`k=4`, `tree w4 d5 t30`), its own knobs' summary and the
+    exit policy unless `fixed`, e.g. `layer_skip tree w4 d5 t30 attn=3 mlp=1`."""
+    method = config.get("method", _DEFAULTS.method)
+    spec = find_method(method)
+    if spec is not None and not spec.drafts:
         return "baseline (AR)"
-    choices = config.get("tree_choices") or []
-    width = config.get("tree_width") or 0
-    if choices:                       # a static tree: its shape is the list of paths
-        parts = [method, f"tree choices({len(choices)})"]
-    elif width:                       # a dynamic tree; no token budget = every node
-        tokens = config.get("tree_tokens") or 0
-        parts = [method, f"tree w{width} d{config.get('tree_depth')}"
-                 + (f" t{tokens}" if tokens else "")]
-    else:
-        parts = [method, f"k={config.get('k')}"]
-    if method == "layer_skip":
-        parts.append(f"attn={len(config.get('attn_skip', []))} mlp={len(config.get('mlp_skip', []))}")
-    elif method == "sorted_exit":
-        parts.append(f"exits={','.join(map(str, config.get('exits', [])))}")
-    elif method == "ngram":
-        parts.append(f"n={config.get('ngram_min')}..{config.get('ngram_max')}")
-    policy = config.get("exit_policy", "fixed")     # a tree always runs `fixed`
-    if policy in ("confidence", "adaptive"):
+    shape = DraftShape.of_mapping(config)
+    # A hand-edited config whose shape keys do not parse still gets a label.
+    parts = [str(method), shape.label() if shape is not None else f"k={config.get('k')}"]
+    if spec is not None and spec.summary is not None:
+        parts.append(spec.summary(config))
+    policy = config.get("exit_policy", _DEFAULTS.exit_policy)     # a tree always runs `fixed`
+    if policy in _GAMMA_POLICIES:
         parts.append(f"{policy} γ={config.get('gamma'):.2f}")
-    elif policy != "fixed":
+    elif policy != _DEFAULTS.exit_policy:
         parts.append(policy)
     return " ".join(parts)
 
@@ -89,17 +95,6 @@ def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
     return frame.dropna(axis="columns", how="all") if not frame.empty else frame
 
 
-def best_trial(study: optuna.Study, objective: Objective) -> FrozenTrial | None:
-    """The best complete trial; for several objectives, the front's best on the first."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not complete:
-        return None
-    if objective.multi:
-        sign = 1 if objective.directions[0] == "minimize" else -1
-        return min(study.best_trials, key=lambda t: sign * t.values[0])
-    return study.best_trial
-
-
 def _trial_record(t: FrozenTrial, objective: Objective) -> dict[str, Any]:
     return {
         "trial": t.number,
@@ -114,9 +109,9 @@ def _trial_record(t: FrozenTrial, objective: Objective) -> dict[str, Any]:
 
 def best_document(study: optuna.Study, objective: Objective,
                   context: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """What `best.json` holds: a FrozenConfig (`autotune.frozen/v1`) of the best trial
-    (+ the Pareto front for several objectives). `context` is run.json's `frozen`
-    entry: model, draft, hardware, workload and the run's provenance."""
+    """What `best.json` holds: a FrozenConfig (`autotune.frozen/v1`) of the best trial by
+    `autotune.ranking` (+ the Pareto front for several objectives). `context` is run.json's
+    `frozen` entry: model, draft, hardware, workload and the run's provenance."""
     best = best_trial(study, objective)
     if best is None:
         return None
@@ -141,20 +136,9 @@ def _trial_document(t: FrozenTrial, objective: Objective, context: dict[str, Any
 
 def ranked_documents(study: optuna.Study, objective: Objective,
                      context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Frozen configs of every complete trial, best first (the Pareto front first for
-    several objectives, then by the first objective): the fallbacks of the exports."""
-    return [_trial_document(t, objective, context) for t in _ranked(study, objective)[0]]
-
-
-def _ranked(study: optuna.Study, objective: Objective) -> tuple[list[FrozenTrial], set[int]]:
-    """Complete trials best first (the Pareto front first, then by the first objective),
-    and the front's trial numbers (empty for one objective)."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    signs = [1 if d == "minimize" else -1 for d in objective.directions]
-    front = {t.number for t in study.best_trials} if objective.multi and complete else set()
-    ranked = sorted(complete, key=lambda t: (t.number not in front,
-                                             [s * v for s, v in zip(signs, t.values)]))
-    return ranked, front
+    """Frozen configs of every complete trial in `autotune.ranking` order, best first:
+    the fallbacks of the exports."""
+    return [_trial_document(t, objective, context) for t in ranked(study, objective)]
 
 
 def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
@@ -168,12 +152,13 @@ def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
 
 
 def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
-    """The top `n` complete trials (the Pareto front first for several objectives)."""
-    ranked, front = _ranked(study, objective)
-    if not ranked:
+    """The top `n` complete trials in `autotune.ranking` order (the Pareto front first for
+    several objectives)."""
+    order, front = ranked(study, objective), pareto_numbers(study, objective)
+    if not order:
         return "no trial completed"
     rows = []
-    for t in ranked[:n]:
+    for t in order[:n]:
         m = t.user_attrs.get("metrics", {})
         row: dict[str, Any] = {"trial": t.number, "config": describe(t.user_attrs.get("config", {}))}
         for metric, value in zip(objective.metrics, t.values):

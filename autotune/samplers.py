@@ -31,11 +31,19 @@ from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError
+from autotune.yaml_source import did_you_mean
 
 SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
 BASELINE_ATTR = "preset"          # user attr naming an enqueued default; "baseline" = AR
 BASELINE = "baseline"
 MAX_REPEATS = 2                   # measurements of one point before a sampler must move on
+
+
+def check_sampler_name(name: str) -> None:
+    """One line naming the samplers there are (and the closest) for an unknown name."""
+    if name not in SAMPLERS:
+        raise AutotuneError(f"unknown sampler {name!r} (one of {', '.join(SAMPLERS)})"
+                            f"{did_you_mean(name, SAMPLERS)}")
 
 
 def is_baseline(trial: FrozenTrial) -> bool:
@@ -137,6 +145,7 @@ class BayesOptSampler(BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
             return {}
+        # bayes_opt pulls in scikit-learn and scipy: loaded only when this sampler runs.
         from bayes_opt import BayesianOptimization
         from bayes_opt.acquisition import UpperConfidenceBound
 
@@ -237,8 +246,6 @@ def make_sampler(name: str, seed: int | None, n_objectives: int,
                 raise AutotuneError("bayes_opt optimises one objective; use tpe or nsga2")
             inner = BayesOptSampler(seed=seed)
         else:
-            import difflib
-            close = difflib.get_close_matches(name, SAMPLERS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise AutotuneError(f"unknown sampler {name!r} (one of {', '.join(SAMPLERS)}){hint}")
+            check_sampler_name(name)
+            raise AssertionError(f"sampler {name!r} is listed but not built")
     return GuardedSampler(inner)

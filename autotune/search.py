@@ -10,9 +10,9 @@ Robustness rules, each from something that goes wrong in a long search:
   is never worse than doing nothing or than a default;
 - a trial that raises, runs out of memory or passes `trial_timeout` is recorded failed
   with a one-line message and the study goes on;
-- storage is Optuna's: a journal file in the run folder by default (appended and
-  fsync'ed per change, so `kill -9` loses nothing finished), or any RDB URL shared by
-  many workers;
+- storage is Optuna's (`storage.py`): a journal file in the run folder by default
+  (appended and fsync'ed per change, so `kill -9` loses nothing finished), or any RDB
+  URL shared by many workers;
 - rerunning resumes: finished trials count toward `trials`; a trial whose worker died
   (kill -9, Ctrl-C, a lost machine) is marked failed and queued again.
 """
@@ -24,77 +24,40 @@ import gc
 import math
 import os
 import signal
-import socket
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from autotune.decoding.config import DecodeConfig
+from autotune.decoding.methods import Preset, all_methods
 from autotune.errors import AutotuneError
 from autotune.objectives import EvalContext, Objective
 from autotune.run_folder import best_trial
 from autotune.samplers import BASELINE, BASELINE_ATTR, make_sampler
 from autotune.space import BoundSpace, InfeasibleConfig
+from autotune.storage import masked_storage, open_storage, worker_alive, worker_id
 
-JOURNAL_NAME = "study.journal"
+__all__ = ["MAX_INFEASIBLE_PER_TRIAL", "SearchSettings", "StudyRunner", "TrialEvent",
+           "TrialFailed", "TrialTimeout", "counted_trials", "presets"]
+
 # Infeasible points (a mask past max_skipped, ngram_min > ngram_max) cost nothing to
 # reject and do not count toward the budget; a space that yields almost nothing else
 # is broken, and this stops the search rather than spinning.
 MAX_INFEASIBLE_PER_TRIAL = 20
 
 
-@dataclass(frozen=True)
-class Preset:
-    """A documented default configuration, queued before the sampler's own trials."""
-
-    name: str
-    source: str
-    values: dict[str, Any]
-
-
 def presets(n_layers: int) -> list[Preset]:
-    """The AR baseline and each method's documented defaults, for an `n_layers` target."""
-    # Draft & Verify publishes searched masks per model, not a default one; for a model
-    # it has not searched we start from the attention of every other layer in the upper
-    # half, which its Fig. 6 and SWIFT find the most redundant. Our choice, not theirs.
-    upper_attention = list(range(n_layers // 2, n_layers - 1, 2))
-    return [
-        Preset(BASELINE, "autoregressive decoding, no speculation", {"method": "none"}),
-        Preset("hf_assisted", "transformers assisted generation defaults: "
-               "num_assistant_tokens=20, schedule constant, assistant_confidence_threshold=0.4",
-               {"method": "draft_model", "k": 20, "exit_policy": "confidence", "gamma": 0.4}),
-        Preset("vllm_ngram", "vLLM ngram: num_speculative_tokens=5, prompt_lookup_min=5, "
-               "prompt_lookup_max=5",
-               {"method": "ngram", "k": 5, "ngram_min": 5, "ngram_max": 5,
-                "exit_policy": "fixed"}),
-        Preset("dv_default", "Draft & Verify: max draft 8, threshold 0.8, adaptive "
-               "(auto_parameters α 0.9, ε 0.01, β1 0.5, β2 0.9)",
-               {"method": "layer_skip", "k": 8, "exit_policy": "adaptive", "gamma": 0.8,
-                "target_acceptance": 0.9, "epsilon": 0.01, "beta1": 0.5, "beta2": 0.9,
-                "attn_skip": upper_attention, "mlp_skip": []}),
-        Preset("sglang_chain", "SGLang chain drafting: speculative_num_steps=3, eagle_topk=1",
-               {"method": "draft_model", "k": 3, "exit_policy": "fixed"}),
-        Preset("sglang_tree", "SGLang STANDALONE tree example: speculative_num_steps=4, "
-               "eagle_topk=2, num_draft_tokens=7 (the root included)",
-               {"method": "draft_model", "exit_policy": "fixed", "tree_width": 2,
-                "tree_depth": 4, "tree_tokens": 6}),
-        # EAGLE-2's tree (top-k 10, depth 6, 60 tokens) is tuned for its trained head on a
-        # GPU; over the layer-skip draft above it is our starting point, not theirs.
-        Preset("eagle2_tree", "EAGLE-2 dynamic tree: top-k 10, depth 6, total tokens 60 "
-               "(over the dv_default mask)",
-               {"method": "layer_skip", "exit_policy": "fixed", "tree_width": 10,
-                "tree_depth": 6, "tree_tokens": 60, "attn_skip": upper_attention,
-                "mlp_skip": []}),
-    ]
+    """The AR baseline, then every registered method's documented defaults (its
+    `MethodSpec.presets`) by their `rank`, for an `n_layers` target."""
+    baseline = Preset(BASELINE, "autoregressive decoding, no speculation", {"method": "none"})
+    documented = [preset for spec in all_methods() for preset in spec.presets(n_layers)]
+    return [baseline, *sorted(documented, key=lambda preset: preset.rank)]
 
 
 @dataclass
@@ -122,79 +85,6 @@ class TrialEvent:
     budget: int
     best: FrozenTrial | None
     message: str
-
-
-def open_storage(storage: str) -> BaseStorage:
-    """An Optuna storage from a URL (RDB, with heartbeats) or a journal file path."""
-    if "://" in storage:
-        if storage.startswith("redis"):
-            raise AutotuneError("redis storage is not supported; use a journal file or an "
-                                "RDB URL (postgresql://, mysql://, sqlite:///)")
-        # Workers starting together race to create the schema; the loser's CREATE fails
-        # on a duplicate, and a second try finds the tables made.
-        for attempt in range(4):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    # A worker that stops beating for grace_period is taken as lost: its
-                    # trial is failed and queued again (counted_trials skips the lost one).
-                    return optuna.storages.RDBStorage(
-                        storage, heartbeat_interval=30, grace_period=120,
-                        heartbeat_stale_trial_callback=(
-                            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)),
-                        engine_kwargs={"pool_pre_ping": True})
-            except Exception as exc:  # driver missing, server down, bad URL: one line
-                racing = any(word in str(exc) for word in ("already exists", "duplicate key"))
-                if racing and attempt < 3:
-                    time.sleep(0.5 * (attempt + 1))
-                    continue
-                raise AutotuneError(f"cannot open storage {masked_storage(storage)}: "
-                                    f"{str(exc).splitlines()[0]}") from None
-    path = Path(storage)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    from optuna.storages.journal import JournalFileBackend
-    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
-
-
-def masked_storage(url: str) -> str:
-    """The URL with any password replaced, for messages and files."""
-    if "://" not in url or "@" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
-
-
-def _worker_id() -> str:
-    """host:pid:start-time; the start time tells a live worker from a reused pid."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
-
-
-def _start_time(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return "?"
-
-
-def _worker_alive(worker: str) -> bool:
-    """Whether the worker that owns a running trial still runs (same host only)."""
-    try:
-        host, pid_text, started = worker.rsplit(":", 2)
-        pid = int(pid_text)
-    except ValueError:
-        return True
-    if host != socket.gethostname():
-        return True            # another machine: only RDB heartbeats can tell
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return started == "?" or _start_time(pid) == started
 
 
 def counted_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -242,6 +132,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _is_oom(exc: BaseException) -> bool:
+    # torch is imported where a trial has failed, not at the top: `autotune search` checks
+    # its arguments (and reports a typo) before any model library loads.
     import torch
     return (isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError))
             or "out of memory" in str(exc).lower())
@@ -271,7 +163,7 @@ class StudyRunner:
         self.space = space
         self.objective = objective
         self.context = context
-        self.worker = _worker_id()
+        self.worker = worker_id()
         self.storage = open_storage(settings.storage)
         self.study = self._open_study()
 
@@ -355,7 +247,7 @@ class StudyRunner:
         recovered = []
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = trial.user_attrs.get("worker")
-            if owner is None or owner == self.worker or _worker_alive(owner):
+            if owner is None or owner == self.worker or worker_alive(owner):
                 continue
             self._interrupt(trial, f"its worker {owner} exited while it ran")
             recovered.append(trial.number)
@@ -490,7 +382,7 @@ class StudyRunner:
 
 
 def _release_memory() -> None:
-    import torch
+    import torch                     # see _is_oom
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -22,12 +22,32 @@ import hashlib
 import json
 import sys
 import time
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import optuna
+from tqdm import tqdm
+
+from autotune import __version__
+from autotune.decoding.config import config_from_mapping, load_config_file
 from autotune.errors import AutotuneError
+from autotune.exporting import write_exports
 from autotune.files import write_atomically
+from autotune.frozen import command_line, hardware_record, model_record
+from autotune.objectives import EvalContext, Objective, load_objective
+from autotune.profile import PROFILE_FILE, run_profile, save_run_profile
+from autotune.report import write_report
+from autotune.run_folder import (BEST_FILE, RUN_FILE, TRIALS_FILE, describe, ranked_documents,
+                                 top_table, write_run_files)
+from autotune.run_record import (FileRecord, FrozenContext, Provenance, RunRecord,
+                                 StudyIdentity, WorkloadRecord)
+from autotune.samplers import check_sampler_name
+from autotune.search import SearchSettings, StudyRunner, TrialEvent
+from autotune.space import SearchSpace, load_space
+from autotune.storage import JOURNAL_NAME, masked_storage
+from autotune.workloads import load_workload
 
 REPORTS = Path("reports")
 
@@ -36,20 +56,16 @@ class _Progress:
     """A tqdm bar (trials done, best so far, current candidate) on a terminal; one
     plain line per trial otherwise (CI logs, pipes)."""
 
-    def __init__(self, total: int, initial: int, metric: str) -> None:
-        from tqdm import tqdm
-        self.metric = metric
+    def __init__(self, total: int, initial: int) -> None:
         self.tty = sys.stderr.isatty()
         self.bar = tqdm(total=total, initial=min(initial, total), unit="trial",
                         file=sys.stderr, dynamic_ncols=True, disable=not self.tty)
 
     def start(self, config: dict[str, Any]) -> None:
-        from autotune.run_folder import describe
         if self.tty:
             self.bar.set_description(describe(config)[:48])
 
-    def finished(self, event: Any) -> None:
-        from autotune.run_folder import describe
+    def finished(self, event: TrialEvent) -> None:
         trial = event.trial
         label = ("infeasible point, not counted" if trial.user_attrs.get("infeasible")
                  else describe(trial.user_attrs.get("config", {})))
@@ -69,6 +85,13 @@ class _Progress:
         self.bar.close()
 
 
+def model_slug(spec: str) -> str:
+    """A file- and study-name-safe form of a model spec (the default study name's start)."""
+    name = Path(spec.rstrip("/")).name or spec
+    name = name.removesuffix(".gguf")
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-") or "model"
+
+
 def _workload_digest(prompts: list[Any]) -> str:
     digest = hashlib.sha256()
     for p in prompts:
@@ -77,8 +100,6 @@ def _workload_digest(prompts: list[Any]) -> str:
 
 
 def load_enqueue(path: str) -> list[dict[str, Any]]:
-    from autotune.decoding.config import config_from_mapping, load_config_file
-
     raw = load_config_file(path, allow_list=True)
     entries = raw if isinstance(raw, list) else [raw]
     out = []
@@ -91,6 +112,47 @@ def load_enqueue(path: str) -> list[dict[str, Any]]:
     return out
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    if args.trials < 1:
+        raise AutotuneError("--trials must be at least 1")
+    for flag, value in (("--timeout", args.timeout), ("--trial-timeout", args.trial_timeout)):
+        if value is not None and value <= 0:
+            raise AutotuneError(f"{flag} must be a positive number of seconds")
+    check_sampler_name(args.sampler)
+
+
+def _study_identity(args: argparse.Namespace, space: SearchSpace, objective: Objective,
+                    target: Any, draft: Any, categories: list[str] | None,
+                    prompts: list[Any], max_new: int) -> StudyIdentity:
+    defaults = objective.workload
+    return StudyIdentity(
+        space=space.name, space_sha256=space.sha256,
+        objective=objective.name, objective_sha256=objective.sha256,
+        model=target.name, draft=draft.name if draft is not None else None,
+        device_type=target.device.type, dtype=str(target.dtype).removeprefix("torch."),
+        workload=args.workload, categories=categories, prompts=len(prompts),
+        workload_sha256=_workload_digest(prompts), max_new_tokens=max_new,
+        temperature=defaults.temperature, top_p=defaults.top_p)
+
+
+def _frozen_context(args: argparse.Namespace, identity: StudyIdentity, space: SearchSpace,
+                    objective: Objective, target: Any, draft: Any, study_name: str,
+                    storage: str) -> FrozenContext:
+    return FrozenContext(
+        model=model_record(target, args.model),
+        draft=model_record(draft, args.draft) if draft is not None else None,
+        hardware=hardware_record(target.device),
+        workload=WorkloadRecord(
+            source=args.workload, categories=identity.categories, prompts=identity.prompts,
+            max_new_tokens=identity.max_new_tokens, temperature=identity.temperature,
+            top_p=identity.top_p, seed=args.seed, sha256=identity.workload_sha256),
+        provenance=Provenance(
+            space=FileRecord(space.name, space.path, space.sha256),
+            objective=FileRecord(objective.name, objective.path, objective.sha256),
+            sampler=args.sampler, seed=args.seed, study=study_name,
+            storage=masked_storage(storage), command=command_line()))
+
+
 def _write_outputs(run_dir: Path, storage: str, study: Any, objective: Any,
                    context: dict[str, Any]) -> list[str]:
     """The report and the exports of the best config, after the study has stopped.
@@ -98,10 +160,6 @@ def _write_outputs(run_dir: Path, storage: str, study: Any, objective: Any,
     Neither may lose finished work: a failure here is a warning, the study and the
     run files are already on disk and `autotune report` / `autotune export` can redo
     it."""
-    from autotune.exporting import write_exports
-    from autotune.report import write_report
-    from autotune.run_folder import BEST_FILE, ranked_documents
-
     written = []
     try:
         write_report(run_dir, storage=storage)
@@ -121,22 +179,8 @@ def _write_outputs(run_dir: Path, storage: str, study: Any, objective: Any,
     return written
 
 
-def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
-    from autotune.objectives import load_objective
-    from autotune.samplers import SAMPLERS
-    from autotune.space import load_space
-
-    if args.trials < 1:
-        raise AutotuneError("--trials must be at least 1")
-    for flag, value in (("--timeout", args.timeout), ("--trial-timeout", args.trial_timeout)):
-        if value is not None and value <= 0:
-            raise AutotuneError(f"{flag} must be a positive number of seconds")
-    if args.sampler not in SAMPLERS:
-        import difflib
-        close = difflib.get_close_matches(args.sampler, SAMPLERS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise AutotuneError(f"unknown sampler {args.sampler!r} "
-                            f"(one of {', '.join(SAMPLERS)}){hint}")
+def run_search_command(args: argparse.Namespace) -> int:
+    _check_numbers(args)
     space = load_space(args.space)
     objective = load_objective(args.objective)
     if objective.multi and args.sampler in ("cmaes", "bayes_opt"):
@@ -152,15 +196,15 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
         raise AutotuneError("--prompts must be at least 1")
     categories = ([c for c in args.categories.split(",") if c] if args.categories
                   else list(defaults.categories) if defaults.categories else None)
-    study_name = args.study or f"{model_slug}-{space.name}-{objective.name}"
+    study_name = args.study or f"{model_slug(args.model)}-{space.name}-{objective.name}"
     run_dir = Path(args.out) if args.out else REPORTS / study_name
     if run_dir.exists() and not run_dir.is_dir():
         raise AutotuneError(f"--out {run_dir} exists and is not a folder")
-    storage = args.storage or str(run_dir / "study.journal")
+    storage = args.storage or str(run_dir / JOURNAL_NAME)
 
-    from autotune.workloads import load_workload
     prompts = load_workload(args.workload, categories, prompts_n)
 
+    # Looked up when called: tests put a spy on autotune.models.loading.load_model.
     from autotune.models.loading import load_model
     print(f"autotune: loading {args.model}" + (f" and draft {args.draft}" if args.draft else ""),
           file=sys.stderr, flush=True)
@@ -169,84 +213,58 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
              if args.draft else None)
     bound = space.bind(target.n_layers, draft.n_layers if draft is not None else None)
 
-    import warnings
-
-    import optuna
-
-    from autotune import __version__
-
     # Our progress lines say what Optuna's log would (a failed trial's one-line reason
     # rather than its traceback); its sampler fallbacks on conditional knobs (CMA-ES,
     # GP) are expected in a conditional space, not news.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=UserWarning, module="optuna")
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    from autotune.objectives import EvalContext
-    from autotune.run_folder import RUN_FILE, top_table, write_run_files
-    from autotune.search import SearchSettings, StudyRunner, masked_storage
 
-    study_attrs = {
-        "space": space.name, "space_sha256": space.sha256,
-        "objective": objective.name, "objective_sha256": objective.sha256,
-        "model": target.name, "draft": draft.name if draft is not None else None,
-        "device_type": target.device.type, "dtype": str(target.dtype).removeprefix("torch."),
-        "workload": args.workload, "categories": categories, "prompts": len(prompts),
-        "workload_sha256": _workload_digest(prompts), "max_new_tokens": max_new,
-        "temperature": defaults.temperature, "top_p": defaults.top_p,
-    }
+    identity = _study_identity(args, space, objective, target, draft, categories, prompts,
+                               max_new)
     settings = SearchSettings(
         study_name=study_name, storage=storage, trials=args.trials, sampler=args.sampler,
         seed=args.seed, timeout_s=args.timeout, trial_timeout_s=args.trial_timeout,
-        prune=args.prune, enqueue=enqueue, study_attrs=study_attrs)
-    eval_context = EvalContext(target=target, draft=draft, prompts=prompts, max_new_tokens=max_new,
-                          seed=args.seed, memo={})
+        prune=args.prune, enqueue=enqueue, study_attrs=identity.to_json())
+    eval_context = EvalContext(target=target, draft=draft, prompts=prompts,
+                               max_new_tokens=max_new, seed=args.seed, memo={})
     # Once per run folder (reused on resume): where verifying more tokens stops being
     # nearly free on this hardware, for the report. A failure is a warning only. It is
     # measured before the study is opened (the worker that creates a shared study queues
     # the baseline and presets as it starts, before the other workers use up the
     # budget) and written only once the study has accepted this run; the folder itself
     # is made only after it, so a Ctrl-C while loading or profiling leaves nothing.
-    from autotune.profile import run_profile, save_run_profile
     profile, fresh = run_profile(run_dir, target)
     run_dir.mkdir(parents=True, exist_ok=True)
     runner = StudyRunner(settings, bound, objective, eval_context)
     if fresh:
         save_run_profile(run_dir, profile)
-    run_record = {
-        "study": study_name, "storage": masked_storage(storage), "run_dir": str(run_dir),
-        "sampler": args.sampler, "seed": args.seed, "trials": args.trials, "prune": args.prune,
-        "space_file": space.path, "objective_file": objective.path,
-        "model_spec": args.model, "draft_spec": args.draft, "autotune_version": __version__,
-        "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "argv": sys.argv[1:], **study_attrs,
-    }
-    from autotune.frozen import command_line, hardware_record, model_record
-    run_record["n_layers"] = target.n_layers
-    run_record["frozen"] = {
-        "model": model_record(target, args.model),
-        "draft": model_record(draft, args.draft) if draft is not None else None,
-        "hardware": hardware_record(target.device),
-        "workload": {"source": args.workload, "categories": categories,
-                     "prompts": len(prompts), "max_new_tokens": max_new,
-                     "temperature": defaults.temperature, "top_p": defaults.top_p,
-                     "seed": args.seed, "sha256": study_attrs["workload_sha256"]},
-        "provenance": {
-            "space": {"name": space.name, "file": space.path, "sha256": space.sha256},
-            "objective": {"name": objective.name, "file": objective.path,
-                          "sha256": objective.sha256},
-            "sampler": args.sampler, "seed": args.seed, "study": study_name,
-            "storage": masked_storage(storage), "command": command_line()},
-    }
-    context = run_record["frozen"]
-    write_atomically(run_dir / RUN_FILE, json.dumps(run_record, indent=2) + "\n")
+    record = RunRecord(
+        study=study_name, storage=masked_storage(storage), run_dir=str(run_dir),
+        sampler=args.sampler, seed=args.seed, trials=args.trials, prune=args.prune,
+        space_file=space.path, objective_file=objective.path,
+        model_spec=args.model, draft_spec=args.draft, autotune_version=__version__,
+        updated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        argv=sys.argv[1:], identity=identity, n_layers=target.n_layers,
+        frozen=_frozen_context(args, identity, space, objective, target, draft, study_name,
+                               storage))
+    context = record.frozen.to_json()
+    write_atomically(run_dir / RUN_FILE, json.dumps(record.to_json(), indent=2) + "\n")
+    return _run_study(args, run_dir, storage, runner, objective, context)
 
+
+def _run_study(args: argparse.Namespace, run_dir: Path, storage: str, runner: StudyRunner,
+               objective: Objective, context: dict[str, Any]) -> int:
+    """Run the trials with a progress display, then write the run folder and say why it
+    stopped; 130 after Ctrl-C."""
+    study_name = runner.settings.study_name
     done, _, _ = runner.progress()
     print(f"autotune: study {study_name!r}: {done} of {args.trials} trials finished; "
           f"run folder {run_dir}", file=sys.stderr, flush=True)
-    progress = _Progress(args.trials, done, objective.metrics[0])
+    progress = _Progress(args.trials, done)
     began = time.monotonic()
 
-    def finished(event: Any) -> None:
+    def finished(event: TrialEvent) -> None:
         write_run_files(run_dir, runner.study, objective, context)
         progress.finished(event)
 
@@ -263,7 +281,7 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
         reason, outputs = "interrupted", []
         print(f"autotune: interrupted while writing the run folder; the study is saved. "
               f"Redo the files with: autotune report {run_dir}; autotune export "
-              f"{run_dir / 'best.json'} --format ... (or rerun the same command)",
+              f"{run_dir / BEST_FILE} --format ... (or rerun the same command)",
               file=sys.stderr, flush=True)
     done, _, _ = runner.progress()
     stopped = {"budget": "trial budget reached", "timeout": "--timeout reached",
@@ -273,8 +291,7 @@ def run_search_command(args: argparse.Namespace, model_slug: str) -> int:
     print(f"\n{stopped}: {done} of {args.trials} trials finished "
           f"({time.monotonic() - began:.0f} s this run)\n", file=sys.stderr)
     print(top_table(runner.study, objective))
-    from autotune.profile import PROFILE_FILE
-    files = ["trials.csv", "best.json", "run.json", *outputs,
+    files = [TRIALS_FILE, BEST_FILE, RUN_FILE, *outputs,
              *([PROFILE_FILE] if (run_dir / PROFILE_FILE).is_file() else [])]
     print(f"\nrun folder: {run_dir} ({', '.join(files)})")
     return 130 if reason == "interrupted" else 0

@@ -15,7 +15,10 @@ from typing import Any
 
 import yaml
 
+from autotune.decoding.config import config_from_mapping
 from autotune.errors import AutotuneError
+from autotune.frozen import is_frozen, problems
+from autotune.yaml_source import display_path
 
 SPACE_KEYS = ("knobs", "include", "fixed")
 
@@ -53,8 +56,6 @@ def _read(path: Path) -> Any:
 
 def validate_file(path_text: str, n_layers: int = 32) -> Verdict:
     """Check one file; raise AutotuneError only when it cannot be read at all."""
-    from autotune.frozen import is_frozen, problems
-
     path = Path(path_text)
     data = _read(path)
     # A `params` mapping without a schema is most likely a frozen config that lost
@@ -84,12 +85,13 @@ def _loaded(path: Path, kind: str, summarise: Any) -> Verdict:
 
 def _located(path: Path, message: str) -> str:
     """`message` as `file[:line]: ...`, adding the file when the message lacks it."""
-    from autotune.yaml_source import display_path
     if message.startswith((str(path), display_path(path))):
         return message
     return f"{path}: {message}"
 
 
+# The space, the objectives and the run folder load optuna, pandas or the measuring code
+# (torch): imported only for the kind of file that needs them.
 def _space_summary(path: Path, n_layers: int) -> str:
     from autotune.space import load_space
     space = load_space(str(path))
@@ -112,7 +114,6 @@ def _objective_summary(path: Path) -> str:
 
 
 def _plain_config(path: Path, data: dict[str, Any]) -> Verdict:
-    from autotune.decoding.config import config_from_mapping
     from autotune.run_folder import describe
     try:
         config = config_from_mapping(data).validate()

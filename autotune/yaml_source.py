@@ -45,8 +45,8 @@ def dotted(key_path: KeyPath) -> str:
     return out
 
 
-def did_you_mean(word: str, options: Iterable[str]) -> str:
-    """`"; did you mean 'x'?"` for the closest option to `word`, or `""` when none is close.
+def closest(word: str, options: Iterable[str]) -> str | None:
+    """The option closest to `word`, or None when none is close.
 
     Besides difflib's similarity, a word that begins exactly one option counts as close:
     people shorten long names (`latency` for `latency_ms_per_token`).
@@ -56,7 +56,17 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     if not close and word:
         close = [n for n in names if n.startswith(word)]
         close = close if len(close) == 1 else []
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, options: Iterable[str], *, inline: bool = False) -> str:
+    """`"; did you mean 'x'?"` for the closest option to `word` (see `closest`), or `""`
+    when none is close. `inline` gives `" (did you mean 'x'?)"`, for messages that go on
+    after the hint (`unknown key 'kk' (did you mean 'k'?); keys: ...`)."""
+    close = closest(word, options)
+    if close is None:
+        return ""
+    return f" (did you mean {close!r}?)" if inline else f"; did you mean {close!r}?"
 
 
 def load_yaml(path: Path) -> tuple[Any, dict[KeyPath, int]]:

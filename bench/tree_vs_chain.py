@@ -116,11 +116,11 @@ def main() -> None:
         trees = []
         for width in _ints(args.widths):
             for depth in _ints(args.depths):
-                shape = config_from_mapping({"tree_width": width, "tree_depth": depth,
-                                             "tree_tokens": budget, "exit_policy": "fixed"}, base)
-                if depth > budget or shape.tree_pool_size() < budget:
+                tree = config_from_mapping({"tree_width": width, "tree_depth": depth,
+                                            "tree_tokens": budget, "exit_policy": "fixed"}, base)
+                if depth > budget or tree.shape.pool_size < budget:
                     continue
-                trees.append(run(shape, f"tree w={width} d={depth} t={budget}"))
+                trees.append(run(tree, f"tree w={width} d={depth} t={budget}"))
         best_chain = max(chains, key=lambda r: r["speedup"] or 0.0)
         best_tree = max(trees, key=lambda r: r["speedup"] or 0.0) if trees else None
         results.append((budget, best_chain, best_tree))

@@ -73,6 +73,12 @@ def test_input_errors_fail_fast_without_loading(name, capsys, no_loading):
     assert no_loading == []
 
 
+def test_search_help_lists_every_sampler():
+    # cli.py restates the names so that `--help` does not load optuna.
+    from autotune import cli, samplers
+    assert cli._SAMPLERS == samplers.SAMPLERS
+
+
 def test_no_subcommand(capsys):
     assert main([]) == 2
     assert "command" in _one_error_line(capsys)

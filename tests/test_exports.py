@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from autotune.decoding.config import DecodeConfig
+from autotune.decoding.methods import MethodSpec, register_method, unregister_method
 from autotune.errors import AutotuneError
 from autotune.exports import FORMATS, Export, export, expressible, schema
 
@@ -250,8 +251,9 @@ def test_sampling_is_not_a_loss(tmp_path) -> None:
 
 
 def test_draft_model_without_draft_is_an_error() -> None:
+    # The frozen reader's one message for the rule (autotune validate says the same).
     assert error_of("vllm", frozen(method="draft_model")) == (
-        "method=draft_model but the frozen config names no draft model")
+        "draft: method=draft_model needs the draft model recorded under 'draft'")
 
 
 # ---------------------------------------------------------------- layer skip
@@ -341,6 +343,19 @@ def test_baseline_has_nothing_to_export(fmt: str) -> None:
     assert expressible(doc) == []
     assert error_of(fmt, doc, lossy=True) == (
         "the best config is plain autoregressive decoding; there is nothing to export")
+
+
+def test_a_method_no_engine_knows_is_refused_by_every_format() -> None:
+    register_method(MethodSpec("toy", label="toy", color="#000000", drafter=object))
+    try:
+        doc = frozen(method="toy")
+        assert expressible(doc) == []
+        for fmt in FORMATS:
+            expected = f"{fmt} cannot express method=toy: no export format carries it"
+            assert error_of(fmt, doc) == expected
+            assert error_of(fmt, doc, lossy=True) == expected
+    finally:
+        unregister_method("toy")
 
 
 def test_unknown_format_and_options() -> None:

@@ -56,24 +56,33 @@ def test_baseline_matches_hf_generate(default_model, prompt_ids, baseline_tokens
         assert out[0, len(ids):].tolist() == ours
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize("method", list(METHODS))
-def test_greedy_lossless(method, policy, default_model, truncated_draft, prompt_ids,
-                         baseline_tokens):
-    config = DecodeConfig(**METHODS[method], **POLICIES[policy])
+def test_greedy_lossless(method, default_model, truncated_draft, prompt_ids, baseline_tokens):
+    """Each method under each policy, each policy on its own stride of the prompts: every
+    pair sees N_PROMPTS / len(POLICIES) prompts of as many categories and every method
+    all N_PROMPTS, at a quarter of the cost of every pair on every prompt."""
     draft = truncated_draft if method in USES_DRAFT else None
-    decoder = SpeculativeDecoder(default_model, config, draft)
-    drafted = accepted = 0
-    for ids, expected in zip(prompt_ids, baseline_tokens):
-        generation = decoder.generate(ids, MAX_NEW, time.perf_counter)
-        assert generation.tokens == expected
-        drafted += sum(r.drafted for r in generation.rounds)
-        accepted += sum(r.accepted for r in generation.rounds)
-    # The test must exercise speculation: drafts were made, and some were rejected
-    # (ngram may find little to copy in 16 tokens, but it must find something).
-    assert drafted > 0
-    if method != "ngram":
-        assert 0 < accepted < drafted
+    pairs = list(zip(prompt_ids, baseline_tokens))
+    accepted_by_policy = {}
+    for stride, (policy, knobs) in enumerate(POLICIES.items()):
+        decoder = SpeculativeDecoder(default_model, DecodeConfig(**METHODS[method], **knobs),
+                                     draft)
+        drafted = accepted = 0
+        for ids, expected in pairs[stride::len(POLICIES)]:
+            generation = decoder.generate(ids, MAX_NEW, time.perf_counter)
+            assert generation.tokens == expected, (policy, ids)
+            drafted += sum(r.drafted for r in generation.rounds)
+            accepted += sum(r.accepted for r in generation.rounds)
+        # Every pair must exercise speculation: drafts were made and (but for n-gram
+        # copies, which may all be right in 16 tokens) some were rejected.
+        assert drafted > 0, policy
+        if method != "ngram":
+            assert accepted < drafted, policy
+        accepted_by_policy[policy] = accepted
+    # And the accept path ran for every method. The truncated draft (first 10 layers)
+    # agrees with the target on about 2% of tokens, so that is asked of the method
+    # across its policies, not of each five-prompt pair.
+    assert sum(accepted_by_policy.values()) > 0, accepted_by_policy
 
 
 def test_hf_fallback_lossless(default_model, truncated_draft, prompt_ids, baseline_tokens):

@@ -18,7 +18,7 @@ from tiny import tiny_llama
 from autotune.agreement import reference_continuations, teacher_forced_agreement
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.drafters import _lookup
+from autotune.decoding.drafters.ngram import lookup
 from autotune.errors import AutotuneError
 from autotune.measure import Measurement
 from autotune.objectives import (
@@ -245,12 +245,12 @@ def test_multi_objective_does_not_report(tiny_ctx):
 
 
 def test_agreement_objective_does_not_decode_candidates(tiny_ctx, monkeypatch):
-    from autotune import objectives
+    from autotune import evaluation, objectives
 
     def no_measure(*args, **kwargs):
         raise AssertionError("agreement must not call measure")
 
-    monkeypatch.setattr(objectives, "measure", no_measure)
+    monkeypatch.setattr(evaluation, "measure", no_measure)
     obj = objectives.load_objective("agreement")
     reports = []
     out = obj.evaluate(tiny_ctx, DecodeConfig(method="layer_skip"),
@@ -309,7 +309,7 @@ def test_ngram_agreement_equals_brute_force(tiny_model, sequences):
     expect = 0
     for p, ids in sequences:
         for t in range(p, len(ids) - 1):
-            found = _lookup(ids[:t + 1], 1, 3, 1)
+            found = lookup(ids[:t + 1], 1, 3, 1)
             expect += int(bool(found) and found[0] == ids[t + 1])
     assert teacher_forced_agreement(tiny_model, config, sequences)[0] == expect
 

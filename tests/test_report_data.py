@@ -10,13 +10,15 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from autotune.report import data as D
+from autotune.report import collect
+from autotune.report import panels as P
+from autotune.report.objective import ObjectiveInfo, objective_info
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 METHODS = CategoricalDistribution(("ngram", "layer_skip", "sorted_exit"))
 BIT = IntDistribution(0, 1)
-LATENCY = D.ObjectiveInfo("latency", ("latency_ms_per_token",), ("minimize",))
+LATENCY = ObjectiveInfo("latency", ("latency_ms_per_token",), ("minimize",))
 
 
 def config(method: str = "none", **knobs: Any) -> dict[str, Any]:
@@ -85,7 +87,7 @@ def test_history_best_so_far_minimize_and_other_trials_apart() -> None:
     ngram(study, 2.0, k=3)
     add(study, None, config("ngram"), state=TrialState.FAIL, error="out of memory: boom")
     ngram(study, 6.0, k=1)
-    h = D.history(study, LATENCY)
+    h = P.history.data(study, LATENCY)
     assert h.frame["number"].tolist() == [0, 1, 2, 4, 6]
     assert h.frame["best_so_far"].tolist() == [5.0, 3.0, 3.0, 2.0, 2.0]
     assert h.frame["is_best"].tolist() == [False, False, False, True, False]
@@ -98,7 +100,7 @@ def test_history_best_so_far_maximize() -> None:
     study = new_study(["maximize"])
     for value in (1.0, 1.5, 1.2, 1.7):
         ngram(study, value, k=2)
-    h = D.history(study, D.ObjectiveInfo("speedup", ("speedup",), ("maximize",)))
+    h = P.history.data(study, ObjectiveInfo("speedup", ("speedup",), ("maximize",)))
     assert h.frame["best_so_far"].tolist() == [1.0, 1.5, 1.5, 1.7]
 
 
@@ -109,7 +111,7 @@ def test_layer_heatmap_fractions_of_three_known_masks() -> None:
     layer_skip(study, 11.0, attn=[2, 3], mlp=[])
     layer_skip(study, 12.0, attn=[2], mlp=[5])
     ngram(study, 5.0, k=2)     # other methods are not counted
-    heat = D.layer_heatmap(study, LATENCY, n_layers=6, top_fraction=1.0)
+    heat = P.layers.data(study, LATENCY, n_layers=6, top_fraction=1.0)
     assert heat.n_top == 3 and heat.n_candidates == 3 and heat.best_number == 0
     frame = heat.frame.set_index("layer")
     assert frame["attn_fraction"].tolist() == pytest.approx([0, 1 / 3, 1, 1 / 3, 0, 0])
@@ -122,38 +124,38 @@ def test_layer_heatmap_takes_the_top_tenth_at_least_one() -> None:
     study = new_study()
     for i in range(30):               # the best three skip layer 1's attention only
         layer_skip(study, 10.0 + i, attn=[1] if i < 3 else [4], mlp=[])
-    heat = D.layer_heatmap(study, LATENCY, n_layers=None)
+    heat = P.layers.data(study, LATENCY, n_layers=None)
     assert heat.n_top == 3
     assert heat.frame["attn_fraction"].tolist() == [0.0, 1.0]     # max index + 1 layers
     study = new_study()
     layer_skip(study, 10.0, attn=[3], mlp=[])
-    assert D.layer_heatmap(study, LATENCY, n_layers=4).n_top == 1
+    assert P.layers.data(study, LATENCY, n_layers=4).n_top == 1
 
 
 def test_layer_heatmap_without_layer_skip_trials_is_a_note() -> None:
     study = new_study()
     ngram(study, 5.0, k=2)
-    heat = D.layer_heatmap(study, LATENCY, n_layers=6)
+    heat = P.layers.data(study, LATENCY, n_layers=6)
     assert heat.frame.empty and "layer_skip" in heat.note
 
 
 def test_n_layers_from_run_then_best_then_indices() -> None:
     study = new_study()
     layer_skip(study, 10.0, attn=[2], mlp=[], n_layers=8)
-    assert D.n_layers_of({"n_layers": 30}, {"model": {"n_layers": 12}}, study) == 30
-    assert D.n_layers_of({}, {"model": {"n_layers": 12}}, study) == 12
-    assert D.n_layers_of({}, {}, study) == 8          # bit params up to [7]
-    assert D.n_layers_of({}, {}, new_study()) is None
+    assert P.layers.n_layers_of({"n_layers": 30}, {"model": {"n_layers": 12}}, study) == 30
+    assert P.layers.n_layers_of({}, {"model": {"n_layers": 12}}, study) == 12
+    assert P.layers.n_layers_of({}, {}, study) == 8          # bit params up to [7]
+    assert P.layers.n_layers_of({}, {}, new_study()) is None
 
 
 # ------------------------------------------------------------------ Leviathan
 def test_leviathan_speedup_known_values() -> None:
-    assert D.leviathan_speedup(0.8, 0.1, 4) == pytest.approx((1 - 0.8 ** 5) / (0.2 * 1.4))
-    assert D.leviathan_speedup(0.8, 0.1, 4) == pytest.approx(2.4011428571)
-    assert D.leviathan_speedup(1.0, 0.1, 4) == pytest.approx(5 / 1.4)        # α = 1 limit
-    assert D.leviathan_speedup(1 - 1e-9, 0.1, 4) == pytest.approx(5 / 1.4, rel=1e-6)
-    assert D.leviathan_speedup(0.0, 0.5, 3) == pytest.approx(1 / 2.5)        # nothing accepted
-    assert D.leviathan_speedup(0.5, 0.0, 1) == pytest.approx(1.5)
+    assert P.leviathan.leviathan_speedup(0.8, 0.1, 4) == pytest.approx((1 - 0.8 ** 5) / (0.2 * 1.4))
+    assert P.leviathan.leviathan_speedup(0.8, 0.1, 4) == pytest.approx(2.4011428571)
+    assert P.leviathan.leviathan_speedup(1.0, 0.1, 4) == pytest.approx(5 / 1.4)        # α = 1 limit
+    assert P.leviathan.leviathan_speedup(1 - 1e-9, 0.1, 4) == pytest.approx(5 / 1.4, rel=1e-6)
+    assert P.leviathan.leviathan_speedup(0.0, 0.5, 3) == pytest.approx(1 / 2.5)        # nothing accepted
+    assert P.leviathan.leviathan_speedup(0.5, 0.0, 1) == pytest.approx(1.5)
 
 
 def test_leviathan_panel_curve_and_points_of_the_best_method() -> None:
@@ -163,11 +165,11 @@ def test_leviathan_panel_curve_and_points_of_the_best_method() -> None:
           mean_drafted_tokens=2.5)
     ngram(study, 12.0, k=20)                     # no mean_drafted: x falls back to k
     layer_skip(study, 15.0, attn=[1], mlp=[])    # another method: not a point
-    lev = D.leviathan(study, LATENCY)
+    lev = P.leviathan.data(study, LATENCY)
     assert lev.method == "ngram" and lev.best_number == 1 and lev.note is None
     assert (lev.alpha, lev.alpha_source, lev.cost_ratio) == (0.7, "acceptance_alpha", 0.05)
     assert lev.curve["k"].tolist() == list(range(1, 21))      # max(16, measured K = 20)
-    assert lev.curve["speedup"].iloc[3] == pytest.approx(D.leviathan_speedup(0.7, 0.05, 4))
+    assert lev.curve["speedup"].iloc[3] == pytest.approx(P.leviathan.leviathan_speedup(0.7, 0.05, 4))
     assert lev.points["number"].tolist() == [1, 2]
     assert lev.points["k"].tolist() == [2.5, 20.0]
     assert lev.points["k_source"].tolist() == ["mean_drafted_tokens", "k"]
@@ -177,7 +179,7 @@ def test_leviathan_panel_curve_and_points_of_the_best_method() -> None:
 def test_leviathan_falls_back_to_acceptance_rate_and_notes_missing_cost() -> None:
     study = new_study()
     ngram(study, 10.0, k=3, acceptance_rate=0.6)
-    lev = D.leviathan(study, LATENCY)
+    lev = P.leviathan.data(study, LATENCY)
     assert lev.alpha == 0.6 and lev.alpha_source == "acceptance_rate"
     assert lev.curve.empty and "cost ratio" in lev.note
     assert len(lev.points) == 1
@@ -187,7 +189,7 @@ def test_panels_about_drafting_use_the_best_speculative_trial_when_ar_wins() -> 
     study = new_study()
     baseline(study, 10.0)
     ngram(study, 12.0, k=2, pos_acc=[0.9, 0.5])
-    acc = D.pos_acc(study, LATENCY)
+    acc = P.pos_acc.data(study, LATENCY)
     assert acc.frame["number"].unique().tolist() == [1]
     assert "AR baseline" in acc.note
 
@@ -195,23 +197,23 @@ def test_panels_about_drafting_use_the_best_speculative_trial_when_ar_wins() -> 
 # ------------------------------------------------------------------ Pareto
 def test_pareto_front_of_two_objectives() -> None:
     study = new_study(["minimize", "minimize"])
-    info = D.ObjectiveInfo("latency_memory", ("latency_ms_per_token", "peak_memory_mb"),
+    info = ObjectiveInfo("latency_memory", ("latency_ms_per_token", "peak_memory_mb"),
                            ("minimize", "minimize"))
     for lat, mem in ((10.0, 500.0), (12.0, 400.0), (13.0, 450.0), (9.0, 600.0), (11.0, 550.0)):
         add(study, [lat, mem], config("ngram"), {"latency_ms_per_token": lat, "peak_memory_mb": mem})
-    p = D.pareto(study, info)
+    p = P.pareto.data(study, info)
     assert p.x_metric == "latency_ms_per_token" and p.y_metric == "peak_memory_mb"
     assert p.frame.set_index("number")["on_front"].to_dict() == {0: True, 1: True, 2: False,
                                                                   3: True, 4: False}
     assert p.frame[p.frame["is_best"]]["number"].tolist() == [3]     # front's best latency
-    top = D.top_trials(study, info)
+    top = P.top.data(study, info)
     assert top.frame["number"].tolist()[:3] == [3, 0, 1] and top.frame["pareto"].tolist()[:3] == [True] * 3
 
 
 def test_pareto_single_objective_is_a_note() -> None:
     study = new_study()
     ngram(study, 10.0, k=2)
-    p = D.pareto(study, LATENCY)
+    p = P.pareto.data(study, LATENCY)
     assert p.frame.empty and "Single-objective" in p.note
 
 
@@ -220,16 +222,16 @@ def test_missing_metrics_give_notes_not_errors() -> None:
     study = new_study()
     baseline(study)
     ngram(study, 10.0, k=2)          # an old run: no pos_acc, no split, no α / c
-    assert "no draft / verify / other split" in D.time_split(study, LATENCY).note
-    assert "position-wise" in D.pos_acc(study, LATENCY).note.lower()
-    assert D.leviathan(study, LATENCY).note
+    assert "no draft / verify / other split" in P.time_split.data(study, LATENCY).note
+    assert "position-wise" in P.pos_acc.data(study, LATENCY).note.lower()
+    assert P.leviathan.data(study, LATENCY).note
 
 
 def test_time_split_rows_of_best_and_baseline() -> None:
     study = new_study()
     ngram(study, 10.0, k=2, draft_ms_per_token=1.0, verify_ms_per_token=7.0, other_ms_per_token=2.0,
           baseline_verify_ms_per_token=18.0, baseline_other_ms_per_token=2.0)
-    split = D.time_split(study, LATENCY)
+    split = P.time_split.data(study, LATENCY)
     totals = split.frame.groupby("config")["ms_per_token"].sum().to_dict()
     assert totals == {"best #0": 10.0, "AR baseline": 20.0} and split.note is None
 
@@ -241,7 +243,7 @@ def test_pos_acc_of_best_and_completed_presets() -> None:
     add(study, 15.0, config("ngram", k=5), {"speedup": 1.3, "pos_acc": [0.7, 0.6, 0.5]},
         preset="vllm_ngram")
     add(study, None, config("draft_model"), state=TrialState.FAIL, preset="hf_assisted")
-    acc = D.pos_acc(study, LATENCY)
+    acc = P.pos_acc.data(study, LATENCY)
     assert acc.frame.groupby("role").size().to_dict() == {"best": 2, "vllm_ngram": 3}
     assert acc.frame["position"].tolist() == [1, 2, 1, 2, 3]
     assert acc.note is None
@@ -251,7 +253,7 @@ def test_zero_complete_trials_give_notes_everywhere() -> None:
     study = new_study()
     add(study, None, None, params={"method": "ngram"}, dists={"method": METHODS},
         state=TrialState.PRUNED, infeasible="bad")
-    report = D.collect(study, {"study": "s", "objective": "latency"}, None)
+    report = collect(study, {"study": "s", "objective": "latency"}, None)
     assert report.header.best_trial is None and report.header.note
     assert report.history.frame.empty and len(report.history.other) == 1
     for panel in (report.knobs, report.parallel, report.importance, report.layers, report.tree,
@@ -267,7 +269,7 @@ def test_knobs_skip_bits_add_derived_counts_and_flag_categoricals() -> None:
     ngram(study, 10.0, k=2, policy="heuristic")
     ngram(study, 11.0, k=3)
     layer_skip(study, 15.0, attn=[1, 2], mlp=[3])
-    k = D.knobs(study, LATENCY)
+    k = P.knobs.data(study, LATENCY)
     names = [knob.name for knob in k.knobs]
     assert not any("[" in name for name in names)
     assert names[0] == "method"
@@ -284,22 +286,22 @@ def test_knobs_skip_bits_add_derived_counts_and_flag_categoricals() -> None:
 
 def test_knobs_fall_back_to_the_objective_without_speedup() -> None:
     study = new_study(["maximize"])
-    info = D.ObjectiveInfo("agreement", ("agreement",), ("maximize",))
+    info = ObjectiveInfo("agreement", ("agreement",), ("maximize",))
     for k, value in ((2, 0.5), (4, 0.7)):
         add(study, value, config("ngram", k=k), {"agreement": value}, params={"ngram.k": k},
             dists={"ngram.k": IntDistribution(1, 10)})
-    knobs = D.knobs(study, info)
+    knobs = P.knobs.data(study, info)
     assert knobs.y_metric == "agreement" and "no speedup" in knobs.y_title
     assert knobs.knobs[0].frame["y"].tolist() == [0.5, 0.7]
 
 
 # ------------------------------------------------------------------ parallel coordinates
 def test_encode_dimension_categorical_and_missing() -> None:
-    dim = D.encode_dimension("policy", ["fixed", None, "heuristic", "fixed"], True,
+    dim = P.parallel.encode_dimension("policy", ["fixed", None, "heuristic", "fixed"], True,
                              choices=("heuristic", "fixed", "adaptive"))
     assert dim.values == [1.0, -1.0, 0.0, 1.0]
     assert dim.ticktext == ["n/a", "heuristic", "fixed"] and dim.tickvals == [-1.0, 0.0, 1.0]
-    num = D.encode_dimension("k", [2, 4, None], False)
+    num = P.parallel.encode_dimension("k", [2, 4, None], False)
     assert num.values[:2] == [2.0, 4.0] and num.values[2] < 2.0
     assert num.ticktext[0] == "n/a" and num.tickvals[1:] == [2.0, 4.0]
 
@@ -309,7 +311,7 @@ def test_parallel_merges_namespaced_knobs_by_leaf_name() -> None:
     ngram(study, 10.0, k=2)
     ngram(study, 11.0, k=3)
     layer_skip(study, 15.0, attn=[1, 2], mlp=[], k=5)
-    p = D.parallel(study, LATENCY)
+    p = P.parallel.data(study, LATENCY)
     labels = [d.label for d in p.dimensions]
     assert labels[0] == "method" and "k" in labels and labels[-1].startswith("latency_ms_per_token")
     k = p.dimensions[labels.index("k")]
@@ -327,7 +329,7 @@ def test_importance_per_method_with_derived_counts() -> None:
         layer_skip(study, 12.0 + 3 * i, attn=list(range(1, 1 + i)), mlp=[], k=2 + i % 2)
     layer_skip_only = [t for t in study.trials if t.user_attrs["config"]["method"] == "layer_skip"]
     assert len(layer_skip_only) == 6
-    imp = D.importance(study, LATENCY)
+    imp = P.importance.data(study, LATENCY)
     scopes = {g.scope: g for g in imp.groups}
     assert set(scopes) == {"all methods", "ngram", "layer_skip"}
     assert scopes["all methods"].n_trials == 14                     # baseline excluded
@@ -345,7 +347,7 @@ def test_importance_with_too_few_trials_is_a_note() -> None:
     study = new_study()
     for i in range(3):
         ngram(study, 10.0 + i, k=1 + i)
-    imp = D.importance(study, LATENCY)
+    imp = P.importance.data(study, LATENCY)
     assert [g.scope for g in imp.groups] == ["ngram"]
     assert imp.groups[0].frame.empty and "at least" in imp.groups[0].note
     assert imp.note
@@ -360,7 +362,7 @@ def test_importance_names_conditional_knobs_it_left_out() -> None:
             params["ngram.gamma"] = 0.1 * i
         add(study, 10.0 + i, config("ngram", k=1 + i), {"speedup": 1.0},
             params=params, dists={k: dists[k] for k in params})
-    group = D.importance(study, LATENCY).groups[0]
+    group = P.importance.data(study, LATENCY).groups[0]
     assert group.frame["param"].tolist() == ["k"] and "gamma" in group.note
 
 
@@ -370,7 +372,7 @@ def test_header_shows_the_params_of_the_best_method_and_tolerates_missing_keys()
     baseline(study)
     add(study, 10.0, config("layer_skip", k=3, attn_skip=[1], exit_policy="confidence", gamma=0.7),
         {"latency_ms_per_token": 10.0, "speedup": 2.0, "baseline_latency_ms_per_token": 20.5})
-    head = D.header(study, LATENCY, {}, None)
+    head = P.header.data(study, LATENCY, {}, None)
     assert head.best_trial == 1 and head.speedup == 2.0 and head.baseline_ms_per_token == 20.5
     assert head.best_params == {"method": "layer_skip", "k": 3, "attn_skip": [1], "mlp_skip": [],
                                 "exit_policy": "confidence", "gamma": 0.7}
@@ -378,7 +380,7 @@ def test_header_shows_the_params_of_the_best_method_and_tolerates_missing_keys()
     best_doc = {"model": {"id": "m", "n_layers": 30, "sha256": "a" * 64},
                 "hardware": {"device": "cuda", "device_name": "H100"},
                 "workload": {"source": "builtin", "prompts": 8}}
-    head = D.header(study, LATENCY, {"study": "s", "model": "ignored"}, best_doc)
+    head = P.header.data(study, LATENCY, {"study": "s", "model": "ignored"}, best_doc)
     assert head.model == {"id": "m", "n_layers": "30", "sha256": "a" * 12}
     assert head.hardware == {"device": "cuda", "device_name": "H100"}
     assert head.workload == {"source": "builtin", "prompts": "8"}
@@ -388,7 +390,7 @@ def test_header_baseline_latency_falls_back_to_the_baseline_trial() -> None:
     study = new_study()
     baseline(study, 21.0)
     ngram(study, 10.0, k=2)
-    assert D.header(study, LATENCY).baseline_ms_per_token == 21.0
+    assert P.header.data(study, LATENCY).baseline_ms_per_token == 21.0
 
 
 def test_top_trials_order_and_columns() -> None:
@@ -396,7 +398,7 @@ def test_top_trials_order_and_columns() -> None:
     baseline(study)
     for value in (12.0, 9.0, 15.0):
         ngram(study, value, k=2, mean_accepted_tokens=1.5, acceptance_rate=0.5, lossless=True)
-    top = D.top_trials(study, LATENCY, n=3)
+    top = P.top.data(study, LATENCY, n=3)
     assert top.frame["number"].tolist() == [2, 1, 3]
     assert top.frame["rank"].tolist() == [1, 2, 3]
     assert "value.latency_ms_per_token" in top.frame and "latency_ms_per_token" not in top.frame
@@ -406,8 +408,8 @@ def test_top_trials_order_and_columns() -> None:
 def test_objective_info_sources() -> None:
     study = new_study()
     best_doc = {"objective": {"name": "latency", "metrics": ["latency_ms_per_token"]}}
-    assert D.objective_info(study, {}, best_doc).metrics == ("latency_ms_per_token",)
-    assert D.objective_info(study, {"objective": "latency"}, None).metrics == ("latency_ms_per_token",)
-    info = D.objective_info(study, {}, None)
+    assert objective_info(study, {}, best_doc).metrics == ("latency_ms_per_token",)
+    assert objective_info(study, {"objective": "latency"}, None).metrics == ("latency_ms_per_token",)
+    info = objective_info(study, {}, None)
     assert info.metrics == ("objective",) and info.directions == ("minimize",)
-    assert not math.isnan(D.leviathan_speedup(0.5, 0.1, 1))
+    assert not math.isnan(P.leviathan.leviathan_speedup(0.5, 0.1, 1))

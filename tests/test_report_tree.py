@@ -14,8 +14,10 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.storages.journal import JournalFileBackend
 
+from autotune.decoding.shape import CHAIN, DYNAMIC, STATIC, DraftShape
 from autotune.report import build_report, render_report
-from autotune.report import data as D
+from autotune.report import panels as P
+from autotune.report.trials import shape_of
 from test_report_data import LATENCY, add, baseline, config, new_study, ngram
 from test_report_render import STUDY, check_page, make_run
 
@@ -39,24 +41,25 @@ def tree(study: optuna.Study, speedup: float | None, width: int = 0, depth: int 
         params=params or {"method": method}, dists=dists or {"method": TREE_METHODS})
 
 
-def cell_map(panel: D.TreePanel) -> dict[tuple[str, int], dict[str, Any]]:
+def cell_map(panel: P.tree.TreePanel) -> dict[tuple[str, int], dict[str, Any]]:
     return {(r["column"], r["depth"]): r for r in panel.cells.to_dict("records")}
 
 
 # ------------------------------------------------------------------ tree shapes
 def test_tree_shape_of_chains_dynamic_and_static_trees() -> None:
-    chain = D.tree_shape(config("ngram", k=5))          # an old config: no tree keys at all
-    assert chain == D.TreeShape("chain", 0, 5, 0, 5)
+    chain = shape_of(config("ngram", k=5))          # an old config: no tree keys at all
+    assert chain == DraftShape(CHAIN, k=5) and (chain.levels, chain.nodes) == (5, 5)
     # width 4, depth 5: 4 nodes at level 1, then 4 × 4 at each of the 4 later levels.
-    full = D.tree_shape(config("layer_skip", tree_width=4, tree_depth=5, tree_tokens=0))
-    assert full == D.TreeShape("tree", 4, 5, 0, 68)
-    assert D.tree_shape(config("layer_skip", tree_width=4, tree_depth=5, tree_tokens=30)).nodes == 30
-    assert D.tree_shape(config("layer_skip", tree_width=2, tree_depth=2, tree_tokens=50)).nodes == 6
-    static = D.tree_shape(config("draft_model", tree_choices=[[0], [1], [0, 0], [0, 0, 1]]))
-    assert static == D.TreeShape("static", 0, 3, 0, 4)
-    assert D.tree_shape(config()) is None                                   # the AR baseline
-    assert D.tree_shape({}) is None
-    assert D.tree_shape(config("layer_skip", tree_width="wide")) is None    # unparseable: no shape
+    full = shape_of(config("layer_skip", tree_width=4, tree_depth=5, tree_tokens=0))
+    assert full == DraftShape(DYNAMIC, k=4, width=4, depth=5, tokens=0) and full.nodes == 68
+    assert shape_of(config("layer_skip", tree_width=4, tree_depth=5, tree_tokens=30)).nodes == 30
+    assert shape_of(config("layer_skip", tree_width=2, tree_depth=2, tree_tokens=50)).nodes == 6
+    static = shape_of(config("draft_model", tree_choices=[[0], [1], [0, 0], [0, 0, 1]]))
+    assert static.kind == STATIC and (static.width, static.tokens) == (0, 0)
+    assert (static.levels, static.nodes) == (3, 4)          # depth: the deepest path
+    assert shape_of(config()) is None                                   # the AR baseline
+    assert shape_of({}) is None
+    assert shape_of(config("layer_skip", tree_width="wide")) is None    # unparseable: no shape
 
 
 # ------------------------------------------------------------------ tree panel
@@ -71,7 +74,7 @@ def test_tree_cells_keep_the_best_budget_per_width_and_depth() -> None:
     tree(study, 1.4, k=3)                                # 6: layer_skip chains at depth k = 3
     tree(study, 1.6, k=3)                                # 7
     ngram(study, 20.0 / 3.0, k=3)                        # 8: 3×, but ngram drafted no tree
-    panel = D.tree_panel(study, LATENCY)
+    panel = P.tree.data(study, LATENCY)
     assert panel.metric == "speedup" and panel.higher_better
     assert panel.columns == ["chain", "2", "4"]
     cells = cell_map(panel)
@@ -94,7 +97,7 @@ def test_tree_cells_follow_the_objective_without_speedup() -> None:
     for latency, tokens in ((12.0, 10), (9.0, 20), (15.0, 0)):
         add(study, latency, config("draft_model", tree_width=3, tree_depth=4, tree_tokens=tokens),
             {"latency_ms_per_token": latency})
-    panel = D.tree_panel(study, LATENCY)
+    panel = P.tree.data(study, LATENCY)
     assert panel.metric == "latency_ms_per_token" and not panel.higher_better
     (row,) = panel.cells.to_dict("records")
     assert (row["number"], row["tokens"], row["value"]) == (1, 20, 9.0)
@@ -104,7 +107,7 @@ def test_static_trees_get_their_own_column_and_are_listed_in_the_note() -> None:
     study = new_study()
     tree(study, 1.7, width=2, depth=2, method="draft_model")
     tree(study, 1.9, method="draft_model", choices=[[0], [1], [0, 0], [0, 0, 0]])
-    panel = D.tree_panel(study, LATENCY)
+    panel = P.tree.data(study, LATENCY)
     assert panel.columns == ["2", "static"]
     cells = cell_map(panel)
     assert cells[("static", 3)]["nodes"] == 4 and cells[("static", 3)]["budgets"] == ""
@@ -117,10 +120,10 @@ def test_no_tree_is_a_note_not_an_empty_plot() -> None:
     baseline(study)
     ngram(study, 10.0, k=3)
     tree(study, 1.5, k=4)                                # a layer_skip chain
-    panel = D.tree_panel(study, LATENCY)
+    panel = P.tree.data(study, LATENCY)
     assert panel.cells.empty and panel.columns == []
     assert "No trial drafted a tree" in panel.note
-    assert "No trial has completed" in D.tree_panel(new_study(), LATENCY).note
+    assert "No trial has completed" in P.tree.data(new_study(), LATENCY).note
 
 
 def test_trees_without_the_metric_leave_no_chain_only_plot() -> None:
@@ -129,7 +132,7 @@ def test_trees_without_the_metric_leave_no_chain_only_plot() -> None:
     add(study, 12.0, config("layer_skip", tree_width=2, tree_depth=2), {"speedup": None,
                                                                         "lossless": True})
     add(study, 12.0, config("layer_skip"), {"speedup": 1.2})
-    panel = D.tree_panel(study, LATENCY)
+    panel = P.tree.data(study, LATENCY)
     assert panel.cells.empty
     assert "No tree trial measured speedup" in panel.note and "#1" in panel.note
 
@@ -139,15 +142,15 @@ def test_depth_acceptance_of_the_best_tree_and_best_chain() -> None:
     tree(study, 2.0, width=3, depth=3, tokens=12, depth_acceptance=[0.9, 0.6, 0.3])
     tree(study, 1.8, width=3, depth=3, tokens=8, depth_acceptance=[0.1, 0.1, 0.1])   # not best
     tree(study, 1.5, k=2, depth_acceptance=[0.8, 0.5])
-    panel = D.tree_panel(study, LATENCY)
+    panel = P.tree.data(study, LATENCY)
     acc = panel.depth_acc
     assert acc.groupby("role")["number"].first().to_dict() == {"best tree": 0, "best chain": 2}
     assert acc[acc["role"] == "best tree"]["share"].tolist() == [0.9, 0.6, 0.3]
     assert acc[acc["role"] == "best tree"]["depth"].tolist() == [1, 2, 3]
     study = new_study()
     tree(study, 2.0, width=3, depth=3)
-    assert D.tree_panel(study, LATENCY).depth_acc.empty
-    assert "No depth acceptance" in D.tree_panel(study, LATENCY).note
+    assert P.tree.data(study, LATENCY).depth_acc.empty
+    assert "No depth acceptance" in P.tree.data(study, LATENCY).note
 
 
 # ------------------------------------------------------------------ tree knobs elsewhere
@@ -157,13 +160,13 @@ def test_tree_knobs_join_the_knob_and_parallel_panels() -> None:
     tree(study, 1.5, k=4)                                     # a chain: no tree knobs
     tree(study, 2.0, width=2, depth=3, tokens=0)
     tree(study, 1.8, width=4, depth=5, tokens=30)
-    knobs = {k.name: k for k in D.knobs(study, LATENCY).knobs}
+    knobs = {k.name: k for k in P.knobs.data(study, LATENCY).knobs}
     tree_knobs = [name for name in knobs if ".tree_" in name]
     assert tree_knobs == ["layer_skip.tree_width", "layer_skip.tree_depth", "layer_skip.tree_nodes"]
     assert knobs["layer_skip.tree_width"].frame["x"].tolist() == [2, 4]
     assert knobs["layer_skip.tree_nodes"].frame["x"].tolist() == [10, 30]    # 2 + 2 × 2 × 2; budget 30
     assert knobs["layer_skip.tree_width"].derived and knobs["layer_skip.tree_width"].integer
-    par = D.parallel(study, LATENCY)
+    par = P.parallel.data(study, LATENCY)
     width = next(d for d in par.dimensions if d.label == "tree_width")
     assert width.ticktext[0] == "n/a" and width.values[2:] == [2.0, 4.0]
     assert width.values[0] == width.values[1] == width.tickvals[0]     # chains: n/a
@@ -175,7 +178,7 @@ def test_a_searched_tree_knob_is_not_repeated_as_a_derived_one() -> None:
     for width, speedup in ((2, 1.5), (4, 1.7)):
         tree(study, speedup, width=width, depth=3,
              params={"method": "layer_skip", "layer_skip.tree_width": width}, dists=dists)
-    names = [k.name for k in D.knobs(study, LATENCY).knobs]
+    names = [k.name for k in P.knobs.data(study, LATENCY).knobs]
     assert names.count("layer_skip.tree_width") == 1
     assert "layer_skip.tree_depth" in names
 
@@ -183,12 +186,12 @@ def test_a_searched_tree_knob_is_not_repeated_as_a_derived_one() -> None:
 def test_header_shows_a_trees_shape_instead_of_k_and_policy() -> None:
     study = new_study()
     tree(study, 2.0, width=4, depth=5, tokens=30)
-    head = D.header(study, LATENCY)
+    head = P.header.data(study, LATENCY)
     assert head.best_params == {"method": "layer_skip", "attn_skip": [1], "mlp_skip": [],
                                 "tree_width": 4, "tree_depth": 5, "tree_tokens": 30}
     study = new_study()
     tree(study, 2.0, method="draft_model", choices=[[0], [1], [0, 0]])
-    assert D.header(study, LATENCY).best_params == {"method": "draft_model",
+    assert P.header.data(study, LATENCY).best_params == {"method": "draft_model",
                                                     "tree_choices": "3 paths, depth 2"}
 
 
@@ -204,7 +207,7 @@ def curve(free: int = 16, slope: float = 0.5, top: int = 128) -> dict[str, Any]:
 
 
 def test_free_up_to_on_a_known_curve() -> None:
-    hw = D.hardware(curve())
+    hw = P.hardware.data(curve())
     # 10 % of 10 ms: up to 11 ms, reached at 16 + 2 tokens; from there 0.5 ms per token.
     assert hw.free_up_to == 18 and hw.base_ms == 10.0
     assert hw.extra_ms_per_token == pytest.approx(0.5)
@@ -213,44 +216,44 @@ def test_free_up_to_on_a_known_curve() -> None:
     assert "each extra token costs ~0.5 ms" in hw.note
     assert hw.info == {"model": "m", "device": "NVIDIA H100", "dtype": "bfloat16",
                        "context_tokens": "512", "repeats": "20"}
-    assert D.hardware(curve(slope=2.0)).free_up_to == 16
-    assert D.free_up_to(pd.DataFrame({"tokens": [1, 2, 4, 8], "ms": [10.0, 12.0, 10.5, 30.0]})) == 4
+    assert P.hardware.data(curve(slope=2.0)).free_up_to == 16
+    assert P.hardware.free_up_to(pd.DataFrame({"tokens": [1, 2, 4, 8], "ms": [10.0, 12.0, 10.5, 30.0]})) == 4
 
 
 def test_a_cpu_like_profile_says_verifying_is_not_free() -> None:
     doc = curve()
     doc["points"] = [{"tokens": n, "ms": 20.0 + 8.0 * (n - 1) ** 0.8, "ms_min": 19.0 + n}
                      for n in (1, 2, 4, 8, 16)]
-    hw = D.hardware(doc)
+    hw = P.hardware.data(doc)
     assert hw.free_up_to == 1
     assert hw.note.startswith("Verifying is not free on this hardware: already 2 tokens "
                               "cost 1.40x one (20 ms)")
 
 
 def test_a_flat_profile_is_free_everywhere_and_a_missing_one_token_point_is_said() -> None:
-    hw = D.hardware(curve(free=200, top=64))
+    hw = P.hardware.data(curve(free=200, top=64))
     assert hw.free_up_to == 64 and hw.extra_ms_per_token is None
     assert "every size measured" in hw.note
     doc = curve()
     doc["points"] = doc["points"][1:]
-    hw = D.hardware(doc)
+    hw = P.hardware.data(doc)
     assert hw.free_up_to is None and "no 1-token point" in hw.note and len(hw.frame) == 127
 
 
 def test_missing_or_malformed_profiles_are_notes() -> None:
-    missing = D.hardware(None)
+    missing = P.hardware.data(None)
     assert missing.frame.empty and "No hardware_profile.json" in missing.note
     assert "autotune search" in missing.note
-    unreadable = D.hardware(None, problem="Expecting value: line 1 column 1 (char 0)")
+    unreadable = P.hardware.data(None, problem="Expecting value: line 1 column 1 (char 0)")
     assert unreadable.frame.empty and "Cannot read hardware_profile.json" in unreadable.note
     for doc, says in (([1, 2], "is not a JSON object"), ({"points": "many"}, "no list of points"),
                       ({"points": [{"tokens": 0, "ms": 1.0}, {"tokens": 2, "ms": "fast"},
                                    {"tokens": True, "ms": 1.0}, "x"]}, "no valid point")):
-        hw = D.hardware(doc)
+        hw = P.hardware.data(doc)
         assert hw.frame.empty and says in hw.note, doc
     doc = curve(top=8)
     doc["points"] += [{"tokens": 3, "ms": 99.0}, {"tokens": 9, "ms": float("nan")}, None]
-    hw = D.hardware(doc)
+    hw = P.hardware.data(doc)
     assert len(hw.frame) == 8 and "3 malformed points left out" in hw.note
     assert hw.frame.set_index("tokens")["ms"][3] == 10.0        # the repeat is the one left out
 
@@ -260,12 +263,12 @@ def test_the_best_trials_verified_tokens_are_marked() -> None:
     baseline(study, 30.0)
     tree(study, 2.0, width=4, depth=5, tokens=30, mean_verified_tokens=24.5)
     tree(study, 1.5, k=4, mean_verified_tokens=5.0)
-    hw = D.hardware(curve(), study, LATENCY)
+    hw = P.hardware.data(curve(), study, LATENCY)
     assert (hw.verified, hw.verified_number) == (24.5, 1)
     assert "#1, verifies 24.5 tokens per pass on average (past the free range)" in hw.note
     study = new_study()
     tree(study, 1.5, k=4)                                    # an old run: no verified tokens
-    assert D.hardware(curve(), study, LATENCY).verified is None
+    assert P.hardware.data(curve(), study, LATENCY).verified is None
 
 
 # ------------------------------------------------------------------ run folder and page

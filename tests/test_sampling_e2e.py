@@ -27,7 +27,7 @@ import torch
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.drafters import _lookup
+from autotune.decoding.drafters.ngram import lookup
 
 from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401  (autouse fixture)
 
@@ -119,7 +119,7 @@ def _draft_q_ngram() -> torch.Tensor:
     """q(t2 | t1) [V, V] of prompt lookup: one-hot on the looked-up continuation."""
     q = torch.zeros(V, V, dtype=torch.float64)
     for a in range(V):
-        found = _lookup(PROMPT + [a], 1, 3, 1)
+        found = lookup(PROMPT + [a], 1, 3, 1)
         assert found, "the prompt is built so that lookup always finds a continuation"
         q[a, found[0]] = 1.0
     return q

@@ -356,7 +356,7 @@ def test_ctrl_c_inside_a_trial_marks_it_interrupted_and_queues_it(tmp_path, targ
 
 
 def test_storage_passwords_never_reach_files_or_messages():
-    from autotune.search import masked_storage
+    from autotune.storage import masked_storage
     assert masked_storage("postgresql://me:s3cret@db.example:5432/x") == \
         "postgresql://me:***@db.example:5432/x"
     assert masked_storage("postgresql://me@db/x") == "postgresql://me@db/x"

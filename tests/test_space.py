@@ -11,9 +11,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune import space as space_module
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.errors import AutotuneError
+from autotune.space import loading as space_loading
 from autotune.space import (
     BoundSpace,
     InfeasibleConfig,
@@ -435,7 +435,7 @@ def test_grid_errors(tmp_path, monkeypatch):
     with pytest.raises(AutotuneError, match=r"space.yaml:4: knobs.gamma: float knob 'gamma' needs a `grid:` list"):
         load_space(str(path)).bind(30, 4).grid()
     # bool knobs (no DecodeConfig field is a bool today): grid [False, True]
-    monkeypatch.setitem(space_module._KNOB_TYPES, "k", ("bool",))
+    monkeypatch.setitem(space_loading._KNOB_TYPES, "k", ("bool",))
     path = write(tmp_path, "knobs:\n  k: {type: bool}\n", "bool.yaml")
     assert load_space(str(path)).bind(4).grid() == {"k": [False, True]}
 

@@ -236,7 +236,7 @@ def test_tree_shapes_are_what_the_config_says(models):
         assert first.drafted == nodes and first.verified == nodes + 1, shape
         if depth is not None:
             assert first.draft_depth == depth, shape
-        assert config.tree_node_count() == nodes
+        assert config.shape.tree_nodes == nodes
 
 
 def test_a_draft_identical_to_the_target_is_always_accepted_along_a_static_chain(models):
@@ -288,7 +288,8 @@ def _tree_paths(tree: DraftTree) -> set[tuple[int, ...]]:
 
 
 def test_dynamic_tree_matches_a_brute_force_eagle2_expansion(models):
-    from autotune.decoding.drafters import LayerSkipDrafter, TokenChooser
+    from autotune.decoding.drafters.base import TokenChooser
+    from autotune.decoding.drafters.layer_skip import LayerSkipDrafter
     from autotune.decoding.tree_drafting import TreeDrafter
 
     target, _, _ = models

@@ -15,7 +15,7 @@ from autotune.cli import main
 from autotune.decoding.config import config_from_mapping
 from autotune.objectives import load_objective
 from autotune.run_folder import ranked_documents
-from autotune.search import open_storage
+from autotune.storage import open_storage
 
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
@@ -68,7 +68,7 @@ def test_tree_search_writes_trees_through_every_output(tmp_path, tiny_dir, capsy
     now = json.loads(capsys.readouterr().out)["now"]
     assert now["lossless"] is True and now["mean_verified_tokens"] > 1
     assert now["config"] == tree_doc["params"]
-    assert config_from_mapping(now["config"]).tree_node_count() == 8
+    assert config_from_mapping(now["config"]).shape.tree_nodes == 8
     # Draft & Verify's format takes this drafter's mask but not a tree: it names the
     # tree instead of writing something else.
     assert main(["export", str(frozen), "--format", "dv"]) == 2

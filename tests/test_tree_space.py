@@ -11,10 +11,12 @@ import optuna
 import pytest
 
 from autotune.cli import main
-from autotune.decoding.config import TREE_METHODS, DecodeConfig, config_from_mapping
+from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.decoding.methods import get_method
+from autotune.decoding.shape import DraftShape
 from autotune.errors import AutotuneError
 from autotune.samplers import make_sampler
-from autotune.space import InfeasibleConfig, load_space, wasted_tree
+from autotune.space import InfeasibleConfig, load_space
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 SAMPLERS = ["tpe", "random", "gp", "cmaes", "qmc", "bayes_opt"]
@@ -43,7 +45,7 @@ def run_sampler(bound, sampler: str, n: int, seed: int = 0):
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 out.append((trial.params, exc))
                 continue
-            study.tell(trial, float(config.tree_node_count() + config.k))
+            study.tell(trial, float(DraftShape.of(config).tree_nodes + config.k))
             out.append((trial.params, config))
     return out
 
@@ -51,9 +53,9 @@ def run_sampler(bound, sampler: str, n: int, seed: int = 0):
 def check_valid(config: DecodeConfig, n_layers: int, draft_layers: int | None) -> None:
     over_draft = config.method == "sorted_exit" and draft_layers is not None
     config.validate(draft_layers if over_draft else n_layers)
-    assert wasted_tree(config) is None
+    assert DraftShape.of(config).waste() is None
     if config.is_tree:
-        assert config.method in TREE_METHODS
+        assert get_method(config.method).can_tree
         assert config.exit_policy == "fixed"              # never a policy on a tree
         assert config.k == DecodeConfig().k
 
@@ -191,9 +193,9 @@ def test_the_waste_rule_rejects_duplicates_and_dominated_trees():
             bound.params_to_config(params)
         assert str(info.value) == message
     assert bound.params_to_config(bound.encode({**base, "tree_tokens": 20})).tree_tokens == 20
-    assert wasted_tree(config_from_mapping({**base, "tree_tokens": 0})) is None
-    assert wasted_tree(config_from_mapping({"method": "draft_model",
-                                            "tree_choices": [[0], [0, 0]]})) is None
+    assert DraftShape.of(config_from_mapping({**base, "tree_tokens": 0})).waste() is None
+    assert DraftShape.of(config_from_mapping({"method": "draft_model",
+                                              "tree_choices": [[0], [0, 0]]})).waste() is None
 
 
 # ------------------------------------------------------------------ grid
@@ -292,7 +294,8 @@ def test_tree_knob_ranges_accept_what_validate_accepts(tmp_path):
     """, "other.yaml")
     bound = load_space(str(path)).bind(4, 2)
     assert not bound.params_to_config({"tree_width": 0}).is_tree
-    assert bound.params_to_config({"tree_width": 10, "tree_depth": 2}).tree_pool_size() == 110
+    wide = bound.params_to_config({"tree_width": 10, "tree_depth": 2})
+    assert DraftShape.of(wide).pool_size == 110
     with pytest.raises(InfeasibleConfig, match="tree_width=3 needs tree_depth >= 1"):
         bound.params_to_config({"tree_width": 3})
 

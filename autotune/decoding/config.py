@@ -7,7 +7,6 @@ the search and exported configs all agree on names, types and defaults.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,14 +16,12 @@ import yaml
 
 from autotune.decoding.knobs import (ALL, DRAFTING, KNOB_METADATA_KEY, SHAPE, WORKLOAD,
                                      Knob, knob, method_owner, policy_owner)
+from autotune.decoding.methods import get_method, tree_method_names
+from autotune.decoding.shape import DraftShape
 from autotune.errors import AutotuneError
+from autotune.yaml_source import did_you_mean
 
-METHODS = ("none", "draft_model", "layer_skip", "sorted_exit", "ngram")
 EXIT_POLICIES = ("fixed", "confidence", "adaptive", "heuristic")
-# Methods that read or skip individual layers and so need the compact Llama forward.
-LAYER_METHODS = frozenset({"layer_skip", "sorted_exit"})
-# Drafters whose tokens come with a distribution, which a tree needs to rank children.
-TREE_METHODS = ("draft_model", "layer_skip", "sorted_exit")
 # One verify pass carries the root plus at most this many tree nodes.
 MAX_TREE_NODES = 255
 
@@ -101,6 +98,11 @@ class DecodeConfig:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def shape(self) -> DraftShape:
+        """What one round drafts: a chain, a dynamic tree or a static tree."""
+        return DraftShape.of(self)
+
     def to_dict(self) -> dict[str, Any]:
         """Canonical keys and JSON-ready values (lists for sets)."""
         out = {}
@@ -111,37 +113,32 @@ class DecodeConfig:
 
     def validate(self, n_layers: int | None = None) -> "DecodeConfig":
         """Raise AutotuneError on the first bad value; `n_layers` enables layer checks."""
-        if self.method not in METHODS:
-            raise AutotuneError(f"method={self.method!r} is not one of {', '.join(METHODS)}")
-        if self.exit_policy not in EXIT_POLICIES:
+        get_method(self.method)                    # "method='x' is not one of ..."
+        choices = KNOBS["exit_policy"].choices or ()
+        if self.exit_policy not in choices:
             raise AutotuneError(
-                f"exit_policy={self.exit_policy!r} is not one of {', '.join(EXIT_POLICIES)}")
-        if self.k < 1:
-            raise AutotuneError(f"k={self.k} must be at least 1")
-        for name in ("gamma", "target_acceptance", "beta1", "beta2", "top_p"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise AutotuneError(f"{name}={value} must lie in [0, 1]")
+                f"exit_policy={self.exit_policy!r} is not one of {', '.join(choices)}")
+        for name in ("k", "gamma", "target_acceptance", "beta1", "beta2", "top_p"):
+            self._check_bounds(name)
         if self.top_p == 0.0:
             raise AutotuneError("top_p=0 keeps no token; use temperature=0 for greedy")
-        if not 0.0 <= self.epsilon <= 1.0:
-            raise AutotuneError(f"epsilon={self.epsilon} must lie in [0, 1]")
-        if self.temperature < 0.0:
-            raise AutotuneError(f"temperature={self.temperature} must be >= 0")
-        if not 1 <= self.ngram_min <= self.ngram_max:
+        for name in ("epsilon", "temperature"):
+            self._check_bounds(name)
+        if not KNOBS["ngram_min"].low <= self.ngram_min <= self.ngram_max:
             raise AutotuneError(
                 f"ngram_min={self.ngram_min}, ngram_max={self.ngram_max}: need 1 <= min <= max")
         self._validate_tree()
-        if self.method == "sorted_exit":
+        if self.method in KNOBS["exits"].methods:        # the knob's owner: sorted_exit
             if not self.exits:
-                raise AutotuneError("method=sorted_exit needs exits, e.g. exits=8,16")
-            if any(b <= a for a, b in zip(self.exits, self.exits[1:])) or self.exits[0] < 1:
+                raise AutotuneError(f"method={self.method} needs exits, e.g. exits=8,16")
+            if any(b <= a for a, b in zip(self.exits, self.exits[1:])) \
+                    or self.exits[0] < KNOBS["exits"].low:
                 raise AutotuneError(f"exits={list(self.exits)} must be increasing and >= 1")
             if len(self.thresholds) not in (0, len(self.exits) - 1, len(self.exits)):
                 raise AutotuneError(
                     f"thresholds has {len(self.thresholds)} values for {len(self.exits)} "
                     "exits: give one per exit (the deepest always emits)")
-            if any(not 0.0 <= t <= 1.0 for t in self.thresholds):
+            if any(not _within(KNOBS["thresholds"], t) for t in self.thresholds):
                 raise AutotuneError(f"thresholds={list(self.thresholds)} must lie in [0, 1]")
         if n_layers is not None:
             for name in ("attn_skip", "mlp_skip"):
@@ -154,19 +151,31 @@ class DecodeConfig:
                     f"exits={list(self.exits)} goes past the draft stack's {n_layers} layers")
         return self
 
+    def _check_bounds(self, name: str) -> None:
+        """The bounds of a scalar knob, as its metadata (`KNOBS[name].low/high`) gives them."""
+        knob_, value = KNOBS[name], getattr(self, name)
+        if _within(knob_, value):
+            return
+        low, high = knob_.low, knob_.high
+        if low is not None and high is not None:
+            raise AutotuneError(f"{name}={value} must lie in [{low:g}, {high:g}]")
+        if low is None:
+            raise AutotuneError(f"{name}={value} must be <= {high:g}")
+        raise AutotuneError(f"{name}={value} must be >= {low:g}" if low == 0
+                            else f"{name}={value} must be at least {low:g}")
+
     def _validate_tree(self) -> None:
         for name in ("tree_width", "tree_depth", "tree_tokens"):
-            if getattr(self, name) < 0:
-                raise AutotuneError(f"{name}={getattr(self, name)} must be >= 0")
+            self._check_bounds(name)
         if not self.is_tree:
             if self.tree_depth or self.tree_tokens:
                 raise AutotuneError("tree_depth and tree_tokens need tree_width >= 1 "
                                     "(or a static tree in tree_choices)")
             return
-        if self.method not in TREE_METHODS:
+        if not get_method(self.method).can_tree:
             raise AutotuneError(
                 f"method={self.method} cannot draft a tree: a tree ranks children by the "
-                f"draft's probabilities, which only {', '.join(TREE_METHODS)} give")
+                f"draft's probabilities, which only {', '.join(tree_method_names())} give")
         if self.exit_policy != "fixed":
             raise AutotuneError(f"exit_policy={self.exit_policy} does not apply to a tree, "
                                 "whose shape is set by tree_width/tree_depth/tree_tokens: "
@@ -180,23 +189,11 @@ class DecodeConfig:
             return
         if self.tree_depth < 1:
             raise AutotuneError(f"tree_width={self.tree_width} needs tree_depth >= 1")
-        if self.tree_node_count() > MAX_TREE_NODES:
+        shape = self.shape
+        if shape.tree_nodes > MAX_TREE_NODES:
             raise AutotuneError(
                 f"a tree of width {self.tree_width} and depth {self.tree_depth} drafts "
-                f"{self.tree_pool_size()} nodes: set tree_tokens <= {MAX_TREE_NODES}")
-
-    def tree_pool_size(self) -> int:
-        """Nodes a dynamic tree drafts before the rerank: `width` at level 1, then
-        `width` children of each of the `width` best nodes at every later level."""
-        w, d = self.tree_width, self.tree_depth
-        return w + (d - 1) * w * w if w and d else 0
-
-    def tree_node_count(self) -> int:
-        """Tree nodes verified per round at most (excluding the root); 0 for a chain."""
-        if self.tree_choices:
-            return len(self.tree_choices)
-        pool = self.tree_pool_size()
-        return min(self.tree_tokens, pool) if self.tree_tokens else pool
+                f"{shape.pool_size} nodes: set tree_tokens <= {MAX_TREE_NODES}")
 
     def exit_thresholds(self) -> tuple[float, ...]:
         """One threshold per exit; missing entries are 0 (always emit), deepest ignored."""
@@ -220,6 +217,11 @@ def check_choices(choices: tuple[tuple[int, ...], ...]) -> None:
         if len(path) > 1 and path[:-1] not in seen:
             raise AutotuneError(f"tree_choices path {list(path)} has no parent path "
                                 f"{list(path[:-1])}: list every prefix")
+
+
+def _within(knob_: Knob, value: float) -> bool:
+    return ((knob_.low is None or value >= knob_.low)
+            and (knob_.high is None or value <= knob_.high))
 
 
 def _to_json(value: Any) -> Any:
@@ -250,45 +252,40 @@ def _parse_choices(value: Any) -> tuple[tuple[int, ...], ...]:
     return tuple(paths)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(DecodeConfig)}
 # Every knob's metadata, in field order: the one source of types, bounds, owners, docs.
-KNOBS: dict[str, Knob] = {f.name: f.metadata[KNOB_METADATA_KEY] for f in dataclasses.fields(DecodeConfig)}
-_INT_LISTS = {"attn_skip", "mlp_skip", "exits"}
-_FLOAT_LISTS = {"thresholds"}
-_INTS = {"k", "ngram_min", "ngram_max", "tree_width", "tree_depth", "tree_tokens"}
-_STRS = {"method", "exit_policy"}
+KNOBS: dict[str, Knob] = {f.name: f.metadata[KNOB_METADATA_KEY]
+                          for f in dataclasses.fields(DecodeConfig)}
+# What a value of each knob kind must look like, for the one-line coercion error.
+_EXPECTED = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "int_set": "a comma-separated list of integers",
+    "int_list": "a comma-separated list of integers",
+    "float_list": "a comma-separated list of numbers",
+    "paths": "a list of paths like [[0], [0, 0], [1]] or 0;0,0;1",
+}
 
 
 def _unknown_key(key: str) -> AutotuneError:
-    close = difflib.get_close_matches(key, list(_FIELDS), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return AutotuneError(f"unknown config key {key!r}{hint}; keys: {', '.join(_FIELDS)}")
+    return AutotuneError(f"unknown config key {key!r}{did_you_mean(key, KNOBS, inline=True)}; "
+                         f"keys: {', '.join(KNOBS)}")
 
 
 def _coerce(key: str, value: Any) -> Any:
-    """Turn a CLI string or a file value into the field's type, or raise one clear line."""
+    """Turn a CLI string or a file value into the field's type (by its knob's kind), or
+    raise one clear line."""
+    kind = KNOBS[key].kind
     try:
-        if key == "tree_choices":
+        if kind == "paths":
             return _parse_choices(value)
-        if key in _INT_LISTS or key in _FLOAT_LISTS:
-            cast = int if key in _INT_LISTS else float
-            if isinstance(value, str):
-                items = [v for v in value.replace(" ", "").split(",") if v != ""]
-            elif isinstance(value, (list, tuple)):
-                items = list(value)
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                items = [value]
-            else:
-                raise ValueError
-            if cast is int and any(isinstance(v, float) and not v.is_integer() for v in items):
-                raise ValueError
-            values = tuple(cast(v) for v in items)
-            return tuple(sorted(set(values))) if key in {"attn_skip", "mlp_skip"} else values
-        if key in _INTS:
+        if kind in ("int_set", "int_list", "float_list"):
+            return _coerce_list(kind, value)
+        if kind == "int":
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
             return int(value)
-        if key in _STRS:
+        if kind == "str":
             if not isinstance(value, str):
                 raise ValueError
             return value.strip()
@@ -296,18 +293,32 @@ def _coerce(key: str, value: Any) -> Any:
             raise ValueError
         return float(value)
     except (TypeError, ValueError):
-        kind = ("a list of paths like [[0], [0, 0], [1]] or 0;0,0;1" if key == "tree_choices"
-                else "a comma-separated list of integers" if key in _INT_LISTS else
-                "a comma-separated list of numbers" if key in _FLOAT_LISTS else
-                "an integer" if key in _INTS else "a string" if key in _STRS else "a number")
-        raise AutotuneError(f"bad value for {key}: {value!r} is not {kind}") from None
+        raise AutotuneError(f"bad value for {key}: {value!r} is not {_EXPECTED[kind]}") from None
+
+
+def _coerce_list(kind: str, value: Any) -> tuple[Any, ...]:
+    """`"1, 2"`, `[1, 2]` or `1` -> a tuple of ints or floats; a set (int_set) comes
+    back sorted without repeats. Raises ValueError or TypeError on anything else."""
+    cast = float if kind == "float_list" else int
+    if isinstance(value, str):
+        items = [v for v in value.replace(" ", "").split(",") if v != ""]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        items = [value]
+    else:
+        raise ValueError
+    if cast is int and any(isinstance(v, float) and not v.is_integer() for v in items):
+        raise ValueError
+    values = tuple(cast(v) for v in items)
+    return tuple(sorted(set(values))) if kind == "int_set" else values
 
 
 def config_from_mapping(values: Mapping[str, Any], base: DecodeConfig | None = None) -> DecodeConfig:
     """Overlay `values` (canonical keys) on `base` (defaults when None)."""
     updates = {}
     for key, value in values.items():
-        if key not in _FIELDS:
+        if key not in KNOBS:
             raise _unknown_key(str(key))
         updates[key] = _coerce(key, value)
     return dataclasses.replace(base or DecodeConfig(), **updates)

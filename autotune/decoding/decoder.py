@@ -1,13 +1,17 @@
 """The decoder loop: prefill, then rounds of draft -> verify -> accept, with a trace.
 
-A round drafts a chain (up to k tokens under the exit policy) or, with tree knobs, a
-draft tree (tree_drafting.py) that one target pass verifies with a tree mask before the
-accepted path's cache entries are compacted (tree.py).
+Each round is the paper's algorithm: draft, verify, accept, append. A chain round
+(`_chain_round`) drafts up to k tokens under the exit policy; a tree round
+(`_tree_round`, with tree knobs) drafts a tree (tree_drafting.py) that one target pass
+verifies with a tree mask before the accepted path's cache entries are compacted
+(tree.py). Both return the same `RoundResult`, which the loop appends and traces.
 
-The same loop runs the AR baseline (the `none` drafter proposes nothing, so every round
-is one target step) and every speculative method, so the baseline pays exactly the
-loop's own overhead and nothing else. The loop does not time itself: it reads a clock
-handed in by `autotune.measure`, the one module that times anything.
+The method's drafter comes from the registry (`get_method(name).drafter_class()
+.build(context)`), so the decoder names no method. The same loop runs the AR baseline
+(`NoDraft` proposes nothing, so every round is one target step) and every speculative
+method, so the baseline pays exactly the loop's own overhead and nothing else. The loop
+does not time itself: it reads a clock handed in by `autotune.measure`, the one module
+that times anything.
 """
 
 from __future__ import annotations
@@ -17,16 +21,18 @@ from typing import Callable
 
 import torch
 
-from autotune.decoding.config import LAYER_METHODS, DecodeConfig
-from autotune.decoding.drafters import (Draft, Drafter, DraftModelDrafter, LayerSkipDrafter,
-                                        NgramDrafter, SortedExitDrafter, TokenChooser)
-from autotune.decoding.policies import make_policy
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.drafters.base import (Draft, DraftContext, Drafter, TokenChooser,
+                                             TreeHooks, stack_model)
+from autotune.decoding.methods import MethodSpec, get_method
+from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.sampling import probabilities
-from autotune.decoding.tree import DraftTree, compact_cache
+from autotune.decoding.tree import compact_cache
 from autotune.decoding.tree_drafting import TreeDrafter
 from autotune.decoding.verify import (greedy_tree_verify, greedy_verify, rejection_sample,
                                       tree_rejection_sample)
 from autotune.errors import AutotuneError
+from autotune.models.llama import KVCache
 from autotune.models.loading import LoadedModel, check_shared_vocabulary
 
 # HF's heuristic schedule grows K without bound; a cap keeps one runaway round from
@@ -62,6 +68,41 @@ class Generation:
     cache_bytes: int
 
 
+@dataclass
+class RoundResult:
+    """What one round drafted, verified and accepted, chain or tree alike (before the
+    cut after an EOS).
+
+    new_tokens: the accepted draft tokens, then the target's own next token.
+    n_accepted: draft tokens accepted; drafted: draft tokens proposed (a tree's nodes);
+    verified: tokens in the verify pass (drafted + 1); confidences, exit_layers: per
+    draft token or node; depth: the deepest drafted level (a chain: its length);
+    draft_done / forward_done: the clock when drafting / the verify pass ended.
+    """
+
+    new_tokens: list[int]
+    n_accepted: int
+    drafted: int
+    verified: int
+    confidences: list[float]
+    exit_layers: list[int]
+    depth: int
+    draft_done: float
+    forward_done: float
+
+
+@dataclass
+class _Run:
+    """One generation's moving parts, made fresh by `generate` (nothing outlives it)."""
+
+    cache: KVCache
+    drafter: Drafter
+    tree_drafter: TreeDrafter | None
+    policy: ExitPolicy
+    generator: torch.Generator | None
+    clock: Callable[[], float]
+
+
 class SpeculativeDecoder:
     """Generates with one DecodeConfig over a target (and optionally a draft) model."""
 
@@ -69,52 +110,59 @@ class SpeculativeDecoder:
                  draft: LoadedModel | None = None) -> None:
         config.validate()
         self.target, self.draft, self.config = target, draft, config
-        method = config.method
+        self.spec: MethodSpec = get_method(config.method)
         if draft is not None:
             check_shared_vocabulary(target, draft)
-        if method == "draft_model" and draft is None:
-            raise AutotuneError("method=draft_model needs a draft model: pass --draft")
-        stack = draft if (method == "sorted_exit" and draft is not None) else target
-        if method in LAYER_METHODS and not stack.forward.supports_layers:
-            raise AutotuneError(
-                f"method={method} needs layer access, which {stack.name} "
-                f"({stack.hf_model.config.model_type}) does not offer: only Llama-family "
-                "models run on the compact forward; use draft_model or ngram")
-        if method == "layer_skip":
-            config.validate(n_layers=target.n_layers)
-        if method == "sorted_exit":
-            config.validate(n_layers=stack.n_layers)
+        if self.spec.needs_draft and draft is None:
+            raise AutotuneError(f"method={self.spec.name} needs a draft model: pass --draft")
+        self._check_layer_access()
         if config.is_tree:
-            # Tree masks and per-node positions exist only in the compact forward.
-            uses_draft = method in ("draft_model", "sorted_exit")
-            for role, model in (("target", target), ("draft", draft if uses_draft else None)):
-                if model is not None and not model.forward.supports_layers:
-                    raise AutotuneError(
-                        f"draft trees need the compact Llama-family forward for the {role} "
-                        f"({model.name}, {model.hf_model.config.model_type}); use a chain "
-                        "(tree_width=0) with this model")
+            self._check_tree_forward()
         self.vocab_size = target.forward.vocab_size if draft is None else min(
             target.forward.vocab_size, draft.forward.vocab_size)
         self.eos = target.eos_token_ids
 
-    def _drafter(self, target_cache, max_len: int, choose: TokenChooser) -> Drafter:
-        c, method = self.config, self.config.method
-        if method == "draft_model":
-            return DraftModelDrafter(self.draft.forward, max_len, choose)
-        if method == "layer_skip":
-            return LayerSkipDrafter(self.target.forward, target_cache, c.attn_skip,
-                                    c.mlp_skip, choose)
-        if method == "sorted_exit":
-            if self.draft is None:
-                return SortedExitDrafter(self.target.forward, target_cache, c.exits,
-                                         c.exit_thresholds(), choose)
-            return SortedExitDrafter(self.draft.forward, self.draft.forward.new_cache(1, max_len),
-                                     c.exits, c.exit_thresholds(), choose)
-        if method == "ngram":
-            return NgramDrafter(c.ngram_min, c.ngram_max, self.vocab_size, not c.greedy)
-        return Drafter()
+    def _check_layer_access(self) -> None:
+        """A method with layer-indexed keys needs the compact forward on the stack they
+        index, and indices inside that stack."""
+        if not self.spec.needs_layers:
+            return
+        stack = stack_model(self.spec, self.target, self.draft)
+        if not stack.forward.supports_layers:
+            raise AutotuneError(
+                f"method={self.spec.name} needs layer access, which {stack.name} "
+                f"({stack.hf_model.config.model_type}) does not offer: only Llama-family "
+                "models run on the compact forward; use draft_model or ngram")
+        draft_layers = self.draft.n_layers if self.draft is not None else None
+        self.config.validate(n_layers=self.spec.stack_layers(self.target.n_layers, draft_layers))
 
-    def _target_token(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    def _check_tree_forward(self) -> None:
+        # Tree masks and per-node positions exist only in the compact forward.
+        draft = self.draft if self.spec.uses_draft else None
+        for role, model in (("target", self.target), ("draft", draft)):
+            if model is not None and not model.forward.supports_layers:
+                raise AutotuneError(
+                    f"draft trees need the compact Llama-family forward for the {role} "
+                    f"({model.name}, {model.hf_model.config.model_type}); use a chain "
+                    "(tree_width=0) with this model")
+
+    def _drafter(self, target_cache: KVCache, max_len: int, choose: TokenChooser) -> Drafter:
+        context = DraftContext(target=self.target, draft=self.draft, config=self.config,
+                               target_cache=target_cache, max_len=max_len, choose=choose,
+                               vocab_size=self.vocab_size, spec=self.spec)
+        return self.spec.drafter_class().build(context)
+
+    def _tree_drafter(self, drafter: Drafter, device: torch.device) -> TreeDrafter | None:
+        """The tree grower over `drafter` when the config drafts a tree, else None."""
+        if not self.config.is_tree:
+            return None
+        if not isinstance(drafter, TreeHooks):
+            raise AutotuneError(f"method={self.spec.name} is registered as able to draft a "
+                                "tree, but its drafter has no tree hooks (TreeHooks)")
+        return TreeDrafter(drafter, self.config, self.vocab_size, device)
+
+    def _target_token(self, logits: torch.Tensor, generator: torch.Generator | None
+                      ) -> torch.Tensor:
         """The target's own next token from logits [B, V]: argmax, or a sample."""
         if self.config.greedy:
             return logits.argmax(dim=-1)
@@ -136,21 +184,43 @@ class SpeculativeDecoder:
             n, nxt = rejection_sample(draft.tokens, q, p, generator)
         return int(n[0]), int(nxt[0])
 
-    def _tree_round(self, tree_drafter: TreeDrafter, seq: torch.Tensor, cache, limit: int,
-                    generator: torch.Generator | None, clock: Callable[[], float]
-                    ) -> tuple[DraftTree, list[int], list[int], float, float]:
-        """One tree round: draft, verify every node in one pass, keep the accepted path.
-        Returns (tree, accepted path, new tokens, draft_done, forward_done)."""
-        forward = self.target.forward
-        tree = tree_drafter.propose(seq, limit)
-        draft_done = clock()
+    def _chain_round(self, run: _Run, seq: torch.Tensor, budget: int) -> RoundResult:
+        """Draft a chain under the exit policy, verify it in one target pass, keep the
+        accepted prefix (and its cache entries) and the target's next token."""
+        # Never draft past the budget: k drafts can yield k+1 tokens.
+        limit = min(run.policy.limit(), budget - 1, MAX_DRAFT_TOKENS)
+        draft = run.drafter.propose(seq, limit, run.policy) if limit > 0 else Draft.empty(seq)
+        draft_done = run.clock()
+        verified_len = run.cache.length
+        verify_ids = torch.cat((seq[:, -1:], draft.tokens), dim=1)
+        logits = self.target.forward.forward(verify_ids, run.cache, start=verified_len)
+        forward_done = run.clock()
+        n_accepted, next_token = self._verify(draft, logits, run.generator)
+        run.cache.crop(verified_len + 1 + n_accepted)
+        if draft.k:
+            run.drafter.observe(n_accepted)
+        run.policy.update(draft.k, n_accepted)
+        return RoundResult(
+            new_tokens=draft.tokens[0, :n_accepted].tolist() + [next_token],
+            n_accepted=n_accepted, drafted=draft.k, verified=verify_ids.shape[1],
+            confidences=draft.confidences, exit_layers=draft.exit_layers, depth=draft.k,
+            draft_done=draft_done, forward_done=forward_done)
+
+    def _tree_round(self, run: _Run, seq: torch.Tensor, budget: int) -> RoundResult:
+        """Draft a tree, verify every node in one target pass with a tree mask, keep the
+        accepted path (compacting its cache entries) and the target's next token."""
+        assert run.tree_drafter is not None
+        # A tree never grows deeper than the budget: a path of d nodes yields d+1.
+        tree = run.tree_drafter.propose(seq, min(budget - 1, MAX_DRAFT_TOKENS))
+        draft_done = run.clock()
+        cache = run.cache
         base = cache.length
         verify_ids = torch.cat((seq[:, -1:], tree.tokens), dim=1)
         device = verify_ids.device
-        logits = forward.forward(verify_ids, cache, start=base,
-                                 tree_mask=tree.attention_mask(device),
-                                 position_ids=tree.position_ids(seq.shape[1] - 1, device))
-        forward_done = clock()
+        logits = self.target.forward.forward(
+            verify_ids, cache, start=base, tree_mask=tree.attention_mask(device),
+            position_ids=tree.position_ids(seq.shape[1] - 1, device))
+        forward_done = run.clock()
         children, node_tokens = tree.children(), tree.tokens[0].tolist()
         if self.config.greedy:
             path, next_token = greedy_tree_verify(children, node_tokens,
@@ -160,9 +230,14 @@ class SpeculativeDecoder:
                 return probabilities(logits[0, node, : self.vocab_size],
                                      self.config.temperature, self.config.top_p)
 
-            path, next_token = tree_rejection_sample(children, node_tokens, p_at, generator)
+            path, next_token = tree_rejection_sample(children, node_tokens, p_at,
+                                                     run.generator)
         compact_cache(cache, base, path)
-        return tree, path, tree.path_tokens(path) + [next_token], draft_done, forward_done
+        return RoundResult(
+            new_tokens=tree.path_tokens(path) + [next_token], n_accepted=len(path),
+            drafted=tree.size, verified=tree.size + 1, confidences=tree.probs,
+            exit_layers=tree.exit_layers, depth=tree.depth, draft_done=draft_done,
+            forward_done=forward_done)
 
     @torch.inference_mode()
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Callable[[], float],
@@ -175,26 +250,20 @@ class SpeculativeDecoder:
         """
         if max_new_tokens < 1:
             raise AutotuneError("max_new_tokens must be at least 1")
-        forward, device = self.target.forward, self.target.device
+        forward, device, config = self.target.forward, self.target.device, self.config
         # Drafts never run past the token budget, so this many positions always suffice
-        # for a chain; a tree also needs room for its side branches: the verify pass
-        # writes every node, and a tree drafter writes every node it feeds.
-        c = self.config
-        tree_room = max(c.tree_node_count(), c.tree_width * (c.tree_depth - 1)) + 1 \
-            if c.is_tree else 0
-        max_len = len(prompt) + max_new_tokens + tree_room
+        # for a chain; a tree also needs scratch room for its side branches.
+        max_len = len(prompt) + max_new_tokens + config.shape.scratch_room()
         cache = forward.new_cache(1, max_len)
-        policy = make_policy(self.config)
-        choose = TokenChooser(self.config.temperature, self.config.top_p, self.vocab_size,
-                              generator)
+        choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator)
         drafter = self._drafter(cache, max_len, choose)
-        tree_drafter = (TreeDrafter(drafter, self.config, self.vocab_size, device)
-                        if self.config.is_tree else None)
+        tree_drafter = self._tree_drafter(drafter, device)
+        run = _Run(cache, drafter, tree_drafter, make_policy(config), generator, clock)
+        draft_round = self._tree_round if tree_drafter is not None else self._chain_round
         # The sequence lives in one preallocated buffer; `seq` views its filled part.
         buffer = torch.zeros((1, max_len), dtype=torch.long, device=device)
         buffer[0, : len(prompt)] = torch.tensor(prompt, dtype=torch.long)
         length = len(prompt)
-        no_draft = Draft(buffer.new_empty((1, 0)), None, [])
 
         start_time = clock()
         logits = forward.forward(buffer[:, :length], cache, last_only=True)
@@ -209,37 +278,10 @@ class SpeculativeDecoder:
         rounds: list[RoundTrace] = []
         round_start = decode_start
         while len(generated) < max_new_tokens and generated[-1] not in self.eos:
-            budget = max_new_tokens - len(generated)
-            # Never draft past the budget: k drafts can yield k+1 tokens.
-            limit = min(policy.limit(), budget - 1, MAX_DRAFT_TOKENS)
-            seq = buffer[:, :length]
-            if tree_drafter is not None:
-                # A tree never grows deeper than the budget: a path of d nodes yields d+1.
-                tree, path, new_tokens, draft_done, forward_done = self._tree_round(
-                    tree_drafter, seq, cache, min(budget - 1, MAX_DRAFT_TOKENS), generator,
-                    clock)
-                n_accepted, drafted, verified = len(path), tree.size, tree.size + 1
-                confidences, exit_layers, depth = tree.probs, tree.exit_layers, tree.depth
-            else:
-                draft = drafter.propose(seq, limit, policy) if limit > 0 else no_draft
-                draft_done = clock()
-                verified_len = cache.length
-                verify_ids = torch.cat((seq[:, -1:], draft.tokens), dim=1)
-                logits = forward.forward(verify_ids, cache, start=verified_len)
-                forward_done = clock()
-                n_accepted, next_token = self._verify(draft, logits, generator)
-                cache.crop(verified_len + 1 + n_accepted)
-                if draft.k:
-                    drafter.observe(n_accepted)
-                policy.update(draft.k, n_accepted)
-                new_tokens = draft.tokens[0, :n_accepted].tolist() + [next_token]
-                drafted, verified = draft.k, verify_ids.shape[1]
-                confidences, exit_layers, depth = draft.confidences, draft.exit_layers, draft.k
-            # At most limit + 1 <= budget tokens; cut after the first EOS.
-            for i, token in enumerate(new_tokens):
-                if token in self.eos:
-                    new_tokens = new_tokens[: i + 1]
-                    break
+            # Draft, verify, accept: at most budget tokens come back.
+            result = draft_round(run, buffer[:, :length], max_new_tokens - len(generated))
+            # Append, up to and including the first EOS.
+            new_tokens = _through_first(result.new_tokens, self.eos)
             buffer[0, length:length + len(new_tokens)] = torch.tensor(new_tokens)
             length += len(new_tokens)
             generated.extend(new_tokens)
@@ -247,15 +289,23 @@ class SpeculativeDecoder:
                 on_tokens(new_tokens)
             round_end = clock()
             rounds.append(RoundTrace(
-                drafted=drafted, accepted=n_accepted, emitted=len(new_tokens),
-                confidences=confidences, draft_s=draft_done - round_start,
-                verify_s=forward_done - draft_done, verified=verified,
-                other_s=round_end - forward_done, exit_layers=exit_layers, draft_depth=depth))
+                drafted=result.drafted, accepted=result.n_accepted, emitted=len(new_tokens),
+                confidences=result.confidences, draft_s=result.draft_done - round_start,
+                verify_s=result.forward_done - result.draft_done, verified=result.verified,
+                other_s=round_end - result.forward_done, exit_layers=result.exit_layers,
+                draft_depth=result.depth))
             round_start = round_end
         end_time = clock()
-        own_cache = getattr(drafter, "cache", None)      # a drafter's cache of its own
-        cache_bytes = cache.nbytes() + (
-            own_cache.nbytes() if own_cache is not None and own_cache is not cache else 0)
+        own_cache = drafter.own_cache()
+        cache_bytes = cache.nbytes() + (own_cache.nbytes() if own_cache is not None else 0)
         return Generation(prompt_len=len(prompt), tokens=generated,
                           prefill_s=decode_start - start_time, decode_s=end_time - decode_start,
                           rounds=rounds, cache_bytes=cache_bytes)
+
+
+def _through_first(tokens: list[int], stops: frozenset[int]) -> list[int]:
+    """`tokens` up to and including the first one in `stops` (all of them if none is)."""
+    for i, token in enumerate(tokens):
+        if token in stops:
+            return tokens[: i + 1]
+    return tokens

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from autotune.errors import AutotuneError
+from autotune.yaml_source import did_you_mean
 
 # Where a method's layer-indexed knobs (skip sets, exits) point.
 TARGET_STACK = "target"                  # the target's layers (layer_skip)
@@ -37,6 +38,9 @@ class Preset:
     name: str
     source: str
     values: dict[str, Any]
+    # Queue position among all methods' presets (lower first): a short budget tries the
+    # most-used server defaults first, whatever order the methods were registered in.
+    rank: int = 100
 
 
 @dataclass(frozen=True)
@@ -166,11 +170,15 @@ def all_methods() -> Iterator[MethodSpec]:
     return iter(tuple(_REGISTRY.values()))
 
 
+def tree_method_names() -> tuple[str, ...]:
+    """The registered methods that can draft a tree (`can_tree`), in registry order."""
+    return tuple(spec.name for spec in _REGISTRY.values() if spec.can_tree)
+
+
 def get_method(name: str) -> MethodSpec:
     """The spec of `name`, or one line naming the methods there are."""
     spec = _REGISTRY.get(name)
     if spec is None:
-        from autotune.yaml_source import did_you_mean
         raise AutotuneError(f"method={name!r} is not one of {', '.join(_REGISTRY)}"
                             f"{did_you_mean(str(name), list(_REGISTRY))}")
     return spec
@@ -206,13 +214,13 @@ def _draft_model_presets(n_layers: int) -> list[Preset]:
     return [
         Preset("hf_assisted", "transformers assisted generation defaults: "
                "num_assistant_tokens=20, schedule constant, assistant_confidence_threshold=0.4",
-               {"method": "draft_model", "k": 20, "exit_policy": "confidence", "gamma": 0.4}),
+               {"method": "draft_model", "k": 20, "exit_policy": "confidence", "gamma": 0.4}, rank=1),
         Preset("sglang_chain", "SGLang chain drafting: speculative_num_steps=3, eagle_topk=1",
-               {"method": "draft_model", "k": 3, "exit_policy": "fixed"}),
+               {"method": "draft_model", "k": 3, "exit_policy": "fixed"}, rank=4),
         Preset("sglang_tree", "SGLang STANDALONE tree example: speculative_num_steps=4, "
                "eagle_topk=2, num_draft_tokens=7 (the root included)",
                {"method": "draft_model", "exit_policy": "fixed", "tree_width": 2,
-                "tree_depth": 4, "tree_tokens": 6}),
+                "tree_depth": 4, "tree_tokens": 6}, rank=5),
     ]
 
 
@@ -220,7 +228,7 @@ def _ngram_presets(n_layers: int) -> list[Preset]:
     return [Preset("vllm_ngram", "vLLM ngram: num_speculative_tokens=5, prompt_lookup_min=5, "
                    "prompt_lookup_max=5",
                    {"method": "ngram", "k": 5, "ngram_min": 5, "ngram_max": 5,
-                    "exit_policy": "fixed"})]
+                    "exit_policy": "fixed"}, rank=2)]
 
 
 def _layer_skip_presets(n_layers: int) -> list[Preset]:
@@ -230,13 +238,13 @@ def _layer_skip_presets(n_layers: int) -> list[Preset]:
                "(auto_parameters α 0.9, ε 0.01, β1 0.5, β2 0.9)",
                {"method": "layer_skip", "k": 8, "exit_policy": "adaptive", "gamma": 0.8,
                 "target_acceptance": 0.9, "epsilon": 0.01, "beta1": 0.5, "beta2": 0.9,
-                "attn_skip": upper, "mlp_skip": []}),
+                "attn_skip": upper, "mlp_skip": []}, rank=3),
         # EAGLE-2's tree (top-k 10, depth 6, 60 tokens) is tuned for its trained head on a
         # GPU; over the layer-skip draft above it is our starting point, not theirs.
         Preset("eagle2_tree", "EAGLE-2 dynamic tree: top-k 10, depth 6, total tokens 60 "
                "(over the dv_default mask)",
                {"method": "layer_skip", "exit_policy": "fixed", "tree_width": 10,
-                "tree_depth": 6, "tree_tokens": 60, "attn_skip": upper, "mlp_skip": []}),
+                "tree_depth": 6, "tree_tokens": 60, "attn_skip": upper, "mlp_skip": []}, rank=6),
     ]
 
 
@@ -247,23 +255,26 @@ BUILTIN_METHODS: tuple[str, ...] = ("none", "draft_model", "layer_skip", "sorted
 
 for _spec in (
     MethodSpec("none", label="AR baseline", color="#7f7f7f", drafts=False,
-               drafter=f"{_DRAFTERS}:NoDraft"),
+               drafter=f"{_DRAFTERS}.none:NoDraft"),
     MethodSpec("draft_model", label="draft_model", color="#E69F00", needs_draft=True,
-               uses_draft=True, can_tree=True, drafter=f"{_DRAFTERS}:DraftModelDrafter",
+               uses_draft=True, can_tree=True,
+               drafter=f"{_DRAFTERS}.draft_model:DraftModelDrafter",
                scorer=f"{_SCORERS}:draft_model_scorer", presets=_draft_model_presets),
     MethodSpec("layer_skip", label="layer_skip", color="#009E73",
                layer_stack=TARGET_STACK, can_tree=True,
-               drafter=f"{_DRAFTERS}:LayerSkipDrafter", scorer=f"{_SCORERS}:layer_skip_scorer",
+               drafter=f"{_DRAFTERS}.layer_skip:LayerSkipDrafter",
+               scorer=f"{_SCORERS}:layer_skip_scorer",
                derived=(DerivedKnob("n_attn_skipped", "attention layers skipped", "attn_skip"),
                         DerivedKnob("n_mlp_skipped", "MLP layers skipped", "mlp_skip")),
                summary=_layer_skip_summary, presets=_layer_skip_presets),
     MethodSpec("sorted_exit", label="sorted_exit", color="#CC79A7", uses_draft=True,
                layer_stack=DRAFT_OR_TARGET_STACK, can_tree=True,
-               drafter=f"{_DRAFTERS}:SortedExitDrafter", scorer=f"{_SCORERS}:sorted_exit_scorer",
+               drafter=f"{_DRAFTERS}.sorted_exit:SortedExitDrafter",
+               scorer=f"{_SCORERS}:sorted_exit_scorer",
                derived=(DerivedKnob("n_exits", "number of exits", "exits"),),
                summary=_sorted_exit_summary),
-    MethodSpec("ngram", label="ngram", color="#0072B2", confident_drafts=True, drafter=f"{_DRAFTERS}:NgramDrafter",
-               scorer=f"{_SCORERS}:ngram_scorer", summary=_ngram_summary,
-               presets=_ngram_presets),
+    MethodSpec("ngram", label="ngram", color="#0072B2", confident_drafts=True,
+               drafter=f"{_DRAFTERS}.ngram:NgramDrafter", scorer=f"{_SCORERS}:ngram_scorer",
+               summary=_ngram_summary, presets=_ngram_presets),
 ):
     register_method(_spec)

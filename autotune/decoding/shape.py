@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from autotune.errors import AutotuneError
+
 if TYPE_CHECKING:
     from autotune.decoding.config import DecodeConfig
 
@@ -44,8 +46,7 @@ class DraftShape:
     def of_mapping(cls, config: Mapping[str, Any]) -> "DraftShape | None":
         """The shape of a config given as canonical keys (a trial's stored config); None
         when its shape keys do not parse (a hand-edited config)."""
-        from autotune.decoding.config import config_from_mapping
-        from autotune.errors import AutotuneError
+        from autotune.decoding.config import config_from_mapping   # config imports this module
         keys = ("k", "tree_width", "tree_depth", "tree_tokens", "tree_choices")
         try:
             cfg = config_from_mapping({key: config[key] for key in keys

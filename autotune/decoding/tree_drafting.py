@@ -12,11 +12,12 @@ Static trees are a list of paths of child ranks (EAGLE / Medusa / TensorRT-LLM
 likely child, and so on. Every listed node whose path is extended is fed through the
 draft, level by level.
 
-A drafter takes part through three calls (draft_model, layer_skip and sorted_exit
-implement them): `tree_root(seq)` scores the pending token (catching up first where it
-keeps its own cache) and returns the draft logits after it, [V]; `tree_level(tokens
-[1, T], positions [T], mask [T, M])` appends T nodes to the draft's cache at its current
-length and returns their logits [T, V]; `tree_finish()` drops the tree's scratch.
+A drafter takes part through the three calls of `drafters.base.TreeHooks` (every
+method whose registry entry says `can_tree` implements them): `tree_root(seq)` scores the
+pending token (catching up first where it keeps its own cache) and returns the draft
+logits after it, [V]; `tree_level(tokens [1, T], positions [T], mask [T, M])` appends T
+nodes to the draft's cache at its current length and returns their logits [T, V];
+`tree_finish()` drops the tree's scratch.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from autotune.decoding.config import DecodeConfig
+from autotune.decoding.drafters.base import TreeHooks
 from autotune.decoding.tree import DraftTree, empty_tree
 
 
@@ -45,11 +47,12 @@ class _Node:
 class TreeDrafter:
     """Builds one DraftTree per round over a drafter with tree hooks."""
 
-    def __init__(self, drafter, config: DecodeConfig, vocab_size: int,
+    def __init__(self, drafter: TreeHooks, config: DecodeConfig, vocab_size: int,
                  device: torch.device) -> None:
         self.drafter, self.vocab_size, self.device = drafter, vocab_size, device
-        self.width, self.depth, self.keep = config.tree_width, config.tree_depth, config.tree_tokens
-        self.choices = sorted(config.tree_choices, key=lambda p: (len(p), p))
+        shape = config.shape
+        self.width, self.depth, self.keep = shape.width, shape.depth, shape.tokens
+        self.choices = sorted(shape.choices, key=lambda p: (len(p), p))
 
     # ------------------------------------------------------------------ helpers
     def _log_probs(self, logits: torch.Tensor) -> torch.Tensor:

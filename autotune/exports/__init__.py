@@ -14,7 +14,6 @@ they never count as lost.
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -24,6 +23,7 @@ from typing import Any
 from autotune.errors import AutotuneError
 from autotune.exports import dv, hf, sglang, trtllm, vllm
 from autotune.exports._common import Loss, Source, read_frozen
+from autotune.yaml_source import did_you_mean
 
 FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv")
 _MODULES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang, "hf": hf,
@@ -51,8 +51,7 @@ class Export:
 def _check_format(fmt: Any) -> str:
     if fmt in FORMATS:
         return fmt
-    close = difflib.get_close_matches(str(fmt).lower(), FORMATS, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(str(fmt).lower(), FORMATS, inline=True)
     raise AutotuneError(f"unknown export format {fmt!r}{hint}; formats: {', '.join(FORMATS)}")
 
 
@@ -60,8 +59,7 @@ def _check_options(options: dict | None) -> dict[str, Any]:
     options = dict(options or {})
     for key in options:
         if key not in _OPTIONS:
-            close = difflib.get_close_matches(str(key), _OPTIONS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(str(key), _OPTIONS, inline=True)
             raise AutotuneError(f"unknown export option {key!r}{hint}; options: "
                                 f"{', '.join(_OPTIONS)}")
     tp = options.get("draft_tensor_parallel_size")
@@ -107,7 +105,7 @@ def export(frozen: dict, fmt: str, lossy: bool = False, options: dict | None = N
     fmt = _check_format(fmt)
     options = _check_options(options)
     src = read_frozen(frozen)
-    if src.cfg.method == "none":
+    if not src.spec.drafts:
         raise AutotuneError(BASELINE_MESSAGE)
     by_format = _losses(src)
     losses = by_format[fmt]
@@ -129,7 +127,7 @@ def expressible(frozen: dict) -> list[str]:
     """Formats (in FORMATS order) that express `frozen` without any loss; [] for the
     AR baseline."""
     src = read_frozen(frozen)
-    if src.cfg.method == "none":
+    if not src.spec.drafts:
         return []
     return [fmt for fmt, losses in _losses(src).items() if not losses]
 

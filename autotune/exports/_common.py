@@ -1,4 +1,4 @@
-"""Shared pieces of the exporters: reading a frozen config, model references, losses.
+"""Shared pieces of the exporters: a frozen config as a Source, model references, losses.
 
 Every format module exposes the same two functions:
 
@@ -13,7 +13,12 @@ tree, which STANDALONE inherits from its EAGLE worker); every other format draft
 A tree whose shape is one path (tree_width 1, or choices that are all rank 0) *is* a
 chain and every format expresses it. Any other tree is a loss in a chain-only format;
 with `lossy` it degrades to a chain as long as the tree is deep (its best path), which
-`draft_length` gives and every chain export uses in place of k.
+`DraftShape.chain_length` gives and every chain export uses in place of k.
+
+Nothing here names a method: what a method reads, whether it needs a draft model, whose
+layers it indexes and whether its drafts are always confident come from the method
+registry (`autotune.decoding.methods`), a tree's numbers from `DraftShape`. Which methods
+an engine runs is engine knowledge, kept in each format module (`engine_methods`).
 """
 
 from __future__ import annotations
@@ -22,25 +27,31 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.decoding.config import KNOBS, DecodeConfig
+from autotune.decoding.methods import MethodSpec, get_method
+from autotune.decoding.shape import STATIC, DraftShape
 from autotune.errors import AutotuneError
+from autotune.frozen import read_parts
 
-FROZEN_SCHEMA = "autotune.frozen/v1"
 
-# Knobs that only mean something together with a method / an exit policy: an error or a
-# dropped-knob line names them so the user sees everything that goes missing.
-METHOD_KNOBS: dict[str, tuple[str, ...]] = {
-    "draft_model": ("draft",),
-    "layer_skip": ("attn_skip", "mlp_skip"),
-    "sorted_exit": ("exits", "thresholds"),
-    "ngram": ("ngram_min", "ngram_max"),
-}
-POLICY_KNOBS: dict[str, tuple[str, ...]] = {
-    "fixed": (),
-    "confidence": ("gamma",),
-    "adaptive": ("gamma", "target_acceptance", "epsilon", "beta1", "beta2"),
-    "heuristic": (),
-}
+def engine_methods(*names: str) -> tuple[str, ...]:
+    """The methods an engine runs, by registry name. A name the registry does not know
+    fails on import, so a renamed method cannot silently drop out of an exporter."""
+    for name in names:
+        get_method(name)
+    return names
+
+
+def method_knobs(spec: MethodSpec) -> tuple[str, ...]:
+    """What goes missing with a method an engine cannot run: the keys only it reads, and
+    the draft model when it needs one (an error line names them all)."""
+    return spec.own_keys + (("draft",) if spec.needs_draft else ())
+
+
+def policy_knobs(policy: str) -> tuple[str, ...]:
+    """The knobs exit policy `policy` reads (`adaptive`: gamma, target_acceptance, epsilon,
+    beta1, beta2), from the knobs' metadata."""
+    return tuple(name for name, knob in KNOBS.items() if policy in knob.policies)
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,16 @@ class Source:
     target: str              # how an engine should name the target model
     draft: str | None        # same for the draft model; None when there is none
     model_id: str            # the target's short id (a key in Draft & Verify's file)
+
+    @property
+    def spec(self) -> MethodSpec:
+        """The registry's description of the config's method."""
+        return get_method(self.cfg.method)
+
+    @property
+    def shape(self) -> DraftShape:
+        """What one round drafts: a chain, a dynamic or a static tree."""
+        return self.cfg.shape
 
 
 @dataclass(frozen=True)
@@ -95,56 +116,43 @@ def model_ref(model: Mapping[str, Any], role: str) -> str:
 
 
 def read_frozen(frozen: Any) -> Source:
-    """Validate a frozen-config document (see DESIGN: FrozenConfig) into a Source."""
-    if not isinstance(frozen, Mapping):
-        raise AutotuneError("a frozen config must be a mapping (the contents of best.json)")
-    schema = frozen.get("schema", FROZEN_SCHEMA)
-    if schema != FROZEN_SCHEMA:
-        raise AutotuneError(f"frozen config schema {schema!r} is not {FROZEN_SCHEMA!r}")
-    params, model, draft = frozen.get("params"), frozen.get("model"), frozen.get("draft")
-    if not isinstance(params, Mapping):
-        raise AutotuneError("frozen config has no 'params' mapping")
-    if not isinstance(model, Mapping):
+    """A frozen-config document (`autotune.frozen.read_parts` checks it) as a Source; an
+    engine also needs the target model's record."""
+    parts = read_parts(frozen)
+    model, draft = parts.model, parts.draft
+    if model is None:
         raise AutotuneError("frozen config has no 'model' mapping")
-    if draft is not None and not isinstance(draft, Mapping):
-        raise AutotuneError("frozen config's 'draft' must be a mapping or null")
-    cfg = config_from_mapping(params)
-    # Exits index the draft stack when sorted_exit runs over a separate draft model.
-    stack = draft if (cfg.method == "sorted_exit" and draft is not None) else model
-    n_layers = stack.get("n_layers")
-    cfg.validate(n_layers if isinstance(n_layers, int) else None)
-    if cfg.method == "draft_model" and draft is None:
-        raise AutotuneError("method=draft_model but the frozen config names no draft model")
     return Source(
-        cfg=cfg,
+        cfg=parts.config,
         target=model_ref(model, "target"),
         draft=model_ref(draft, "draft") if draft is not None else None,
         model_id=str(model.get("id") or model_ref(model, "target")),
     )
 
 
-def effective_policy(cfg: DecodeConfig) -> str:
-    """The exit policy that actually shapes the drafts. N-gram drafts carry confidence
-    1.0, so a confidence threshold (at most 1) never stops them: that policy is `fixed`."""
-    if cfg.method == "ngram" and cfg.exit_policy == "confidence":
+def effective_policy(src: Source) -> str:
+    """The exit policy that actually shapes the drafts. A method whose drafts always carry
+    confidence 1.0 (n-gram lookups) is never stopped by a confidence threshold (at most 1):
+    that policy is `fixed`."""
+    if src.spec.confident_drafts and src.cfg.exit_policy == "confidence":
         return "fixed"
-    return cfg.exit_policy
+    return src.cfg.exit_policy
 
 
 def method_loss(src: Source, supported: tuple[str, ...], why: str) -> Loss | None:
-    """A fatal loss when the engine has no equivalent of the method."""
-    method = src.cfg.method
-    if method in supported:
+    """A fatal loss when the engine has no equivalent of the method (any method not in
+    `supported`, a registered one the engine has never heard of included)."""
+    if src.cfg.method in supported:
         return None
-    return Loss(f"method={method}", METHOD_KNOBS.get(method, ()), why, fatal=True)
+    return Loss(f"method={src.cfg.method}", method_knobs(src.spec), why, fatal=True)
 
 
 def fixed_k_policy_loss(src: Source, engine: str) -> Loss | None:
     """For engines that always draft a fixed K: any other policy is dropped."""
-    policy = effective_policy(src.cfg)
+    policy = effective_policy(src)
     if policy == "fixed":
         return None
-    return Loss(f"exit_policy={policy}", POLICY_KNOBS[policy],
+    return Loss(f"exit_policy={policy}", policy_knobs(policy),
                 f"{engine} drafts a fixed number of tokens every round; exported as "
                 f"fixed k={src.cfg.k}")
 
@@ -155,52 +163,17 @@ STATIC_TREE_NOTE = ("no export format takes a static tree (tree_choices) for thi
                     "eagle_choices")
 
 
-def tree_is_chain(cfg: DecodeConfig) -> bool:
-    """A tree of one path: width 1, or static paths that all take the top-ranked child
-    (closed under prefixes, so exactly [0], [0, 0], ...). It drafts what a chain does."""
-    if cfg.tree_choices:
-        return all(rank == 0 for path in cfg.tree_choices for rank in path)
-    return cfg.tree_width == 1
-
-
-def tree_depth_of(cfg: DecodeConfig) -> int:
-    """Levels a verified tree can have: its longest path (0 for a chain). A dynamic tree
-    keeps tree_node_count() nodes, so it is no deeper than that either."""
-    if cfg.tree_choices:
-        return max(len(path) for path in cfg.tree_choices)
-    if cfg.tree_width:
-        return min(cfg.tree_depth, cfg.tree_node_count())
-    return 0
-
-
-def draft_length(cfg: DecodeConfig) -> int:
-    """Tokens a chain export drafts per round: k for a chain; for a tree its depth, i.e.
-    its best path as a chain (exact for a one-path tree, the lossy fallback otherwise)."""
-    return tree_depth_of(cfg) if cfg.is_tree else cfg.k
-
-
-def tree_label(cfg: DecodeConfig) -> tuple[str, tuple[str, ...]]:
-    """`knob=value` and the related knobs of a tree, for a Loss."""
-    if cfg.tree_choices:
-        paths = [list(path) for path in cfg.tree_choices]
-        shown = (str(paths) if len(paths) <= 8
-                 else f"[{len(paths)} paths, depth {tree_depth_of(cfg)}]")
-        return f"tree_choices={shown}", ()
-    knobs = ("tree_depth",) + (("tree_tokens",) if cfg.tree_tokens else ())
-    return f"tree_width={cfg.tree_width}", knobs
-
-
 def chain_only_tree_loss(src: Source, why: str) -> Loss | None:
     """For engines that draft only chains: a tree of more than one path is dropped to its
-    best path, a chain of draft_length tokens. `why` says what the engine lacks."""
-    cfg = src.cfg
-    if not cfg.is_tree or tree_is_chain(cfg):
+    best path, a chain of `chain_length` tokens. `why` says what the engine lacks."""
+    shape = src.shape
+    if not shape.is_tree or shape.one_path:
         return None
-    label, knobs = tree_label(cfg)
+    label, knobs = shape.loss_label()
     return Loss(label, knobs,
-                f"{why}; exported as a chain of {draft_length(cfg)} tokens, the tree's depth "
+                f"{why}; exported as a chain of {shape.chain_length} tokens, the tree's depth "
                 "(its best path)",
-                note=STATIC_TREE_NOTE if cfg.tree_choices else "")
+                note=STATIC_TREE_NOTE if shape.kind == STATIC else "")
 
 
 def dump_json(obj: Any) -> str:

@@ -26,23 +26,25 @@ from autotune.exports._common import (
     Loss,
     Source,
     chain_only_tree_loss,
-    draft_length,
     dump_json,
     effective_policy,
+    engine_methods,
     method_loss,
 )
 
 NAME = "dv"
 FILE = "dv.json"
+# Draft & Verify's one drafter: the target skipping attention/MLP sublayers.
+METHODS = engine_methods("layer_skip")
 
 
 def check(src: Source) -> list[Loss]:
     losses = [
-        method_loss(src, ("layer_skip",),
+        method_loss(src, METHODS,
                     "Draft & Verify drafts by skipping the target's attention/MLP sublayers "
                     "only"),
     ]
-    if effective_policy(src.cfg) == "heuristic":
+    if effective_policy(src) == "heuristic":
         losses.append(Loss("exit_policy=heuristic", (),
                            "Draft & Verify has no K schedule; exported as fixed "
                            f"max_step_draft={src.cfg.k}"))
@@ -54,11 +56,11 @@ def check(src: Source) -> list[Loss]:
 def generate_kwargs(src: Source) -> dict[str, Any]:
     """Keyword arguments of the repo's `exact_self_speculative_generate` / sampling twin."""
     cfg = src.cfg
-    policy = effective_policy(cfg)
+    policy = effective_policy(src)
     # A threshold of 0 never stops a draft early: that is a fixed K.
     threshold = cfg.gamma if policy in ("confidence", "adaptive") else 0.0
     out: dict[str, Any] = {
-        "max_step_draft": draft_length(cfg),
+        "max_step_draft": src.shape.chain_length,
         "th_stop_draft": threshold,
         "auto_th_stop_draft": policy == "adaptive",
     }

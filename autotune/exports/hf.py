@@ -23,33 +23,36 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.exports._common import (
-    POLICY_KNOBS,
     Loss,
     Source,
     chain_only_tree_loss,
-    draft_length,
     dump_json,
     effective_policy,
+    engine_methods,
+    method_knobs,
+    method_loss,
+    policy_knobs,
 )
 
 NAME = "hf"
 FILE = "hf/generation_config.json"
-
-
-def _sorted_exit_over_draft(src: Source) -> bool:
-    return src.cfg.method == "sorted_exit" and src.draft is not None
+# transformers' candidate generators autotune measures: an assistant model, the target's
+# own first layers (assistant_early_exit), prompt lookup.
+METHODS = engine_methods("draft_model", "sorted_exit", "ngram")
 
 
 def check(src: Source) -> list[Loss]:
     cfg = src.cfg
     losses: list[Loss] = []
-    if cfg.method == "layer_skip":
-        return [Loss("method=layer_skip", ("attn_skip", "mlp_skip"),
-                     "transformers cannot skip single attention/MLP sublayers in an "
-                     "assistant pass", fatal=True)]
-    if _sorted_exit_over_draft(src):
+    unsupported = method_loss(src, METHODS,
+                              "transformers drafts with an assistant model, the target's own "
+                              "first layers (early exit) or prompt lookup; it cannot skip "
+                              "single attention/MLP sublayers in an assistant pass")
+    if unsupported is not None:
+        return [unsupported]
+    if src.spec.stack_role(src.draft is not None) == "draft":
         # assistant_early_exit truncates the target itself, never a separate draft model.
-        return [Loss("method=sorted_exit", ("exits", "thresholds", "draft"),
+        return [Loss(f"method={cfg.method}", (*method_knobs(src.spec), "draft"),
                      "transformers' early exit runs the target's own first layers, not a "
                      "separate draft model", fatal=True)]
     if cfg.method == "sorted_exit" and len(cfg.exits) > 1:
@@ -61,14 +64,16 @@ def check(src: Source) -> list[Loss]:
         losses.append(Loss(f"ngram_min={cfg.ngram_min}", (),
                            "transformers' prompt lookup has no minimum n-gram size; it "
                            "tries max_matching_ngram_size down to 1"))
-    policy = effective_policy(cfg)
+    policy = effective_policy(src)
     if cfg.method == "ngram" and policy != "fixed":
-        losses.append(Loss(f"exit_policy={policy}", POLICY_KNOBS[policy],
+        losses.append(Loss(f"exit_policy={policy}", policy_knobs(policy),
                            "transformers' prompt lookup always proposes "
                            f"prompt_lookup_num_tokens; exported as fixed k={cfg.k}"))
     elif policy == "adaptive":
+        # γ0 survives as the confidence threshold; the rule's other knobs are dropped.
+        kept = policy_knobs("confidence")
         losses.append(Loss("exit_policy=adaptive",
-                           ("target_acceptance", "epsilon", "beta1", "beta2"),
+                           tuple(k for k in policy_knobs("adaptive") if k not in kept),
                            "transformers has no adaptive γ rule; exported as a confidence "
                            f"threshold fixed at γ0 (assistant_confidence_threshold="
                            f"{cfg.gamma})"))
@@ -96,8 +101,8 @@ def generation_config(src: Source) -> dict[str, Any]:
         return out
     if cfg.method == "sorted_exit":
         out["assistant_early_exit"] = cfg.exits[-1] if len(cfg.exits) > 1 else cfg.exits[0]
-    out["num_assistant_tokens"] = draft_length(cfg)
-    policy = effective_policy(cfg)
+    out["num_assistant_tokens"] = src.shape.chain_length
+    policy = effective_policy(src)
     # Our heuristic schedule restarts from k for every prompt; "heuristic" would carry K
     # over between generate() calls on the same assistant, "heuristic_transient" resets.
     out["num_assistant_tokens_schedule"] = (

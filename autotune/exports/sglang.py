@@ -19,7 +19,7 @@ topk + (num_steps - 1)·topk² drafted nodes is then cut to its `num_draft_token
 by path score (`organize_draft_results` in python/sglang/srt/speculative/eagle_utils.py:
 `torch.topk(score_list, num_draft_token - 1)`); the verify pass carries those nodes plus
 the root, the last verified token. That is our tree exactly: tree_width -> eagle_topk,
-tree_depth -> num_steps, tree_node_count() (excluding the root) + 1 -> num_draft_tokens,
+tree_depth -> num_steps, DraftShape.tree_nodes (the root excluded) + 1 -> num_draft_tokens,
 and the chain export (topk 1, num_draft_tokens = num_steps + 1, which SGLang enforces for
 topk 1) is the same rule for a one-path tree. The experimental overlap scheduler
 (SGLANG_ENABLE_SPEC_V2) takes topk 1 only (same docs), so a tree runs without it. SGLang
@@ -38,28 +38,29 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from autotune.decoding.config import DecodeConfig
+from autotune.decoding.shape import DYNAMIC, STATIC, DraftShape
 from autotune.exports._common import (
     STATIC_TREE_NOTE,
     Loss,
     Source,
-    draft_length,
     dump_json,
+    engine_methods,
     fixed_k_policy_loss,
     method_loss,
-    tree_depth_of,
-    tree_is_chain,
-    tree_label,
 )
 
 NAME = "sglang"
 ENGINE = "SGLang"
+# SGLang's speculative algorithms autotune measures: STANDALONE (a separate draft model),
+# NGRAM.
+METHODS = engine_methods("draft_model", "ngram")
 
 
 def check(src: Source) -> list[Loss]:
     cfg = src.cfg
+    shape = src.shape
     losses = [
-        method_loss(src, ("draft_model", "ngram"),
+        method_loss(src, METHODS,
                     "SGLang speculates with a draft model (STANDALONE/EAGLE) or n-grams, not "
                     "with the target's own layers"),
         fixed_k_policy_loss(src, ENGINE),
@@ -74,9 +75,9 @@ def check(src: Source) -> list[Loss]:
                            f"speculative_ngram_max_trie_depth={_trie_depth(src)} "
                            "(ngram_max + k, so a longest match still leaves k draft tokens), "
                            "which also lets longer suffixes match"))
-    if cfg.method == "draft_model" and cfg.tree_choices and not tree_is_chain(cfg):
-        steps, topk, nodes = _static_tree_shape(cfg)
-        label, knobs = tree_label(cfg)
+    if cfg.method == "draft_model" and shape.kind == STATIC and not shape.one_path:
+        steps, topk, nodes = _static_tree_shape(shape)
+        label, knobs = shape.loss_label()
         losses.append(Loss(label, knobs,
                            "SGLang drafts only dynamic (EAGLE-2) trees, no static one; "
                            f"exported as the dynamic tree of the same depth and width: "
@@ -87,17 +88,17 @@ def check(src: Source) -> list[Loss]:
     return [loss for loss in losses if loss is not None]
 
 
-def _static_tree_shape(cfg: DecodeConfig) -> tuple[int, int, int]:
+def _static_tree_shape(shape: DraftShape) -> tuple[int, int, int]:
     """(num_steps, eagle_topk, tree nodes) of the dynamic tree nearest a static one: as
     deep, as wide as its widest node or its highest child rank, and as many nodes as it
     has, capped at what such a dynamic tree drafts."""
     children: dict[tuple[int, ...], int] = {}
-    for path in cfg.tree_choices:
+    for path in shape.choices:
         children[path[:-1]] = children.get(path[:-1], 0) + 1
-    steps = tree_depth_of(cfg)
-    topk = max(max(children.values()), max(rank for path in cfg.tree_choices for rank in path) + 1)
-    pool = topk + (steps - 1) * topk * topk
-    return steps, topk, min(len(cfg.tree_choices), pool)
+    steps = shape.levels
+    topk = max(max(children.values()), max(rank for path in shape.choices for rank in path) + 1)
+    pool = DraftShape(DYNAMIC, width=topk, depth=steps).pool_size
+    return steps, topk, min(shape.tree_nodes, pool)
 
 
 def _trie_depth(src: Source) -> int:
@@ -111,7 +112,7 @@ def server_args(src: Source) -> dict[str, Any]:
     cfg = src.cfg
     args: dict[str, Any] = {"model_path": src.target}
     if cfg.method == "draft_model":
-        steps, topk, nodes = _tree_shape(cfg)
+        steps, topk, nodes = _tree_shape(src.shape)
         args.update({
             "speculative_algorithm": "STANDALONE",
             "speculative_draft_model_path": src.draft,
@@ -133,17 +134,17 @@ def server_args(src: Source) -> dict[str, Any]:
     return args
 
 
-def _tree_shape(cfg: DecodeConfig) -> tuple[int, int, int]:
+def _tree_shape(shape: DraftShape) -> tuple[int, int, int]:
     """(speculative_num_steps, speculative_eagle_topk, tree nodes excluding the root)."""
-    if not cfg.is_tree or tree_is_chain(cfg):
+    if not shape.is_tree or shape.one_path:
         # A chain draft: one candidate per step (topk 1). SGLang then requires
         # num_draft_tokens = num_steps + 1 (the verified root plus the drafts) and
         # overrides any other value with a warning, so we write it consistently.
-        n = draft_length(cfg)
+        n = shape.chain_length
         return n, 1, n
-    if cfg.tree_choices:
-        return _static_tree_shape(cfg)     # the lossy approximation (see check)
-    return cfg.tree_depth, cfg.tree_width, cfg.tree_node_count()
+    if shape.kind == STATIC:
+        return _static_tree_shape(shape)     # the lossy approximation (see check)
+    return shape.depth, shape.width, shape.tree_nodes
 
 
 def command_line(args: dict[str, Any]) -> str:

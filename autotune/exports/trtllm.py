@@ -36,20 +36,22 @@ from autotune.exports._common import (
     Loss,
     Source,
     chain_only_tree_loss,
-    draft_length,
     dump_json,
+    engine_methods,
     fixed_k_policy_loss,
     method_loss,
 )
 
 NAME = "trtllm"
 ENGINE = "TensorRT-LLM"
+# The LLM API's decoding types autotune measures: Draft_Target, NGram.
+METHODS = engine_methods("draft_model", "ngram")
 
 
 def check(src: Source) -> list[Loss]:
     cfg = src.cfg
     losses = [
-        method_loss(src, ("draft_model", "ngram"),
+        method_loss(src, METHODS,
                     "TensorRT-LLM's LLM API speculates with a draft model or n-grams, not "
                     "with the target's own layers"),
         # draft_len_schedule changes K with the batch size, not with acceptance.
@@ -68,7 +70,7 @@ def check(src: Source) -> list[Loss]:
 def speculative_config(src: Source) -> dict[str, Any]:
     cfg = src.cfg
     if cfg.method == "draft_model":
-        return {"decoding_type": "Draft_Target", "max_draft_len": draft_length(cfg),
+        return {"decoding_type": "Draft_Target", "max_draft_len": src.shape.chain_length,
                 "speculative_model": src.draft}
     # Our drafter looks the suffix up in this request's own tokens and takes the
     # continuation of its most recent occurrence: a private pool, newest match.

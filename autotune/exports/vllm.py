@@ -24,19 +24,21 @@ from autotune.exports._common import (
     Loss,
     Source,
     chain_only_tree_loss,
-    draft_length,
     dump_json,
+    engine_methods,
     fixed_k_policy_loss,
     method_loss,
 )
 
 NAME = "vllm"
 ENGINE = "vLLM"
+# vLLM's `method`s that autotune measures: a separate draft model, prompt lookup.
+METHODS = engine_methods("draft_model", "ngram")
 
 
 def check(src: Source) -> list[Loss]:
     losses = [
-        method_loss(src, ("draft_model", "ngram"),
+        method_loss(src, METHODS,
                     "vLLM speculates with a draft model or n-grams, not with the target's "
                     "own layers"),
         # vLLM drafts num_speculative_tokens every step; its dynamic variants follow their
@@ -54,7 +56,7 @@ def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
     spec: dict[str, Any]
     if cfg.method == "draft_model":
         spec = {"method": "draft_model", "model": src.draft,
-                "num_speculative_tokens": draft_length(cfg)}
+                "num_speculative_tokens": src.shape.chain_length}
         tp = options.get("draft_tensor_parallel_size")
         if tp is not None:
             spec["draft_tensor_parallel_size"] = tp

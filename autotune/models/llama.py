@@ -1,6 +1,6 @@
 """A compact Llama-family forward pass over Hugging Face weights.
 
-The speculative decoder owns this forward (DESIGN principle 2) because it needs what a
+The speculative decoder owns this forward (docs/architecture.md) because it needs what a
 stock `model(...)` call does not give cheaply: a preallocated KV cache that is cut back
 by resetting one integer, per-sublayer skipping (Draft & Verify), leaving at any layer
 (early exits, S2D), verifying many tokens in one pass and an explicit attention mask for

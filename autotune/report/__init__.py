@@ -3,8 +3,9 @@
     data = build_report(Path("reports/my-run"))      # ReportData: tables a test can check
     path = write_report(Path("reports/my-run"))      # reports/my-run/report.html
 
-`data.py` computes each panel's table from the study and the run folder's documents;
-`render.py` draws them with plotly into one page that opens offline.
+Each panel is one module in `panels/` (`data()` computes its tables from the study and
+the run folder's documents, `render()` draws them with plotly); `page.py` collects them
+in page order into one page that opens offline. This package reads the run folder.
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages.journal import JournalFileBackend
 
 from autotune.errors import AutotuneError
 from autotune.files import write_atomically
-from autotune.report.data import PROFILE_FILE, ReportData, collect
-from autotune.report.render import PANEL_IDS, render_report
+from autotune.profile import PROFILE_FILE
+from autotune.report.page import ReportData, collect, render_report
+from autotune.report.panels import PANEL_IDS, PANELS
+from autotune.storage import JOURNAL_NAME, masked_storage, open_storage
 
-__all__ = ["PANEL_IDS", "ReportData", "build_report", "render_report", "write_report",
-           "REPORT_FILE", "JOURNAL_FILE"]
+__all__ = ["PANELS", "PANEL_IDS", "ReportData", "build_report", "collect", "render_report",
+           "write_report", "REPORT_FILE", "JOURNAL_FILE"]
 
 REPORT_FILE = "report.html"
-JOURNAL_FILE = "study.journal"      # autotune.search.JOURNAL_NAME (not imported: no torch here)
+JOURNAL_FILE = JOURNAL_NAME         # the run folder's default study storage
 
 
 def _read_json(path: Path, required: bool) -> dict[str, Any] | None:
@@ -58,7 +62,6 @@ def _read_profile(path: Path) -> tuple[Any, str | None]:
 def _open_storage(run_dir: Path, storage: str | None, run: dict[str, Any]) -> tuple[Any, str]:
     """The study storage (read only in spirit: nothing is written) and its display name."""
     if storage is not None and "://" in storage:
-        from autotune.search import masked_storage, open_storage
         return open_storage(storage), masked_storage(storage)
     path = Path(storage) if storage is not None else run_dir / JOURNAL_FILE
     if not path.is_file():
@@ -67,7 +70,6 @@ def _open_storage(run_dir: Path, storage: str | None, run: dict[str, Any]) -> tu
         hint = (f"; this run's storage was {recorded}: pass it with --storage"
                 if storage is None and isinstance(recorded, str) and "://" in recorded else "")
         raise AutotuneError(f"no study storage at {path}{hint}")
-    from optuna.storages.journal import JournalFileBackend
     try:
         return optuna.storages.JournalStorage(JournalFileBackend(str(path))), str(path)
     except Exception as exc:   # unreadable or corrupt journal

@@ -1,0 +1,199 @@
+"""The drafter interfaces: what the decoder asks of every drafting method.
+
+A chain drafter (`Drafter`) `propose`s up to `limit` draft tokens after the current
+sequence, with the probabilities it drew them from, asking the exit policy after each
+token whether to go on; then it is told how many were accepted (`observe`) so it can cut
+its own cache back. A drafter that can also grow a draft tree implements `TreeHooks`,
+which `tree_drafting.TreeDrafter` drives. A drafter lives for one generation and is made
+by its class's `build(DraftContext)`: nothing carries over between runs or trials.
+
+Cache conventions (batch size 1 for now; every tensor keeps its batch dimension):
+the target's cache holds every token of the sequence but the last, which is still
+"pending" (its keys and values are computed by the next verify pass). Self-drafters
+(`layer_skip`, `sorted_exit` on the target) write scratch keys/values past that point
+and cut the cache back before verification, which then overwrites those positions in
+every layer. A drafter with its own cache (`draft_model`, `sorted_exit` over `--draft`)
+catches up on the tokens it has not seen at the start of each round.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Union
+
+import torch
+
+from autotune.decoding.policies import ExitPolicy
+from autotune.decoding.sampling import probabilities
+
+if TYPE_CHECKING:
+    from autotune.decoding.config import DecodeConfig
+    from autotune.decoding.methods import MethodSpec
+    from autotune.models.hf_forward import HFCache
+    from autotune.models.llama import KVCache
+    from autotune.models.loading import LoadedModel
+
+Cache = Union["KVCache", "HFCache"]
+
+
+@dataclass
+class Draft:
+    """tokens: [B, k] int64; q: [B, k, V] draft probabilities (sampling only, else None);
+    confidences: top-1 probability of each draft distribution; exit_layers: the layer
+    each token left at (early-exit drafters only)."""
+
+    tokens: torch.Tensor
+    q: torch.Tensor | None
+    confidences: list[float]
+    exit_layers: list[int] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, seq: torch.Tensor) -> "Draft":
+        """No draft tokens after seq [B, N]: the round is one plain target step."""
+        return cls(seq.new_empty((seq.shape[0], 0)), None, [])
+
+    @property
+    def k(self) -> int:
+        return self.tokens.shape[1]
+
+
+class TokenChooser:
+    """Turns a draft distribution's logits [B, V] into a token, its probabilities, and
+    its top-1 confidence, greedily or by sampling (same temperature/top-p as the target)."""
+
+    def __init__(self, temperature: float, top_p: float, vocab_size: int,
+                 generator: torch.Generator | None) -> None:
+        self.temperature, self.top_p = temperature, top_p
+        self.vocab_size = vocab_size           # the shared vocabulary of draft and target
+        self.generator = generator
+
+    def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+        logits = logits[..., : self.vocab_size]
+        if self.temperature == 0.0:
+            confidence, token = torch.softmax(logits.float(), dim=-1).max(dim=-1)
+            return token[:, None], None, float(confidence[0])
+        q = probabilities(logits, self.temperature, self.top_p)
+        token = torch.multinomial(q, 1, generator=self.generator)
+        return token, q, float(q.max(dim=-1).values[0])
+
+
+def stack_model(spec: "MethodSpec", target: "LoadedModel",
+                draft: "LoadedModel | None") -> "LoadedModel":
+    """The model whose layers the method's layer-indexed keys (skip sets, exits) name:
+    the draft where `spec.stack_role` says so, else the target."""
+    return draft if draft is not None and spec.stack_role(True) == "draft" else target
+
+
+@dataclass(frozen=True)
+class DraftContext:
+    """What a drafter's `build` may use for one generation.
+
+    target / draft: the loaded models (draft None without `--draft`); config: the
+    candidate; target_cache: the target's cache, which self-drafters write scratch into;
+    max_len: positions any cache of this generation needs; choose: draft logits -> token;
+    vocab_size: the vocabulary draft and target share; spec: the method's registry entry.
+    """
+
+    target: "LoadedModel"
+    draft: "LoadedModel | None"
+    config: "DecodeConfig"
+    target_cache: Cache
+    max_len: int
+    choose: TokenChooser
+    vocab_size: int
+    spec: "MethodSpec"
+
+    def layer_model(self) -> "LoadedModel":
+        """The model whose layers the method's layer-indexed keys name (`stack_model`)."""
+        return stack_model(self.spec, self.target, self.draft)
+
+
+class Drafter(ABC):
+    """A chain drafter: one per generation, built by `build(context)`."""
+
+    @classmethod
+    @abstractmethod
+    def build(cls, context: DraftContext) -> "Drafter":
+        """The drafter for one generation of `context.config`."""
+
+    def prefill(self, prompt: torch.Tensor) -> None:
+        """See the prompt [B, N] before decoding starts (timed as prefill)."""
+
+    @abstractmethod
+    def propose(self, seq: torch.Tensor, limit: int, policy: ExitPolicy) -> Draft:
+        """Up to `limit` (>= 1) draft tokens after seq [B, N]; `policy.keep_going(c)`
+        after each token of top-1 probability c says whether to draft another."""
+
+    def observe(self, n_accepted: int) -> None:
+        """The verifier accepted the first `n_accepted` tokens of the last proposal."""
+
+    def own_cache(self) -> Cache | None:
+        """A cache the drafter holds besides the target's (counted in the memory a
+        generation uses), or None."""
+        return None
+
+
+class TreeHooks(ABC):
+    """The three calls through which `TreeDrafter` grows a draft tree over a drafter.
+
+    `cache` is the cache the tree's levels are written to (the target's for a
+    self-drafter, else the drafter's own); its length after `tree_root` is where the
+    tree's scratch begins.
+    """
+
+    cache: Cache
+
+    @abstractmethod
+    def tree_root(self, seq: torch.Tensor) -> tuple[torch.Tensor, list[int] | None]:
+        """Score the pending last token of seq [1, N] (catching up first where the
+        drafter keeps its own cache): (draft logits after it [V], its exit layer or None)."""
+
+    @abstractmethod
+    def tree_level(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+                   ) -> tuple[torch.Tensor, list[int] | None]:
+        """Append T nodes tokens [1, T] at rotary positions [T] to the cache at its
+        current length, each seeing the scratch columns mask [T, M] allows: (logits
+        [T, V], exit layer per node or None)."""
+
+    @abstractmethod
+    def tree_finish(self) -> None:
+        """Drop the tree's scratch: the cache is back where `tree_root` left the prefix."""
+
+
+DraftStep = Callable[[torch.Tensor], tuple[torch.Tensor, "torch.Tensor | None", float]]
+
+
+class _Collector:
+    """Accumulates draft tokens one at a time and packs them into a Draft."""
+
+    def __init__(self) -> None:
+        self.tokens: list[torch.Tensor] = []
+        self.qs: list[torch.Tensor] = []
+        self.confidences: list[float] = []
+
+    def add(self, token: torch.Tensor, q: torch.Tensor | None, confidence: float) -> None:
+        self.tokens.append(token)
+        if q is not None:
+            self.qs.append(q)
+        self.confidences.append(confidence)
+
+    def draft(self) -> Draft:
+        q = torch.stack(self.qs, dim=1) if self.qs else None
+        return Draft(torch.cat(self.tokens, dim=1), q, self.confidences)
+
+
+def draft_chain(first_feed: torch.Tensor, limit: int, policy: ExitPolicy, step: DraftStep) -> Draft:
+    """Draft token by token: `step(feed)` scores the tokens fed [B, T] and returns the
+    next draft token [B, 1], its probabilities and confidence; each token is fed back in
+    turn. Stops after `limit` tokens or when the policy says so (the last token is never
+    fed, so it costs no draft pass)."""
+    out = _Collector()
+    feed = first_feed
+    for _ in range(limit):
+        token, q, confidence = step(feed)
+        out.add(token, q, confidence)
+        if len(out.tokens) == limit or not policy.keep_going(confidence):
+            break
+        feed = token
+    return out.draft()

@@ -1,0 +1,46 @@
+"""`autotune export FILE --format F`: one frozen config as one engine's files, on stdout
+or next to `-o FILE`, with a warning line per knob dropped under `--lossy`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import autotune.exports as exports      # by attribute: tests/phase_driver.py wraps export
+from autotune.errors import AutotuneError
+from autotune.files import write_atomically
+from autotune.frozen import load_frozen
+
+
+def run_export_command(args: argparse.Namespace) -> int:
+    options = {}
+    if args.draft_tp is not None:
+        options["draft_tensor_parallel_size"] = args.draft_tp
+    doc = load_frozen(args.config)
+    result = exports.export(doc, args.format, lossy=args.lossy, options=options)
+    for line in result.dropped:
+        print(f"autotune: warning: dropped {line}", file=sys.stderr)
+    if args.output is None:
+        for text in result.files.values():
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return 0
+    out = Path(args.output)
+    if out.is_dir():
+        raise AutotuneError(f"-o {out} is a folder; give a file name")
+    names = list(result.files)
+    # The primary file goes to -o; siblings (sglang's .sh, trtllm's .yaml) next to it.
+    write_atomically(out, _ensure_newline(result.files[names[0]]))
+    written = [str(out)]
+    for name in names[1:]:
+        sibling = out.with_suffix(Path(name).suffix)
+        if sibling == out:
+            continue
+        write_atomically(sibling, _ensure_newline(result.files[name]))
+        written.append(str(sibling))
+    print(f"autotune: wrote {', '.join(written)}", file=sys.stderr)
+    return 0
+
+
+def _ensure_newline(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"

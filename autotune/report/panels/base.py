@@ -1,0 +1,46 @@
+"""What every panel module provides, and what it is given.
+
+A panel is one module in `report/panels/`, Optuna-visualization style: `data(study,
+objective, ...)` computes its tables (pandas DataFrames and a small dataclass a test can
+check on a hand-built study; nothing drawn), `render(data)` draws them into one HTML
+`<section>`, and `PANEL = Panel(id, collect, render)` registers both, `collect` reading
+the panel's arguments from the report's `Inputs`. `panels/__init__.py` lists the panels
+in page order; a new panel is one module plus one entry there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import optuna
+
+from autotune.report.objective import ObjectiveInfo
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a report is made from: the study, what it optimised, and the run folder's
+    documents (run.json, best.json, the parsed hardware_profile.json or None with
+    `profile_problem` saying why it could not be read)."""
+
+    study: optuna.Study
+    objective: ObjectiveInfo
+    run: dict[str, Any] = field(default_factory=dict)
+    best_doc: dict[str, Any] = field(default_factory=dict)
+    profile: Any = None
+    profile_problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Panel:
+    """id: the page anchor (`panel-<id>`); its data is `ReportData.<id with _ for ->`.
+    collect: Inputs -> the panel's data. render: that data -> one HTML section."""
+
+    id: str
+    collect: Callable[[Inputs], Any]
+    render: Callable[[Any], str]
+
+    @property
+    def field(self) -> str:
+        return self.id.replace("-", "_")

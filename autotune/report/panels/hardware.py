@@ -1,0 +1,204 @@
+"""Verify cost on this hardware: what one forward of the target costs against the number
+of tokens it verifies in that pass (the run folder's hardware_profile.json), the range
+where extra draft tokens ride along almost for free, and where the best config sits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+import pandas as pd
+import plotly.graph_objects as go
+
+from autotune.profile import FREE_FACTOR, PROFILE_FILE, free_tokens
+from autotune.report.objective import ObjectiveInfo
+from autotune.report.panels.base import Panel
+from autotune.report.style import (BEST_COLOR, SMALL_FIG_HEIGHT, esc, figure, layout, note,
+                                   section)
+from autotune.report.trials import best_speculative, finite, metrics_of, pick
+
+FREE_TOLERANCE = FREE_FACTOR - 1    # "free": within 10 % of the cost of verifying one token
+_PROFILE_COLUMNS = ["tokens", "ms", "ms_min", "ms_per_token"]
+
+
+@dataclass
+class Hardware:
+    """The target's forward cost against the tokens verified in one pass.
+
+    `frame`: tokens, ms (median), ms_min, ms_per_token (median / tokens), by tokens.
+    `free_up_to`: the largest n whose median is within FREE_TOLERANCE of the 1-token
+    cost; `extra_ms_per_token`: the slope of a least-squares line through the medians
+    from there on. `verified`: the best speculative trial's mean_verified_tokens."""
+
+    frame: pd.DataFrame
+    info: dict[str, str] = field(default_factory=dict)
+    free_up_to: int | None = None
+    base_ms: float | None = None
+    extra_ms_per_token: float | None = None
+    verified: float | None = None
+    verified_number: int | None = None
+    note: str | None = None
+
+
+def profile_points(doc: Any) -> tuple[pd.DataFrame, int]:
+    """The valid points of a hardware profile document, by tokens, and how many entries
+    were left out (not an object, tokens not a positive integer, ms not a positive finite
+    number, a repeated token count)."""
+    points = doc.get("points") if isinstance(doc, dict) else None
+    rows, dropped, seen = [], 0, set()
+    for point in points if isinstance(points, list) else []:
+        tokens = point.get("tokens") if isinstance(point, dict) else None
+        ms = finite(point.get("ms")) if isinstance(point, dict) else None
+        if (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1 or tokens in seen
+                or ms is None or ms <= 0):
+            dropped += 1
+            continue
+        seen.add(tokens)
+        ms_min = finite(point.get("ms_min"))
+        rows.append({"tokens": tokens, "ms": ms, "ms_min": ms_min if ms_min and ms_min > 0 else None,
+                     "ms_per_token": ms / tokens})
+    frame = pd.DataFrame(rows, columns=_PROFILE_COLUMNS)
+    return frame.sort_values("tokens", ignore_index=True), dropped
+
+
+def free_up_to(frame: pd.DataFrame, tolerance: float = FREE_TOLERANCE) -> int | None:
+    """The largest token count whose median cost is within `tolerance` of the 1-token
+    cost; None without a 1-token point."""
+    if not (frame["tokens"] == 1).any():
+        return None
+    # profile.free_tokens measures against the first point: the 1-token one, once sorted.
+    points = frame.sort_values("tokens")[["tokens", "ms"]].to_dict("records")
+    return int(free_tokens({"points": points}, 1 + tolerance))
+
+
+def marginal_ms(frame: pd.DataFrame, start: int) -> float | None:
+    """Milliseconds per extra verified token beyond `start`: the least-squares slope of
+    the medians at `start` tokens and above (None with fewer than two such points)."""
+    part = frame[frame["tokens"] >= start]
+    if len(part) < 2:
+        return None
+    x, y = part["tokens"].astype(float), part["ms"].astype(float)
+    mx, my = x.mean(), y.mean()
+    return float(((x - mx) * (y - my)).sum() / ((x - mx) ** 2).sum())
+
+
+def data(doc: Any, study: optuna.Study | None = None, objective: ObjectiveInfo | None = None,
+         problem: str | None = None) -> Hardware:
+    """The hardware panel from the run folder's hardware_profile.json (`doc`: its parsed
+    content, None when there is none; `problem`: why it could not be read), with the best
+    speculative trial's mean verified tokens per pass when the study is given."""
+    empty = pd.DataFrame(columns=_PROFILE_COLUMNS)
+    if problem:
+        return Hardware(empty, note=f"Cannot read {PROFILE_FILE}: {problem}. `autotune search` "
+                                    f"writes it into the run folder.")
+    if doc is None:
+        return Hardware(empty, note=f"No {PROFILE_FILE} in this run folder: `autotune search` "
+                                    "writes it into the run folder (runs from before it did "
+                                    "have none).")
+    frame, dropped = profile_points(doc)
+    if frame.empty:
+        what = "is not a JSON object" if not isinstance(doc, dict) else (
+            "has no list of points" if not isinstance(doc.get("points"), list)
+            else "has no valid point (tokens >= 1, ms > 0)")
+        return Hardware(empty, note=f"{PROFILE_FILE} {what}: nothing to plot. `autotune search` "
+                                    "writes it into the run folder.")
+    info = pick(doc, ("model", "device", "dtype", "context_tokens", "repeats"))
+    out = Hardware(frame, info)
+    notes = []
+    out.free_up_to = free_up_to(frame)
+    if out.free_up_to is None:
+        notes.append("The profile has no 1-token point: the cost of verifying one token, "
+                     "which 'free' is measured against, is unknown.")
+    else:
+        out.base_ms = float(frame[frame["tokens"] == 1]["ms"].iloc[0])
+        n = out.free_up_to
+        if n >= int(frame["tokens"].max()):
+            notes.append(f"Verifying up to {n} tokens, every size measured, costs about as much "
+                         f"as one on this hardware ({out.base_ms:.3g} ms, within "
+                         f"{FREE_TOLERANCE:.0%}).")
+        else:
+            out.extra_ms_per_token = marginal_ms(frame, n)
+            extra = (f"; beyond that each extra token costs ~{out.extra_ms_per_token:.3g} ms"
+                     if out.extra_ms_per_token is not None else "")
+            if n == 1:
+                nxt = frame[frame["tokens"] > 1].iloc[0]
+                notes.append(f"Verifying is not free on this hardware: already "
+                             f"{int(nxt['tokens'])} tokens cost {nxt['ms'] / out.base_ms:.2f}x "
+                             f"one ({out.base_ms:.3g} ms){extra}.")
+            else:
+                notes.append(f"Verifying up to {n} tokens costs about as much as one on this "
+                             f"hardware ({out.base_ms:.3g} ms, within "
+                             f"{FREE_TOLERANCE:.0%}){extra}.")
+    if dropped:
+        notes.append(f"{dropped} malformed point{'s' if dropped != 1 else ''} left out.")
+    if study is not None and objective is not None:
+        best, _ = best_speculative(study, objective)
+        verified = finite(metrics_of(best).get("mean_verified_tokens")) if best is not None else None
+        if best is not None and verified is not None:
+            out.verified, out.verified_number = verified, best.number
+            where = ""
+            if out.free_up_to is not None:
+                where = (" (inside the free range)" if verified <= out.free_up_to
+                         else " (past the free range)")
+            notes.append(f"The best speculative config, #{best.number}, verifies {verified:.3g} "
+                         f"tokens per pass on average{where}.")
+    out.note = " ".join(notes) or None
+    return out
+
+
+def render(hw: Hardware) -> str:
+    how = ("What one forward of the target costs against the number of tokens it verifies "
+           "in that pass (left: ms per pass, median and fastest; right: ms per token). Where "
+           "the left curve is flat, extra draft tokens ride along almost for free: the shaded "
+           f"range stays within {FREE_TOLERANCE:.0%} of the 1-token cost.")
+    title = "Verify cost on this hardware"
+    if hw.frame.empty:
+        return section("hardware", title, how, note(hw.note))
+    f = hw.frame
+    cost = go.Figure()
+    if hw.free_up_to is not None and hw.free_up_to > int(f["tokens"].min()):
+        cost.add_vrect(x0=float(f["tokens"].min()), x1=float(hw.free_up_to),
+                       fillcolor="#009E73", opacity=0.10, line_width=0,
+                       annotation_text=f"free up to {hw.free_up_to}",
+                       annotation_position="top left")
+    if hw.base_ms is not None:
+        cost.add_hline(y=hw.base_ms * (1 + FREE_TOLERANCE), line=dict(color="#888", dash="dot", width=1),
+                       annotation_text=f"1 token +{FREE_TOLERANCE:.0%}",
+                       annotation_position="bottom right")
+    mins = f[f["ms_min"].notna()]
+    if not mins.empty:
+        cost.add_trace(go.Scatter(x=mins["tokens"], y=mins["ms_min"], mode="lines", name="fastest",
+                                  line=dict(color="#0072B2", width=1, dash="dot"), opacity=0.45,
+                                  hovertemplate="%{x} tokens: fastest %{y:.3f} ms<extra></extra>"))
+    cost.add_trace(go.Scatter(x=f["tokens"], y=f["ms"], mode="lines+markers", name="median",
+                              line=dict(color="#0072B2", width=2), marker=dict(size=5),
+                              hovertemplate="%{x} tokens: median %{y:.3f} ms<extra></extra>"))
+    per = go.Figure(go.Scatter(x=f["tokens"], y=f["ms_per_token"], mode="lines+markers",
+                               name="median / tokens", line=dict(color="#E69F00", width=2),
+                               marker=dict(size=5),
+                               hovertemplate="%{x} tokens: %{y:.4f} ms per token<extra></extra>"))
+    for fig, where in ((cost, "right"), (per, "top right")):
+        # Mid-height on the cost plot, clear of the "free up to" label and of the curve.
+        if hw.verified is not None:
+            fig.add_vline(x=hw.verified, line=dict(color=BEST_COLOR, width=1.5, dash="dash"),
+                          annotation_text=f"best #{hw.verified_number}: {hw.verified:.3g} verified",
+                          annotation_position=where)
+    layout(cost, "tokens verified in one pass", "ms per target forward", SMALL_FIG_HEIGHT,
+           title="cost of one verify pass")
+    cost.update_yaxes(rangemode="tozero")
+    layout(per, "tokens verified in one pass", "ms per verified token (log)", SMALL_FIG_HEIGHT,
+           title="cost per verified token", legend=False)
+    per.update_yaxes(type="log")
+    info = hw.info
+    measured = ", ".join(x for x in (
+        info.get("model"), f"on {info['device']}" if info.get("device") else None, info.get("dtype"),
+        f"context {info['context_tokens']} tokens" if info.get("context_tokens") else None,
+        f"median of {info['repeats']} repeats" if info.get("repeats") else None) if x)
+    head = f'<p class="how">Measured: {esc(measured)} ({esc(PROFILE_FILE)}).</p>' if measured else ""
+    body = (head + f'<div class="grid"><div class="cell">{figure(cost, "fig-hardware")}</div>'
+            f'<div class="cell">{figure(per, "fig-hardware-per-token")}</div></div>')
+    return section("hardware", title, how, body + note(hw.note))
+
+
+PANEL = Panel("hardware", lambda i: data(i.profile, i.study, i.objective, i.profile_problem), render)

@@ -1,0 +1,171 @@
+"""The summary block at the top of the page: the best config, how much faster than plain
+autoregressive decoding it ran, and where it was measured (HTML, no figure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.decoding.config import KNOBS
+from autotune.decoding.knobs import WORKLOAD
+from autotune.decoding.methods import find_method
+from autotune.decoding.shape import STATIC, DraftShape
+from autotune.report.objective import ObjectiveInfo
+from autotune.report.panels.base import Panel
+from autotune.report.style import esc, note, num
+from autotune.report.trials import (DEFAULT_METHOD, best_trial, complete_trials, config_of,
+                                    finite, metrics_of, pick, shape_of, trial_label, trial_preset)
+from autotune.run_folder import describe
+from autotune.samplers import BASELINE
+
+# The keys a tree's shape is given by, in the header's order (replacing k and the policy).
+_DYNAMIC_KEYS = ("tree_width", "tree_depth", "tree_tokens")
+_STATIC_KEYS = ("tree_choices",)
+_CHAIN_ONLY_KEYS = ("k", "exit_policy")     # a tree needs exit_policy=fixed; its shape sets the rest
+
+
+@dataclass
+class Header:
+    """The summary block: the best config and where it was measured.
+
+    `best_params` holds only the canonical config keys its method reads (plus its exit
+    policy's own knobs); `model`, `hardware`, `workload`, `search` are display strings.
+    """
+
+    study: str
+    objective: str
+    best_trial: int | None = None
+    best_label: str | None = None
+    best_preset: str | None = None
+    best_params: dict[str, Any] = field(default_factory=dict)
+    best_values: dict[str, float] = field(default_factory=dict)
+    speedup: float | None = None
+    latency_ms_per_token: float | None = None
+    baseline_ms_per_token: float | None = None
+    model: dict[str, str] = field(default_factory=dict)
+    hardware: dict[str, str] = field(default_factory=dict)
+    workload: dict[str, str] = field(default_factory=dict)
+    search: dict[str, str] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    note: str | None = None
+
+
+def policy_keys(policy: str) -> tuple[str, ...]:
+    """The knobs an exit policy reads (`adaptive`: gamma, target_acceptance, ...)."""
+    return tuple(name for name, knob in KNOBS.items() if policy in knob.policies)
+
+
+def method_params(config: dict[str, Any]) -> dict[str, Any]:
+    """The config keys that matter for its method (all but the workload's for a method
+    the registry does not know)."""
+    method = str(config.get("method", DEFAULT_METHOD))
+    spec = find_method(method)
+    if spec is None:
+        return {k: v for k, v in config.items() if not (k in KNOBS and KNOBS[k].owner == WORKLOAD)}
+    keys = spec.keys
+    if keys:
+        keys += policy_keys(str(config.get("exit_policy")))
+    shape: DraftShape | None = shape_of(config)
+    if shape is not None and shape.is_tree:
+        keys = tuple(k for k in keys if k not in _CHAIN_ONLY_KEYS) + (
+            _STATIC_KEYS if shape.kind == STATIC else _DYNAMIC_KEYS)
+    out = {"method": method, **{k: config[k] for k in keys if k in config}}
+    if shape is not None and shape.kind == STATIC:
+        # Up to 255 paths: the header names the tree's size; the exports hold the paths.
+        out["tree_choices"] = f"{shape.nodes} paths, depth {shape.levels}"
+    return out
+
+
+def data(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | None = None,
+         best_doc: dict[str, Any] | None = None) -> Header:
+    """The header block. Config and metrics come from the study's best trial (best.json is
+    rebuilt from it, but may be stale); model / hardware / workload from best.json, else
+    run.json, else the best trial's metrics. Missing keys are simply left out."""
+    run, best_doc = run or {}, best_doc or {}
+    best = best_trial(study, objective)
+    directions = ", ".join(f"{d} {m}" for d, m in zip(objective.directions, objective.metrics))
+    head = Header(study=str(run.get("study") or study.study_name),
+                  objective=f"{objective.name}: {directions}")
+    trials = study.get_trials(deepcopy=False)
+    head.counts = {state.name.lower(): n for state in TrialState
+                   if (n := sum(t.state == state for t in trials))}
+    metrics: dict[str, Any] = {}
+    if best is not None:
+        head.best_trial, head.best_label = best.number, trial_label(best)
+        head.best_preset = trial_preset(best)
+        head.best_params = method_params(config_of(best))
+        head.best_values = dict(zip(objective.metrics, best.values))
+        metrics = metrics_of(best)
+    elif isinstance(best_doc.get("params"), dict):
+        head.best_trial = best_doc.get("trial")
+        head.best_label = best_doc.get("label") or describe(best_doc["params"])
+        head.best_preset = best_doc.get("preset")
+        head.best_params = method_params(best_doc["params"])
+        metrics = best_doc.get("metrics") if isinstance(best_doc.get("metrics"), dict) else {}
+    if head.best_trial is None:
+        head.note = "No trial has completed yet: there is no best config to show."
+    head.speedup = finite(metrics.get("speedup"))
+    head.latency_ms_per_token = finite(metrics.get("latency_ms_per_token"))
+    head.baseline_ms_per_token = finite(metrics.get("baseline_latency_ms_per_token"))
+    if head.baseline_ms_per_token is None:
+        # Old or agreement runs: the AR baseline trial's own latency.
+        for t in complete_trials(study):
+            if trial_preset(t) == BASELINE:
+                head.baseline_ms_per_token = finite(metrics_of(t).get("latency_ms_per_token"))
+                break
+    head.model = (pick(best_doc.get("model"), ("id", "spec", "dtype", "n_layers", "model_type", "sha256"))
+                  or pick({"id": run.get("model") or metrics.get("model"), "spec": run.get("model_spec"),
+                           "dtype": run.get("dtype") or metrics.get("dtype"),
+                           "n_layers": run.get("n_layers")}, ("id", "spec", "dtype", "n_layers")))
+    draft = best_doc.get("draft") if isinstance(best_doc.get("draft"), dict) else None
+    draft_name = (draft or {}).get("id") or run.get("draft") or metrics.get("draft")
+    if draft_name:
+        head.model["draft"] = str(draft_name)
+    head.hardware = (pick(best_doc.get("hardware"), ("device", "device_name", "cpu", "threads", "cuda",
+                                                     "torch", "transformers", "python"))
+                     or pick({"device": run.get("device_type") or metrics.get("device")}, ("device",)))
+    head.workload = (pick(best_doc.get("workload"), ("source", "categories", "prompts", "max_new_tokens",
+                                                     "temperature", "top_p", "sha256"))
+                     or pick({"source": run.get("workload"), **run}, ("source", "categories", "prompts",
+                                                                      "max_new_tokens", "temperature",
+                                                                      "top_p")))
+    head.search = pick(run, ("sampler", "seed", "trials", "space", "prune", "updated"))
+    return head
+
+
+def render(h: Header) -> str:
+    """The summary block (HTML, no figure); its heading is the page's title."""
+    headline = []
+    if h.best_trial is not None:
+        headline.append(f"Best config: <b>{esc(h.best_label)}</b> (trial #{esc(h.best_trial)}"
+                        + (f", preset {esc(h.best_preset)}" if h.best_preset else "") + ")")
+        figures = []
+        if h.speedup is not None:
+            figures.append(f"<b>{h.speedup:.2f}×</b> the AR baseline")
+        if h.latency_ms_per_token is not None:
+            figures.append(f"{h.latency_ms_per_token:.2f} ms/token")
+        if h.baseline_ms_per_token is not None:
+            figures.append(f"AR baseline {h.baseline_ms_per_token:.2f} ms/token")
+        if figures:
+            headline.append(" · ".join(figures))
+    blocks = [("Best config", {k: num(v) for k, v in h.best_params.items()}),
+              ("Objective", {"objective": h.objective,
+                             **{m: num(v, 4) for m, v in h.best_values.items()}}),
+              ("Model", h.model), ("Hardware", h.hardware), ("Workload", h.workload),
+              ("Search", {**h.search, **{f"trials {k}": str(v) for k, v in h.counts.items()}})]
+    dls = []
+    for title, items in blocks:
+        rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items.items())
+        dls.append(f"<div><h3>{esc(title)}</h3><dl>{rows or '<dd>–</dd>'}</dl></div>")
+    body = ("".join(f'<p class="headline">{line}</p>' for line in headline)
+            + note(h.note) + f'<div class="summary">{"".join(dls)}</div>')
+    return (f'<section class="panel" id="panel-header">\n<h1>autotune report: {esc(h.study)}</h1>\n'
+            '<p class="how">The best configuration found, how much faster than plain '
+            'autoregressive decoding it ran, and where it was measured.</p>\n'
+            f'{body}\n</section>')
+
+
+PANEL = Panel("header", lambda i: data(i.study, i.objective, i.run, i.best_doc), render)

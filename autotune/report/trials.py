@@ -1,0 +1,231 @@
+"""What the panels read off a trial: its config, metrics, method, label and draft shape,
+the knob counts derived from them, and which trials rank best (`autotune.ranking`, the
+rule `best.json` follows, so the report and the run folder never disagree).
+
+Conventions shared by every panel:
+- only COMPLETE trials carry objective values worth plotting (a pruned trial's value is
+  its last intermediate report, not a measurement);
+- the objective's first metric ranks trials (for two metrics: the Pareto front first);
+- a trial's `label` is `run_folder.describe(config)`, the same text as `trials.csv`;
+- a trial's `method` comes from its canonical config (the AR baseline's when it has none);
+- everything about a method (its keys, derived counts, label, colour) comes from the
+  registry in `autotune.decoding.methods`, so a new method needs nothing here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Iterable
+
+import optuna
+from optuna.distributions import BaseDistribution, IntDistribution
+from optuna.trial import FrozenTrial
+
+from autotune import ranking
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.methods import all_methods, find_method
+from autotune.decoding.shape import DYNAMIC, DraftShape
+from autotune.report.objective import ObjectiveInfo
+from autotune.run_folder import describe
+from autotune.samplers import BASELINE_ATTR
+
+# A config without `method` is DecodeConfig's default: the AR baseline.
+DEFAULT_METHOD: str = DecodeConfig().method
+
+# Per-layer and per-exit on/off bits (`layer_skip.attn_skip[12]`, `sorted_exit.exits[6]`):
+# one knob per layer is unreadable as a panel; derived counts and the heatmap show them.
+INDEXED = re.compile(r"^(?P<base>.+)\[(?P<index>\d+)\]$")
+
+# Knobs computed from a draft tree's canonical config (tree trials only; a chain lacks
+# them): width and depth of a dynamic tree, and the nodes one verify pass checks.
+TREE_KNOBS: tuple[tuple[str, str], ...] = (
+    ("tree_width", "tree width"),
+    ("tree_depth", "tree depth"),
+    ("tree_nodes", "tree nodes verified per round"),
+)
+
+
+# ------------------------------------------------------------------ values
+def finite(value: Any) -> float | None:
+    """A float, or None for missing / non-numeric / NaN / infinite values (and bools)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def fmt(value: Any) -> str:
+    """A config or document value as display text (floats to 4 significant digits)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(fmt(v) for v in value) + "]"
+    return str(value)
+
+
+def pick(source: Any, keys: Iterable[str]) -> dict[str, str]:
+    """Display strings of the present, non-empty keys of a dict (nothing for a non-dict)."""
+    if not isinstance(source, dict):
+        return {}
+    out = {}
+    for key in keys:
+        value = source.get(key)
+        if value is None or value == "" or value == []:
+            continue
+        if key == "sha256" and isinstance(value, str):
+            value = value[:12]
+        out[key] = fmt(value)
+    return out
+
+
+# ------------------------------------------------------------------ one trial
+def config_of(t: FrozenTrial) -> dict[str, Any]:
+    config = t.user_attrs.get("config")
+    return config if isinstance(config, dict) else {}
+
+
+def metrics_of(t: FrozenTrial) -> dict[str, Any]:
+    metrics = t.user_attrs.get("metrics")
+    return metrics if isinstance(metrics, dict) else {}
+
+
+def trial_method(t: FrozenTrial) -> str:
+    """The trial's method: from its config, else its `method` param, else the baseline."""
+    return str(config_of(t).get("method") or t.params.get("method") or DEFAULT_METHOD)
+
+
+def drafts(method: str) -> bool:
+    """Whether `method` speculates: every method but the AR baseline (an unknown name,
+    from a plug-in not loaded here, is taken to draft)."""
+    spec = find_method(method)
+    return spec is None or spec.drafts
+
+
+def trial_label(t: FrozenTrial) -> str:
+    """The short human label of `trials.csv`; trials never run get their method's name."""
+    config = config_of(t)
+    if config:
+        return describe(config)
+    method = t.params.get("method")
+    return f"{method} (not run)" if method else "(not run)"
+
+
+def trial_preset(t: FrozenTrial) -> str | None:
+    preset = t.user_attrs.get(BASELINE_ATTR)
+    return str(preset) if preset else None
+
+
+def value_of(t: FrozenTrial, index: int = 0) -> float | None:
+    return finite(t.values[index]) if t.values and len(t.values) > index else None
+
+
+def shape_of(config: dict[str, Any]) -> DraftShape | None:
+    """The draft shape of a speculative config; None for the AR baseline, no config, or
+    shape keys that do not parse (a hand-edited config)."""
+    if not config or not drafts(str(config.get("method") or DEFAULT_METHOD)):
+        return None
+    return DraftShape.of_mapping(config)
+
+
+def derived_titles() -> dict[str, str]:
+    """Every derived knob's name and title: the registry's counts, then the tree knobs."""
+    titles = {d.name: d.title for spec in all_methods() for d in spec.derived}
+    return titles | dict(TREE_KNOBS)
+
+
+def derived_values(t: FrozenTrial) -> dict[str, int]:
+    """Derived knob values of a trial, for the methods that have them: layer / exit
+    counts, and a tree's width, depth and verified nodes (trees only)."""
+    config, spec = config_of(t), find_method(trial_method(t))
+    out = {}
+    for derived in spec.derived if spec is not None else ():
+        if isinstance(config.get(derived.key), list):
+            out[derived.name] = len(config[derived.key])
+    shape = shape_of(config)
+    if shape is not None and shape.is_tree:
+        if shape.kind == DYNAMIC:
+            out["tree_width"], out["tree_depth"] = shape.width, shape.depth
+        out["tree_nodes"] = shape.nodes
+    return out
+
+
+# ------------------------------------------------------------------ optuna params
+def is_bit(name: str, dist: BaseDistribution | None) -> bool:
+    """A per-layer / per-exit on-off param (`…attn_skip[12]`, `…exits[6]`)."""
+    return (INDEXED.match(name) is not None and isinstance(dist, IntDistribution)
+            and dist.low == 0 and dist.high == 1)
+
+
+def leaf(name: str) -> str:
+    """`layer_skip.k` -> `k`: the joint space namespaces each branch's knobs by method."""
+    return name.rsplit(".", 1)[-1] if not INDEXED.match(name) else name
+
+
+# ------------------------------------------------------------------ which trials
+def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """COMPLETE trials with finite objective values, by trial number (what panels plot)."""
+    return [t for t in ranking.complete(study)
+            if t.values and all(finite(v) is not None for v in t.values)]
+
+
+def pareto_numbers(study: optuna.Study, objective: ObjectiveInfo) -> set[int]:
+    """Trial numbers on the Pareto front (empty for a single objective)."""
+    return ranking.pareto_numbers(study, objective)
+
+
+def ranked(study: optuna.Study, objective: ObjectiveInfo) -> list[FrozenTrial]:
+    """Complete trials best first, as `autotune.ranking` orders them."""
+    return ranking.ranked(study, objective)
+
+
+def best_trial(study: optuna.Study, objective: ObjectiveInfo) -> FrozenTrial | None:
+    """The best complete trial: the one best.json holds (`autotune.ranking`)."""
+    return ranking.best_trial(study, objective)
+
+
+def best_speculative(study: optuna.Study, objective: ObjectiveInfo) -> tuple[FrozenTrial | None, str | None]:
+    """The best trial that speculates, and a note when it is not the overall best (the AR
+    baseline won): panels about drafting have nothing to show for the baseline itself."""
+    order = ranked(study, objective)
+    if not order:
+        return None, None
+    if drafts(trial_method(order[0])):
+        return order[0], None
+    for t in order[1:]:
+        if drafts(trial_method(t)):
+            return t, (f"The best config is the AR baseline; showing the best speculative "
+                       f"trial #{t.number} instead.")
+    return None, "No speculative trial completed."
+
+
+# ------------------------------------------------------------------ the response metric
+def response_metric(trials: list[FrozenTrial], objective: ObjectiveInfo) -> tuple[str, str]:
+    """(`speedup`, title) when any trial measured it, else the first objective metric:
+    the y of the knob panels."""
+    if any(finite(metrics_of(t).get("speedup")) is not None for t in trials):
+        return "speedup", "speedup (× AR)"
+    return objective.metrics[0], f"{objective.axis_title(0)} (objective; no speedup measured)"
+
+
+def response(t: FrozenTrial, metric: str, objective: ObjectiveInfo) -> float | None:
+    if metric in objective.metrics:
+        return value_of(t, objective.metrics.index(metric))
+    return finite(metrics_of(t).get(metric))
+
+
+# ------------------------------------------------------------------ knob order
+# Tree knobs read best as width, depth, nodes (then any searched tree_tokens).
+_TREE_ORDER = {name: f"tree_{i}" for i, (name, _) in enumerate(TREE_KNOBS)}
+
+
+def knob_order(names: Iterable[str]) -> list[str]:
+    """`method` first, then by namespace in order of appearance, then by name."""
+    names = list(dict.fromkeys(names))
+    spaces: dict[str, int] = {}
+    for name in names:
+        spaces.setdefault(name.rsplit(".", 1)[0] if "." in name else "", len(spaces))
+
+    def key(n: str) -> tuple[bool, int, str]:
+        space, _, leaf_name = n.rpartition(".")
+        return n != "method", spaces[space], _TREE_ORDER.get(leaf_name, leaf_name)
+    return sorted(names, key=key)

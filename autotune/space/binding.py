@@ -1,0 +1,331 @@
+"""Binding a space: a loaded SearchSpace + a model's depth -> BoundSpace.
+
+`SearchSpace.bind` resolves layer candidates against the stacks they index and drops
+what cannot run (a draft model's branch without `--draft`). `BoundSpace` then turns an
+Optuna trial into a DecodeConfig (`suggest`, define-by-run), params back into one
+(`params_to_config`), a known config into params to enqueue (`encode`), and lists its
+grid (for `GridSampler`) and its params (for display).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from autotune.decoding.config import KNOBS, DecodeConfig, config_from_mapping
+from autotune.decoding.methods import find_method, get_method
+from autotune.errors import AutotuneError
+from autotune.space.entries import (SWITCH, WORKLOAD_KEYS, BoundSet, Choices, Entry, Fixed,
+                                    LayerSet, Range, Spec, active, is_int)
+
+__all__ = ["BoundSpace", "InfeasibleConfig", "SearchSpace"]
+
+
+class InfeasibleConfig(AutotuneError):
+    """A sampled point the space or the decoder rejects; the message says why."""
+
+
+_MAX_GRID_POINTS = 100_000
+_DEFAULT = DecodeConfig()
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A loaded, checked space; `bind` it to a model's depth to sample from it."""
+
+    name: str
+    path: str
+    sha256: str              # over the file's bytes and every included file's, in include order
+    description: str
+    _entries: tuple[Entry, ...] = field(default=(), repr=False)
+
+    def bind(self, n_layers: int, draft_layers: int | None = None) -> BoundSpace:
+        """Resolve layer candidates for a target of `n_layers` decoder layers and an
+        optional draft model of `draft_layers`: each layer knob counts the layers of the
+        stack its method indexes (`MethodSpec.stack_layers`: S2D exits run over the draft
+        when one is given). Without a draft, methods that need one are dropped."""
+        if not is_int(n_layers) or n_layers < 1:
+            raise AutotuneError(f"n_layers={n_layers!r} must be a positive integer")
+        if draft_layers is not None and (not is_int(draft_layers) or draft_layers < 1):
+            raise AutotuneError(f"draft_layers={draft_layers!r} must be a positive integer")
+        needs_draft = AutotuneError(f"space {self.name!r} needs a draft model: pass --draft")
+        bound = []
+        for entry in self._entries:
+            spec = entry.spec
+            if isinstance(spec, LayerSet):
+                depth = _stack_depth(entry.key, n_layers, draft_layers)
+                entry = dataclasses.replace(entry, spec=spec.resolve(depth, entry.where))
+            elif entry.key == "method" and draft_layers is None:
+                if isinstance(spec, Fixed) and _needs_draft(spec.value) and not entry.when:
+                    raise needs_draft
+                if isinstance(spec, Choices):
+                    left = tuple(c for c in spec.choices if not _needs_draft(c))
+                    if not left:
+                        raise needs_draft
+                    entry = dataclasses.replace(entry, spec=Choices(left))
+            bound.append(entry)
+        return BoundSpace(self, n_layers, draft_layers, tuple(_reachable(bound)))
+
+
+def _stack_depth(key: str, n_layers: int, draft_layers: int | None) -> int:
+    """Layers that the layer-indexed `key` counts: those of the stack its method reads."""
+    for name in KNOBS[key].methods:
+        spec = find_method(name)
+        depth = spec.stack_layers(n_layers, draft_layers) if spec is not None else None
+        if depth is not None:
+            return depth
+    return n_layers
+
+
+def _needs_draft(method: Any) -> bool:
+    spec = find_method(method)
+    return spec is not None and spec.needs_draft
+
+
+def _reachable(entries: list[Entry]) -> list[Entry]:
+    """Drop entries whose conditions can no longer hold (a draft model's branch once its
+    choice is gone), so that knobs(), grid() and encode() only show what can be sampled."""
+    kept: dict[str, Entry] = {}
+    for entry in entries:                         # dependency order: refs come first
+        if all(c.ref in kept and _can_take(kept[c.ref].spec, c.values) for c in entry.when):
+            kept[entry.id] = entry
+    return list(kept.values())
+
+
+def _can_take(spec: Spec, values: tuple[Any, ...]) -> bool:
+    if isinstance(spec, Fixed):
+        return spec.value in values
+    if isinstance(spec, Choices):
+        return any(v in spec.choices for v in values)
+    return True                                   # ranges: checked when the file was loaded
+
+
+@dataclass(frozen=True)
+class BoundSpace:
+    """A space bound to a model's depth: trials in, DecodeConfigs out."""
+
+    space: SearchSpace
+    n_layers: int
+    draft_layers: int | None = None
+    _entries: tuple[Entry, ...] = field(default=(), repr=False)
+
+    # -- trials -> configs
+
+    def suggest(self, trial: optuna.trial.BaseTrial) -> DecodeConfig:
+        """Suggest every active knob (define-by-run) and build a validated DecodeConfig.
+
+        Raises InfeasibleConfig for a point the space or DecodeConfig rejects; all active
+        params are suggested first, so the trial records the whole point either way.
+        """
+        values: dict[str, Any] = {}
+        setter: dict[str, str] = {}
+        decided: dict[str, Any] = {}
+        problems: list[str] = []
+        for entry in self._entries:
+            if not active(entry, decided):
+                continue
+            value = self._draw(entry, trial, values, problems)
+            if entry.type == SWITCH:
+                decided[entry.id] = value            # a branch label, not a config value
+                continue
+            if entry.key in values and values[entry.key] != value:
+                problems.append(f"{entry.key} is {values[entry.key]!r} by "
+                                f"{setter[entry.key]} and {value!r} by {entry.id}")
+            decided[entry.id] = values[entry.key] = value
+            setter[entry.key] = entry.id
+        if problems:
+            raise InfeasibleConfig(problems[0])
+        try:
+            config = config_from_mapping(values)
+            # Layer keys are checked against the stack the method indexes (the draft's for
+            # exits over --draft); methods that index none against the target's.
+            stack = get_method(config.method).stack_layers(self.n_layers, self.draft_layers)
+            config.validate(stack if stack is not None else self.n_layers)
+        except AutotuneError as exc:
+            raise InfeasibleConfig(str(exc)) from None
+        waste = config.shape.waste()
+        if waste:
+            raise InfeasibleConfig(waste)
+        return config
+
+    def _draw(self, entry: Entry, trial: optuna.trial.BaseTrial, values: Mapping[str, Any],
+              problems: list[str]) -> Any:
+        spec = entry.spec
+        if isinstance(spec, Fixed):
+            return spec.value
+        if isinstance(spec, Choices):
+            return trial.suggest_categorical(entry.id, spec.choices)
+        if isinstance(spec, BoundSet):
+            chosen = tuple(c for c in spec.candidates
+                           if trial.suggest_int(f"{entry.id}[{c}]", 0, 1))
+            if not spec.min_count <= len(chosen) <= spec.max_count:
+                noun = "exits" if spec.kind == "exits" else "skipped layers"
+                problems.append(f"{entry.id} has {len(chosen)} {noun}; the space allows "
+                                f"{spec.min_count}..{spec.max_count}")
+            return chosen
+        assert isinstance(spec, Range)
+        if entry.type == "thresholds":
+            # One per exit but the deepest, which always emits (stored as 0.0).
+            exits = tuple(sorted(values.get("exits", ())))
+            drawn = tuple(float(spec.suggest(trial, f"{entry.id}[{d}]")) for d in exits[:-1])
+            return drawn + (0.0,) if exits else ()
+        return spec.suggest(trial, entry.id)
+
+    def params_to_config(self, params: Mapping[str, Any]) -> DecodeConfig:
+        """The config a finished trial's params stand for (same rules as `suggest`)."""
+        try:
+            return self.suggest(optuna.trial.FixedTrial(dict(params)))
+        except ValueError as exc:            # FixedTrial: a param missing or not a choice
+            raise AutotuneError(f"params do not fit space {self.space.name!r}: "
+                                f"{str(exc).splitlines()[0]}") from None
+
+    # -- configs -> params
+
+    def encode(self, values: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Optuna params that reproduce a (partial) canonical config, for `enqueue_trial`.
+
+        Keys left out take DecodeConfig's defaults (the space's fixed values where it has
+        them). Numbers outside a knob's range are kept: an enqueued default is tried as
+        given. Returns None when the space cannot express the values: a choice it does not
+        offer, a layer that is not a candidate, a value against a fixed one, or a key the
+        space neither tunes nor fixes set away from its default. A switch takes the first
+        of its choices under which the rest is expressible. Workload keys
+        (temperature, top_p) are ignored. Keys that are not DecodeConfig fields, or values
+        of the wrong type, raise AutotuneError (a caller's mistake, not a config to skip).
+        """
+        given = config_from_mapping(values)
+        explicit = frozenset(k for k in values if k not in WORKLOAD_KEYS)
+        return self._encode_from(0, given, explicit, {}, {}, {})
+
+    def _encode_from(self, first: int, given: DecodeConfig, explicit: frozenset[str],
+                     params: dict[str, Any], decided: dict[str, Any],
+                     current: dict[str, Any]) -> dict[str, Any] | None:
+        """encode() from entry `first` on; a switch tries each choice on copies of the
+        state so far and keeps the first under which the rest is expressible."""
+        for index in range(first, len(self._entries)):
+            entry = self._entries[index]
+            if not active(entry, decided):
+                continue
+            spec = entry.spec
+            if entry.type == SWITCH:
+                assert isinstance(spec, Choices)
+                for choice in spec.choices:
+                    found = self._encode_from(index + 1, given, explicit,
+                                              {**params, entry.id: choice},
+                                              {**decided, entry.id: choice}, dict(current))
+                    if found is not None:
+                        return found
+                return None
+            if isinstance(spec, Fixed):
+                if entry.key in explicit and getattr(given, entry.key) != spec.value:
+                    return None
+                value = spec.value
+            else:
+                value = getattr(given, entry.key)
+                encoded = self._encode_one(entry, value, given, current)
+                if encoded is None:
+                    return None
+                params.update(encoded)
+            decided[entry.id] = current[entry.key] = value
+        if any(getattr(given, k) != getattr(_DEFAULT, k) for k in explicit - set(current)):
+            return None
+        return params
+
+    @staticmethod
+    def _encode_one(entry: Entry, value: Any, given: DecodeConfig,
+                    current: Mapping[str, Any]) -> dict[str, Any] | None:
+        spec = entry.spec
+        if isinstance(spec, Choices):
+            return {entry.id: value} if value in spec.choices else None
+        if isinstance(spec, BoundSet):
+            if not set(value) <= set(spec.candidates):
+                return None
+            return {f"{entry.id}[{c}]": int(c in value) for c in spec.candidates}
+        assert isinstance(spec, Range)
+        if entry.type == "thresholds":
+            exits = tuple(sorted(current.get("exits", given.exits)))
+            padded = dataclasses.replace(given, exits=exits).exit_thresholds()
+            # zip stops before the deepest exit, whose threshold is never read
+            return {f"{entry.id}[{d}]": t for d, t in zip(exits[:-1], padded)}
+        return {entry.id: value}
+
+    # -- listings
+
+    def grid(self) -> dict[str, list[Any]]:
+        """Values per param for optuna.samplers.GridSampler (every branch's params)."""
+        grid: dict[str, list[Any]] = {}
+        for entry, param, _ in self._params():
+            spec = entry.spec
+            if isinstance(spec, Choices):
+                grid[param] = list(spec.choices)
+            elif isinstance(spec, BoundSet):
+                grid[param] = [0, 1]
+            else:
+                assert isinstance(spec, Range)
+                points = spec.grid_values()
+                if points is None:
+                    kind = "thresholds" if entry.type == "thresholds" else "float"
+                    raise entry.where.error(f"{kind} knob {entry.id!r} needs a `grid:` list for "
+                                            "the grid sampler")
+                grid[param] = points
+        count = math.prod(len(v) for v in grid.values())
+        if count > _MAX_GRID_POINTS:
+            raise AutotuneError(
+                f"space {self.space.name!r} has {count:,} grid points on {self.n_layers} layers, "
+                f"more than the grid sampler's {_MAX_GRID_POINTS:,}; narrow it (fewer "
+                "candidates, shorter grid: lists) or use another sampler")
+        return grid
+
+    def knobs(self) -> list[dict[str, Any]]:
+        """One row per Optuna param (param, key, type, low, high, step, log, choices, when)."""
+        rows = []
+        for entry, param, extra in self._params():
+            spec = entry.spec
+            row: dict[str, Any] = {"param": param, "key": entry.key, "type": entry.type,
+                                   "low": None, "high": None, "step": None, "log": False,
+                                   "choices": None}
+            if isinstance(spec, Choices):
+                row["choices"] = list(spec.choices)
+            elif isinstance(spec, BoundSet):
+                row.update(low=0, high=1, step=1)
+            else:
+                assert isinstance(spec, Range)
+                row.update(low=spec.low, high=spec.high, step=spec.step, log=spec.log)
+            row["when"] = " and ".join([c.describe() for c in entry.when] + extra)
+            rows.append(row)
+        return rows
+
+    def _params(self) -> Iterator[tuple[Entry, str, list[str]]]:
+        """(entry, Optuna param name, extra conditions for display) for every knob param."""
+        by_id = {e.id: e for e in self._entries}
+        for entry in self._entries:
+            spec = entry.spec
+            if isinstance(spec, Fixed):
+                continue
+            if isinstance(spec, BoundSet):
+                for c in spec.candidates:
+                    yield entry, f"{entry.id}[{c}]", []
+            elif entry.type == "thresholds":
+                # Thresholds pair with the exits of their own scope (same id prefix).
+                exits = by_id.get(entry.id[: -len(entry.key)] + "exits")
+                for d, extra in _threshold_depths(exits):
+                    yield entry, f"{entry.id}[{d}]", [extra]
+            else:
+                yield entry, entry.id, []
+
+
+def _threshold_depths(exits: Entry | None) -> Iterator[tuple[int, str]]:
+    """Depths that can carry a threshold (any exit but the deepest possible one)."""
+    if exits is None:
+        return
+    if isinstance(exits.spec, BoundSet):
+        for d in exits.spec.candidates[:-1]:
+            yield d, f"{exits.id}[{d}] == 1 and not the deepest exit"
+    elif isinstance(exits.spec, Fixed):
+        for d in sorted(exits.spec.value)[:-1]:
+            yield d, f"exit {d} (fixed)"

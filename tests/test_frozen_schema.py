@@ -1,0 +1,90 @@
+"""The frozen schema's `params` against the knobs' metadata and the method registry: the
+JSON file keeps the built-in method enum, the loader reads the registry, and a knob added
+to DecodeConfig without its schema entry (or with other bounds) fails here."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from autotune.decoding.config import KNOBS, MAX_TREE_NODES
+from autotune.decoding.methods import (BUILTIN_METHODS, MethodSpec, register_method,
+                                       unregister_method)
+from autotune.frozen import SCHEMA, problems, shipped_schema
+
+PARAMS = shipped_schema()["properties"]["params"]
+JSON_TYPE = {"int": "integer", "float": "number"}
+# The item type of each list kind.
+ITEM_TYPE = {"int_set": "integer", "int_list": "integer", "float_list": "number"}
+
+
+@pytest.fixture
+def toy_method() -> Iterator[str]:
+    register_method(MethodSpec("toy", label="toy", color="#000000", drafter=object))
+    try:
+        yield "toy"
+    finally:
+        unregister_method("toy")
+
+
+def test_the_file_names_the_schema_id_the_reader_reads() -> None:
+    schema = shipped_schema()
+    assert schema["$id"] == SCHEMA and schema["properties"]["schema"]["const"] == SCHEMA
+
+
+def test_the_file_lists_the_built_in_methods() -> None:
+    assert PARAMS["properties"]["method"]["enum"] == list(BUILTIN_METHODS)
+
+
+def test_the_schema_has_one_entry_per_knob() -> None:
+    schema_keys, knob_keys = set(PARAMS["properties"]), set(KNOBS)
+    assert not knob_keys - schema_keys, "knobs missing from frozen-v1.schema.json's params"
+    assert not schema_keys - knob_keys, "params in frozen-v1.schema.json that are no knob"
+    assert PARAMS["additionalProperties"] is False
+
+
+def _lower(entry: dict[str, Any]) -> float | None:
+    """The lower bound, inclusive or exclusive (top_p excludes 0; validate says why)."""
+    return entry.get("minimum", entry.get("exclusiveMinimum"))
+
+
+@pytest.mark.parametrize("name", list(KNOBS))
+def test_each_knobs_type_and_bounds_agree_with_its_metadata(name: str) -> None:
+    knob, entry = KNOBS[name], PARAMS["properties"][name]
+    if knob.kind == "str":
+        assert "enum" in entry
+        if knob.choices is not None:
+            assert entry["enum"] == list(knob.choices)
+        return
+    if knob.kind in JSON_TYPE:
+        assert entry["type"] == JSON_TYPE[knob.kind]
+        value = entry
+    elif knob.kind in ITEM_TYPE:
+        assert entry["type"] == "array"
+        value = entry["items"]
+        assert value["type"] == ITEM_TYPE[knob.kind]
+        # A skip set is a set: the schema says its items are distinct.
+        assert entry.get("uniqueItems", False) is (knob.kind == "int_set")
+    else:
+        assert knob.kind == "paths"
+        assert entry["type"] == "array" and entry["maxItems"] == MAX_TREE_NODES
+        path = entry["items"]
+        assert path["type"] == "array" and path["minItems"] == 1
+        value = path["items"]
+        assert value["type"] == "integer"
+    assert _lower(value) == knob.low, f"{name}: lower bound"
+    assert value.get("maximum") == knob.high, f"{name}: upper bound"
+
+
+def test_a_registered_method_validates(toy_method: str) -> None:
+    assert problems({"schema": SCHEMA, "params": {"method": toy_method}}) == []
+    # The file itself is unchanged: a reader without autotune sees the built-ins.
+    assert toy_method not in shipped_schema()["properties"]["params"]["properties"][
+        "method"]["enum"]
+
+
+def test_an_unknown_method_names_the_registered_ones(toy_method: str) -> None:
+    found = problems({"schema": SCHEMA, "params": {"method": "medusa"}})
+    assert found == ["params.method: 'medusa' is not one of "
+                     + ", ".join(repr(name) for name in (*BUILTIN_METHODS, toy_method))]

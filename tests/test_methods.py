@@ -1,0 +1,86 @@
+"""The method registry as the decoder and the agreement proxy use it: every built-in's
+drafter and scorer resolve, drafters implement the declared interfaces, and a toy
+drafter runs through the decoder with one registration and nothing else."""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import pytest
+
+from autotune.agreement import teacher_forced_agreement
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.decoder import SpeculativeDecoder
+from autotune.decoding.drafters.base import Drafter, TreeHooks
+from autotune.decoding.drafters.none import NoDraft
+from autotune.decoding.methods import (BUILTIN_METHODS, MethodSpec, get_method,
+                                       register_method, tree_method_names, unregister_method)
+from autotune.errors import AutotuneError
+
+from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
+from toy_drafter import RepeatLast, toy  # noqa: F401  (fixture)
+
+
+@pytest.mark.parametrize("name", BUILTIN_METHODS)
+def test_builtin_drafter_and_scorer_strings_resolve(name):
+    spec = get_method(name)
+    drafter = spec.drafter_class()
+    assert inspect.isclass(drafter) and issubclass(drafter, Drafter)
+    assert not inspect.isabstract(drafter), f"{drafter.__name__} leaves methods abstract"
+    # Drafters that may draft a tree implement the tree hooks, and only they.
+    assert issubclass(drafter, TreeHooks) == spec.can_tree
+    scorer = spec.scorer_factory()
+    if name == "none":
+        assert scorer is None                  # nothing drafted, nothing to score
+    else:
+        assert callable(scorer)
+        assert list(inspect.signature(scorer).parameters) == ["target", "config", "draft"]
+
+
+def test_the_baseline_is_its_own_drafter():
+    assert get_method("none").drafter_class() is NoDraft
+    assert inspect.isabstract(Drafter)         # the base class no longer doubles as `none`
+    assert tree_method_names() == ("draft_model", "layer_skip", "sorted_exit")
+
+
+def test_a_registered_toy_drafter_decodes_losslessly(toy):
+    target = tiny_llama(seed=0, layers=2, vocab=32)
+    prompt = [3, 3, 3, 5, 5, 5, 5]
+    expected = SpeculativeDecoder(target, DecodeConfig()).generate(
+        prompt, 20, time.perf_counter).tokens
+    out = SpeculativeDecoder(target, DecodeConfig(method="repeat_last", k=3)).generate(
+        prompt, 20, time.perf_counter)
+    assert out.tokens == expected
+    assert any(r.drafted for r in out.rounds)
+
+
+def test_a_toy_without_tree_support_is_refused_a_tree(toy):
+    with pytest.raises(AutotuneError, match="method=repeat_last cannot draft a tree: .*"
+                       "only draft_model, layer_skip, sorted_exit give"):
+        DecodeConfig(method="repeat_last", tree_width=2, tree_depth=2).validate()
+
+
+def test_a_toy_claiming_trees_without_hooks_is_refused():
+    spec = register_method(MethodSpec("repeat_tree", label="x", color="#000000",
+                                      drafter=RepeatLast, can_tree=True))
+    try:
+        decoder = SpeculativeDecoder(tiny_llama(seed=0, layers=2, vocab=32),
+                                     DecodeConfig(method="repeat_tree", tree_width=2,
+                                                  tree_depth=2))
+        with pytest.raises(AutotuneError, match="no tree hooks"):
+            decoder.generate([1, 2, 3], 4, time.perf_counter)
+    finally:
+        unregister_method(spec.name)
+
+
+def test_unknown_method_lists_the_registered_ones(toy):
+    with pytest.raises(AutotuneError, match=r"method='medusa' is not one of none, .*repeat_last"):
+        DecodeConfig(method="medusa").validate()
+
+
+def test_a_method_without_scorer_agrees_nowhere(toy):
+    target = tiny_llama(seed=0, layers=2, vocab=32)
+    ids = [1, 2, 3, 4, 5, 6]
+    assert teacher_forced_agreement(target, DecodeConfig(method="repeat_last"),
+                                    [(2, ids)]) == (0, 3)
