@@ -13,9 +13,10 @@ import time
 from typing import Any, Callable, TextIO
 
 from autotune.decoding.config import config_from_mapping, load_config_file, parse_assignments
+from autotune.decoding.methods import get_method
 from autotune.errors import AutotuneError
 from autotune.frozen import is_frozen, load_frozen, read_json
-from autotune.measure_cli import frozen_defaults, require_draft
+from autotune.measure_cli import frozen_defaults
 from autotune.workloads import Prompt, encode_prompt
 
 WARMUP_TOKENS = 8
@@ -106,7 +107,7 @@ def run_generate_command(args: argparse.Namespace) -> int:
         raise AutotuneError("--max-new-tokens must be at least 1")
     base = config_from_mapping(load_config_file(args.config)) if args.config else None
     config = config_from_mapping(parse_assignments(args.assignments), base).validate()
-    require_draft(config, args.draft)
+    get_method(config.method).require_draft(args.draft is not None)
 
     # torch, transformers (and optuna for `describe`) load here, once the inputs are good.
     import torch

@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autotune.decoding.config import (DecodeConfig, config_from_mapping, load_config_file,
-                                      parse_assignments)
+from autotune.decoding.config import config_from_mapping, load_config_file, parse_assignments
 from autotune.decoding.methods import get_method
 from autotune.errors import AutotuneError
 from autotune.files import write_atomically
@@ -120,12 +119,6 @@ def _objective_of(doc: dict[str, Any]) -> Any:
     return load_objective(name if name in available_objectives() else "latency")
 
 
-def require_draft(config: DecodeConfig, draft: str | None) -> None:
-    """A method that runs only over a separate draft model needs `--draft`."""
-    if draft is None and get_method(config.method).needs_draft:
-        raise AutotuneError(f"method={config.method} needs a draft model: pass --draft")
-
-
 def run_measure_command(args: argparse.Namespace) -> int:
     doc = None
     if args.config and Path(args.config).suffix == ".json" and is_frozen(read_json(args.config)):
@@ -140,7 +133,7 @@ def run_measure_command(args: argparse.Namespace) -> int:
     config = config_from_mapping(assignments, base).validate()
     if assignments and doc is not None:
         overridden.append("--set " + ",".join(assignments))
-    require_draft(config, args.draft)
+    get_method(config.method).require_draft(args.draft is not None)
 
     categories = [c for c in args.categories.split(",") if c] if args.categories else None
     prompts = load_workload(args.workload, categories, args.prompts)

@@ -5,7 +5,8 @@ tests (Ctrl-C, kill -9) know exactly where the process is when they signal it.
 
 The N-th time the process reaches PHASE it writes the file MARKER and waits there
 (sleeping, so a SIGINT raises KeyboardInterrupt at that very point). The test waits for
-MARKER, then signals. Nothing depends on how fast trials run.
+MARKER, then signals, or lets it go on by creating MARKER.go. Nothing depends on how
+fast trials run.
 
 Phases, each a real function of the search patched here and nowhere else:
   profile  the hardware profile before the study (`profile.forward_cost_profile`)
@@ -28,13 +29,21 @@ from typing import Any, Callable
 WAIT_S = 600.0
 
 
+def release_file(marker: Path) -> Path:
+    """The file a test creates to let a parked process go on, for MARKER."""
+    return marker.with_name(marker.name + ".go")
+
+
 def _park(marker: Path) -> None:
-    """Say where we are (atomically: the test never reads half a marker), then wait."""
+    """Say where we are (atomically: the test never reads half a marker), then wait for
+    a signal, or for the test to create `release_file(marker)`."""
     tmp = marker.with_name(marker.name + ".tmp")
     tmp.write_text(str(os.getpid()))
     os.replace(tmp, marker)
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
+        if release_file(marker).exists():
+            return
         time.sleep(0.05)
     raise RuntimeError(f"phase_driver: no signal came within {WAIT_S:g} s")
 

@@ -123,7 +123,6 @@ def test_failing_and_oom_trials_are_recorded_and_the_study_goes_on(tmp_path, tar
 
 def test_trial_timeout_fails_only_the_slow_trial(tmp_path, target, monkeypatch):
     runner = _runner(tmp_path, target, "ngram", trials=3, trial_timeout_s=0.5, prune=False)
-    real = runner.objective.evaluate
     calls = {"n": 0}
 
     def slow_second(self, ctx, config, report=None):
@@ -132,7 +131,9 @@ def test_trial_timeout_fails_only_the_slow_trial(tmp_path, target, monkeypatch):
             # Only the deadline ends this wait: without it the trial would finish
             # (after a minute) and complete, and the assertions below would fail.
             time.sleep(60)
-        return real(ctx, config, report)
+        # The other trials answer at once: a real measurement could itself pass the
+        # half-second deadline on a loaded machine.
+        return {"latency_ms_per_token": 10.0 + calls["n"], "lossless": True}
 
     monkeypatch.setattr(type(runner.objective), "evaluate", slow_second)
     runner.run()

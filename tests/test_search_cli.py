@@ -23,6 +23,7 @@ import autotune.models.loading as loading
 from autotune.cli import main
 from autotune.search import counted_trials
 
+from phase_driver import release_file
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
 # Repetitive prompts so n-gram drafts get accepted on a random model too.
@@ -243,14 +244,35 @@ def postgres_url():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _pid_of(worker: str | None) -> int | None:
+    """The pid in a trial's `worker` attribute (host:pid:start-time)."""
+    parts = (worker or "").rsplit(":", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
 def test_two_workers_share_one_postgres_study(tmp_path, tiny_dir, postgres_url):
     common = ["search", "--model", str(tiny_dir / "model"), "--workload",
               str(tiny_dir / "prompts.txt"), "--space", "ngram", "--trials", "10",
               "--max-new-tokens", "24", "--prompts", "2", "--storage", postgres_url,
               "--study", "shared"]
-    workers = [_cli(*common, "--out", str(tmp_path / f"w{i}"), "--seed", str(i))
-               for i in range(2)]
-    outputs = [w.communicate(timeout=300) for w in workers]
+    # The first worker is held inside its second trial until the second worker has
+    # finished one of its own: both work, however fast either starts or runs.
+    marker = tmp_path / "first-in-trial"
+    first = _parked("trial", 2, [*common, "--out", str(tmp_path / "w0"), "--seed", "0"], marker)
+    second = _cli(*common, "--out", str(tmp_path / "w1"), "--seed", "1")
+    study = None
+    while study is None or not any(
+            t.state.is_finished() and _pid_of(t.user_attrs.get("worker")) == second.pid
+            for t in study.get_trials(deepcopy=False)):
+        assert second.poll() is None, second.communicate()
+        time.sleep(0.2)
+        try:
+            study = optuna.load_study(study_name="shared", storage=postgres_url)
+        except KeyError:             # not created yet
+            study = None
+    release_file(marker).touch()
+    workers = [first, second]
+    outputs = [w.communicate(timeout=600) for w in workers]
     for w, (out, err) in zip(workers, outputs):
         assert w.returncode == 0, err
     study = optuna.load_study(study_name="shared", storage=postgres_url)

@@ -113,8 +113,7 @@ class SpeculativeDecoder:
         self.spec: MethodSpec = get_method(config.method)
         if draft is not None:
             check_shared_vocabulary(target, draft)
-        if self.spec.needs_draft and draft is None:
-            raise AutotuneError(f"method={self.spec.name} needs a draft model: pass --draft")
+        self.spec.require_draft(draft is not None)
         self._check_layer_access()
         if config.is_tree:
             self._check_tree_forward()

@@ -126,6 +126,11 @@ class MethodSpec:
         role = self.stack_role(draft_layers is not None)
         return draft_layers if role == "draft" else target_layers if role == "target" else None
 
+    def require_draft(self, has_draft: bool) -> None:
+        """Refuse, in one line, to run a method that needs `--draft` without one."""
+        if self.needs_draft and not has_draft:
+            raise AutotuneError(f"method={self.name} needs a draft model: pass --draft")
+
     # -- the code behind it (imported on first use) --------------------------------------
 
     def drafter_class(self) -> Any:
