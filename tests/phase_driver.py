@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -83,6 +84,10 @@ def _install(phase: str, nth: int, marker: Path) -> None:
 
 
 if __name__ == "__main__":
+    # The test plays a user pressing Ctrl-C at a terminal. A process started in the
+    # background by a shell without job control (a CI script, `cmd &`) inherits SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler: put it back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     phase, nth, marker, *cli_args = sys.argv[1:]
     _install(phase, int(nth), Path(marker))
     from autotune.cli import main
