@@ -81,8 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(s)
     _add_workload_args(s, max_new_tokens=None)
     s.add_argument("--space", default="joint", help="a shipped space name or a YAML file")
-    s.add_argument("--objective", default="latency",
-                   help="a shipped objective name or a YAML file")
+    s.add_argument("--objective", default="speedup",
+                   help="a shipped objective name or a YAML file (default: speedup, "
+                        "paired against the AR baseline)")
+    s.add_argument("--validation", default="0.4", metavar="FRACTION|FILE",
+                   help="held-out prompts the search never measures: a fraction of the "
+                        "workload (split by category, seeded) or a prompt file; 0: none")
+    s.add_argument("--validation-prompts", type=int, default=12, metavar="N",
+                   help="held-out prompts the finalists are re-measured on")
+    s.add_argument("--validation-repeats", type=int, default=2, metavar="N",
+                   help="passes over the held-out prompts, pooled")
+    s.add_argument("--finalists", type=int, default=3, metavar="N",
+                   help="top distinct configs re-measured on the held-out prompts (plus "
+                        "the strongest documented default)")
     s.add_argument("--trials", type=int, default=30,
                    help="trials to finish in the study (finished ones count on resume)")
     s.add_argument("--timeout", type=float, default=None, metavar="S",

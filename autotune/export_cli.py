@@ -9,6 +9,7 @@ from pathlib import Path
 
 import autotune.exports as exports      # by attribute: tests/phase_driver.py wraps export
 from autotune.errors import AutotuneError
+from autotune.exporting import refusal_reason
 from autotune.files import write_atomically
 from autotune.frozen import load_frozen
 
@@ -18,6 +19,10 @@ def run_export_command(args: argparse.Namespace) -> int:
     if args.draft_tp is not None:
         options["draft_tensor_parallel_size"] = args.draft_tp
     doc = load_frozen(args.config)
+    # Exporting a config measured slower than no speculation would slow the server down.
+    refusal = refusal_reason(doc)
+    if refusal is not None:
+        raise AutotuneError(f"{args.config}: {refusal}; nothing exported")
     result = exports.export(doc, args.format, lossy=args.lossy, options=options)
     for line in result.dropped:
         print(f"autotune: warning: dropped {line}", file=sys.stderr)

@@ -42,22 +42,28 @@ def write_exports(best_path: Path, out_dir: Path,
     written, relative to `out_dir`."""
     best = load_frozen(best_path)
     best_trial = (best.get("provenance") or {}).get("trial")
-    # A fallback slower than plain decoding is no advice: only those that beat it.
-    candidates = [best, *(d for d in fallbacks
-                          if (d.get("provenance") or {}).get("trial") != best_trial
-                          and _beats_baseline(d))]
+    refusal = refusal_reason(best)
+    # A config slower than plain decoding is no advice: only those that beat it (on the
+    # held-out prompts when validated), and nothing at all when the answer is not to
+    # speculate.
+    candidates = [] if refusal and _validation(best) else [
+        *([] if refusal else [best]),
+        *(d for d in fallbacks
+          if (d.get("provenance") or {}).get("trial") != best_trial
+          and refusal_reason(d) is None)]
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     # Built aside and swapped in, so a reader never sees a mix of two bests' files.
     scratch = Path(tempfile.mkdtemp(prefix=".exports-", dir=out_dir.parent))
     written: list[str] = []
     try:
-        lines = [f"Exports of the run's {best_path.name}: best {_trial_line(best)}.", ""]
+        lines = [f"Exports of the run's {best_path.name}: {_headline(best)}", ""]
         for fmt in exports.FORMATS:
             chosen = next((d for d in candidates if fmt in exports.expressible(d)), None)
             if chosen is None:
-                lines.append(f"{fmt}: not written: {_reason(best, fmt)}"
-                             + ("; no other trial it expresses beat the AR baseline"
-                                if fallbacks else ""))
+                why = refusal if refusal and (_validation(best) or not candidates) else (
+                    _reason(best, fmt) + ("; no other trial it expresses beat the AR "
+                                          "baseline" if fallbacks else ""))
+                lines.append(f"{fmt}: not written: {why}")
                 continue
             result = exports.export(chosen, fmt)
             for name, text in result.files.items():
@@ -83,10 +89,51 @@ def write_exports(best_path: Path, out_dir: Path,
     return written
 
 
-def _beats_baseline(doc: dict[str, Any]) -> bool:
-    """Measured faster than the interleaved AR baseline (True when not measured)."""
+def _validation(doc: dict[str, Any]) -> dict[str, Any] | None:
+    found = doc.get("validation")
+    return found if isinstance(found, dict) else None
+
+
+def refusal_reason(doc: dict[str, Any]) -> str | None:
+    """Why `doc` must not be deployed, or None. Validated: the answer is "do not
+    speculate", or its own held-out interval does not lie above 1.0. Not validated: its
+    search speedup is not above 1.0 (no measured speedup: nothing to hold against it)."""
+    from autotune.validation import DO_NOT_SPECULATE, shown_faster
+    validation = _validation(doc)
+    if validation is not None:
+        if validation.get("decision") == DO_NOT_SPECULATE:
+            return f"the validated answer is not to speculate: {validation.get('reason')}"
+        if not shown_faster(validation):
+            return (f"not shown faster than the AR baseline on the held-out prompts "
+                    f"({_figure(validation)})")
+        return None
     speedup = (doc.get("metrics") or {}).get("speedup")
-    return not isinstance(speedup, (int, float)) or speedup > 1.0
+    if isinstance(speedup, (int, float)) and speedup <= 1.0:
+        return f"measured {speedup:.3f}x the AR baseline in the search: slower than no speculation"
+    return None
+
+
+def _figure(validation: dict[str, Any]) -> str:
+    speedup, ci = validation.get("speedup"), validation.get("ci90")
+    text = f"{speedup:.3f}x" if isinstance(speedup, (int, float)) else "no speedup"
+    if isinstance(ci, list) and len(ci) == 2:
+        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    if validation.get("lossless") is False:
+        text += ", not lossless"
+    return text
+
+
+def _headline(best: dict[str, Any]) -> str:
+    """The README's first line: the answer, validated or not."""
+    validation = _validation(best)
+    if validation is None:
+        return (f"best {_trial_line(best)}; NOT validated on held-out prompts (the search's "
+                "own figure)")
+    if validation.get("decision") == "do_not_speculate":
+        return f"do not speculate: {validation.get('reason')}. Nothing is written."
+    return (f"best {_trial_line(best)}, validated {_figure(validation)} on "
+            f"{validation.get('prompts')} held-out prompts x {validation.get('repeats')} "
+            f"repeats (90% interval)")
 
 
 def _reason(doc: dict[str, Any], fmt: str) -> str:

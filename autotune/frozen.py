@@ -1,10 +1,10 @@
-"""FrozenConfig: the versioned JSON document (`autotune.frozen/v1`) a search leaves behind.
+"""FrozenConfig: the versioned JSON document (`autotune.frozen/v2`; v1 still read) a search leaves behind.
 
 It carries the canonical knobs (`params`), what was measured (`metrics`), on what
 (`model`, `draft`, `hardware`, `workload`) and by which run (`provenance`), so that
 `autotune measure --config`, `generate` and `export` can consume it and a reader can
 tell whether a re-measurement is comparable. The structure is checked by the JSON
-Schema in `autotune/schemas/frozen-v1.schema.json`; the meaning of the knobs by
+Schema in `autotune/schemas/frozen-v2.schema.json (v1: frozen-v1)`; the meaning of the knobs by
 `DecodeConfig.validate`.
 
 This module is the one reader of the format: its schema id, `problems` (everything wrong,
@@ -34,25 +34,29 @@ from autotune.errors import AutotuneError
 from autotune.files import write_atomically
 from autotune.yaml_source import did_you_mean
 
-SCHEMA = "autotune.frozen/v1"
+SCHEMA = "autotune.frozen/v2"
 SCHEMA_PREFIX = "autotune.frozen/"
-_SCHEMA_FILE = "schemas/frozen-v1.schema.json"
+# Every version this autotune reads, with its JSON Schema file. v2 added `validation`
+# (the finalists re-measured on held-out prompts); a v1 file reads as it always did.
+_SCHEMA_FILES = {"autotune.frozen/v1": "schemas/frozen-v1.schema.json",
+                 SCHEMA: "schemas/frozen-v2.schema.json"}
+READABLE = tuple(_SCHEMA_FILES)
 # Weight files whose bytes define a model; hashed in name order.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 _HASH_CHUNK = 1 << 22
 
 
-def shipped_schema() -> dict[str, Any]:
-    """The JSON Schema file as shipped: its `params.method` enum lists the built-in methods,
-    so a reader without autotune sees a complete schema."""
-    return json.loads(files("autotune").joinpath(_SCHEMA_FILE).read_text())
+def shipped_schema(version: str = SCHEMA) -> dict[str, Any]:
+    """The JSON Schema file of `version` as shipped: its `params.method` enum lists the
+    built-in methods, so a reader without autotune sees a complete schema."""
+    return json.loads(files("autotune").joinpath(_SCHEMA_FILES[version]).read_text())
 
 
-def _schema() -> dict[str, Any]:
+def _schema(version: str = SCHEMA) -> dict[str, Any]:
     """The schema documents are checked against: the shipped file with its method enum
     read from the registry, so a method registered at run time (a plug-in, a test's toy
     drafter) validates too. The file itself never changes."""
-    schema = shipped_schema()
+    schema = shipped_schema(version)
     schema["properties"]["params"]["properties"]["method"]["enum"] = list(method_names())
     return schema
 
@@ -155,7 +159,7 @@ def frozen_document(params: Mapping[str, Any], *, metrics: Mapping[str, Any] | N
                     context: Mapping[str, Any] | None = None,
                     trial: Mapping[str, Any] | None = None,
                     pareto_front: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Assemble a v1 document. `context` is a run's record (run.json's `frozen`
+    """Assemble a document of the current version. `context` is a run's record (run.json's `frozen`
     entry: model, draft, hardware, workload, provenance); `trial` adds the trial's
     number, preset and label to the provenance."""
     context = context or {}
@@ -206,8 +210,9 @@ class FrozenParts:
 def _version_problem(doc: Mapping[str, Any]) -> str | None:
     """A different version of this format (a newer autotune's file): one line saying so."""
     version = doc.get("schema")
-    if isinstance(version, str) and version.startswith(SCHEMA_PREFIX) and version != SCHEMA:
-        return f"schema: {version!r} is not supported by this autotune (reads {SCHEMA!r})"
+    if isinstance(version, str) and version.startswith(SCHEMA_PREFIX) and version not in READABLE:
+        return (f"schema: {version!r} is not supported by this autotune (reads "
+                f"{', '.join(map(repr, READABLE))})")
     return None
 
 
@@ -228,9 +233,9 @@ def read_parts(doc: Any) -> FrozenParts:
     if not isinstance(doc, Mapping):
         raise AutotuneError("a frozen config must be a mapping (the contents of best.json)")
     version = doc.get("schema", SCHEMA)
-    if version != SCHEMA:
+    if version not in READABLE:
         raise AutotuneError(_version_problem(doc)
-                            or f"schema: {version!r} is not {SCHEMA!r}")
+                            or f"schema: {version!r} is not one of {', '.join(READABLE)}")
     params, model, draft = doc.get("params"), doc.get("model"), doc.get("draft")
     if not isinstance(params, Mapping):
         raise AutotuneError("frozen config has no 'params' mapping")
@@ -266,7 +271,9 @@ def problems(doc: Any) -> list[str]:
     version = _version_problem(doc)
     if version is not None:
         return [version]
-    validator = jsonschema.Draft202012Validator(_schema())
+    version = doc.get("schema")
+    validator = jsonschema.Draft202012Validator(
+        _schema(version if version in READABLE else SCHEMA))
     found = []
     for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.path))):
         where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
@@ -321,20 +328,89 @@ def load_frozen(path: str | Path) -> dict[str, Any]:
 
 
 def describe_environment_change(doc: Mapping[str, Any], model: Mapping[str, Any] | None,
-                                hardware: Mapping[str, Any] | None) -> list[str]:
-    """Lines saying what differs between the recorded run and now (model weights,
-    device, library versions): why recorded and measured figures may disagree."""
+                                hardware: Mapping[str, Any] | None, *,
+                                draft: Mapping[str, Any] | None = None,
+                                prompts_sha256: str | None = None,
+                                prompts_count: int | None = None) -> list[str]:
+    """Lines saying what differs between the recorded run and now (model and draft
+    weights, device, library versions, prompts): why recorded and measured figures may
+    disagree.
+
+    `model`, `draft`: `model_record`s of what runs now (`draft` None: no draft model now);
+    `prompts_sha256`, `prompts_count`: `workload_digest` and number of the prompts
+    measured now (None: not compared). A search records the hash of its search prompts;
+    a config validated on held-out prompts (`validation`) was judged on others, so a
+    re-measurement on other prompts is expected there and the line says which prompts
+    each recorded figure came from."""
     notes = []
     recorded_model = doc.get("model") or {}
     if model and recorded_model.get("sha256") and recorded_model["sha256"] != model.get("sha256"):
         notes.append(f"model differs: recorded {recorded_model.get('id')} "
                      f"({recorded_model['sha256'][:12]}), now {model.get('id')} "
                      f"({str(model.get('sha256'))[:12]})")
+    notes.extend(_draft_change(doc.get("draft") or None, draft))
     recorded_hw = doc.get("hardware") or {}
     for key in ("device", "device_name", "threads", "torch", "cuda", "transformers"):
         if hardware and key in recorded_hw and recorded_hw[key] != hardware.get(key):
             notes.append(f"{key} differs: recorded {recorded_hw[key]!r}, now {hardware.get(key)!r}")
+    if prompts_sha256 is not None:
+        notes.extend(_prompts_change(doc, prompts_sha256, prompts_count))
     return notes
+
+
+def _model_label(record: Mapping[str, Any] | None) -> str:
+    if not record:
+        return "none"
+    digest = record.get("sha256")
+    return f"{record.get('id')} ({str(digest)[:12]})" if digest else str(record.get("id"))
+
+
+def _draft_change(recorded: Mapping[str, Any] | None, now: Mapping[str, Any] | None
+                  ) -> list[str]:
+    """One line when the draft model now is another one (or none) than the recorded:
+    a draft's weights set its acceptance, so every speculative figure moves with them."""
+    if recorded is None and now is None:
+        return []
+    if recorded is not None and now is not None:
+        old, new = recorded.get("sha256"), now.get("sha256")
+        if not old or not new or old == new:
+            return []
+    return [f"draft differs: recorded {_model_label(recorded)}, now {_model_label(now)}"]
+
+
+def _speedup_text(figures: Mapping[str, Any]) -> str:
+    value, ci = figures.get("speedup"), figures.get("ci90")
+    text = f"{value:.3f}x" if isinstance(value, (int, float)) else "-"
+    if isinstance(ci, list) and len(ci) == 2:
+        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return text
+
+
+def _prompts_change(doc: Mapping[str, Any], sha256: str, count: int | None) -> list[str]:
+    """A line when the prompts measured now are not the ones the recorded figures came
+    from (`workload.sha256`: the search's prompts; `validation.workload_sha256`: the
+    held-out prompts of the validated figure)."""
+    workload = doc.get("workload") or {}
+    searched = workload.get("sha256")
+    validation = doc.get("validation") or {}
+    validated = validation.get("workload_sha256")
+    now = f"{count if count is not None else '?'} prompts ({sha256[:12]})"
+    search_part = (f"the recorded metrics from the search's {workload.get('prompts', '?')} "
+                   f"prompts ({searched[:12] if searched else 'no hash recorded'})")
+    if not validated:
+        if not searched or searched == sha256:
+            return []
+        return [f"prompts differ: {search_part}, now {now}"]
+    if sha256 == searched:
+        return []                  # the table compares the search's figures on them
+    held_out = (f"the validated speedup {_speedup_text(validation)} from "
+                f"{validation.get('prompts', '?')} held-out prompts "
+                f"({validation.get('source') or 'validation'}; {validated[:12]})")
+    if sha256 == validated:
+        return [f"prompts: measured on the validation prompts; compare speedup with "
+                f"{held_out}; {search_part}"]
+    return [f"prompts: measured on {now}, neither figure's prompts: {search_part}; "
+            f"{held_out}"]
 
 
 def command_line() -> str:

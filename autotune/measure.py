@@ -5,9 +5,13 @@ prompts in the same process, interleaved prompt by prompt (alternating which goe
 first, so slow drifts of a shared machine hit both alike), after an untimed warm-up of
 both. Time is `perf_counter` behind a device synchronisation (`Clock`). Latency is per
 generated token of the decode phase (the first token comes from the prefill, which is
-reported apart), tokens counted as actually generated. Speedup is the median over
-prompts of baseline latency / candidate latency: each ratio is taken between runs made
-seconds apart, which is as close as a noisy machine allows.
+reported apart), tokens counted as actually generated. Speedup is the paired statistic
+of `autotune.paired` (AR decode time per token over the candidate's, summed over the
+same prompts), with a bootstrap interval over prompts and a split by category.
+
+`measure_arms` times several candidates against one shared baseline in the same way
+(every arm on a prompt before the next prompt, the order rotating), with repeats pooled:
+what re-measures a search's finalists on its validation prompts.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from typing import Any, Callable
 
 import torch
 
+from autotune import paired
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation, SpeculativeDecoder
+from autotune.decoding.methods import get_method
 from autotune.models.loading import LoadedModel
 from autotune.workloads import Prompt, encode_prompt
 
@@ -53,6 +59,14 @@ class PromptRun:
         decoded = len(gen.tokens) - 1
         return gen.decode_s / decoded if decoded > 0 else None
 
+    def pair(self) -> paired.PromptPair:
+        """The figures the paired statistic reads (decode time and decoded tokens)."""
+        return paired.PromptPair(
+            self.prompt_id, self.category, self.baseline.decode_s,
+            len(self.baseline.tokens) - 1, self.candidate.decode_s,
+            len(self.candidate.tokens) - 1, rounds=len(self.candidate.rounds),
+            emitted=sum(t.emitted for t in self.candidate.rounds))
+
 
 @dataclass
 class Measurement:
@@ -83,9 +97,8 @@ class Measurement:
         reached = sum(min(t.draft_depth, t.accepted + 1) for t in rounds)
         base_rounds = [t for g in base for t in g.rounds]
         base_ms = _ms_per_token(base)
-        per_token = [(PromptRun.per_token(r.baseline), PromptRun.per_token(r.candidate))
-                     for r in self.runs]
-        ratios = [b / c for b, c in per_token if b and c]
+        pairs = [r.pair() for r in self.runs]
+        ci = paired.interval(pairs)
         mismatched = [r.prompt_id for r in self.runs if r.baseline.tokens != r.candidate.tokens]
         return {
             "config": self.config.to_dict(),
@@ -93,16 +106,19 @@ class Measurement:
             "draft": self.draft,
             "device": self.device,
             "dtype": self.dtype,
-            "prompts": len(self.runs),
+            "prompts": len({r.prompt_id for r in self.runs}),
+            "runs": len(self.runs),
             "max_new_tokens": self.max_new_tokens,
             "tokens_generated": sum(len(g.tokens) for g in cand),
             "latency_ms_per_token": _ms_per_token(cand),
             "baseline_latency_ms_per_token": _ms_per_token(base),
-            "speedup": statistics.median(ratios) if ratios else None,
+            "speedup": paired.speedup(pairs),
+            "speedup_ci90": list(ci) if ci else None,
             "prefill_ms": 1000 * statistics.fmean(g.prefill_s for g in cand),
             "baseline_prefill_ms": 1000 * statistics.fmean(g.prefill_s for g in base),
             "rounds": len(rounds),
-            "mean_accepted_tokens": (accepted + len(rounds)) / len(rounds) if rounds else None,
+            # τ: tokens appended per round, counted after the EOS / length cut.
+            "mean_accepted_tokens": paired.tau(pairs),
             "acceptance_rate": accepted / drafted if drafted else None,
             "pos_acc": position_acceptance(rounds),
             "depth_acceptance": depth_acceptance(rounds),
@@ -121,6 +137,7 @@ class Measurement:
             "memory_kind": self.memory_kind,
             "lossless": (not mismatched) if self.config.greedy else None,
             "mismatched_prompts": mismatched if self.config.greedy else [],
+            "by_category": paired.by_category(pairs),
         }
 
     def traces(self) -> list[dict[str, Any]]:
@@ -184,49 +201,98 @@ def measure(target: LoadedModel, config: DecodeConfig, prompts: list[Prompt],
     the prompts done so far, so a pruner sees a metric computed as the final one is.
 
     Peak memory: on CUDA, the allocator's peak over the candidate's runs; on CPU, where
-    no allocator keeps such a count, the bytes of the weights read plus the largest KV
-    caches a candidate run allocated (both exact; the caches are preallocated).
+    no allocator keeps such a count, the bytes of the weights the candidate reads (the
+    draft's only when its method runs over the draft) plus the largest KV caches a
+    candidate run allocated (both exact; the caches are preallocated).
     """
-    candidate = SpeculativeDecoder(target, config, draft)
-    baseline = SpeculativeDecoder(target, DecodeConfig(temperature=config.temperature,
-                                                       top_p=config.top_p), draft)
+    def each(index: int, repeat: int, runs: dict[str, PromptRun],
+             so_far: dict[str, Measurement]) -> None:
+        if on_prompt is not None:
+            on_prompt(index, runs["candidate"], so_far["candidate"])
+
+    return measure_arms(target, {"candidate": config}, prompts, max_new_tokens, seed=seed,
+                        draft=draft, on_prompt=each)["candidate"]
+
+
+def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
+                 prompts: list[Prompt], max_new_tokens: int, repeats: int = 1, seed: int = 0,
+                 draft: LoadedModel | None = None,
+                 on_prompt: Callable[[int, int, dict[str, PromptRun],
+                                      dict[str, Measurement]], None] | None = None
+                 ) -> dict[str, Measurement]:
+    """Time every config of `configs` (by arm name) against one AR baseline on `prompts`.
+
+    All arms run on a prompt before the next prompt starts, the baseline among them, in an
+    order that rotates by one per prompt and repeat, so no arm always runs first (or
+    right after the baseline). Each arm's Measurement holds one PromptRun per prompt and
+    repeat, paired with the baseline run of that same prompt and repeat; the summary
+    pools the repeats of a prompt (sums their times and tokens), so a lucky repeat is
+    never picked over an unlucky one. Every config must share one temperature and top-p
+    (the baseline's). `on_prompt(index, repeat, runs, so_far)` follows each prompt.
+    """
+    if not configs:
+        raise ValueError("measure_arms needs at least one config")
+    sampling = {(c.temperature, c.top_p) for c in configs.values()}
+    if len(sampling) != 1:
+        raise ValueError(f"arms sample differently ({sorted(sampling)}); one baseline "
+                         "cannot pair them")
+    temperature, top_p = sampling.pop()
+    decoders = {"baseline": SpeculativeDecoder(
+        target, DecodeConfig(temperature=temperature, top_p=top_p), draft)}
+    decoders.update({name: SpeculativeDecoder(target, config, draft)
+                     for name, config in configs.items()})
     clock = Clock(target.device)
     cuda = target.device.type == "cuda"
     encoded = [encode_prompt(target.tokenizer, p) for p in prompts]
 
-    def generator(index: int) -> torch.Generator:
-        return torch.Generator(device=target.device).manual_seed(seed + index)
+    def generator(index: int, repeat: int) -> torch.Generator:
+        # Repeat 0 seeds prompt i with seed + i, as a single measurement always has.
+        return torch.Generator(device=target.device).manual_seed(
+            seed + index + repeat * len(prompts))
 
     # Warm-up: first calls pay for allocator growth, kernel selection and lazy imports.
-    for decoder in (baseline, candidate):
-        decoder.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock, generator(0))
+    for decoder in decoders.values():
+        decoder.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock,
+                         generator(0, 0))
 
-    weights = target.forward.nbytes() + (draft.forward.nbytes() if draft is not None else 0)
+    def weights_of(config: DecodeConfig) -> int:
+        # A method that never touches the draft is not charged for its weights.
+        reads_draft = draft is not None and get_method(config.method).uses_draft
+        return target.forward.nbytes() + (draft.forward.nbytes() if reads_draft else 0)
 
-    def result(runs: list[PromptRun], peak: int) -> Measurement:
+    weights = {name: weights_of(config) for name, config in configs.items()}
+    peaks = dict.fromkeys(configs, 0)
+    runs: dict[str, list[PromptRun]] = {name: [] for name in configs}
+
+    def result(name: str) -> Measurement:
         return Measurement(
-            config=config, model=target.name,
+            config=configs[name], model=target.name,
             draft=draft.name if draft is not None else None, device=str(target.device),
             dtype=str(target.dtype).removeprefix("torch."), max_new_tokens=max_new_tokens,
-            runs=runs, weights_bytes=weights, peak_memory_bytes=peak,
+            runs=list(runs[name]), weights_bytes=weights[name], peak_memory_bytes=peaks[name],
             memory_kind="cuda_max_allocated" if cuda else "weights_plus_kv_cache")
 
-    peak = 0
-    runs: list[PromptRun] = []
-    for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
-        results: dict[str, Generation] = {}
-        order = ("baseline", "candidate") if index % 2 == 0 else ("candidate", "baseline")
-        for name in order:
-            if cuda and name == "candidate":
-                torch.cuda.reset_peak_memory_stats(target.device)
-            decoder = baseline if name == "baseline" else candidate
-            results[name] = decoder.generate(ids, max_new_tokens, clock, generator(index))
-            if name == "candidate":
-                peak = max(peak, torch.cuda.max_memory_allocated(target.device) if cuda
-                           else weights + results[name].cache_bytes)
-        run = PromptRun(prompt.prompt_id, prompt.category, results["baseline"],
-                        results["candidate"])
-        runs.append(run)
-        if on_prompt is not None:
-            on_prompt(index, run, result(list(runs), peak))
-    return result(runs, peak)
+    arms = list(decoders)
+    step = 0
+    for repeat in range(repeats):
+        for index, ids in enumerate(encoded):
+            shift = step % len(arms)
+            step += 1
+            results: dict[str, Generation] = {}
+            for name in arms[shift:] + arms[:shift]:
+                if cuda and name != "baseline":
+                    torch.cuda.reset_peak_memory_stats(target.device)
+                results[name] = decoders[name].generate(ids, max_new_tokens, clock,
+                                                        generator(index, repeat))
+                if name != "baseline":
+                    peaks[name] = max(peaks[name],
+                                      torch.cuda.max_memory_allocated(target.device) if cuda
+                                      else weights[name] + results[name].cache_bytes)
+            prompt = prompts[index]
+            this = {name: PromptRun(prompt.prompt_id, prompt.category, results["baseline"],
+                                    results[name]) for name in configs}
+            for name, run in this.items():
+                runs[name].append(run)
+            if on_prompt is not None:
+                on_prompt(index, repeat, this, {name: result(name) for name in configs})
+    return {name: result(name) for name in configs}

@@ -8,6 +8,7 @@ the command line override them (and the comparison then says so).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from autotune.files import write_atomically
 from autotune.frozen import (describe_environment_change, hardware_record, is_frozen,
                              load_frozen, model_record, read_json)
 from autotune.objectives import EvalContext, available_objectives, load_objective
-from autotune.workloads import load_workload
+from autotune.workloads import load_workload, workload_digest
 
 DEFAULT_MAX_NEW_TOKENS = 128
 # Rows of the recorded-vs-now table, in order; objective metrics are added in front.
@@ -43,17 +44,47 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _speedup_text(speedup: Any, ci: Any) -> str:
+    """`1.234x [1.100, 1.350]`: the paired speedup and its 90% bootstrap interval."""
+    if not isinstance(speedup, (int, float)):
+        return "-"
+    band = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else ""
+    return f"{speedup:.3f}x{band}"
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+            for row in [head, *rows]]
+
+
 def format_summary(summary: dict[str, Any]) -> str:
+    """The text of `autotune measure`: one `key  value` row per figure (speedup with its
+    90% interval over prompts), then the speedup, τ and prompts per category."""
     config = ", ".join(f"{k}={_fmt(v)}" for k, v in summary["config"].items())
-    rows = [("config", config)] + [
-        (key, _fmt(summary.get(key))) for key in (
-            "model", "draft", "device", "dtype", "prompts", "tokens_generated",
-            "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup",
-            "prefill_ms", "mean_accepted_tokens", "acceptance_rate", "pos_acc",
-            "depth_acceptance", "mean_verified_tokens", "draft_time_share",
-            "peak_memory_mb", "lossless")]
+    rows = [("config", config)]
+    for key in ("model", "draft", "device", "dtype", "prompts", "tokens_generated",
+                "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup",
+                "prefill_ms", "mean_accepted_tokens", "acceptance_rate", "pos_acc",
+                "depth_acceptance", "mean_verified_tokens", "draft_time_share",
+                "peak_memory_mb", "lossless"):
+        if key == "speedup":
+            rows.append(("speedup [90% CI]",
+                         _speedup_text(summary.get("speedup"), summary.get("speedup_ci90"))))
+        else:
+            rows.append((key, _fmt(summary.get(key))))
+    if summary.get("mismatched_prompts"):
+        rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
     width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    categories = summary.get("by_category") or {}
+    if categories:
+        lines.append("")
+        lines.extend(_table(("category", "speedup [90% CI]", "tau", "prompts"), [
+            (name, _speedup_text(c.get("speedup"), c.get("ci90")),
+             _fmt(c.get("mean_accepted_tokens")), _fmt(c.get("prompts")))
+            for name, c in categories.items()]))
+    return "\n".join(lines)
 
 
 def comparison_rows(recorded: dict[str, Any], now: dict[str, Any],
@@ -72,11 +103,7 @@ def comparison_rows(recorded: dict[str, Any], now: dict[str, Any],
 
 
 def format_comparison(rows: list[tuple[str, str, str, str]]) -> str:
-    head = ("metric", "recorded", "now", "now/recorded")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
-             for row in [head, *rows]]
-    return "\n".join(lines)
+    return "\n".join(_table(("metric", "recorded", "now", "now/recorded"), rows))
 
 
 def frozen_defaults(args: argparse.Namespace, doc: dict[str, Any] | None) -> list[str]:
@@ -119,10 +146,25 @@ def _objective_of(doc: dict[str, Any]) -> Any:
     return load_objective(name if name in available_objectives() else "latency")
 
 
+# The figures a validation records for its config (best.json's `validation`).
+VALIDATED_FIGURES = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
+                     "mean_accepted_tokens", "acceptance_rate", "lossless")
+
+
+def _validated_prompt_ids(doc: dict[str, Any]) -> list[str] | None:
+    validation = doc.get("validation")
+    ids = validation.get("prompt_ids") if isinstance(validation, dict) else None
+    return [str(i) for i in ids] if isinstance(ids, list) and ids else None
+
+
 def run_measure_command(args: argparse.Namespace) -> int:
     doc = None
     if args.config and Path(args.config).suffix == ".json" and is_frozen(read_json(args.config)):
         doc = load_frozen(args.config)
+    # A validated config is re-measured where its headline figure came from: on its
+    # held-out prompts, unless the command line names other prompts.
+    held_out = (_validated_prompt_ids(doc) if doc is not None and args.workload is None
+                and args.prompts is None and args.categories is None else None)
     overridden = frozen_defaults(args, doc)
     if args.max_new_tokens < 1:
         raise AutotuneError("--max-new-tokens must be at least 1")
@@ -136,8 +178,18 @@ def run_measure_command(args: argparse.Namespace) -> int:
     get_method(config.method).require_draft(args.draft is not None)
 
     categories = [c for c in args.categories.split(",") if c] if args.categories else None
-    prompts = load_workload(args.workload, categories, args.prompts)
+    if held_out:
+        by_id = {p.prompt_id: p for p in load_workload(args.workload)}
+        missing = [i for i in held_out if i not in by_id]
+        if missing:
+            raise AutotuneError(f"{args.config}: held-out prompt {missing[0]!r} is not in "
+                                f"{args.workload}; give --workload/--prompts to measure on others")
+        prompts = [by_id[i] for i in held_out]
+    else:
+        prompts = load_workload(args.workload, categories, args.prompts)
     objective = _objective_of(doc) if doc is not None else None
+    if held_out and objective is not None:
+        objective = dataclasses.replace(objective, repeats=int(doc["validation"].get("repeats") or 1))
 
     # torch and transformers load here, once every input above has been checked.
     from autotune.models.loading import load_model
@@ -173,9 +225,15 @@ def _remeasure(args: argparse.Namespace, doc: dict[str, Any], config: Any, objec
     context = EvalContext(target=target, draft=draft, prompts=prompts,
                           max_new_tokens=args.max_new_tokens, seed=args.seed, memo={})
     now = objective.evaluate(context, config)
-    recorded = doc.get("metrics") or {}
-    notes = describe_environment_change(doc, model_record(target, args.model),
-                                        hardware_record(target.device))
+    recorded = dict(doc.get("metrics") or {})
+    validation = doc.get("validation")
+    if isinstance(validation, dict) and workload_digest(prompts) == validation.get("workload_sha256"):
+        # Same prompts as the validation: compare with its figures, not the search's.
+        recorded.update({k: validation[k] for k in VALIDATED_FIGURES if k in validation})
+    notes = describe_environment_change(
+        doc, model_record(target, args.model), hardware_record(target.device),
+        draft=model_record(draft, args.draft) if draft is not None else None,
+        prompts_sha256=workload_digest(prompts), prompts_count=len(prompts))
     if overridden:
         notes.append("overridden on the command line: " + ", ".join(overridden))
     violation = objective.violation(now, config)

@@ -48,7 +48,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("latency_ms_per_token", "minimize", "ms/token",
            "candidate decode time per generated token (the prefill's first token excluded)"),
     Metric("speedup", "maximize", "x",
-           "median over prompts of baseline / candidate latency per token, interleaved"),
+           "paired: AR / candidate decode time per generated token, summed over the same "
+           "prompts run interleaved (autotune.paired)"),
     Metric("peak_memory_mb", "minimize", "MiB",
            "peak memory of the candidate's runs (CUDA allocator peak; on CPU weights + KV caches)"),
     Metric("acceptance_rate", "maximize", "fraction", "accepted draft tokens / drafted tokens"),
@@ -207,9 +208,9 @@ class Objective:
                  report: Report | None = None) -> dict[str, Any]:
         """The metrics of `config` on `ctx`'s prompts.
 
-        Timed metrics: `measure` runs `repeats` times; the result is the last run's
-        summary with every numeric top-level value replaced by its median over repeats
-        (plus `repeats` and `repeat_values`). `agreement`: teacher-forced, no decoding;
+        Timed metrics: one `measure_arms` over the prompts `repeats` times, each
+        prompt's repeats pooled (times and tokens summed: never the luckier repeat), plus
+        `repeats`. `agreement`: teacher-forced, no decoding;
         adds `agreement` and `agreement_positions` (and `config` when nothing is timed).
 
         Pruning: for a single-metric objective, `report(step, value)` is called after

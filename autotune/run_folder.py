@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 import pandas as pd
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.decoding.config import KNOBS, DecodeConfig
 from autotune.decoding.methods import find_method
@@ -23,12 +23,14 @@ from autotune.files import write_atomically
 from autotune.frozen import frozen_document
 from autotune.ranking import best_trial, pareto_numbers, ranked
 from autotune.samplers import BASELINE_ATTR
+from autotune.validation import (DO_NOT_SPECULATE, answer, current_record, finalist_view,
+                                 shown_faster)
 
 if TYPE_CHECKING:      # objectives imports the measuring code (torch); the files need none
     from autotune.objectives import Objective
 
 __all__ = ["BEST_FILE", "RUN_FILE", "TRIALS_FILE", "best_document", "best_trial", "describe",
-           "ranked_documents", "top_table", "trials_frame", "write_run_files"]
+           "ranked_documents", "top_table", "trials_frame", "validation_table", "write_run_files"]
 
 RUN_FILE = "run.json"
 TRIALS_FILE = "trials.csv"
@@ -69,7 +71,12 @@ def _flat(value: Any) -> Any:
 
 def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
     """One row per trial: number, state, preset, duration, values, metrics, config,
-    params, error. Columns that no trial has are left out."""
+    params, error. Columns that no trial has are left out.
+
+    A pruned trial's `values` hold Optuna's last intermediate value: the figure over the
+    prompts it ran before it was stopped, not a measurement of the config. It goes to
+    `partial.<metric>` (with `partial.prompts_measured`, how many prompt runs it
+    covers), and `value.<metric>` stays empty, so no reader takes it for a result."""
     rows = []
     for t in study.get_trials(deepcopy=False):
         row: dict[str, Any] = {
@@ -80,8 +87,11 @@ def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
             "duration_s": t.duration.total_seconds() if t.duration is not None else None,
             "started": t.datetime_start.isoformat() if t.datetime_start else None,
         }
+        pruned = t.state == TrialState.PRUNED
         for metric, value in zip(objective.metrics, t.values or []):
-            row[f"value.{metric}"] = value
+            row[f"{'partial' if pruned else 'value'}.{metric}"] = value
+        if pruned and t.values and t.last_step is not None:
+            row["partial.prompts_measured"] = t.last_step + 1     # steps count prompt runs
         for key, value in t.user_attrs.get("metrics", {}).items():
             row[f"metrics.{key}"] = _flat(value)
         for key, value in t.user_attrs.get("config", {}).items():
@@ -109,17 +119,28 @@ def _trial_record(t: FrozenTrial, objective: Objective) -> dict[str, Any]:
 
 def best_document(study: optuna.Study, objective: Objective,
                   context: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """What `best.json` holds: a FrozenConfig (`autotune.frozen/v1`) of the best trial by
-    `autotune.ranking` (+ the Pareto front for several objectives). `context` is run.json's
-    `frozen` entry: model, draft, hardware, workload and the run's provenance."""
-    best = best_trial(study, objective)
-    if best is None:
-        return None
+    """What `best.json` holds: a FrozenConfig of what the run recommends by
+    `autotune.validation.answer` (+ the Pareto front for several objectives). Validated:
+    the winner, or for "do not speculate" the AR baseline, with the validation under
+    `validation`; not (yet) validated: the search's best by `autotune.ranking`.
+    `context` is run.json's `frozen` entry: model, draft, hardware, workload and the
+    run's provenance."""
+    chosen = answer(study, objective)
     front = None
     if objective.multi:
         front = [_trial_record(t, objective)
                  for t in sorted(study.best_trials, key=lambda t: t.number)]
-    return _trial_document(best, objective, context, front)
+    if chosen.trial is None:
+        if chosen.record is None:
+            return None
+        # Do not speculate, and the study has no baseline trial to point at.
+        doc = frozen_document({}, context=context, pareto_front=front)
+    else:
+        doc = _trial_document(chosen.trial, objective, context, front)
+    if chosen.record is not None:
+        doc["validation"] = finalist_view(
+            chosen.record, chosen.trial.number if chosen.speculate and chosen.trial else None)
+    return doc
 
 
 def _trial_document(t: FrozenTrial, objective: Objective, context: dict[str, Any] | None,
@@ -136,9 +157,22 @@ def _trial_document(t: FrozenTrial, objective: Objective, context: dict[str, Any
 
 def ranked_documents(study: optuna.Study, objective: Objective,
                      context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Frozen configs of every complete trial in `autotune.ranking` order, best first:
-    the fallbacks of the exports."""
-    return [_trial_document(t, objective, context) for t in ranked(study, objective)]
+    """The exports' fallback configs, best first. Validated: the finalists shown faster
+    than the AR baseline (`validation.shown_faster`), by validated speedup, each with its
+    own validated figures; otherwise every complete trial in `autotune.ranking` order."""
+    record = current_record(study)
+    if record is None:
+        return [_trial_document(t, objective, context) for t in ranked(study, objective)]
+    trials = {t.number: t for t in ranked(study, objective)}
+    faster = sorted((f for f in record.get("finalists", [])
+                     if shown_faster(f) and f["trial"] in trials),
+                    key=lambda f: (-f["speedup"], f["trial"]))
+    docs = []
+    for f in faster:
+        doc = _trial_document(trials[f["trial"]], objective, context)
+        doc["validation"] = finalist_view(record, f["trial"])
+        docs.append(doc)
+    return docs
 
 
 def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
@@ -151,12 +185,18 @@ def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
         write_atomically(run_dir / BEST_FILE, json.dumps(doc, indent=2) + "\n")
 
 
+def _interval(ci: Any) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else "-"
+
+
 def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
     """The top `n` complete trials in `autotune.ranking` order (the Pareto front first for
-    several objectives)."""
+    several objectives), with the validated speedup and its interval for finalists."""
     order, front = ranked(study, objective), pareto_numbers(study, objective)
     if not order:
         return "no trial completed"
+    record = current_record(study)
+    validated = {f["trial"]: f for f in (record or {}).get("finalists", [])}
     rows = []
     for t in order[:n]:
         m = t.user_attrs.get("metrics", {})
@@ -169,6 +209,51 @@ def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
                 row[head] = m[key]
         if objective.multi:
             row["pareto"] = "*" if t.number in front else ""
+        if validated:
+            f = validated.get(t.number)
+            row["held-out speedup"] = f["speedup"] if f and f.get("speedup") is not None else math.nan
+            row["90% interval"] = _interval(f.get("ci90")) if f else "-"
         rows.append(row)
     frame = pd.DataFrame(rows)
-    return frame.to_string(index=False, float_format=lambda v: f"{v:.3f}" if math.isfinite(v) else "-")
+    return frame.to_string(index=False, na_rep="-",
+                           float_format=lambda v: f"{v:.3f}" if math.isfinite(v) else "-")
+
+
+def validation_table(study: optuna.Study, objective: Objective) -> str:
+    """The finalists' validation: one row per finalist (search figure beside the held-out
+    one), the answer with its reason, and the answer's speedup per category."""
+    record = current_record(study)
+    if record is None:
+        return ("not validated: the figures above are the search's own (no held-out "
+                "prompts, or the search was stopped before its finalists were measured)")
+    rows = [{"trial": f["trial"], "config": f["label"], "role": f["role"],
+             "search speedup": (f.get("search") or {}).get("speedup"),
+             "held-out speedup": f.get("speedup"), "90% interval": _interval(f.get("ci90")),
+             "tau": f.get("mean_accepted_tokens"), "lossless": f.get("lossless"),
+             "chosen": "*" if f["trial"] == record.get("winner") else ""}
+            for f in record.get("finalists", [])]
+    head = (f"finalists on {record['prompts']} held-out prompts x {record['repeats']} "
+            f"pass(es) ({record.get('source')}); AR {_ms(record)} ms/token")
+    table = (pd.DataFrame(rows).to_string(index=False, na_rep="-",
+                                          float_format=lambda v: f"{v:.3f}")
+             if rows else "no finalist")
+    lines = [head, table, ""]
+    if record.get("decision") == DO_NOT_SPECULATE:
+        lines.append(f"answer: do not speculate: {record.get('reason')}")
+        return "\n".join(lines)
+    lines.append(f"answer: {record.get('reason')}")
+    winner = next((f for f in record["finalists"] if f["trial"] == record.get("winner")), None)
+    if winner and winner.get("by_category"):
+        per = [{"category": c, "prompts": v.get("prompts"), "speedup": v.get("speedup"),
+                "90% interval": _interval(v.get("ci90")) if v.get("ci90") else "- (1 prompt)",
+                "tau": v.get("mean_accepted_tokens")}
+               for c, v in winner["by_category"].items()]
+        lines += ["", "by category (the answer, held-out prompts):",
+                  pd.DataFrame(per).to_string(index=False, na_rep="-",
+                                              float_format=lambda v: f"{v:.3f}")]
+    return "\n".join(lines)
+
+
+def _ms(record: dict[str, Any]) -> str:
+    value = (record.get("baseline") or {}).get("latency_ms_per_token")
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"

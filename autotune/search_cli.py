@@ -11,18 +11,24 @@ file of the run folder is replaced atomically):
   again, then the run files, report and exports are written and the summary printed;
 - between trials (sampling, the run files, the progress line): the same, with no trial
   to mark;
+- while the finalists are validated: the run files, report and exports are written
+  with the search's own (unvalidated) best, and a rerun validates;
 - while the report or the exports are written: they are left as they were (the
   previous ones, or none), and the message says which command redoes them.
+
+After the study stops (not by Ctrl-C), the finalists are re-measured on the held-out
+prompts (`autotune.validation`); `best.json`, the report and the exports follow the
+validated answer.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,7 +36,7 @@ from typing import Any
 import optuna
 from tqdm import tqdm
 
-from autotune import __version__
+from autotune import __version__, ranking
 from autotune.decoding.config import config_from_mapping, load_config_file
 from autotune.errors import AutotuneError
 from autotune.exporting import write_exports
@@ -40,16 +46,22 @@ from autotune.objectives import EvalContext, Objective, load_objective
 from autotune.profile import PROFILE_FILE, run_profile, save_run_profile
 from autotune.report import write_report
 from autotune.run_folder import (BEST_FILE, RUN_FILE, TRIALS_FILE, describe, ranked_documents,
-                                 top_table, write_run_files)
+                                 top_table, validation_table, write_run_files)
 from autotune.run_record import (FileRecord, FrozenContext, Provenance, RunRecord,
                                  StudyIdentity, WorkloadRecord)
 from autotune.samplers import check_sampler_name
 from autotune.search import SearchSettings, StudyRunner, TrialEvent
 from autotune.space import SearchSpace, load_space
 from autotune.storage import JOURNAL_NAME, masked_storage
-from autotune.workloads import load_workload
+from autotune.workloads import (load_workload, round_robin, split_workload, without,
+                                workload_digest)
+# By attribute (`validation.measure_finalists`): tests/phase_driver.py parks a run there.
+from autotune import validation
+from autotune.validation import VALIDATION_ATTR, current_record, pick_finalists
 
 REPORTS = Path("reports")
+# Fewest held-out prompts that give an interval over prompts.
+MIN_HELD_OUT = 2
 
 
 class _Progress:
@@ -92,13 +104,6 @@ def model_slug(spec: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-") or "model"
 
 
-def _workload_digest(prompts: list[Any]) -> str:
-    digest = hashlib.sha256()
-    for p in prompts:
-        digest.update(json.dumps([p.prompt_id, p.category, p.text]).encode())
-    return digest.hexdigest()[:16]
-
-
 def load_enqueue(path: str) -> list[dict[str, Any]]:
     raw = load_config_file(path, allow_list=True)
     entries = raw if isinstance(raw, list) else [raw]
@@ -115,10 +120,63 @@ def load_enqueue(path: str) -> list[dict[str, Any]]:
 def _check_numbers(args: argparse.Namespace) -> None:
     if args.trials < 1:
         raise AutotuneError("--trials must be at least 1")
+    for flag, value, least in (("--validation-prompts", args.validation_prompts, 1),
+                               ("--validation-repeats", args.validation_repeats, 1),
+                               ("--finalists", args.finalists, 1)):
+        if value < least:
+            raise AutotuneError(f"{flag} must be at least {least}")
     for flag, value in (("--timeout", args.timeout), ("--trial-timeout", args.trial_timeout)):
         if value is not None and value <= 0:
             raise AutotuneError(f"{flag} must be a positive number of seconds")
     check_sampler_name(args.sampler)
+
+
+def split_prompts(args: argparse.Namespace, categories: list[str] | None,
+                  prompts_n: int) -> tuple[list[Any], list[Any], str]:
+    """(search prompts, validation prompts, where the latter came from).
+
+    `--validation FRACTION`: that share of the workload (after `--categories`) is held
+    out, stratified by category and seeded by `--seed`, before `--prompts` are drawn from
+    the rest; `--validation FILE`: its prompts are held out and any workload prompt with
+    the same text is dropped from the search; `0`: nothing is held out. Each part is
+    then drawn round-robin over categories (`--prompts`, `--validation-prompts`)."""
+    spec = str(args.validation)
+    workload = load_workload(args.workload, categories)
+    try:
+        fraction: float | None = float(spec)
+    except ValueError:
+        fraction = None
+    if fraction is None:
+        if not Path(spec).is_file():
+            raise AutotuneError(f"--validation {spec!r} is neither a fraction in [0, 1) nor "
+                                "a prompt file")
+        held = load_workload(spec, None, args.validation_prompts)
+        if len(held) < MIN_HELD_OUT:
+            raise AutotuneError(f"--validation {spec} has {len(held)} prompt; an interval "
+                                f"over prompts needs at least {MIN_HELD_OUT}")
+        search = without(workload, held)
+        if not search:
+            raise AutotuneError(f"every workload prompt is in --validation {spec}: nothing "
+                                "is left to search on")
+        source = f"{len(held)} prompts of {spec}"
+    elif fraction == 0:
+        search, held, source = workload, [], "none"
+    else:
+        if not 0 < fraction < 1:
+            raise AutotuneError(f"--validation {spec}: a fraction lies in [0, 1)")
+        search, part = split_workload(workload, fraction, args.seed)
+        held = round_robin(part, args.validation_prompts)
+        source = (f"{len(held)} of the {len(part)} prompts of {args.workload} held out "
+                  f"({fraction:g}, stratified by category, seed {args.seed})")
+        if len(held) < MIN_HELD_OUT:
+            # One held-out prompt gives no interval, so it could only ever say "do not
+            # speculate": search on everything and say the answer is not validated.
+            print(f"autotune: warning: {args.workload} has {len(workload)} prompts, too few "
+                  f"to hold {MIN_HELD_OUT} out at --validation {spec}; the answer will not be "
+                  "validated (give more prompts or --validation FILE)",
+                  file=sys.stderr, flush=True)
+            search, held, source = workload, [], "none"
+    return round_robin(search, prompts_n), held, source
 
 
 def _study_identity(args: argparse.Namespace, space: SearchSpace, objective: Objective,
@@ -131,7 +189,7 @@ def _study_identity(args: argparse.Namespace, space: SearchSpace, objective: Obj
         model=target.name, draft=draft.name if draft is not None else None,
         device_type=target.device.type, dtype=str(target.dtype).removeprefix("torch."),
         workload=args.workload, categories=categories, prompts=len(prompts),
-        workload_sha256=_workload_digest(prompts), max_new_tokens=max_new,
+        workload_sha256=workload_digest(prompts), max_new_tokens=max_new,
         temperature=defaults.temperature, top_p=defaults.top_p)
 
 
@@ -202,7 +260,7 @@ def run_search_command(args: argparse.Namespace) -> int:
         raise AutotuneError(f"--out {run_dir} exists and is not a folder")
     storage = args.storage or str(run_dir / JOURNAL_NAME)
 
-    prompts = load_workload(args.workload, categories, prompts_n)
+    prompts, held_out, held_source = split_prompts(args, categories, prompts_n)
 
     # Looked up when called: tests put a spy on autotune.models.loading.load_model.
     from autotune.models.loading import load_model
@@ -250,13 +308,47 @@ def run_search_command(args: argparse.Namespace) -> int:
                                storage))
     context = record.frozen.to_json()
     write_atomically(run_dir / RUN_FILE, json.dumps(record.to_json(), indent=2) + "\n")
-    return _run_study(args, run_dir, storage, runner, objective, context)
+    return _run_study(args, run_dir, storage, runner, objective, context,
+                      HeldOut(held_out, held_source))
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The validation prompts (never measured by the search) and where they came from."""
+
+    prompts: list[Any]
+    source: str
+
+
+def _validate(args: argparse.Namespace, runner: StudyRunner, objective: Objective,
+              held: HeldOut) -> None:
+    """Re-measure the finalists on the held-out prompts and store the record in the
+    study, unless a current record of these prompts and repeats is there already (a
+    rerun of a finished search loses nothing and re-measures nothing)."""
+    study = runner.study
+    record = current_record(study)
+    if (record is not None and record.get("workload_sha256") == workload_digest(held.prompts)
+            and record.get("repeats") == args.validation_repeats):
+        return
+    finalists = pick_finalists(study, objective, args.finalists)
+    names = ", ".join(f"trial {f.trial} ({f.role})" for f in finalists) or "none"
+    print(f"autotune: validating {len(finalists)} finalists ({names}) against the AR "
+          f"baseline on {len(held.prompts)} held-out prompts x {args.validation_repeats} "
+          "repeats", file=sys.stderr, flush=True)
+
+    def progress(done: int, total: int) -> None:
+        print(f"  [{done}/{total}] held-out prompt", file=sys.stderr, flush=True)
+
+    record = validation.measure_finalists(runner.context, finalists, held.prompts,
+                               args.validation_repeats, len(ranking.complete(study)),
+                               held.source, on_prompt=progress)
+    study.set_user_attr(VALIDATION_ATTR, record)
 
 
 def _run_study(args: argparse.Namespace, run_dir: Path, storage: str, runner: StudyRunner,
-               objective: Objective, context: dict[str, Any]) -> int:
-    """Run the trials with a progress display, then write the run folder and say why it
-    stopped; 130 after Ctrl-C."""
+               objective: Objective, context: dict[str, Any], held: HeldOut) -> int:
+    """Run the trials with a progress display, validate the finalists on the held-out
+    prompts, then write the run folder and say why it stopped; 130 after Ctrl-C."""
     study_name = runner.settings.study_name
     done, _, _ = runner.progress()
     print(f"autotune: study {study_name!r}: {done} of {args.trials} trials finished; "
@@ -272,6 +364,14 @@ def _run_study(args: argparse.Namespace, run_dir: Path, storage: str, runner: St
         reason = runner.run(on_trial=finished, on_start=progress.start)
     finally:
         progress.close()
+    if reason != "interrupted" and held.prompts:
+        try:
+            _validate(args, runner, objective, held)
+        except KeyboardInterrupt:
+            reason = "interrupted"
+            print("autotune: interrupted while validating the finalists; the search is "
+                  "saved and best.json holds its own (unvalidated) best. Rerun the same "
+                  "command to validate.", file=sys.stderr, flush=True)
     try:
         write_run_files(run_dir, runner.study, objective, context)
         outputs = _write_outputs(run_dir, storage, runner.study, objective, context)
@@ -291,6 +391,7 @@ def _run_study(args: argparse.Namespace, run_dir: Path, storage: str, runner: St
     print(f"\n{stopped}: {done} of {args.trials} trials finished "
           f"({time.monotonic() - began:.0f} s this run)\n", file=sys.stderr)
     print(top_table(runner.study, objective))
+    print("\n" + validation_table(runner.study, objective))
     files = [TRIALS_FILE, BEST_FILE, RUN_FILE, *outputs,
              *([PROFILE_FILE] if (run_dir / PROFILE_FILE).is_file() else [])]
     print(f"\nrun folder: {run_dir} ({', '.join(files)})")

@@ -9,7 +9,9 @@ with ``limit`` spreads across categories instead of taking the head of the file.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -60,13 +62,59 @@ def load_workload(
 
     if not prompts:
         raise AutotuneError(f"workload {where} contains no prompts")
+    prompts = _unique_ids(prompts)
 
     if categories is not None:
         prompts = _filter_categories(prompts, categories, where)
 
     if limit is not None:
-        prompts = _round_robin(prompts, limit)
+        prompts = round_robin(prompts, limit)
     return prompts
+
+
+def workload_digest(prompts: Sequence[Prompt]) -> str:
+    """A short hash of prompts' ids, categories and texts, in order (provenance: which
+    prompts a figure was measured on)."""
+    digest = hashlib.sha256()
+    for p in prompts:
+        digest.update(json.dumps([p.prompt_id, p.category, p.text]).encode())
+    return digest.hexdigest()[:16]
+
+
+def split_workload(prompts: Sequence[Prompt], fraction: float,
+                   seed: int = 0) -> tuple[list[Prompt], list[Prompt]]:
+    """(search part, validation part): a seeded split, stratified by category.
+
+    Each category gives `fraction` of its prompts (rounded half up) to validation, but
+    keeps at least one for the search when it has two or more; the search part keeps
+    file order within each category. The same prompts, fraction and seed give the same
+    split, so a resumed search measures the same prompts it measured before.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise AutotuneError(f"validation fraction must lie strictly between 0 and 1, got {fraction}")
+    by_category: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by_category.setdefault(p.category, []).append(p)
+    held: set[int] = set()
+    rng = random.Random(seed)
+    for category in sorted(by_category):
+        members = by_category[category]
+        take = int(len(members) * fraction + 0.5)
+        if len(members) >= 2:
+            take = min(take, len(members) - 1)
+        held.update(id(p) for p in rng.sample(members, take))
+    search = [p for p in prompts if id(p) not in held]
+    validation = [p for p in prompts if id(p) in held]
+    if not search:
+        raise AutotuneError(f"a validation fraction of {fraction} leaves no prompt to search on "
+                            f"({len(prompts)} prompts); lower it or give more prompts")
+    return search, validation
+
+
+def without(prompts: Sequence[Prompt], held_out: Sequence[Prompt]) -> list[Prompt]:
+    """`prompts` minus any whose text is one of `held_out`'s (a validation file's)."""
+    texts = {p.text.strip() for p in held_out}
+    return [p for p in prompts if p.text.strip() not in texts]
 
 
 def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
@@ -86,6 +134,18 @@ def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
     if hasattr(ids, "tolist"):  # tolerate tokenizers that return tensors/arrays
         ids = ids.tolist()
     return [int(i) for i in ids]
+
+
+def _unique_ids(prompts: list[Prompt]) -> list[Prompt]:
+    """Ids made unique (`7`, `7#2`, ...): figures are pooled per prompt id, so two prompts
+    sharing one in a user's file must not be taken for repeats of one prompt."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in prompts:
+        seen[p.prompt_id] = seen.get(p.prompt_id, 0) + 1
+        count = seen[p.prompt_id]
+        out.append(p if count == 1 else Prompt(p.text, p.category, f"{p.prompt_id}#{count}"))
+    return out
 
 
 def _read_text(path: Path) -> str:
@@ -156,7 +216,7 @@ def _filter_categories(prompts: list[Prompt], categories: Sequence[str], where: 
     return [p for p in prompts if p.category in wanted]
 
 
-def _round_robin(prompts: list[Prompt], limit: int) -> list[Prompt]:
+def round_robin(prompts: Sequence[Prompt], limit: int) -> list[Prompt]:
     """Take up to ``limit`` prompts cycling over categories, keeping file order within each."""
     by_category: dict[str, list[Prompt]] = {}
     for p in prompts:

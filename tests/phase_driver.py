@@ -12,6 +12,8 @@ Phases, each a real function of the search patched here and nowhere else:
   profile  the hardware profile before the study (`profile.forward_cost_profile`)
   trial    inside a trial's measurement (`Objective.evaluate`)
   between  the run files rewritten after a trial (`run_folder.write_run_files`)
+  validation  measuring the finalists on the held-out prompts
+           (`validation.measure_finalists`)
   report   rendering the report after the study (`report.render_report`)
   exports  writing the exports after the report (`exports.export`)
 """
@@ -73,6 +75,9 @@ def _install(phase: str, nth: int, marker: Path) -> None:
     elif phase == "between":
         import autotune.run_folder as module
         _wait_on_call(module, "write_run_files", nth, marker)
+    elif phase == "validation":
+        import autotune.validation as module
+        _wait_on_call(module, "measure_finalists", nth, marker)
     elif phase == "report":
         import autotune.report as module
         _wait_on_call(module, "render_report", nth, marker)

@@ -7,12 +7,14 @@ spy that fails the test if it is reached, so none of these loads the default mod
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
 import autotune.models.loading as loading
 from autotune.cli import main
+from autotune.measure_cli import format_summary
 
 from tiny import gpt2_model, llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
@@ -167,6 +169,74 @@ def test_measure_with_sampling(tmp_path, workload, capsys):
     assert code == 0, captured.err
     summary = json.loads(captured.out)
     assert summary["lossless"] is None and summary["tokens_generated"] == 12
+
+
+@pytest.fixture
+def categorised(tmp_path):
+    """Three prompts in two categories (JSONL), for the per-category figures."""
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in [
+        {"id": "a", "category": "code", "prompt": "t1 t2 t3 t4 t1 t2"},
+        {"id": "b", "category": "code", "prompt": "t5 t6 t7 t5 t6"},
+        {"id": "c", "category": "chat", "prompt": "t9 t8 t9 t8"}]) + "\n")
+    return str(path)
+
+
+def test_measure_json_has_the_interval_and_the_categories(tmp_path, categorised, capsys):
+    model = save_tiny(llama_model(seed=1), tmp_path / "llama")
+    code = main(["measure", "--model", str(model), "--device", "cpu", "--workload", categorised,
+                 "--max-new-tokens", "6", "--json", "--set", "method=ngram"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    low, high = summary["speedup_ci90"]
+    assert low <= summary["speedup"] <= high
+    assert summary["prompts"] == 3 and summary["runs"] == 3
+    assert list(summary["by_category"]) == ["code", "chat"]
+    code_row, chat_row = summary["by_category"]["code"], summary["by_category"]["chat"]
+    assert set(code_row) == {"speedup", "ci90", "mean_accepted_tokens", "prompts"}
+    assert code_row["prompts"] == 2 and len(code_row["ci90"]) == 2
+    assert chat_row["prompts"] == 1 and chat_row["ci90"] is None   # one prompt: no spread
+    assert chat_row["speedup"] > 0 and chat_row["mean_accepted_tokens"] >= 1
+
+
+def test_measure_text_shows_the_interval_and_a_table_per_category(tmp_path, categorised,
+                                                                   capsys):
+    model = save_tiny(llama_model(seed=1), tmp_path / "llama")
+    code = main(["measure", "--model", str(model), "--device", "cpu", "--workload", categorised,
+                 "--max-new-tokens", "6", "--set", "method=ngram"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    lines = captured.out.splitlines()
+    speedup = next(line for line in lines if line.startswith("speedup [90% CI]"))
+    assert re.fullmatch(r"speedup \[90% CI\] +\d+\.\d{3}x \[\d+\.\d{3}, \d+\.\d{3}\]", speedup)
+    head = lines.index(next(line for line in lines if line.startswith("category")))
+    assert lines[head].split() == ["category", "speedup", "[90%", "CI]", "tau", "prompts"]
+    rows = [line.split() for line in lines[head + 1:]]
+    assert [(r[0], r[-1]) for r in rows] == [("code", "2"), ("chat", "1")]
+    assert re.fullmatch(r"\d+\.\d{3}x \[\d+\.\d{3}, \d+\.\d{3}\] \d+\.\d{3}",
+                        " ".join(rows[0][1:-1]))
+    assert re.fullmatch(r"\d+\.\d{3}x \d+\.\d{3}", " ".join(rows[1][1:-1]))   # no interval
+
+
+def test_format_summary_prints_given_figures():
+    """The text is the summary's own figures, formatted (a hand-made summary)."""
+    summary = {"config": {"method": "ngram", "k": 3}, "speedup": 1.23456,
+               "speedup_ci90": [1.1, 1.3], "lossless": False, "mismatched_prompts": ["b"],
+               "by_category": {"code": {"speedup": 1.5, "ci90": [1.25, 1.75],
+                                        "mean_accepted_tokens": 2.0, "prompts": 2},
+                               "chat": {"speedup": 0.9, "ci90": None,
+                                        "mean_accepted_tokens": 1.25, "prompts": 1}}}
+    text = format_summary(summary)
+    rows = text.splitlines()
+    values = dict(re.split(r"\s{2,}", row, maxsplit=1) for row in rows[:rows.index("")])
+    assert values["speedup [90% CI]"] == "1.235x [1.100, 1.300]"
+    assert values["lossless"] == "false" and values["mismatched_prompts"] == "b"
+    assert values["config"] == "method=ngram, k=3" and values["tokens_generated"] == "-"
+    assert rows[-3:] == ["category  speedup [90% CI]       tau    prompts",
+                         "code      1.500x [1.250, 1.750]  2.000  2",
+                         "chat      0.900x                 1.250  1"]
+    assert "category" not in format_summary({**summary, "by_category": {}})
 
 
 def test_max_new_tokens_beyond_model_positions(tmp_path, workload, capsys):

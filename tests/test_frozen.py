@@ -11,10 +11,12 @@ import pytest
 import torch
 
 from autotune.cli import main
-from autotune.frozen import (SCHEMA, content_hash, frozen_document, hardware_record,
-                             load_frozen, model_record, problems)
+from autotune.frozen import (SCHEMA, content_hash, describe_environment_change,
+                             frozen_document, hardware_record, load_frozen, model_record,
+                             problems)
 from autotune.objectives import load_objective
 from autotune.run_folder import best_document
+from autotune.workloads import load_workload, workload_digest
 
 from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401  (autouse fixture)
 
@@ -231,6 +233,95 @@ def test_measure_config_says_when_the_weights_differ(tiny_frozen, capsys):
     assert main(["measure", "--config", str(tiny_frozen), "--device", "cpu", "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert len(notes) == 1 and notes[0].startswith("model differs: recorded tiny-llama-1 (000000000000), now ")
+
+
+def _rewrite(path: Path, change) -> None:
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+
+
+def test_measure_config_says_when_the_prompts_differ(tiny_frozen, capsys):
+    """The recorded workload hash is checked against the prompts measured now."""
+    measured = workload_digest(load_workload(str(tiny_frozen.parent / "prompts.txt")))
+    _rewrite(tiny_frozen, lambda doc: doc["workload"].update(sha256=measured))
+    assert main(["measure", "--config", str(tiny_frozen), "--device", "cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == []
+
+    _rewrite(tiny_frozen, lambda doc: doc["workload"].update(sha256="f" * 16))
+    assert main(["measure", "--config", str(tiny_frozen), "--device", "cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == [
+        f"prompts differ: the recorded metrics from the search's 2 prompts (ffffffffffff), "
+        f"now 2 prompts ({measured[:12]})"]
+
+
+def test_measure_config_says_when_the_draft_differs(tiny_frozen, capsys):
+    """A draft_model config: the same draft says nothing, other draft weights a line."""
+    folder = save_tiny(llama_model(seed=2, layers=2), tiny_frozen.parent / "draft")
+    record = model_record(tiny_llama(seed=2, layers=2), str(folder))
+    digest, hash_of = content_hash(str(folder))
+    record.update(spec=str(folder), path=str(folder), sha256=digest, hash_of=hash_of)
+
+    def draft_model(doc):
+        doc["params"] = {"method": "draft_model", "k": 2}
+        doc["draft"] = record
+    _rewrite(tiny_frozen, draft_model)
+    assert main(["measure", "--config", str(tiny_frozen), "--device", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["now"]["config"]["method"] == "draft_model" and out["notes"] == []
+
+    _rewrite(tiny_frozen, lambda doc: doc["draft"].update(sha256="0" * 64))
+    assert main(["measure", "--config", str(tiny_frozen), "--device", "cpu", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes == [f"draft differs: recorded tiny-llama-2 (000000000000), now "
+                     f"{folder} ({digest[:12]})"]
+
+
+def _validated_doc(search_sha: str, validation_sha: str) -> dict:
+    doc = _doc()
+    doc["workload"]["sha256"] = search_sha
+    doc["validation"] = {"source": "40% of builtin held out (seed 0)", "prompts": 3,
+                         "workload_sha256": validation_sha, "speedup": 1.1,
+                         "ci90": [1.05, 1.15]}
+    return doc
+
+
+def test_prompt_notes_of_a_validated_config_say_where_each_figure_came_from():
+    search, held_out, other = "1" * 16, "2" * 16, "3" * 16
+    doc = _validated_doc(search, held_out)
+
+    def notes(sha: str) -> list[str]:
+        return describe_environment_change(doc, None, None, prompts_sha256=sha, prompts_count=5)
+
+    # The search's own prompts: the table compares like with like.
+    assert notes(search) == []
+    assert notes(held_out) == [
+        "prompts: measured on the validation prompts; compare speedup with the validated "
+        "speedup 1.100x [1.050, 1.150] from 3 held-out prompts (40% of builtin held out "
+        "(seed 0); 222222222222); the recorded metrics from the search's 2 prompts "
+        "(111111111111)"]
+    assert notes(other) == [
+        "prompts: measured on 5 prompts (333333333333), neither figure's prompts: the "
+        "recorded metrics from the search's 2 prompts (111111111111); the validated speedup "
+        "1.100x [1.050, 1.150] from 3 held-out prompts (40% of builtin held out (seed 0); "
+        "222222222222)"]
+    # No "differs": a validated config is expected to be re-measured on other prompts.
+    assert not any("differ" in line for line in notes(other) + notes(held_out))
+
+
+def test_draft_notes_when_a_draft_appears_or_goes():
+    doc = _doc()
+    draft = {"id": "d", "sha256": "d" * 64}
+    assert describe_environment_change(doc, None, None, draft=None) == []
+    assert describe_environment_change(doc, None, None, draft=draft) == [
+        "draft differs: recorded none, now d (dddddddddddd)"]
+    doc["draft"] = draft
+    assert describe_environment_change(doc, None, None, draft=draft) == []
+    assert describe_environment_change(doc, None, None, draft=None) == [
+        "draft differs: recorded d (dddddddddddd), now none"]
+    # Without prompts given, none are compared.
+    doc["workload"]["sha256"] = "e" * 16
+    assert describe_environment_change(doc, None, None, draft=draft) == []
 
 
 def test_measure_config_table_and_overrides(tiny_frozen, capsys):

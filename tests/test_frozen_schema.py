@@ -11,7 +11,7 @@ import pytest
 from autotune.decoding.config import KNOBS, MAX_TREE_NODES
 from autotune.decoding.methods import (BUILTIN_METHODS, MethodSpec, register_method,
                                        unregister_method)
-from autotune.frozen import SCHEMA, problems, shipped_schema
+from autotune.frozen import SCHEMA, problems, read_parts, shipped_schema
 
 PARAMS = shipped_schema()["properties"]["params"]
 JSON_TYPE = {"int": "integer", "float": "number"}
@@ -39,8 +39,8 @@ def test_the_file_lists_the_built_in_methods() -> None:
 
 def test_the_schema_has_one_entry_per_knob() -> None:
     schema_keys, knob_keys = set(PARAMS["properties"]), set(KNOBS)
-    assert not knob_keys - schema_keys, "knobs missing from frozen-v1.schema.json's params"
-    assert not schema_keys - knob_keys, "params in frozen-v1.schema.json that are no knob"
+    assert not knob_keys - schema_keys, "knobs missing from frozen-v2.schema.json's params"
+    assert not schema_keys - knob_keys, "params in frozen-v2.schema.json that are no knob"
     assert PARAMS["additionalProperties"] is False
 
 
@@ -88,3 +88,32 @@ def test_an_unknown_method_names_the_registered_ones(toy_method: str) -> None:
     found = problems({"schema": SCHEMA, "params": {"method": "medusa"}})
     assert found == ["params.method: 'medusa' is not one of "
                      + ", ".join(repr(name) for name in (*BUILTIN_METHODS, toy_method))]
+
+
+def _validation(decision: str = "speculate") -> dict[str, Any]:
+    return {"decision": decision, "speedup": 1.1, "ci90": [1.02, 1.2], "prompts": 12,
+            "repeats": 2, "by_category": {"code": {"speedup": 1.3, "ci90": None, "prompts": 1}},
+            "finalists": [{"trial": 3, "speedup": 1.1, "ci90": [1.02, 1.2]}]}
+
+
+def test_v1_files_still_read_and_v2_adds_validation() -> None:
+    v1 = {"schema": "autotune.frozen/v1", "params": {"method": "ngram", "k": 3}}
+    assert problems(v1) == []
+    assert read_parts(v1).config.k == 3
+    # `validation` is v2's: a v1 file that has it is not a v1 file.
+    assert any("validation" in p for p in problems({**v1, "validation": _validation()}))
+    v2 = {"schema": SCHEMA, "params": {"method": "ngram"}, "validation": _validation()}
+    assert SCHEMA == "autotune.frozen/v2" and problems(v2) == []
+
+
+def test_validation_structure_is_checked() -> None:
+    bad = _validation("maybe")
+    bad["ci90"] = [1.0]
+    found = problems({"schema": SCHEMA, "params": {}, "validation": bad})
+    assert any(p.startswith("validation.decision") for p in found)
+    assert any(p.startswith("validation.ci90") for p in found)
+
+
+def test_a_newer_version_is_refused_in_one_line() -> None:
+    found = problems({"schema": "autotune.frozen/v9", "params": {}})
+    assert len(found) == 1 and "not supported" in found[0] and "v2" in found[0]

@@ -212,17 +212,30 @@ def test_evaluate_reports_partial_summary_each_prompt(tiny_ctx, monkeypatch):
     assert metrics["lossless"] is True and obj.violation(metrics, DecodeConfig()) is None
 
 
-def test_evaluate_repeats_take_medians(tiny_ctx):
+def test_evaluate_repeats_are_pooled(tiny_ctx, monkeypatch):
+    """Repeats are one measurement: every run's time and tokens summed, never the median
+    or the best of separate repeats."""
+    seen: list[Measurement] = []
+    real = Measurement.summary
+
+    def spy(self):
+        seen.append(self)
+        return real(self)
+
+    monkeypatch.setattr(Measurement, "summary", spy)
     obj = dataclasses.replace(load_objective("latency"), repeats=3)
     reports: list[tuple[int, float]] = []
     metrics = obj.evaluate(tiny_ctx, DecodeConfig(method="ngram"),
                            report=lambda s, v: reports.append((s, v)))
-    per_repeat = metrics["repeat_values"]["latency_ms_per_token"]
-    assert metrics["repeats"] == 3 and len(per_repeat) == 3
-    assert metrics["latency_ms_per_token"] == sorted(per_repeat)[1]
+    runs = seen[-1].runs
+    assert len(runs) == 9 and [r.prompt_id for r in runs[:3]] == [r.prompt_id for r in runs[3:6]]
+    decoded = sum(len(r.candidate.tokens) - 1 for r in runs)
+    pooled = 1000 * sum(r.candidate.decode_s for r in runs) / decoded
+    assert metrics["latency_ms_per_token"] == pytest.approx(pooled)
+    assert metrics["repeats"] == 3 and metrics["prompts"] == 3 and metrics["runs"] == 9
     assert [s for s, _ in reports] == list(range(9))
     assert reports[-1][1] == metrics["latency_ms_per_token"]
-    assert metrics["prompts"] == 3 and metrics["lossless"] is True
+    assert metrics["lossless"] is True
 
 
 def test_report_raising_pruned_propagates(tiny_ctx):
@@ -250,7 +263,7 @@ def test_agreement_objective_does_not_decode_candidates(tiny_ctx, monkeypatch):
     def no_measure(*args, **kwargs):
         raise AssertionError("agreement must not call measure")
 
-    monkeypatch.setattr(evaluation, "measure", no_measure)
+    monkeypatch.setattr(evaluation, "measure_arms", no_measure)
     obj = objectives.load_objective("agreement")
     reports = []
     out = obj.evaluate(tiny_ctx, DecodeConfig(method="layer_skip"),

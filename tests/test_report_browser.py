@@ -31,15 +31,18 @@ def browser():
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A finished search on the joint space (tiny Llama, 4 layers): every method's
-    trials, presets, pruning, and the files written at its end."""
+    trials, presets, pruning, finalists re-measured on a held-out prompt file, and the
+    files written at its end."""
     root = tmp_path_factory.mktemp("report")
     model = save_tiny(llama_model(seed=3, layers=4, scale=4.0), root / "llama")
     prompts = root / "prompts.txt"
     prompts.write_text("t1 t2 t3 t4 t1 t2 t3\nt5 t6 t7 t5 t6 t7\nt8 t9 t8 t9 t8\n")
+    held_out = root / "held_out.txt"
+    held_out.write_text("t2 t3 t4 t2 t3 t4\nt6 t7 t8 t6 t7\nt9 t1 t9 t1 t9\n")
     out = root / "run"
     code = main(["search", "--model", str(model), "--device", "cpu", "--workload", str(prompts),
-                 "--max-new-tokens", "8", "--trials", "12", "--no-prune", "--out", str(out),
-                 "--seed", "1"])
+                 "--validation", str(held_out), "--max-new-tokens", "8", "--trials", "12",
+                 "--no-prune", "--out", str(out), "--seed", "1"])
     assert code == 0
     return out
 
@@ -49,6 +52,7 @@ def test_search_leaves_report_exports_and_a_valid_best_json(run_dir):
     assert {"best.json", "report.html", "exports", "run.json", "trials.csv"} <= names
     best = json.loads((run_dir / "best.json").read_text())
     assert problems(best) == []
+    assert best["validation"]["prompts"] == 3        # the held-out file, re-measured
     readme = (run_dir / "exports" / "README.txt").read_text()
     # Every format is either written or says why not.
     for fmt in ("vllm", "sglang", "hf", "trtllm", "dv"):
@@ -63,7 +67,7 @@ def test_report_renders_every_panel_offline_without_script_errors(browser, run_d
     assert [url for url in page.fetched if not url.startswith("file:")] == []
     assert page.panels and "empty" not in page.panels.values(), page.panels
     # The panels that have data in any finished search must be plots, not notes.
-    for panel in ("panel-history", "panel-knobs", "panel-parallel"):
+    for panel in ("panel-history", "panel-knobs", "panel-parallel", "panel-finalists"):
         assert page.panels.get(panel) == "plot", (panel, page.panels)
     assert shot.stat().st_size > 50_000
 

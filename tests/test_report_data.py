@@ -256,9 +256,9 @@ def test_zero_complete_trials_give_notes_everywhere() -> None:
     report = collect(study, {"study": "s", "objective": "latency"}, None)
     assert report.header.best_trial is None and report.header.note
     assert report.history.frame.empty and len(report.history.other) == 1
-    for panel in (report.knobs, report.parallel, report.importance, report.layers, report.tree,
-                  report.pos_acc, report.time_split, report.hardware, report.leviathan,
-                  report.pareto, report.top):
+    for panel in (report.finalists, report.knobs, report.parallel, report.importance,
+                  report.layers, report.tree, report.pos_acc, report.time_split,
+                  report.hardware, report.leviathan, report.pareto, report.top):
         assert panel.note, type(panel).__name__
 
 

@@ -162,7 +162,7 @@ def test_ctrl_c_in_or_between_trials_stops_cleanly_prints_the_summary_and_requeu
     run = tmp_path / "run"
     proc = _parked(phase, nth, _search_args(tiny_dir, run, "cc", 6), tmp_path / "m")
     out, err = _ctrl_c(proc)
-    assert "interrupted (Ctrl-C)" in err and "latency_ms_per_token" in out
+    assert "interrupted (Ctrl-C)" in err and "speedup" in out
     trials = _journal_trials(run / "study.journal", "cc")
     assert not any(t.state == TrialState.RUNNING for t in trials)
     stopped = [t for t in trials if t.user_attrs.get("interrupted")]
@@ -296,16 +296,29 @@ def test_two_workers_share_one_postgres_study(tmp_path, tiny_dir, postgres_url):
 def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["search", "--space", "ngram", "--trials", "3", "--prompts", "2",
-            "--max-new-tokens", "8", "--out", str(out)]
+            "--max-new-tokens", "8", "--validation-prompts", "3", "--validation-repeats", "1",
+            "--out", str(out)]
     assert main(args) == 0
     printed = capsys.readouterr()
-    assert "latency_ms_per_token" in printed.out and "run folder" in printed.out
+    assert "speedup" in printed.out and "run folder" in printed.out
+    assert "finalists on 3 held-out prompts x 1 pass(es)" in printed.out
+    assert "answer: " in printed.out
     assert {"study.journal", "trials.csv", "best.json", "run.json", "report.html",
             "exports"} <= {p.name for p in out.iterdir()}
     best = json.loads((out / "best.json").read_text())
-    assert best["schema"] == "autotune.frozen/v1"
-    assert best["objective"]["values"]["latency_ms_per_token"] > 0
+    assert best["schema"] == "autotune.frozen/v2"
+    assert best["objective"]["values"]["speedup"] > 0
     assert best["metrics"]["lossless"] is True
+    # The answer was chosen on 3 prompts the search never measured.
+    validation = best["validation"]
+    assert validation["prompts"] == 3 and validation["repeats"] == 1
+    assert validation["decision"] in ("speculate", "do_not_speculate")
+    assert len(validation["finalists"]) >= 1
+    if validation["decision"] == "speculate":
+        assert best["provenance"]["trial"] == validation["winner"]
+        assert validation["ci90"][0] > 1.0
+    else:
+        assert best["params"]["method"] == "none"
     assert best["model"]["id"] == "SmolLM2-135M-Instruct" and best["model"]["hash_of"] == "weights"
     assert best["workload"]["prompts"] == 2 and best["workload"]["max_new_tokens"] == 8
     # A fixed-K n-gram best is expressible by vLLM (whatever its lookup sizes).
@@ -313,20 +326,25 @@ def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path,
     assert "README.txt" in exported
     if best["params"]["method"] == "ngram" and best["params"]["exit_policy"] == "fixed":
         assert "vllm.json" in exported
+    if validation["decision"] == "do_not_speculate":
+        assert exported == {"README.txt"}
+        assert "do not speculate" in (out / "exports" / "README.txt").read_text()
     capsys.readouterr()
     # The consumers of the format: validate, re-measure, generate.
     assert main(["validate", str(out / "best.json")]) == 0
     assert capsys.readouterr().out.startswith(f"{out / 'best.json'}: valid frozen config: ")
     assert main(["measure", "--config", str(out / "best.json"), "--json"]) == 0
     remeasured = json.loads(capsys.readouterr().out)
-    assert remeasured["now"]["prompts"] == 2 and remeasured["now"]["lossless"] is True
+    # A validated config is re-measured on its held-out prompts, against its held-out figure.
+    assert remeasured["now"]["prompts"] == 3 and remeasured["now"]["lossless"] is True
+    assert remeasured["recorded"]["speedup"] == validation["speedup"]
     assert remeasured["now"]["config"] == best["params"]
     assert main(["generate", "--config", str(out / "best.json"), "--prompt",
                  "Name three colours.", "--max-new-tokens", "12"]) == 0
     generated = capsys.readouterr()
     assert generated.out.strip() and "ms/token" in generated.err
     run = json.loads((out / "run.json").read_text())
-    assert run["space"] == "ngram" and run["objective"] == "latency"
+    assert run["space"] == "ngram" and run["objective"] == "speedup"
     # Rerunning with a bigger budget adds only the missing trials.
     assert main([*args[:4], "4", *args[5:]]) == 0
     frame = pd.read_csv(out / "trials.csv")

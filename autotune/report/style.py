@@ -56,9 +56,13 @@ th, td { border-bottom: 1px solid #e3e6eb; padding: 4px 6px; text-align: right; 
 th { background: #f0f2f5; position: sticky; top: 0; }
 td.text, th.text { text-align: left; }
 td.label { min-width: 16em; }
+td.nowrap { white-space: nowrap; }
 .key span { margin-right: 18px; font-size: 0.92em; }
 .key i { font-style: normal; font-size: 1.2em; }
 tr.best td { background: #fff3e8; font-weight: 600; }
+p.evidence { margin: 0 0 4px; }
+.summary.facts { grid-template-columns: 1fr; margin-top: 10px; }
+ul.evidence { margin: 0 0 12px; padding-left: 22px; font-size: 0.93em; }
 details { margin-top: 8px; font-size: 0.92em; }
 code { font-size: 0.95em; }
 """

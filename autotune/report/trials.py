@@ -1,6 +1,7 @@
 """What the panels read off a trial: its config, metrics, method, label and draft shape,
-the knob counts derived from them, and which trials rank best (`autotune.ranking`, the
-rule `best.json` follows, so the report and the run folder never disagree).
+the knob counts derived from them, which trials rank best in the search (`autotune.ranking`)
+and which config the run recommends (`autotune.validation.answer`, the rule `best.json`
+follows, so the report and the run folder never disagree).
 
 Conventions shared by every panel:
 - only COMPLETE trials carry objective values worth plotting (a pruned trial's value is
@@ -29,6 +30,7 @@ from autotune.decoding.shape import DYNAMIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
 from autotune.run_folder import describe
 from autotune.samplers import BASELINE_ATTR
+from autotune.validation import answer
 
 # A config without `method` is DecodeConfig's default: the AR baseline.
 DEFAULT_METHOD: str = DecodeConfig().method
@@ -179,22 +181,28 @@ def ranked(study: optuna.Study, objective: ObjectiveInfo) -> list[FrozenTrial]:
 
 
 def best_trial(study: optuna.Study, objective: ObjectiveInfo) -> FrozenTrial | None:
-    """The best complete trial: the one best.json holds (`autotune.ranking`)."""
-    return ranking.best_trial(study, objective)
+    """The config the run recommends, the one best.json holds (`validation.answer`): the
+    validated winner, the AR baseline's trial when validation said "do not speculate"
+    (None when the study has no baseline trial), else the search's best by
+    `autotune.ranking`. None when no trial has completed."""
+    return answer(study, objective).trial
 
 
 def best_speculative(study: optuna.Study, objective: ObjectiveInfo) -> tuple[FrozenTrial | None, str | None]:
-    """The best trial that speculates, and a note when it is not the overall best (the AR
-    baseline won): panels about drafting have nothing to show for the baseline itself."""
+    """The recommended trial when it speculates, else the search's best speculative trial
+    with a note saying why (the AR baseline won, or validation said "do not speculate"):
+    panels about drafting have nothing to show for the baseline itself."""
+    chosen = answer(study, objective)
+    if chosen.trial is not None and drafts(trial_method(chosen.trial)):
+        return chosen.trial, None
     order = ranked(study, objective)
     if not order:
         return None, None
-    if drafts(trial_method(order[0])):
-        return order[0], None
-    for t in order[1:]:
+    why = ("Validation says do not speculate" if not chosen.speculate
+           else "The best config is the AR baseline")
+    for t in order:
         if drafts(trial_method(t)):
-            return t, (f"The best config is the AR baseline; showing the best speculative "
-                       f"trial #{t.number} instead.")
+            return t, f"{why}; showing the best speculative trial #{t.number} instead."
     return None, "No speculative trial completed."
 
 

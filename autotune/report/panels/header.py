@@ -1,5 +1,7 @@
-"""The summary block at the top of the page: the best config, how much faster than plain
-autoregressive decoding it ran, and where it was measured (HTML, no figure)."""
+"""The summary block at the top of the page: the config the run recommends
+(`validation.answer`), how much faster than plain autoregressive decoding it ran (the
+validated figure with its interval beside the search's own, or "do not speculate", or the
+search's figure called "not validated"), and where it was measured (HTML, no figure)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from autotune.decoding.shape import STATIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, note, num
-from autotune.report.trials import (DEFAULT_METHOD, best_trial, complete_trials, config_of,
-                                    finite, metrics_of, pick, shape_of, trial_label, trial_preset)
+from autotune.report.trials import (DEFAULT_METHOD, complete_trials, config_of, finite,
+                                    metrics_of, pick, shape_of, trial_label, trial_preset)
+from autotune.report.verdict import DO_NOT_SPECULATE, Verdict, verdict
 from autotune.run_folder import describe
 from autotune.samplers import BASELINE
 
@@ -29,10 +32,15 @@ _CHAIN_ONLY_KEYS = ("k", "exit_policy")     # a tree needs exit_policy=fixed; it
 
 @dataclass
 class Header:
-    """The summary block: the best config and where it was measured.
+    """The summary block: the recommended config and where it was measured.
 
-    `best_params` holds only the canonical config keys its method reads (plus its exit
-    policy's own knobs); `model`, `hardware`, `workload`, `search` are display strings.
+    `best_*` is the recommended config (`validation.answer`: the validated winner, the AR
+    baseline for "do not speculate", else the search's best); `best_params` holds only
+    the canonical config keys its method reads (plus its exit policy's own knobs).
+    `speedup`, `latency_ms_per_token`, `baseline_ms_per_token` are the headline's figures
+    (validated ones when validated); `verdict` says what the run recommends and on what
+    evidence; `validation` the record's facts as display strings (empty without one).
+    `model`, `hardware`, `workload`, `search` are display strings.
     """
 
     study: str
@@ -51,6 +59,8 @@ class Header:
     search: dict[str, str] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     note: str | None = None
+    verdict: Verdict | None = None
+    validation: dict[str, str] = field(default_factory=dict)
 
 
 def policy_keys(policy: str) -> tuple[str, ...]:
@@ -81,11 +91,13 @@ def method_params(config: dict[str, Any]) -> dict[str, Any]:
 
 def data(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | None = None,
          best_doc: dict[str, Any] | None = None) -> Header:
-    """The header block. Config and metrics come from the study's best trial (best.json is
-    rebuilt from it, but may be stale); model / hardware / workload from best.json, else
-    run.json, else the best trial's metrics. Missing keys are simply left out."""
+    """The header block. The config and its figures come from the study (`verdict`, by
+    `validation.answer`; best.json is rebuilt from the same rule, but may be stale);
+    model / hardware / workload from best.json, else run.json, else the recommended
+    trial's metrics. Missing keys are simply left out."""
     run, best_doc = run or {}, best_doc or {}
-    best = best_trial(study, objective)
+    said = verdict(study, objective, run)
+    best = said.trial
     directions = ", ".join(f"{d} {m}" for d, m in zip(objective.directions, objective.metrics))
     head = Header(study=str(run.get("study") or study.study_name),
                   objective=f"{objective.name}: {directions}")
@@ -99,17 +111,27 @@ def data(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | No
         head.best_params = method_params(config_of(best))
         head.best_values = dict(zip(objective.metrics, best.values))
         metrics = metrics_of(best)
+    elif said.status == DO_NOT_SPECULATE:
+        # Validation said no and the study holds no AR baseline trial: the answer is
+        # still the baseline config.
+        head.best_label, head.best_params = "baseline (AR)", {"method": DEFAULT_METHOD}
     elif isinstance(best_doc.get("params"), dict):
         head.best_trial = best_doc.get("trial")
         head.best_label = best_doc.get("label") or describe(best_doc["params"])
         head.best_preset = best_doc.get("preset")
         head.best_params = method_params(best_doc["params"])
         metrics = best_doc.get("metrics") if isinstance(best_doc.get("metrics"), dict) else {}
-    if head.best_trial is None:
+    if head.best_trial is None and head.best_label is None:
         head.note = "No trial has completed yet: there is no best config to show."
-    head.speedup = finite(metrics.get("speedup"))
-    head.latency_ms_per_token = finite(metrics.get("latency_ms_per_token"))
-    head.baseline_ms_per_token = finite(metrics.get("baseline_latency_ms_per_token"))
+    if best is not None or said.status == DO_NOT_SPECULATE:
+        head.verdict = said
+        head.speedup, head.latency_ms_per_token = said.speedup, said.latency_ms_per_token
+        head.baseline_ms_per_token = said.baseline_ms_per_token
+    else:
+        head.speedup = finite(metrics.get("speedup"))
+        head.latency_ms_per_token = finite(metrics.get("latency_ms_per_token"))
+        head.baseline_ms_per_token = finite(metrics.get("baseline_latency_ms_per_token"))
+    head.validation = validation_facts(said)
     if head.baseline_ms_per_token is None:
         # Old or agreement runs: the AR baseline trial's own latency.
         for t in complete_trials(study):
@@ -136,35 +158,94 @@ def data(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | No
     return head
 
 
+def validation_facts(said: Verdict) -> dict[str, str]:
+    """The validation record's facts as display strings (empty without a record)."""
+    record = said.record
+    if not isinstance(record, dict):
+        return {}
+    categories = record.get("categories")
+    split = (" (" + ", ".join(f"{k} {v}" for k, v in categories.items()) + ")"
+             if isinstance(categories, dict) and categories else "")
+    facts = {"status": "current" if said.validated else "stale: not used",
+             "decision": str(record.get("decision", "")).replace("_", " "),
+             "prompts": f"{record.get('prompts')}{split}",
+             "repeats": str(record.get("repeats")),
+             "source": str(record.get("source") or ""),
+             "finalists": str(len(record.get("finalists") or [])),
+             "statistic": str(record.get("statistic") or ""),
+             "created": str(record.get("created") or "")}
+    return {k: v for k, v in facts.items() if v and v != "None"}
+
+
+def _config_title(said: Verdict | None) -> str:
+    return "Recommended config" if said is not None and said.validated else "Best config"
+
+
+def _config_line(h: Header) -> str:
+    """`Recommended config: <b>label</b> (trial #21, search #1, preset ...)` (HTML)."""
+    said = h.verdict
+    title = _config_title(said) + (" (search)" if said is not None and not said.validated else "")
+    tags = [f"trial #{esc(h.best_trial)}"] if h.best_trial is not None else []
+    if said is not None and said.record is not None and said.validated:
+        role = next((f.get("role") for f in said.record.get("finalists") or []
+                     if isinstance(f, dict) and f.get("trial") == h.best_trial), None)
+        if role:
+            tags.append(f"finalist {esc(role)}")
+    if h.best_preset:
+        tags.append(f"preset {esc(h.best_preset)}")
+    return (f"{title}: <b>{esc(h.best_label)}</b>"
+            + (f" ({', '.join(tags)})" if tags else ""))
+
+
+def _verdict_line(said: Verdict) -> str:
+    """The verdict's headline (HTML), its emphasis drawn bold."""
+    text, bold = said.headline, said.emphasis
+    if bold and bold in text:
+        head, _, tail = text.partition(bold)
+        return f"{esc(head)}<b>{esc(bold)}</b>{esc(tail)}"
+    return esc(text)
+
+
 def render(h: Header) -> str:
     """The summary block (HTML, no figure); its heading is the page's title."""
     headline = []
-    if h.best_trial is not None:
-        headline.append(f"Best config: <b>{esc(h.best_label)}</b> (trial #{esc(h.best_trial)}"
-                        + (f", preset {esc(h.best_preset)}" if h.best_preset else "") + ")")
+    said = h.verdict
+    if said is not None and said.headline:
+        headline.append(_verdict_line(said))
+    if h.best_label is not None:
+        headline.append(_config_line(h))
         figures = []
-        if h.speedup is not None:
+        if said is None and h.speedup is not None:
             figures.append(f"<b>{h.speedup:.2f}×</b> the AR baseline")
-        if h.latency_ms_per_token is not None:
+        if h.latency_ms_per_token is not None and not (said is not None and
+                                                        said.status == DO_NOT_SPECULATE):
             figures.append(f"{h.latency_ms_per_token:.2f} ms/token")
         if h.baseline_ms_per_token is not None:
             figures.append(f"AR baseline {h.baseline_ms_per_token:.2f} ms/token")
         if figures:
             headline.append(" · ".join(figures))
-    blocks = [("Best config", {k: num(v) for k, v in h.best_params.items()}),
+    evidence = ""
+    if said is not None and said.evidence:
+        first, *rest = said.evidence
+        evidence = (f'<p class="evidence">{esc(first)}</p><ul class="evidence">'
+                    + "".join(f"<li>{esc(line)}</li>" for line in rest) + "</ul>")
+    blocks = [(_config_title(said), {k: num(v) for k, v in h.best_params.items()}),
               ("Objective", {"objective": h.objective,
                              **{m: num(v, 4) for m, v in h.best_values.items()}}),
               ("Model", h.model), ("Hardware", h.hardware), ("Workload", h.workload),
               ("Search", {**h.search, **{f"trials {k}": str(v) for k, v in h.counts.items()}})]
+    if h.validation:
+        blocks.append(("Validation", h.validation))
     dls = []
     for title, items in blocks:
         rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items.items())
         dls.append(f"<div><h3>{esc(title)}</h3><dl>{rows or '<dd>–</dd>'}</dl></div>")
-    body = ("".join(f'<p class="headline">{line}</p>' for line in headline)
+    body = ("".join(f'<p class="headline">{line}</p>' for line in headline) + evidence
             + note(h.note) + f'<div class="summary">{"".join(dls)}</div>')
     return (f'<section class="panel" id="panel-header">\n<h1>autotune report: {esc(h.study)}</h1>\n'
-            '<p class="how">The best configuration found, how much faster than plain '
-            'autoregressive decoding it ran, and where it was measured.</p>\n'
+            '<p class="how">The configuration this run recommends, how much faster than plain '
+            'autoregressive decoding it ran (re-measured on held-out prompts when validated, '
+            'with its 90% interval), and where it was measured.</p>\n'
             f'{body}\n</section>')
 
 

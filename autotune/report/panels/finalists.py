@@ -1,0 +1,254 @@
+"""The finalists, re-measured on held-out prompts: where speculation pays and where it
+hurts. Per finalist (the search's best distinct configs and the strongest engine default),
+its validated paired speedup overall ("all") and per prompt category, with the 90%
+bootstrap interval as error bars and the AR parity line at 1.0; below, a table of the
+finalists with the search's figure beside the validated one.
+
+Reads the study's validation record (`validation.current_record`); a run without one, or
+whose record is stale, gets a note: its figures are the search's own."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+import pandas as pd
+import plotly.graph_objects as go
+
+from autotune.report.objective import ObjectiveInfo
+from autotune.report.panels.base import Panel
+from autotune.report.style import esc, figure, layout, note, num, parity_line, section
+from autotune.report.trials import finite
+from autotune.report.verdict import plural, stale_reason
+from autotune.validation import current_record
+
+ALL = "all"
+# One colour per finalist, in the record's order (Okabe-Ito, colour-blind safe): two
+# finalists of one method must still be told apart.
+FINALIST_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00",
+                   "#F0E442", "#000000")
+FRAME_COLUMNS = ["trial", "legend", "label", "role", "chosen", "group", "speedup", "ci_low",
+                 "ci_high", "prompts", "tau", "hover"]
+
+
+@dataclass
+class Finalists:
+    """`frame`: one row per finalist and group (FRAME_COLUMNS; `group` is "all" first,
+    then the validation categories in the record's order; `ci_low` / `ci_high` NaN where
+    there is no interval, e.g. a category of one prompt). `table`: `finalist_rows`.
+    `facts`: the record's shared facts as display strings. `note`: why nothing is drawn
+    (no record, a stale one, no finalist), or None."""
+
+    frame: pd.DataFrame
+    table: list[dict[str, Any]] = field(default_factory=list)
+    facts: dict[str, str] = field(default_factory=dict)
+    note: str | None = None
+
+
+def _ci(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        low, high = finite(value[0]), finite(value[1])
+        if low is not None and high is not None:
+            return low, high
+    return None
+
+
+def finalist_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per finalist, in the record's order: trial, label, role, search_speedup
+    (the search's own figure), speedup (validated), ci90 ([low, high] or None), tau
+    (validated tokens per round), lossless, chosen (the record's winner)."""
+    rows = []
+    for f in record.get("finalists") or []:
+        if not isinstance(f, dict):
+            continue
+        ci = _ci(f.get("ci90"))
+        rows.append({"trial": f.get("trial"), "label": f.get("label"), "role": f.get("role"),
+                     "search_speedup": finite((f.get("search") or {}).get("speedup")),
+                     "speedup": finite(f.get("speedup")), "ci90": list(ci) if ci else None,
+                     "tau": finite(f.get("mean_accepted_tokens")), "lossless": f.get("lossless"),
+                     "chosen": f.get("trial") is not None and f.get("trial") == record.get("winner")})
+    return rows
+
+
+def _hover(f: dict[str, Any], group: str, speedup: float | None, ci: tuple[float, float] | None,
+           prompts: Any, tau: float | None) -> str:
+    head = f"#{f.get('trial')} {f.get('label')} ({f.get('role')})"
+    if speedup is None:
+        return f"{head}<br>{group}: no figure (nothing decoded)"
+    if ci is not None:
+        figure_line = f"{group}: {speedup:.3f}× [{ci[0]:.3f}, {ci[1]:.3f}]"
+        count = plural(prompts, "prompt") if isinstance(prompts, int) else ""
+    else:
+        figure_line = f"{group}: {speedup:.3f}×"
+        count = (f"{plural(prompts, 'prompt')}: no interval" if isinstance(prompts, int)
+                 else "no interval")
+    extra = " · ".join(part for part in (count, f"τ {tau:.2f}" if tau is not None else "") if part)
+    return f"{head}<br>{figure_line}" + (f"<br>{extra}" if extra else "")
+
+
+def _groups(record: dict[str, Any]) -> list[str]:
+    """"all", then the categories in the record's order, then any only a finalist has."""
+    order = [ALL, *(record.get("categories") or {})]
+    for f in record.get("finalists") or []:
+        for category in (f.get("by_category") or {}) if isinstance(f, dict) else ():
+            if category not in order:
+                order.append(category)
+    return order
+
+
+def frame_of(record: dict[str, Any]) -> pd.DataFrame:
+    """The plot's rows (FRAME_COLUMNS) from a validation record. Held-out prompts of a
+    single category: "all" only (that category's figures are the same ones)."""
+    groups = _groups(record)
+    if len(groups) == 2:
+        groups = [ALL]
+    rows = []
+    for f in record.get("finalists") or []:
+        if not isinstance(f, dict):
+            continue
+        chosen = f.get("trial") is not None and f.get("trial") == record.get("winner")
+        legend = f"{f.get('label')} ({f.get('role')})" + (" ✓ chosen" if chosen else "")
+        cats = f.get("by_category") if isinstance(f.get("by_category"), dict) else {}
+        for group in groups:
+            if group == ALL:
+                figures = {"speedup": f.get("speedup"), "ci90": f.get("ci90"),
+                           "prompts": record.get("prompts"), "mean_accepted_tokens":
+                           f.get("mean_accepted_tokens")}
+            elif isinstance(cats.get(group), dict):
+                figures = cats[group]
+            else:
+                continue
+            speedup, ci = finite(figures.get("speedup")), _ci(figures.get("ci90"))
+            tau = finite(figures.get("mean_accepted_tokens"))
+            prompts = figures.get("prompts")
+            rows.append({"trial": f.get("trial"), "legend": legend, "label": f.get("label"),
+                         "role": f.get("role"), "chosen": chosen, "group": group,
+                         "speedup": speedup, "ci_low": ci[0] if ci else math.nan,
+                         "ci_high": ci[1] if ci else math.nan,
+                         "prompts": prompts if isinstance(prompts, int) else None, "tau": tau,
+                         "hover": _hover(f, group, speedup, ci, prompts, tau)})
+    return pd.DataFrame(rows, columns=FRAME_COLUMNS)
+
+
+def facts_of(record: dict[str, Any]) -> dict[str, str]:
+    """The record's shared facts as display strings."""
+    facts = {"prompts": f"{plural(record.get('prompts'), 'held-out prompt')} × "
+                        f"{plural(record.get('repeats'), 'repeat')}",
+             "source": str(record.get("source") or ""),
+             "decision": str(record.get("decision") or "").replace("_", " "),
+             "reason": str(record.get("reason") or ""),
+             "statistic": str(record.get("statistic") or "")}
+    baseline_ms = finite((record.get("baseline") or {}).get("latency_ms_per_token"))
+    if baseline_ms is not None:
+        facts["AR baseline"] = f"{baseline_ms:.2f} ms/token"
+    return {k: v for k, v in facts.items() if v}
+
+
+def data(study: optuna.Study, objective: ObjectiveInfo | None = None) -> Finalists:
+    """The finalists of the study's current validation record (a note without one).
+    `objective` is unused: validation judges on the paired speedup whatever the search
+    ranked; it is taken so every panel is called alike."""
+    record = current_record(study)
+    empty = pd.DataFrame(columns=FRAME_COLUMNS)
+    if record is None:
+        stale = stale_reason(study)
+        why = (f"Not validated: {stale}." if stale else
+               "Not validated: no finalists were re-measured on held-out prompts (a run from "
+               "before validation, or one stopped before it).")
+        return Finalists(empty, note=why + " The report's figures are the search's own.")
+    rows, facts = finalist_rows(record), facts_of(record)
+    if not rows:
+        return Finalists(empty, [], facts, f"No finalist to validate: {record.get('reason')}.")
+    frame = frame_of(record)
+    text = None if not frame.empty else "No finalist has a validated figure."
+    if len(_groups(record)) == 2 and text is None:
+        text = (f"Every held-out prompt is of one category ({_groups(record)[1]}): "
+                "no split by category to show.")
+    return Finalists(frame, rows, facts, text)
+
+
+# ------------------------------------------------------------------ drawing
+def _figure(frame: pd.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    groups = list(dict.fromkeys(frame["group"]))
+    for i, (legend, part) in enumerate(frame.groupby("legend", sort=False)):
+        has = part["ci_low"].notna()
+        # No interval: no bar (None), never a zero-length one that reads as certainty.
+        up = [h - s if ok else None for h, s, ok in zip(part["ci_high"], part["speedup"], has)]
+        down = [s - lo if ok else None for lo, s, ok in zip(part["ci_low"], part["speedup"], has)]
+        chosen = bool(part["chosen"].iloc[0])
+        fig.add_trace(go.Scatter(
+            x=part["group"], y=part["speedup"], mode="markers", name=str(legend),
+            text=part["hover"], hovertemplate="%{text}<extra></extra>",
+            marker=dict(color=FINALIST_COLORS[i % len(FINALIST_COLORS)],
+                        size=14 if chosen else 10, symbol="star" if chosen else "circle",
+                        line=dict(width=1, color="#333")),
+            error_y=dict(type="data", symmetric=False, array=up, arrayminus=down,
+                         thickness=1.5, width=4)))
+    layout(fig, "prompt category (all: every held-out prompt)", "validated speedup (× AR)")
+    fig.update_layout(scattermode="group", scattergap=0.5)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=groups)
+    parity_line(fig, "speedup")
+    # Ratios around 1.0: a range from zero would flatten the intervals that matter.
+    values = [v for col in ("speedup", "ci_low", "ci_high") for v in frame[col]
+              if finite(v) is not None] + [1.0]
+    pad = max(0.05, 0.08 * (max(values) - min(values)))
+    fig.update_yaxes(range=[min(values) - pad, max(values) + pad])
+    if len(groups) > 1:
+        # "all" pools the categories to its right: a thin rule sets it apart.
+        fig.add_vline(x=0.5, line=dict(color="#ccc", width=1))
+    return fig
+
+
+_TABLE_HEADS = (("trial", "trial", False), ("label", "config", True), ("role", "role", True),
+                ("search_speedup", "search speedup", False),
+                ("speedup", "validated speedup", False), ("ci90", "90% interval", False),
+                ("tau", "τ (tokens/round)", False), ("lossless", "lossless", False),
+                ("chosen", "chosen", False))
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    heads = "".join(f'<th class="{"text" if text else ""}">{esc(title)}</th>'
+                    for _, title, text in _TABLE_HEADS)
+    body = []
+    for row in rows:
+        cells = []
+        for key, _, text in _TABLE_HEADS:
+            value = row.get(key)
+            if text:
+                cells.append(f'<td class="text{" label" if key == "label" else " nowrap"}">'
+                             f'{esc(value) if value is not None else ""}</td>')
+            elif key == "chosen":
+                cells.append(f"<td>{'✓' if value else ''}</td>")
+            elif key == "trial":
+                cells.append(f"<td>{esc(value)}</td>")
+            elif key == "ci90":
+                cells.append(f'<td class="nowrap">{esc(num(value, 2))}</td>')
+            else:
+                cells.append(f"<td>{esc(num(value))}</td>")
+        cls = ' class="best"' if row.get("chosen") else ""
+        body.append(f"<tr{cls}>{''.join(cells)}</tr>")
+    return (f"<div class='table-wrap'><table><thead><tr>{heads}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div>")
+
+
+def render(f: Finalists) -> str:
+    how = ("The search's best distinct configs and the strongest engine default, re-measured "
+           "against the AR baseline on prompts the search never saw (runs interleaved per "
+           "prompt, repeats pooled): validated speedup overall and per category, with its 90% "
+           "bootstrap interval over prompts; above the dashed line at 1.0 speculation pays. "
+           "A category of one prompt has no interval.")
+    title = "Finalists on held-out prompts"
+    if f.frame.empty and not f.table:
+        return section("finalists", title, how, note(f.note))
+    facts = ""
+    if f.facts:
+        items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in f.facts.items())
+        facts = f'<div class="summary facts"><dl>{items}</dl></div>'
+    plot = figure(_figure(f.frame), "fig-finalists") if not f.frame.empty else ""
+    return section("finalists", title, how, plot + note(f.note) + _table(f.table) + facts)
+
+
+PANEL = Panel("finalists", lambda i: data(i.study, i.objective), render)

@@ -1,0 +1,176 @@
+"""What the run recommends, in words: the header's headline and the finalists' evidence.
+
+`autotune.validation.answer` decides (the one rule `best.json` and the exports follow);
+this module only says it. Four cases:
+- validated: the winner's validated speedup with its 90% interval on the held-out
+  prompts, beside the search's own figure for the same config;
+- do not speculate: plainly, with the reason and every finalist as evidence;
+- not validated (no record: an old run, or one stopped before its finalists ran): the
+  search's own figure, called that;
+- stale (a resumed search completed trials the record never judged): as not validated,
+  saying why the record no longer counts.
+
+Plain text only (the header escapes it); torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune import ranking
+from autotune.report.objective import ObjectiveInfo
+from autotune.report.trials import finite, metrics_of
+from autotune.validation import DO_NOT_SPECULATE, VALIDATION_ATTR, answer
+
+VALIDATED = "validated"
+NOT_VALIDATED = "not_validated"
+STALE = "stale"
+
+__all__ = ["DO_NOT_SPECULATE", "NOT_VALIDATED", "STALE", "VALIDATED", "Verdict", "figure_text",
+           "plural", "stale_reason", "verdict"]
+
+
+@dataclass
+class Verdict:
+    """What the run recommends and the figures behind it.
+
+    `status`: VALIDATED, DO_NOT_SPECULATE, NOT_VALIDATED or STALE. `trial`: the
+    recommended trial (`answer().trial`; None for "do not speculate" without a baseline
+    trial, or no complete trial). `headline`: one plain sentence; `emphasis`: the part of
+    it drawn bold. `speedup` / `ci90` / `latency_ms_per_token` /
+    `baseline_ms_per_token`: the figures the headline states (validated ones when
+    validated; the AR baseline's, speedup 1.0, for "do not speculate"). `search_*`: the
+    search's own figure for the recommended config and how many prompts it ran on.
+    `evidence`: one line per finalist (do not speculate). `record`: the validation record
+    as stored (stale ones too; None when there is none).
+    """
+
+    status: str
+    trial: FrozenTrial | None = None
+    headline: str = ""
+    emphasis: str = ""
+    speedup: float | None = None
+    ci90: list[float] | None = None
+    latency_ms_per_token: float | None = None
+    baseline_ms_per_token: float | None = None
+    search_speedup: float | None = None
+    search_prompts: int | None = None
+    evidence: list[str] = field(default_factory=list)
+    record: dict[str, Any] | None = None
+
+    @property
+    def validated(self) -> bool:
+        return self.status in (VALIDATED, DO_NOT_SPECULATE)
+
+
+def plural(n: Any, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def figure_text(speedup: Any, ci90: Any, prompts: Any = None) -> str:
+    """`1.10× [1.05, 1.15]`; `1.10× (1 prompt: no interval)` when there is no interval."""
+    value = finite(speedup)
+    if value is None:
+        return "–"
+    ci = ci90 if isinstance(ci90, (list, tuple)) and len(ci90) == 2 else None
+    if ci is not None and finite(ci[0]) is not None and finite(ci[1]) is not None:
+        return f"{value:.2f}× [{ci[0]:.2f}, {ci[1]:.2f}]"
+    why = f"{plural(prompts, 'prompt')}: no interval" if isinstance(prompts, int) else "no interval"
+    return f"{value:.2f}× ({why})"
+
+
+def stale_reason(study: optuna.Study) -> str | None:
+    """Why a stored validation record no longer counts; None when there is none or it is
+    current."""
+    record = study.user_attrs.get(VALIDATION_ATTR)
+    if not isinstance(record, dict):
+        return None
+    now = len(ranking.complete(study))
+    judged = record.get("complete_trials")
+    if judged == now:
+        return None
+    return (f"the validation record judged {plural(judged, 'complete trial')}, the study now "
+            f"has {now} (the search went on after it): its figures no longer count")
+
+
+def _search_figures(trial: FrozenTrial | None, run: dict[str, Any]) -> tuple[float | None, int | None]:
+    """The search's own speedup of `trial` and the prompts it ran on (its measurement's
+    distinct prompts, else the run's)."""
+    if trial is None:
+        return None, None
+    metrics = metrics_of(trial)
+    prompts = metrics.get("prompts", run.get("prompts"))
+    return finite(metrics.get("speedup")), prompts if isinstance(prompts, int) else None
+
+
+def _held_out(record: dict[str, Any]) -> str:
+    return (f"{plural(record.get('prompts'), 'held-out prompt')} × "
+            f"{plural(record.get('repeats'), 'repeat')}")
+
+
+def _finalist_line(f: dict[str, Any]) -> str:
+    search = finite((f.get("search") or {}).get("speedup"))
+    line = (f"{f.get('role')}: trial #{f.get('trial')} {f.get('label')}: "
+            f"{figure_text(f.get('speedup'), f.get('ci90'))}")
+    if search is not None:
+        line += f" (search {search:.2f}×)"
+    if f.get("lossless") is False:
+        line += ", not lossless"
+    return line
+
+
+def verdict(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | None = None) -> Verdict:
+    """The recommendation of `study` (by `validation.answer`) and how to say it."""
+    run = run or {}
+    chosen = answer(study, objective)
+    trial, record = chosen.trial, chosen.record
+    if record is None:
+        search, prompts = _search_figures(trial, run)
+        stale = stale_reason(study)
+        out = Verdict(STALE if stale else NOT_VALIDATED, trial, speedup=search,
+                      search_speedup=search, search_prompts=prompts,
+                      record=study.user_attrs.get(VALIDATION_ATTR) if stale else None)
+        if trial is None:
+            return out
+        metrics = metrics_of(trial)
+        out.latency_ms_per_token = finite(metrics.get("latency_ms_per_token"))
+        out.baseline_ms_per_token = finite(metrics.get("baseline_latency_ms_per_token"))
+        out.emphasis = "Not validated: the search's own figure"
+        figure = (f"{search:.2f}× the AR baseline" if search is not None
+                  else "no speedup measured")
+        on = f" on {plural(prompts, 'prompt')}" if prompts is not None else ""
+        out.headline = f"{out.emphasis}, {figure}{on}" + (f" ({stale})" if stale else "")
+        return out
+
+    if not chosen.speculate:
+        baseline_ms = finite((record.get("baseline") or {}).get("latency_ms_per_token"))
+        out = Verdict(DO_NOT_SPECULATE, trial, speedup=1.0, latency_ms_per_token=baseline_ms,
+                      baseline_ms_per_token=baseline_ms, record=record)
+        out.emphasis = "Do not speculate"
+        out.headline = f"Do not speculate: {record.get('reason') or 'no finalist was shown faster'}"
+        finalists = [f for f in record.get("finalists") or [] if isinstance(f, dict)]
+        if finalists:
+            out.evidence = [f"Finalists on {_held_out(record)} (90% intervals):",
+                            *(_finalist_line(f) for f in finalists)]
+        return out
+
+    own = next((f for f in record.get("finalists") or []
+                if isinstance(f, dict) and trial is not None and f.get("trial") == trial.number), {})
+    search, prompts = _search_figures(trial, run)
+    recorded = finite((own.get("search") or {}).get("speedup"))
+    search = recorded if recorded is not None else search
+    out = Verdict(VALIDATED, trial, speedup=finite(own.get("speedup")),
+                  ci90=own.get("ci90") if isinstance(own.get("ci90"), list) else None,
+                  latency_ms_per_token=finite(own.get("latency_ms_per_token")),
+                  baseline_ms_per_token=finite(own.get("baseline_latency_ms_per_token")),
+                  search_speedup=search, search_prompts=prompts, record=record)
+    out.emphasis = figure_text(out.speedup, out.ci90, record.get("prompts"))
+    on = f" on {plural(prompts, 'prompt')}" if prompts is not None else ""
+    search_text = f"{search:.2f}×{on}" if search is not None else "not measured"
+    out.headline = (f"Validated: {out.emphasis} (90% interval) on {_held_out(record)} "
+                    f"(search: {search_text})")
+    return out

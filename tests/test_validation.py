@@ -1,0 +1,188 @@
+"""Finalists and the validated answer, on synthetic studies (no model): which configs
+are re-measured, how the answer is judged, and that `best.json`, the exports' fallbacks
+and the exports themselves follow it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.distributions import IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from test_exports import TARGET
+
+from autotune.exporting import refusal_reason, write_exports
+from autotune.objectives import load_objective
+from autotune.run_folder import best_document, ranked_documents, top_table, validation_table
+from autotune.validation import (DO_NOT_SPECULATE, SPECULATE, VALIDATION_ATTR, answer,
+                                 current_record, finalist_view, judge, pick_finalists)
+
+SPEEDUP = load_objective("speedup")
+
+
+def _trial(value: float, config: dict[str, Any], preset: str | None = None,
+           state: TrialState = TrialState.COMPLETE) -> optuna.trial.FrozenTrial:
+    attrs: dict[str, Any] = {"config": config, "metrics": {"speedup": value, "lossless": True}}
+    if preset is not None:
+        attrs["preset"] = preset
+    params = {} if preset == "baseline" else {"k": config.get("k", 1)}
+    dists = {} if preset == "baseline" else {"k": IntDistribution(1, 16)}
+    return create_trial(state=state, value=value if state == TrialState.COMPLETE else None,
+                        params=params, distributions=dists, user_attrs=attrs)
+
+
+def _study() -> optuna.Study:
+    """0 baseline; 1 vLLM's default (ranked 4th); 2-3 one point measured twice; 4, 5."""
+    study = optuna.create_study(direction="maximize")
+    ngram = lambda k, n: {"method": "ngram", "k": k, "ngram_min": n, "ngram_max": n}  # noqa: E731
+    study.add_trial(_trial(1.0, {"method": "none"}, preset="baseline"))
+    study.add_trial(_trial(1.05, ngram(5, 5), preset="vllm_ngram"))
+    study.add_trial(_trial(1.30, ngram(3, 2)))
+    study.add_trial(_trial(1.25, ngram(3, 2)))          # the same point again
+    study.add_trial(_trial(1.20, ngram(4, 3)))
+    study.add_trial(_trial(1.10, ngram(6, 3)))
+    study.add_trial(_trial(0.0, ngram(7, 3), state=TrialState.PRUNED))
+    return study
+
+
+def _finalist(trial: int, speedup: float, ci: list[float] | None,
+              lossless: bool | None = True) -> dict[str, Any]:
+    return {"trial": trial, "label": f"t{trial}", "role": "search", "preset": None,
+            "params": {}, "search": {"speedup": 1.2}, "speedup": speedup, "ci90": ci,
+            "lossless": lossless, "mean_accepted_tokens": 1.5,
+            "by_category": {"code": {"speedup": speedup, "ci90": ci, "prompts": 2,
+                                     "mean_accepted_tokens": 1.5}}}
+
+
+def _record(study: optuna.Study, finalists: list[dict[str, Any]]) -> dict[str, Any]:
+    decision, winner, reason = judge(finalists)
+    complete = len(study.get_trials(states=(TrialState.COMPLETE,)))
+    return {"statistic": "s", "level": 0.9, "source": "test", "prompts": 4,
+            "prompt_ids": ["a", "b", "c", "d"], "categories": {"code": 4},
+            "workload_sha256": "x", "repeats": 2, "max_new_tokens": 8,
+            "complete_trials": complete, "baseline": {"latency_ms_per_token": 30.0},
+            "finalists": finalists, "decision": decision, "winner": winner, "reason": reason}
+
+
+def test_finalists_are_the_top_distinct_configs_plus_the_strongest_default():
+    finalists = pick_finalists(_study(), SPEEDUP, 3)
+    assert [(f.trial, f.role) for f in finalists] == [
+        (2, "search #1"), (4, "search #2"), (5, "search #3"), (1, "default vllm_ngram")]
+    assert finalists[0].search["speedup"] == 1.30 and finalists[0].arm == "trial2"
+    # A default already among the top is not added twice.
+    assert [f.trial for f in pick_finalists(_study(), SPEEDUP, 5)] == [2, 4, 5, 1]
+
+
+def test_judge_needs_the_whole_interval_above_one_and_lossless():
+    decision, winner, reason = judge([_finalist(2, 1.3, [0.98, 1.6]), _finalist(4, 1.1, [1.02, 1.2])])
+    assert (decision, winner) == (SPECULATE, 4) and "trial 4" in reason
+    decision, winner, reason = judge([_finalist(2, 1.3, [1.1, 1.6], lossless=False),
+                                      _finalist(4, 1.05, [0.9, 1.2])])
+    assert (decision, winner) == (DO_NOT_SPECULATE, None)
+    assert "no finalist's 90% interval lies above 1.0" in reason and "not lossless: trial 2" in reason
+    assert judge([_finalist(2, 1.5, None)])[0] == DO_NOT_SPECULATE        # one prompt: no interval
+    assert judge([])[0] == DO_NOT_SPECULATE
+
+
+def test_answer_follows_the_record_while_it_is_current():
+    study = _study()
+    assert answer(study, SPEEDUP).trial.number == 2 and not answer(study, SPEEDUP).validated
+    study.set_user_attr(VALIDATION_ATTR, _record(study, [_finalist(2, 1.02, [0.95, 1.1]),
+                                                         _finalist(4, 1.15, [1.05, 1.3])]))
+    chosen = answer(study, SPEEDUP)
+    assert chosen.validated and chosen.speculate and chosen.trial.number == 4
+    # A resumed search that completed one more trial makes the record stale.
+    study.add_trial(_trial(1.4, {"method": "ngram", "k": 9, "ngram_min": 1, "ngram_max": 1}))
+    assert current_record(study) is None and answer(study, SPEEDUP).trial.number == 7
+
+
+def test_best_json_carries_the_validated_figure_or_says_do_not_speculate():
+    study = _study()
+    study.set_user_attr(VALIDATION_ATTR, _record(study, [_finalist(2, 1.02, [0.95, 1.1]),
+                                                         _finalist(4, 1.15, [1.05, 1.3])]))
+    doc = best_document(study, SPEEDUP)
+    assert doc["provenance"]["trial"] == 4 and doc["params"]["k"] == 4
+    assert doc["validation"]["speedup"] == 1.15 and doc["validation"]["ci90"] == [1.05, 1.3]
+    assert doc["validation"]["decision"] == SPECULATE and len(doc["validation"]["finalists"]) == 2
+    # The search figure stays beside it.
+    assert doc["objective"]["values"]["speedup"] == 1.20
+    # Only finalists shown faster are export fallbacks, by validated speedup.
+    assert [d["provenance"]["trial"] for d in ranked_documents(study, SPEEDUP)] == [4]
+
+    study.set_user_attr(VALIDATION_ATTR, _record(study, [_finalist(2, 1.02, [0.95, 1.1])]))
+    doc = best_document(study, SPEEDUP)
+    assert doc["params"]["method"] == "none" and doc["provenance"]["trial"] == 0
+    assert doc["validation"]["decision"] == DO_NOT_SPECULATE
+    assert doc["validation"]["speedup"] == 1.0 and doc["validation"]["ci90"] is None
+    assert doc["validation"]["finalists"][0]["trial"] == 2
+    assert ranked_documents(study, SPEEDUP) == []
+    assert "answer: do not speculate" in validation_table(study, SPEEDUP)
+
+
+def test_printed_tables_show_the_held_out_figure_beside_the_search_figure():
+    study = _study()
+    assert validation_table(study, SPEEDUP).startswith("not validated")
+    study.set_user_attr(VALIDATION_ATTR, _record(study, [_finalist(4, 1.15, [1.05, 1.3])]))
+    top = top_table(study, SPEEDUP)
+    assert "held-out speedup" in top and "[1.050, 1.300]" in top
+    table = validation_table(study, SPEEDUP)
+    assert "finalists on 4 held-out prompts x 2 pass(es)" in table
+    assert "by category" in table and "code" in table
+
+
+def _frozen(tmp_path: Path, validation: dict[str, Any] | None, speedup: float = 1.2) -> Path:
+    doc = {"schema": "autotune.frozen/v2",
+           "params": {"method": "ngram", "k": 4, "ngram_min": 3, "ngram_max": 3},
+           "metrics": {"speedup": speedup}, "provenance": {"autotune_version": "0", "trial": 4},
+           "model": TARGET}
+    if validation is not None:
+        doc["validation"] = validation
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_exports_never_write_a_config_not_shown_faster(tmp_path):
+    study = _study()
+    record = _record(study, [_finalist(4, 1.15, [1.05, 1.3])])
+    written = write_exports(_frozen(tmp_path, finalist_view(record, 4)), tmp_path / "ex")
+    assert "vllm.json" in written
+    readme = (tmp_path / "ex" / "README.txt").read_text()
+    assert "validated 1.150x [1.050, 1.300] on 4 held-out prompts" in readme
+
+    slow = _record(study, [_finalist(4, 1.03, [0.97, 1.1])])
+    assert write_exports(_frozen(tmp_path, finalist_view(slow, None)), tmp_path / "ex") == []
+    readme = (tmp_path / "ex" / "README.txt").read_text()
+    assert readme.startswith("Exports of the run's best.json: do not speculate")
+    assert "vllm: not written: the validated answer is not to speculate" in readme
+    assert "not to speculate" in refusal_reason({"validation": finalist_view(slow, 4)})
+    # Not validated: the search figure decides, and the README says it is unvalidated.
+    assert write_exports(_frozen(tmp_path, None, speedup=0.9), tmp_path / "ex") == []
+    assert write_exports(_frozen(tmp_path, None, speedup=1.2), tmp_path / "ex") != []
+    assert "NOT validated" in (tmp_path / "ex" / "README.txt").read_text()
+
+
+def test_the_export_command_refuses_a_do_not_speculate_answer(tmp_path, capsys):
+    from autotune.cli import main
+    study = _study()
+    record = _record(study, [_finalist(4, 1.2, [1.1, 1.3]), _finalist(5, 0.9, [0.8, 1.0])])
+    path = _frozen(tmp_path, finalist_view(record, 5))
+    assert main(["export", str(path), "--format", "vllm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not shown faster" in err[0] and "nothing exported" in err[0]
+
+
+@pytest.mark.parametrize("objective", ["latency", "latency_memory"])
+def test_finalists_follow_each_objective_ranking(objective):
+    study = optuna.create_study(directions=load_objective(objective).directions)
+    for latency, k in ((30.0, 1), (20.0, 2), (25.0, 3)):
+        values = [latency] if objective == "latency" else [latency, 100.0]
+        study.add_trial(create_trial(
+            state=TrialState.COMPLETE, values=values, params={"k": k},
+            distributions={"k": IntDistribution(1, 16)},
+            user_attrs={"config": {"method": "ngram", "k": k}, "metrics": {}}))
+    assert [f.trial for f in pick_finalists(study, load_objective(objective), 2)] == [1, 2]
