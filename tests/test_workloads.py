@@ -203,3 +203,27 @@ def test_encode_prompt_without_chat_template() -> None:
     assert isinstance(ids, list) and all(type(i) is int for i in ids)
     assert ids[0] == tok.bos_token_id
     assert ids[1:] == [tok.convert_tokens_to_ids(t) for t in ["how", "are", "you", "?"]]
+
+
+def test_split_is_stratified_seeded_and_disjoint() -> None:
+    from autotune.workloads import split_workload
+    prompts = load_workload("builtin")
+    search, held = split_workload(prompts, 0.4, seed=0)
+    assert len(search) + len(held) == len(prompts)
+    assert {p.prompt_id for p in search}.isdisjoint(p.prompt_id for p in held)
+    for category in {p.category for p in prompts}:
+        total = sum(p.category == category for p in prompts)
+        taken = sum(p.category == category for p in held)
+        assert taken == min(int(total * 0.4 + 0.5), total - 1)   # every category gives its share
+        assert any(p.category == category for p in search)      # and keeps one to search on
+    assert split_workload(prompts, 0.4, seed=0) == (search, held)
+    assert split_workload(prompts, 0.4, seed=1)[1] != held
+    with pytest.raises(AutotuneError, match="strictly between 0 and 1"):
+        split_workload(prompts, 1.0)
+
+
+def test_duplicate_ids_in_a_file_are_made_unique(tmp_path: Path) -> None:
+    # Figures are pooled per prompt id: two prompts sharing one must stay two prompts.
+    path = tmp_path / "dup.jsonl"
+    path.write_text('{"id": 7, "prompt": "a"}\n{"id": 7, "prompt": "b"}\n')
+    assert [p.prompt_id for p in load_workload(str(path))] == ["7", "7#2"]
