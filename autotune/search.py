@@ -149,7 +149,7 @@ def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, float) and not math.isfinite(value):
                 value = None
             keep[key] = value
-        elif key in ("pos_acc", "depth_acceptance", "mismatched_prompts"):
+        elif key in ("pos_acc", "depth_acceptance", "mismatched_prompts", "speedup_ci90"):
             keep[key] = list(value)[:64]
     return keep
 

@@ -330,6 +330,13 @@ def _validate(args: argparse.Namespace, runner: StudyRunner, objective: Objectiv
     if (record is not None and record.get("workload_sha256") == workload_digest(held.prompts)
             and record.get("repeats") == args.validation_repeats):
         return
+    _, running, _ = runner.progress()
+    if running:
+        # Many workers share this study: the last one to finish validates what they
+        # found together (until then best.json is the search's own, unvalidated best).
+        print(f"autotune: {running} trial(s) still running in other workers; the last "
+              "worker to finish validates the finalists", file=sys.stderr, flush=True)
+        return
     finalists = pick_finalists(study, objective, args.finalists)
     names = ", ".join(f"trial {f.trial} ({f.role})" for f in finalists) or "none"
     print(f"autotune: validating {len(finalists)} finalists ({names}) against the AR "
