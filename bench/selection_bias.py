@@ -26,6 +26,9 @@ Goals (printed as PASS/FAIL lines with the numbers):
   it holds when vLLM's default is not shown faster than the AR baseline (its interval's
   lower end <= 1.0).
 
+Cost: about 15 minutes a seed at the defaults on 2 CPU cores shared with other work
+(`--threads 1`; most of it the search's slow layer-skip trials and the validation).
+
 Usage: python bench/selection_bias.py [--seeds 0,1,2] [--search-prompts 4]
        [--validation-prompts 10] [--fresh-prompts 10] [--trials 10]
        [--max-new-tokens 32] [--validation-repeats 2] [--threads N] [--csv FILE]
