@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--set", dest="assignments", action="append", default=[],
                    metavar="KEY=VALUE", help="config key, e.g. --set attn_skip=12,17")
     m.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    m.add_argument("--replay", action="store_true",
+                   help="predict instead of decoding: the replay tier's figures (greedy), "
+                        "marked fidelity replay")
     m.add_argument("--trace", default=None, metavar="FILE",
                    help="write the per-round traces of every prompt as JSON")
     m.set_defaults(run="autotune.measure_cli:run_measure_command")
@@ -94,8 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--finalists", type=int, default=3, metavar="N",
                    help="top distinct configs re-measured on the held-out prompts (plus "
                         "the strongest documented default)")
-    s.add_argument("--trials", type=int, default=30,
-                   help="trials to finish in the study (finished ones count on resume)")
+    s.add_argument("--trials", type=int, default=None,
+                   help="trials to finish in the study (finished ones count on resume); "
+                        "default 30 measured (--fidelity measure), 8 measured after the "
+                        "screen (multi), 500 replayed (replay)")
+    s.add_argument("--fidelity", default="multi", choices=("multi", "measure", "replay"),
+                   help="multi: replay screens --screen configs, the best --trials are "
+                        "measured; measure: every trial decodes; replay: every trial is "
+                        "predicted (greedy only); finalists are always measured")
+    s.add_argument("--screen", type=int, default=400, metavar="N",
+                   help="configs the replay tier screens before measuring (multi)")
     s.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="stop starting trials after S seconds")
     s.add_argument("--trial-timeout", type=float, default=None, metavar="S",

@@ -17,7 +17,7 @@ from autotune.measure import Measurement, PromptRun, measure_arms
 from autotune.objectives import EvalContext, Objective, Report, is_defined
 from autotune.workloads import encode_prompt
 
-__all__ = ["evaluate", "reference_sequences"]
+__all__ = ["evaluate", "reference_sequences", "replayer"]
 
 
 def evaluate(objective: Objective, ctx: EvalContext, config: DecodeConfig,
@@ -26,8 +26,11 @@ def evaluate(objective: Objective, ctx: EvalContext, config: DecodeConfig,
     first = objective.metrics[0]
     single = report if not objective.multi else None
     result: dict[str, Any] = {}
-    if objective.needs_timing:
+    if objective.needs_timing and ctx.fidelity == "replay":
+        result = replayer(ctx).summary(config)
+    elif objective.needs_timing:
         result = _timed(objective, ctx, config, single if first != "agreement" else None)
+        result["fidelity"] = "measure"
     if objective.needs_agreement:
         result.update(_agreement(ctx, config, single if first == "agreement" else None))
         result.setdefault("config", config.to_dict())
@@ -67,6 +70,21 @@ def _agreement(ctx: EvalContext, config: DecodeConfig,
             report(index, agreements / positions)
     return {"agreement": agreements / positions if positions else None,
             "agreement_positions": positions}
+
+
+def replayer(ctx: EvalContext) -> Any:
+    """The search's `Replayer` (references and cost parts made once, in `ctx.memo`)."""
+    from pathlib import Path
+
+    from autotune.replay import PARTS_FILE
+    from autotune.replay.run import Replayer
+    from autotune.replay.reference import cache_dir
+
+    if "replayer" not in ctx.memo:
+        parts = Path(ctx.replay_parts) if ctx.replay_parts else cache_dir() / PARTS_FILE
+        ctx.memo["replayer"] = Replayer(ctx.target, ctx.draft, ctx.prompts,
+                                        ctx.max_new_tokens, parts)
+    return ctx.memo["replayer"]
 
 
 def reference_sequences(ctx: EvalContext) -> list[tuple[int, list[int]]]:

@@ -75,6 +75,10 @@ def format_summary(summary: dict[str, Any]) -> str:
             rows.append((key, _fmt(summary.get(key))))
     if summary.get("mismatched_prompts"):
         rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
+    if summary.get("fidelity") == "replay":
+        rows.insert(1, ("fidelity", "replay (predicted, nothing decoded; τ "
+                        + ("exact" if summary.get("replay_exact") else "approximate") + ")"))
+        rows.extend(("approximation", note) for note in summary.get("replay_notes") or [])
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
     categories = summary.get("by_category") or {}
@@ -196,6 +200,8 @@ def run_measure_command(args: argparse.Namespace) -> int:
     target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
     draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)
              if args.draft else None)
+    if args.replay:
+        return _replay(args, config, target, draft, prompts)
     if doc is not None:
         return _remeasure(args, doc, config, objective, target, draft, prompts, overridden)
 
@@ -210,6 +216,24 @@ def run_measure_command(args: argparse.Namespace) -> int:
     summary = result.summary()
     if args.trace:
         write_atomically(Path(args.trace), json.dumps(result.traces()))
+    print(json.dumps(summary) if args.json else format_summary(summary))
+    return 0
+
+
+def _replay(args: argparse.Namespace, config: Any, target: Any, draft: Any,
+            prompts: list[Any]) -> int:
+    """`--replay`: the same keys as a measurement, predicted by the replay tier."""
+    from autotune.replay import PARTS_FILE
+    from autotune.replay.reference import cache_dir
+    from autotune.replay.run import Replayer
+
+    replayer = Replayer(target, draft, prompts, args.max_new_tokens, cache_dir() / PARTS_FILE)
+    reason = replayer.can_replay(config)
+    if reason is not None:
+        raise AutotuneError(f"--replay: {reason}")
+    summary = replayer.summary(config)
+    if args.trace:
+        write_atomically(Path(args.trace), json.dumps(replayer.replay(config).traces()))
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0
 

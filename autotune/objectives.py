@@ -155,6 +155,10 @@ class EvalContext:
     max_new_tokens: int
     seed: int = 0
     memo: dict[str, Any] = field(default_factory=dict)
+    # "measure": timed metrics are measured; "replay": predicted by the replay tier
+    # (autotune.replay), whose cost parts live at `replay_parts`.
+    fidelity: str = "measure"
+    replay_parts: Any = None
 
 
 Report = Callable[[int, float], None]

@@ -70,8 +70,9 @@ def _flat(value: Any) -> Any:
 
 
 def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
-    """One row per trial: number, state, preset, duration, values, metrics, config,
-    params, error. Columns that no trial has are left out.
+    """One row per trial: number, state, preset, duration, fidelity (measure or replay),
+    values, the screen's prediction (`predicted.<metric>`, multi-fidelity), metrics,
+    config, params, error. Columns that no trial has are left out.
 
     A pruned trial's `values` hold Optuna's last intermediate value: the figure over the
     prompts it ran before it was stopped, not a measurement of the config. It goes to
@@ -86,7 +87,16 @@ def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
             "label": describe(t.user_attrs["config"]) if "config" in t.user_attrs else None,
             "duration_s": t.duration.total_seconds() if t.duration is not None else None,
             "started": t.datetime_start.isoformat() if t.datetime_start else None,
+            # Which tier the figures came from: measured (decoded, timed) or predicted by
+            # replay (`--fidelity replay`); older runs were all measured.
+            "fidelity": (t.user_attrs.get("metrics", {}).get("fidelity", "measure")
+                         if "metrics" in t.user_attrs else None),
         }
+        screen = t.user_attrs.get("screen")
+        if isinstance(screen, dict):         # multi-fidelity: what replay predicted for it
+            row["screen.rank"] = screen.get("rank")
+            for key, value in (screen.get("predicted") or {}).items():
+                row[f"predicted.{key}"] = value
         pruned = t.state == TrialState.PRUNED
         for metric, value in zip(objective.metrics, t.values or []):
             row[f"{'partial' if pruned else 'value'}.{metric}"] = value

@@ -73,6 +73,9 @@ class SearchSettings:
     trial_timeout_s: float | None = None
     prune: bool = True
     enqueue: list[dict[str, Any]] = field(default_factory=list)   # extra configs to try first
+    # Multi-fidelity: (params, user attrs) of screened configs queued after the baseline
+    # instead of the documented defaults (which were screened like any config).
+    screened: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
     study_attrs: dict[str, Any] = field(default_factory=dict)     # what defines the study
 
 
@@ -149,7 +152,8 @@ def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, float) and not math.isfinite(value):
                 value = None
             keep[key] = value
-        elif key in ("pos_acc", "depth_acceptance", "mismatched_prompts", "speedup_ci90"):
+        elif key in ("pos_acc", "depth_acceptance", "mismatched_prompts", "speedup_ci90",
+                     "replay_notes"):
             keep[key] = list(value)[:64]
     return keep
 
@@ -223,6 +227,13 @@ class StudyRunner:
             return []
         self.created = False
         queued = []
+        if self.settings.screened is not None:
+            self.study.enqueue_trial({}, user_attrs={BASELINE_ATTR: BASELINE},
+                                     skip_if_exists=True)
+            for params, attrs in self.settings.screened:
+                self.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)
+            return [BASELINE] + [f"screened #{a['screen']['rank']}"
+                                 for _, a in self.settings.screened]
         entries = [(p.name, p.values) for p in presets(self.context.target.n_layers)]
         entries += [(f"enqueue{i}", values) for i, values in enumerate(self.settings.enqueue)]
         for name, values in entries:
@@ -264,8 +275,9 @@ class StudyRunner:
         if finish and trial.state == TrialState.RUNNING:
             storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
         attrs = {"retry_of": trial.number}
-        if BASELINE_ATTR in trial.user_attrs:
-            attrs[BASELINE_ATTR] = trial.user_attrs[BASELINE_ATTR]
+        for key in (BASELINE_ATTR, "screen"):       # what it was queued as
+            if key in trial.user_attrs:
+                attrs[key] = trial.user_attrs[key]
         self.study.enqueue_trial(dict(trial.params), user_attrs=attrs)
 
     # -- counting -------------------------------------------------------------------

@@ -49,7 +49,9 @@ from autotune.run_folder import (BEST_FILE, RUN_FILE, TRIALS_FILE, describe, ran
                                  top_table, validation_table, write_run_files)
 from autotune.run_record import (FileRecord, FrozenContext, Provenance, RunRecord,
                                  StudyIdentity, WorkloadRecord)
+from autotune.replay import PARTS_FILE
 from autotune.samplers import check_sampler_name
+from autotune.screening import run_screen, screened_queue, write_screen_csv
 from autotune.search import SearchSettings, StudyRunner, TrialEvent
 from autotune.space import SearchSpace, load_space
 from autotune.storage import JOURNAL_NAME, masked_storage
@@ -117,7 +119,14 @@ def load_enqueue(path: str) -> list[dict[str, Any]]:
     return out
 
 
+DEFAULT_TRIALS = {"measure": 30, "multi": 8, "replay": 500}
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
+    if args.trials is None:
+        args.trials = DEFAULT_TRIALS[args.fidelity]
+    if args.screen < 1:
+        raise AutotuneError("--screen must be at least 1")
     if args.trials < 1:
         raise AutotuneError("--trials must be at least 1")
     for flag, value, least in (("--validation-prompts", args.validation_prompts, 1),
@@ -280,12 +289,17 @@ def run_search_command(args: argparse.Namespace) -> int:
 
     identity = _study_identity(args, space, objective, target, draft, categories, prompts,
                                max_new)
+    fidelity = _fidelity(args, objective)
     settings = SearchSettings(
         study_name=study_name, storage=storage, trials=args.trials, sampler=args.sampler,
         seed=args.seed, timeout_s=args.timeout, trial_timeout_s=args.trial_timeout,
-        prune=args.prune, enqueue=enqueue, study_attrs=identity.to_json())
+        prune=args.prune, enqueue=enqueue,
+        study_attrs={**identity.to_json(),
+                     "fidelity": "replay" if fidelity == "replay" else "measure"})
     eval_context = EvalContext(target=target, draft=draft, prompts=prompts,
-                               max_new_tokens=max_new, seed=args.seed, memo={})
+                               max_new_tokens=max_new, seed=args.seed, memo={},
+                               fidelity="replay" if fidelity == "replay" else "measure",
+                               replay_parts=run_dir / PARTS_FILE)
     # Once per run folder (reused on resume): where verifying more tokens stops being
     # nearly free on this hardware, for the report. A failure is a warning only. It is
     # measured before the study is opened (the worker that creates a shared study queues
@@ -294,6 +308,18 @@ def run_search_command(args: argparse.Namespace) -> int:
     # is made only after it, so a Ctrl-C while loading or profiling leaves nothing.
     profile, fresh = run_profile(run_dir, target)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if fidelity == "multi":
+        try:
+            screen, reason = run_screen(settings, args.screen, bound, objective, eval_context)
+        except KeyboardInterrupt:
+            reason = "interrupted"
+        if reason == "interrupted":
+            print("autotune: interrupted while screening; the screened configs are saved "
+                  "in the study storage. Rerun the same command to resume.",
+                  file=sys.stderr, flush=True)
+            return 130
+        write_screen_csv(run_dir, screen)
+        settings.screened = screened_queue(screen, objective, max(args.trials - 1, 0))
     runner = StudyRunner(settings, bound, objective, eval_context)
     if fresh:
         save_run_profile(run_dir, profile)
@@ -310,6 +336,24 @@ def run_search_command(args: argparse.Namespace) -> int:
     write_atomically(run_dir / RUN_FILE, json.dumps(record.to_json(), indent=2) + "\n")
     return _run_study(args, run_dir, storage, runner, objective, context,
                       HeldOut(held_out, held_source))
+
+
+def _fidelity(args: argparse.Namespace, objective: Objective) -> str:
+    """The fidelity this search runs at: replay predicts greedy decoding only."""
+    greedy = objective.workload.temperature == 0.0
+    if args.fidelity == "replay" and not greedy:
+        raise AutotuneError(f"--fidelity replay predicts greedy decoding only; objective "
+                            f"{objective.name!r} samples (temperature "
+                            f"{objective.workload.temperature:g}): use --fidelity measure")
+    if args.fidelity == "replay" and objective.needs_agreement:
+        raise AutotuneError("--fidelity replay predicts timed metrics; the agreement "
+                            "objective decodes nothing anyway: use --fidelity measure")
+    if args.fidelity == "multi" and (not greedy or not objective.needs_timing):
+        why = "it samples" if not greedy else "it times nothing"
+        print(f"autotune: objective {objective.name!r}: no replay screen ({why}); every "
+              "trial is measured", file=sys.stderr, flush=True)
+        return "measure"
+    return args.fidelity
 
 
 @dataclass(frozen=True)

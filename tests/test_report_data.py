@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import optuna
@@ -148,43 +147,6 @@ def test_n_layers_from_run_then_best_then_indices() -> None:
     assert P.layers.n_layers_of({}, {}, new_study()) is None
 
 
-# ------------------------------------------------------------------ Leviathan
-def test_leviathan_speedup_known_values() -> None:
-    assert P.leviathan.leviathan_speedup(0.8, 0.1, 4) == pytest.approx((1 - 0.8 ** 5) / (0.2 * 1.4))
-    assert P.leviathan.leviathan_speedup(0.8, 0.1, 4) == pytest.approx(2.4011428571)
-    assert P.leviathan.leviathan_speedup(1.0, 0.1, 4) == pytest.approx(5 / 1.4)        # α = 1 limit
-    assert P.leviathan.leviathan_speedup(1 - 1e-9, 0.1, 4) == pytest.approx(5 / 1.4, rel=1e-6)
-    assert P.leviathan.leviathan_speedup(0.0, 0.5, 3) == pytest.approx(1 / 2.5)        # nothing accepted
-    assert P.leviathan.leviathan_speedup(0.5, 0.0, 1) == pytest.approx(1.5)
-
-
-def test_leviathan_panel_curve_and_points_of_the_best_method() -> None:
-    study = new_study()
-    baseline(study)
-    ngram(study, 10.0, k=3, acceptance_alpha=0.7, acceptance_rate=0.5, cost_ratio=0.05,
-          mean_drafted_tokens=2.5)
-    ngram(study, 12.0, k=20)                     # no mean_drafted: x falls back to k
-    layer_skip(study, 15.0, attn=[1], mlp=[])    # another method: not a point
-    lev = P.leviathan.data(study, LATENCY)
-    assert lev.method == "ngram" and lev.best_number == 1 and lev.note is None
-    assert (lev.alpha, lev.alpha_source, lev.cost_ratio) == (0.7, "acceptance_alpha", 0.05)
-    assert lev.curve["k"].tolist() == list(range(1, 21))      # max(16, measured K = 20)
-    assert lev.curve["speedup"].iloc[3] == pytest.approx(P.leviathan.leviathan_speedup(0.7, 0.05, 4))
-    assert lev.points["number"].tolist() == [1, 2]
-    assert lev.points["k"].tolist() == [2.5, 20.0]
-    assert lev.points["k_source"].tolist() == ["mean_drafted_tokens", "k"]
-    assert lev.points["is_best"].tolist() == [True, False]
-
-
-def test_leviathan_falls_back_to_acceptance_rate_and_notes_missing_cost() -> None:
-    study = new_study()
-    ngram(study, 10.0, k=3, acceptance_rate=0.6)
-    lev = P.leviathan.data(study, LATENCY)
-    assert lev.alpha == 0.6 and lev.alpha_source == "acceptance_rate"
-    assert lev.curve.empty and "cost ratio" in lev.note
-    assert len(lev.points) == 1
-
-
 def test_panels_about_drafting_use_the_best_speculative_trial_when_ar_wins() -> None:
     study = new_study()
     baseline(study, 10.0)
@@ -224,7 +186,7 @@ def test_missing_metrics_give_notes_not_errors() -> None:
     ngram(study, 10.0, k=2)          # an old run: no pos_acc, no split, no α / c
     assert "no draft / verify / other split" in P.time_split.data(study, LATENCY).note
     assert "position-wise" in P.pos_acc.data(study, LATENCY).note.lower()
-    assert P.leviathan.data(study, LATENCY).note
+    assert P.predicted.data(study, LATENCY).note            # measured only: no predictions
 
 
 def test_time_split_rows_of_best_and_baseline() -> None:
@@ -258,7 +220,7 @@ def test_zero_complete_trials_give_notes_everywhere() -> None:
     assert report.history.frame.empty and len(report.history.other) == 1
     for panel in (report.finalists, report.knobs, report.parallel, report.importance,
                   report.layers, report.tree, report.pos_acc, report.time_split,
-                  report.hardware, report.leviathan, report.pareto, report.top):
+                  report.hardware, report.predicted, report.pareto, report.top):
         assert panel.note, type(panel).__name__
 
 
@@ -412,4 +374,3 @@ def test_objective_info_sources() -> None:
     assert objective_info(study, {"objective": "latency"}, None).metrics == ("latency_ms_per_token",)
     info = objective_info(study, {}, None)
     assert info.metrics == ("objective",) and info.directions == ("minimize",)
-    assert not math.isnan(P.leviathan.leviathan_speedup(0.5, 0.1, 1))

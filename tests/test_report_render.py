@@ -138,7 +138,7 @@ def test_report_of_a_small_run_folder(tmp_path: Path) -> None:
     page = path.read_text(encoding="utf-8")
     sections = check_page(page)
     for panel in ("history", "knobs", "parallel", "importance", "layers", "pos-acc",
-                  "time-split", "leviathan"):
+                  "time-split"):
         assert sections.figures.get(f"panel-{panel}", 0) >= 1, panel
     assert sections.figures.get("panel-pareto", 0) == 0 and sections.notes["panel-pareto"] == 1
     assert sections.tables["panel-top"] == 1

@@ -73,6 +73,9 @@ class MethodSpec:
     drafter: the Drafter class (`build(context) -> Drafter`), or its "module:Class".
     scorer: the agreement proxy's scorer factory, `(target, config, draft) -> Scorer`,
         or its "module:function"; None when the method has no cheap proxy.
+    replay: the replay tier's source factory, `(target, draft) -> ReplaySource`
+        (autotune/replay/sources.py), or its "module:function"; None when the method
+        cannot be replayed (it is then only measured).
     derived: counts of set-valued keys for the report's knob panels.
     summary: a short label of the method's own knobs for progress lines and tables.
     presets: documented defaults of this method for an n-layer target, first trials of
@@ -90,6 +93,7 @@ class MethodSpec:
     can_tree: bool = False
     confident_drafts: bool = False
     scorer: Factory | None = None
+    replay: Factory | None = None
     derived: tuple[DerivedKnob, ...] = ()
     summary: Callable[[Mapping[str, Any]], str] | None = None
     presets: Callable[[int], list[Preset]] = field(default=lambda n_layers: [])
@@ -138,6 +142,9 @@ class MethodSpec:
 
     def scorer_factory(self) -> Any | None:
         return _resolve(self.scorer) if self.scorer is not None else None
+
+    def replay_factory(self) -> Any | None:
+        return _resolve(self.replay) if self.replay is not None else None
 
 
 def _resolve(factory: Factory) -> Any:
@@ -255,20 +262,23 @@ def _layer_skip_presets(n_layers: int) -> list[Preset]:
 
 _DRAFTERS = "autotune.decoding.drafters"
 _SCORERS = "autotune.agreement"
+_REPLAY = "autotune.replay.sources"
 
 BUILTIN_METHODS: tuple[str, ...] = ("none", "draft_model", "layer_skip", "sorted_exit", "ngram")
 
 for _spec in (
     MethodSpec("none", label="AR baseline", color="#7f7f7f", drafts=False,
-               drafter=f"{_DRAFTERS}.none:NoDraft"),
+               drafter=f"{_DRAFTERS}.none:NoDraft", replay=f"{_REPLAY}:no_draft_source"),
     MethodSpec("draft_model", label="draft_model", color="#E69F00", needs_draft=True,
                uses_draft=True, can_tree=True,
                drafter=f"{_DRAFTERS}.draft_model:DraftModelDrafter",
-               scorer=f"{_SCORERS}:draft_model_scorer", presets=_draft_model_presets),
+               scorer=f"{_SCORERS}:draft_model_scorer",
+               replay=f"{_REPLAY}:draft_model_source", presets=_draft_model_presets),
     MethodSpec("layer_skip", label="layer_skip", color="#009E73",
                layer_stack=TARGET_STACK, can_tree=True,
                drafter=f"{_DRAFTERS}.layer_skip:LayerSkipDrafter",
                scorer=f"{_SCORERS}:layer_skip_scorer",
+               replay=f"{_REPLAY}:layer_skip_source",
                derived=(DerivedKnob("n_attn_skipped", "attention layers skipped", "attn_skip"),
                         DerivedKnob("n_mlp_skipped", "MLP layers skipped", "mlp_skip")),
                summary=_layer_skip_summary, presets=_layer_skip_presets),
@@ -276,10 +286,12 @@ for _spec in (
                layer_stack=DRAFT_OR_TARGET_STACK, can_tree=True,
                drafter=f"{_DRAFTERS}.sorted_exit:SortedExitDrafter",
                scorer=f"{_SCORERS}:sorted_exit_scorer",
+               replay=f"{_REPLAY}:sorted_exit_source",
                derived=(DerivedKnob("n_exits", "number of exits", "exits"),),
                summary=_sorted_exit_summary),
     MethodSpec("ngram", label="ngram", color="#0072B2", confident_drafts=True,
                drafter=f"{_DRAFTERS}.ngram:NgramDrafter", scorer=f"{_SCORERS}:ngram_scorer",
+               replay=f"{_REPLAY}:ngram_source",
                summary=_ngram_summary, presets=_ngram_presets),
 ):
     register_method(_spec)

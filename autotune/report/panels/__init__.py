@@ -8,19 +8,19 @@ the report's inputs). A new panel is a module here plus its entry in `PANELS`.
 from __future__ import annotations
 
 from autotune.report.panels import (finalists, hardware, header, history, importance, knobs,
-                                    layers, leviathan, parallel, pareto, pos_acc, time_split,
+                                    layers, parallel, pareto, pos_acc, predicted, time_split,
                                     top, tree)
 from autotune.report.panels.base import Inputs, Panel
 
 PANELS: tuple[Panel, ...] = (
     header.PANEL, finalists.PANEL, top.PANEL, history.PANEL, knobs.PANEL, parallel.PANEL, importance.PANEL,
     layers.PANEL, tree.PANEL, pos_acc.PANEL, time_split.PANEL, hardware.PANEL,
-    leviathan.PANEL, pareto.PANEL,
+    predicted.PANEL, pareto.PANEL,
 )
 
 # Panel ids in page order (`panel-<id>`); a test and the headless-browser check use them.
 PANEL_IDS: tuple[str, ...] = tuple(panel.id for panel in PANELS)
 
 __all__ = ["PANELS", "PANEL_IDS", "Inputs", "Panel", "finalists", "hardware", "header", "history",
-           "importance", "knobs", "layers", "leviathan", "parallel", "pareto", "pos_acc",
-           "time_split", "top", "tree"]
+           "importance", "knobs", "layers", "parallel", "pareto", "pos_acc",
+           "predicted", "time_split", "top", "tree"]

@@ -1,0 +1,15 @@
+"""The replay tier: exact greedy acceptance from one reference generation plus a
+measured cost model, so a search screens thousands of configs and measures only the few
+that matter.
+
+reference.py  the target's greedy continuations, cached and checked
+tables.py     teacher-forced draft tables per method (one pass per table key)
+sources.py    per method (`MethodSpec.replay`): a prompt's track, and what is exact
+simulate.py   the decoder's rounds along a reference, for any K, exit policy, tree
+costs.py      the cost model from measured parts
+run.py        `Replayer`: configs -> predicted measurements (`"fidelity": "replay"`)
+"""
+
+# The run folder's measured cost parts (a search's; `measure --replay` keeps its own in
+# the cache folder). Here, not in run.py: the CLI names it without importing torch.
+PARTS_FILE = "replay_costs.json"

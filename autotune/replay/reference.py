@@ -1,0 +1,121 @@
+"""Reference continuations: the target's greedy output for each prompt, made once.
+
+Under greedy verification every lossless config emits exactly these tokens, so they are
+what every replay is teacher-forced on. They are cached on disk per (model fingerprint,
+workload digest, max new tokens) under `$AUTOTUNE_CACHE/replay/`, with a checksum over
+the content: a file that does not parse, whose checksum or key does not match, or whose
+prompts differ is reported in one line and rebuilt (written atomically, so a kill never
+leaves half of one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from autotune.files import write_atomically
+
+if TYPE_CHECKING:
+    from autotune.models.loading import LoadedModel
+    from autotune.workloads import Prompt
+
+FORMAT = "autotune.reference/v1"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One prompt's ids and the target's greedy continuation (`tokens`, EOS included,
+    at most max_new_tokens; tokens[0] comes from the prefill)."""
+
+    prompt_id: str
+    category: str
+    prompt: list[int]
+    tokens: list[int]
+
+    @property
+    def sequence(self) -> list[int]:
+        return self.prompt + self.tokens
+
+
+def model_fingerprint(model: "LoadedModel") -> str:
+    """A short hash of what decides a model's greedy output here: its name, path, config,
+    dtype, device type and a checksum of its embedding, first and last layer and head
+    weights (an in-memory model, e.g. a truncated copy, differs in its config)."""
+    import torch
+
+    digest = hashlib.sha256()
+    config = getattr(model.hf_model, "config", None)
+    digest.update(json.dumps([model.name, model.path, str(model.dtype), model.device.type,
+                              config.to_json_string() if config is not None else ""]).encode())
+    with torch.inference_mode():
+        tensors = [p for _, p in list(model.hf_model.named_parameters())[:3]]
+        tensors += [p for _, p in list(model.hf_model.named_parameters())[-3:]]
+        for tensor in tensors:
+            flat = tensor.detach().float().flatten()
+            digest.update(f"{flat.sum().item():.6e}:{flat.abs().sum().item():.6e}:"
+                          f"{flat[:16].tolist()}".encode())
+    return digest.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    from autotune.models.loading import cache_root
+    return cache_root() / "replay"
+
+
+def _checksum(entries: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
+
+
+def _read(path: Path, key: dict[str, Any], ids: list[list[int]],
+          prompts: Sequence["Prompt"]) -> list[Reference] | None:
+    """The cached references, or None with a one-line warning when the file is absent,
+    corrupted or made for something else."""
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        entries = doc["entries"]
+        ok = (doc.get("format") == FORMAT and doc.get("key") == key
+              and doc.get("sha256") == _checksum(entries) and len(entries) == len(ids)
+              and all(e["prompt"] == p and e["prompt_id"] == q.prompt_id
+                      for e, p, q in zip(entries, ids, prompts)))
+        if ok:
+            return [Reference(**entry) for entry in entries]
+        reason = "its checksum, key or prompts do not match"
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        reason = f"{type(exc).__name__}"
+    print(f"autotune: warning: reference cache {path.name} is unusable ({reason}); "
+          "rebuilding it", file=sys.stderr, flush=True)
+    return None
+
+
+def reference_set(target: "LoadedModel", prompts: Sequence["Prompt"], max_new_tokens: int,
+                  directory: Path | None = None) -> list[Reference]:
+    """Each prompt's greedy continuation by the AR baseline, from the cache when a valid
+    entry exists, else decoded now and cached."""
+    from autotune.agreement import reference_continuations
+    from autotune.workloads import encode_prompt, workload_digest
+
+    ids = [encode_prompt(target.tokenizer, p) for p in prompts]
+    key = {"model": model_fingerprint(target), "workload": workload_digest(list(prompts)),
+           "max_new_tokens": max_new_tokens}
+    folder = directory if directory is not None else cache_dir()
+    path = folder / f"{key['model']}-{key['workload']}-{max_new_tokens}.json"
+    cached = _read(path, key, ids, prompts)
+    if cached is not None:
+        return cached
+    continuations = reference_continuations(target, ids, max_new_tokens)
+    refs = [Reference(p.prompt_id, p.category, i, c)
+            for p, i, c in zip(prompts, ids, continuations)]
+    entries = [asdict(r) for r in refs]
+    try:
+        write_atomically(path, json.dumps({"format": FORMAT, "key": key,
+                                           "sha256": _checksum(entries),
+                                           "entries": entries}) + "\n")
+    except OSError as exc:      # a read-only cache costs a rebuild next time, nothing more
+        print(f"autotune: warning: reference cache not written ({exc})", file=sys.stderr)
+    return refs

@@ -1,0 +1,122 @@
+"""Replaying configs over one workload: references + sources + cost model -> the same
+summary a measurement prints, marked `"fidelity": "replay"`.
+
+`Replayer` is made once per search (or `measure --replay`): it decodes or loads the
+reference continuations, loads or measures the cost parts, and then predicts any number
+of configs in milliseconds each (a new skip mask or exit set costs one pass per prompt
+for its table; K, policies and tree shapes over an existing table cost nothing but the
+round simulation). Predicted rounds are handed to `measure.Measurement` as generations
+whose times are the cost model's, so every key (speedup and its interval, τ, α,
+position acceptance, the time split) is computed by the code that computes measured
+ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Sequence
+
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.decoder import Generation, RoundTrace, SpeculativeDecoder
+from autotune.decoding.methods import get_method
+from autotune.errors import AutotuneError
+from autotune.measure import Measurement, PromptRun
+from autotune.models.loading import LoadedModel
+from autotune.replay.costs import CostModel, CostParts, load_or_measure_parts
+from autotune.replay.reference import Reference, reference_set
+from autotune.replay.simulate import simulate
+from autotune.replay.sources import ReplaySource
+from autotune.workloads import Prompt
+
+FIDELITY = "replay"
+
+
+class Replayer:
+    """Predicts configs on `prompts` for `target` (and `draft`) without decoding them."""
+
+    def __init__(self, target: LoadedModel, draft: LoadedModel | None,
+                 prompts: Sequence[Prompt], max_new_tokens: int,
+                 parts_path: Path, reference_dir: Path | None = None) -> None:
+        self.target, self.draft = target, draft
+        self.max_new_tokens = max_new_tokens
+        self.references: list[Reference] = reference_set(target, prompts, max_new_tokens,
+                                                         reference_dir)
+        self.parts: CostParts = load_or_measure_parts(parts_path, target, draft,
+                                                      self.references, max_new_tokens)
+        self._sources: dict[str, ReplaySource] = {}
+
+    def can_replay(self, config: DecodeConfig) -> str | None:
+        """None, or why `config` cannot be replayed (one line)."""
+        spec = get_method(config.method)
+        if spec.replay is None:
+            return f"method={config.method} has no replay (it can only be measured)"
+        if not config.greedy:
+            return ("replay predicts greedy verification only; sampled acceptance is "
+                    "random (measure it)")
+        return None
+
+    def _source(self, method: str) -> ReplaySource:
+        if method not in self._sources:
+            factory = get_method(method).replay_factory()
+            self._sources[method] = factory(self.target, self.draft)
+        return self._sources[method]
+
+    def _generation(self, ref: Reference, traces: list[RoundTrace], prefill_s: float
+                    ) -> Generation:
+        return Generation(prompt_len=len(ref.prompt), tokens=list(ref.tokens),
+                          prefill_s=prefill_s, decode_s=sum(t.draft_s + t.verify_s + t.other_s
+                                                            for t in traces),
+                          rounds=traces, cache_bytes=0)
+
+    def replay(self, config: DecodeConfig) -> Measurement:
+        """The predicted Measurement of `config` (every prompt once)."""
+        reason = self.can_replay(config)
+        if reason is not None:
+            raise AutotuneError(reason)
+        # The decoder's own checks: a valid config, a draft where needed, layer access,
+        # layer indices inside the stack, a tree-capable forward.
+        SpeculativeDecoder(self.target, config, self.draft)
+        source = self._source(config.method)
+        cost = CostModel(self.parts, config, self.target.n_layers)
+        baseline_cost = CostModel(self.parts, DecodeConfig(), self.target.n_layers)
+        ar_verify, ar_other = baseline_cost.ar_round_seconds()
+        runs = []
+        for ref in self.references:
+            rounds = simulate(source.track(config, ref), config, ref, self.max_new_tokens)
+            traces = []
+            for r in rounds:
+                draft_s, verify_s, other_s = cost.round_seconds(r)
+                traces.append(RoundTrace(
+                    drafted=r.drafted, accepted=r.accepted, emitted=r.emitted,
+                    confidences=r.confidences, draft_s=draft_s, verify_s=verify_s,
+                    verified=r.verified, other_s=other_s, exit_layers=r.exits,
+                    draft_depth=r.depth))
+            prefill = cost.prefill_seconds(len(ref.prompt))
+            base = [RoundTrace(0, 0, 1, [], 0.0, ar_verify, 1, ar_other)
+                    for _ in range(len(ref.tokens) - 1)]
+            runs.append(PromptRun(ref.prompt_id, ref.category,
+                                  self._generation(ref, base, prefill),
+                                  self._generation(ref, traces, prefill)))
+        spec = get_method(config.method)
+        weights = self.target.forward.nbytes() + (
+            self.draft.forward.nbytes() if self.draft is not None and spec.uses_draft else 0)
+        return Measurement(
+            config=config, model=self.target.name,
+            draft=self.draft.name if self.draft is not None else None,
+            device=str(self.target.device), dtype=str(self.target.dtype).removeprefix("torch."),
+            max_new_tokens=self.max_new_tokens, runs=runs, weights_bytes=weights,
+            peak_memory_bytes=weights, memory_kind="replay (weights only, not measured)")
+
+    def summary(self, config: DecodeConfig) -> dict[str, Any]:
+        """`autotune measure`'s keys for the prediction, plus `fidelity`, `replay_exact`
+        (whether τ is exact for this config) and `replay_notes` (what is approximate)."""
+        out = self.replay(config).summary()
+        exact, notes = self._source(config.method).fidelity(config)
+        out.update(fidelity=FIDELITY, replay_exact=exact, replay_notes=notes,
+                   lossless=None, mismatched_prompts=[])
+        return out
+
+
+def with_workload(config: DecodeConfig, temperature: float, top_p: float) -> DecodeConfig:
+    return dataclasses.replace(config, temperature=temperature, top_p=top_p)

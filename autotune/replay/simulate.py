@@ -1,0 +1,264 @@
+"""Rounds of a config along a reference, without decoding: what the decoder would draft,
+verify and accept in every round, under greedy verification.
+
+The loop mirrors `SpeculativeDecoder.generate`: the first token comes from the prefill;
+each round drafts at most min(policy limit, budget - 1, MAX_DRAFT_TOKENS) chain tokens
+(or a tree of at most budget - 1 levels), accepts the leading drafts that equal the
+reference, appends them and the target's own next token (cut after an EOS), and
+updates the exit policy with (drafted, accepted) exactly as the decoder does: the
+policy objects are the decoder's own (`make_policy`).
+
+A `Track` is one prompt's draft along its reference:
+- `NgramTrack` runs the drafter's own `lookup` over the sequence the decoder would hold
+  (prompt + reference so far): exact for every policy.
+- `TableTrack` reads a teacher-forced `Table` (tables.py): the k-th draft of a round is
+  row g+k-1 while the earlier drafts were accepted. After the first rejected draft the
+  decoder's draft runs off the reference; its further tokens' confidences (which a
+  confidence or adaptive exit reads to decide how many more to draft) are taken from
+  the following rows, an approximation that changes the drafted count (cost, and the
+  adaptive policy's state), never the accepted one of that round.
+Trees (TableTrack only): a static tree (`tree_choices`) accepts along the reference as
+far as the path of the reference tokens' ranks is listed: exact where the table is. A
+dynamic tree (EAGLE-2) keeps a level's `width` best nodes by cumulative probability and
+reranks at the end; nodes off the reference path have no teacher-forced distribution,
+so their children's probabilities are taken to be the on-path node's at the same depth
+(exact for width 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.decoder import MAX_DRAFT_TOKENS
+from autotune.decoding.drafters.ngram import lookup
+from autotune.decoding.policies import ExitPolicy, make_policy
+from autotune.decoding.shape import DYNAMIC, STATIC
+from autotune.replay.reference import Reference
+from autotune.replay.tables import Table
+
+
+@dataclass
+class ReplayRound:
+    """One predicted round. passes: tokens fed per draft forward pass (a chain: one pass
+    per draft token, the first catching up where the drafter keeps its own cache; a
+    tree: the root pass, then one pass per level); exits: the exit layer per chain draft
+    (early-exit drafters) or empty; catch_up: tokens a tree's root pass catches up on."""
+
+    drafted: int
+    accepted: int
+    emitted: int
+    verified: int
+    depth: int
+    confidences: list[float]
+    passes: list[int] = field(default_factory=list)
+    exits: list[int] = field(default_factory=list)
+    catch_up: int = 0
+
+
+@dataclass
+class ChainDraft:
+    drafted: int
+    accepted: int
+    confidences: list[float]
+    exits: list[int]
+
+
+class Track(Protocol):
+    def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft: ...
+
+
+class NgramTrack:
+    """Prompt lookup over the sequence the decoder holds after g generated tokens."""
+
+    def __init__(self, ref: Reference, ngram_min: int, ngram_max: int) -> None:
+        self.ref, self.sequence = ref, ref.sequence
+        self.ngram_min, self.ngram_max = ngram_min, ngram_max
+
+    def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
+        end = len(self.ref.prompt) + g
+        found = lookup(self.sequence[:end], self.ngram_min, self.ngram_max, limit)
+        kept: list[int] = []
+        for token in found:
+            kept.append(token)
+            if not policy.keep_going(1.0):
+                break
+        return ChainDraft(len(kept), _leading_matches(kept, self.ref.tokens[g:]),
+                          [1.0] * len(kept), [])
+
+
+def _leading_matches(drafts: list[int], reference: list[int]) -> int:
+    n = 0
+    for draft, token in zip(drafts, reference):
+        if draft != token:
+            break
+        n += 1
+    return n
+
+
+class TableTrack:
+    """A teacher-forced table along one reference."""
+
+    def __init__(self, ref: Reference, table: Table) -> None:
+        self.tokens, self.table = ref.tokens, table
+        self.ids0 = table.ids[:, 0].tolist()
+
+    def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
+        drafted = accepted = 0
+        matching = True
+        confidences: list[float] = []
+        exits: list[int] = []
+        for i in range(1, limit + 1):
+            row = g + i - 1
+            if row >= self.table.rows:       # past the reference's end (after its EOS)
+                break
+            drafted += 1
+            confidence = self.table.conf[row]
+            confidences.append(confidence)
+            if self.table.exit_layer is not None:
+                exits.append(self.table.exit_layer[row])
+            if matching and row < len(self.tokens) and self.ids0[row] == self.tokens[row]:
+                accepted += 1
+            else:
+                matching = False
+            if drafted == limit or not policy.keep_going(confidence):
+                break
+        return ChainDraft(drafted, accepted, confidences, exits)
+
+    def rank(self, row: int) -> int:
+        """The reference token's rank in row's distribution (W when not in its top W)."""
+        if row >= len(self.tokens) or row >= self.table.rows:
+            return self.table.width
+        ids = self.table.ids[row].tolist()
+        token = self.tokens[row]
+        return ids.index(token) if token in ids else self.table.width
+
+    def static_tree(self, g: int, choices: tuple[tuple[int, ...], ...], depth_limit: int
+                    ) -> tuple[int, int, int, list[int]]:
+        """(nodes, accepted depth, deepest level, tokens fed per level pass)."""
+        paths = [p for p in choices if len(p) <= depth_limit]
+        listed = set(paths)
+        accepted, path = 0, ()
+        while True:
+            step = path + (self.rank(g + len(path)),)
+            if step not in listed:
+                break
+            path, accepted = step, accepted + 1
+        depth = max((len(p) for p in paths), default=0)
+        # Level d's pass feeds the listed nodes at depth d that have listed children.
+        parents = {p[:-1] for p in paths}
+        feeds = [sum(1 for p in paths if len(p) == d and p in parents) for d in range(1, depth)]
+        return len(paths), accepted, depth, [f for f in feeds if f]
+
+    def dynamic_tree(self, g: int, width: int, depth: int, keep: int, depth_limit: int
+                     ) -> tuple[int, int, int, list[int]]:
+        """(nodes kept, accepted depth, levels drafted, tokens fed per level pass) of an
+        EAGLE-2 tree (see the module docstring for what is approximate)."""
+        levels = min(depth, depth_limit)
+        if levels < 1:
+            return 0, 0, 0, []
+        # Nodes: (score, depth, index, on_path). Level 1: the root's top `width`.
+        pool: list[tuple[float, int, int, bool]] = []
+
+        def children(parent_score: float, on_path: bool, level: int) -> None:
+            row = g + level - 1
+            if row >= self.table.rows:
+                return
+            values = self.table.logp[row, :width].tolist()
+            ids = self.table.ids[row, :width].tolist()
+            target = self.tokens[row] if row < len(self.tokens) else None
+            for value, token in zip(values, ids):
+                pool.append((parent_score + value, level, len(pool),
+                             on_path and token == target))
+
+        children(0.0, True, 1)
+        frontier = list(range(len(pool)))
+        feeds: list[int] = []
+        for level in range(2, levels + 1):
+            if not frontier:
+                break
+            feeds.append(len(frontier))
+            start = len(pool)
+            for index in frontier:
+                score, _, _, on_path = pool[index]
+                children(score, on_path, level)
+            new = range(start, len(pool))
+            frontier = sorted(new, key=lambda i: -pool[i][0])[:width]
+        order = sorted(range(len(pool)), key=lambda i: (-pool[i][0], pool[i][1], i))
+        kept = set(order[:keep] if keep else order)
+        accepted = 0
+        for level in range(1, levels + 1):
+            if any(pool[i][3] and pool[i][1] == level for i in kept):
+                accepted = level
+            else:
+                break
+        return len(kept), accepted, levels, feeds
+
+
+def simulate(track: Track, config: DecodeConfig, ref: Reference, max_new_tokens: int
+             ) -> list[ReplayRound]:
+    """The rounds the decoder would run for `config` on `ref` (greedy)."""
+    policy = make_policy(config)
+    shape = config.shape
+    n = len(ref.tokens)
+    g = 1
+    rounds: list[ReplayRound] = []
+    own_cache = _OwnCache()
+    while g < n:
+        budget = max_new_tokens - g
+        if shape.is_tree:
+            assert isinstance(track, TableTrack)
+            depth_limit = min(budget - 1, MAX_DRAFT_TOKENS)
+            if shape.kind == STATIC:
+                nodes, accepted, depth, feeds = track.static_tree(g, shape.choices, depth_limit)
+            else:
+                assert shape.kind == DYNAMIC
+                nodes, accepted, depth, feeds = track.dynamic_tree(
+                    g, shape.width, shape.depth, shape.tokens, depth_limit)
+            emitted = min(accepted + 1, n - g)
+            rounds.append(ReplayRound(nodes, accepted, emitted, nodes + 1, depth, [],
+                                      passes=[1] * (depth > 0) + feeds,
+                                      catch_up=own_cache.tree(g, depth > 0)))
+            g += emitted
+            continue
+        limit = min(policy.limit(), budget - 1, MAX_DRAFT_TOKENS)
+        draft = track.chain(g, limit, policy) if limit > 0 else ChainDraft(0, 0, [], [])
+        accepted = draft.accepted
+        emitted = min(draft.accepted + 1, n - g)
+        passes = own_cache.chain(g, draft.drafted, draft.accepted)
+        rounds.append(ReplayRound(draft.drafted, accepted, emitted, draft.drafted + 1,
+                                  draft.drafted, draft.confidences, passes=passes,
+                                  exits=draft.exits))
+        policy.update(draft.drafted, draft.accepted)
+        g += emitted
+    return rounds
+
+
+class _OwnCache:
+    """Tokens fed per draft pass for a drafter with its own cache (draft_model): the
+    first pass of a round catches up on every token the draft has not seen."""
+
+    def __init__(self) -> None:
+        self.seen = 0          # generated tokens whose keys/values the draft holds (+1 = pending)
+
+    def chain(self, g: int, drafted: int, accepted: int) -> list[int]:
+        if drafted == 0:
+            return []
+        first = max(1, g - self.seen)
+        # The cache holds the sequence and drafts 1..k-1; the verifier keeps the first
+        # min(accepted, k-1) of them.
+        self.seen = g + min(accepted, drafted - 1)
+        return [first] + [1] * (drafted - 1)
+
+    def tree(self, g: int, drafts: bool) -> int:
+        if not drafts:
+            return 0
+        first = max(1, g - self.seen)
+        self.seen = g
+        return first - 1
+
+
+def mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values) if values else 0.0

@@ -1,0 +1,129 @@
+"""Multi-fidelity search: the replay tier screens many configs, measurement confirms the
+best few.
+
+The screen is an Optuna study of its own (`<study>.screen`, in the same storage, so it
+resumes after `kill -9` without replaying finished configs and is shared by many
+workers over PostgreSQL), over the same space and objective, with every timed metric
+predicted by `autotune.replay` (`EvalContext.fidelity = "replay"`). The documented
+defaults are screened like any config. The measured study then starts with the AR
+baseline and the screen's best distinct configs (the best-screened documented default
+among them, so validation can compare against it), each carrying its prediction
+(`screen` user attribute) for the report's predicted-against-measured panel.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from autotune import ranking
+from autotune.files import write_atomically
+from autotune.objectives import EvalContext, Objective
+from autotune.samplers import BASELINE, BASELINE_ATTR
+from autotune.search import SearchSettings, StudyRunner, TrialEvent
+from autotune.space import BoundSpace
+
+SCREEN_SUFFIX = ".screen"
+SCREEN_ATTR = "screen"            # measured trial's user attr: its screen rank and prediction
+SCREEN_FILE = "screen.csv"
+# Prediction keys carried to a measured trial (the panel and trials.csv read them).
+PREDICTED_KEYS = ("speedup", "latency_ms_per_token", "mean_accepted_tokens",
+                  "replay_exact")
+
+
+def screen_study_name(study_name: str) -> str:
+    return study_name + SCREEN_SUFFIX
+
+
+def _config_key(config: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in config.items()
+                       if k not in ("temperature", "top_p")}, sort_keys=True)
+
+
+def run_screen(settings: SearchSettings, trials: int, space: BoundSpace,
+               objective: Objective, context: EvalContext) -> tuple[StudyRunner, str]:
+    """Replay `trials` configs (finished ones count, as in any resumed study). Returns the
+    screen's runner and why it stopped."""
+    replay_context = dataclasses.replace(context, fidelity="replay")
+    screen_settings = dataclasses.replace(
+        settings, study_name=screen_study_name(settings.study_name), trials=trials,
+        prune=False, trial_timeout_s=None,
+        study_attrs={**settings.study_attrs, "fidelity": "replay"})
+    runner = StudyRunner(screen_settings, space, objective, replay_context)
+    done, _, _ = runner.progress()
+    if done >= trials:
+        return runner, "budget"
+    print(f"autotune: screening {trials} configs by replay ({done} done)",
+          file=sys.stderr, flush=True)
+    tty = sys.stderr.isatty()
+
+    def progress(event: TrialEvent) -> None:
+        if event.finished % 50 == 0 or event.finished == event.budget or tty:
+            best = ""
+            if event.best is not None:
+                best = f"; best predicted {event.best.values[0]:.4g} (screen trial {event.best.number})"
+            end = "\r" if tty and event.finished < event.budget else "\n"
+            print(f"  [{event.finished}/{event.budget}] screened{best}", end=end,
+                  file=sys.stderr, flush=True)
+
+    reason = runner.run(on_trial=progress)
+    return runner, reason
+
+
+def screened_queue(screen: StudyRunner, objective: Objective, n: int
+                   ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(params, user attrs) of the screen's `n` best distinct speculative configs, the
+    best-screened documented default included (it replaces the last when absent)."""
+    order = [t for t in ranking.ranked(screen.study, objective)
+             if t.user_attrs.get("config") and t.user_attrs.get(BASELINE_ATTR) != BASELINE
+             and t.user_attrs["config"].get("method", "none") != "none"]
+    chosen: list[FrozenTrial] = []
+    seen: set[str] = set()
+    for trial in order:
+        key = _config_key(trial.user_attrs["config"])
+        if key not in seen:
+            seen.add(key)
+            chosen.append(trial)
+    picked = chosen[:n]
+    default = next((t for t in chosen if t.user_attrs.get(BASELINE_ATTR)), None)
+    if n > 0 and default is not None and default not in picked:
+        picked = picked[: n - 1] + [default]
+    out = []
+    for rank, trial in enumerate(picked, start=1):
+        metrics = trial.user_attrs.get("metrics", {})
+        attrs: dict[str, Any] = {SCREEN_ATTR: {
+            "rank": chosen.index(trial) + 1, "trial": trial.number,
+            "predicted": {k: metrics.get(k) for k in PREDICTED_KEYS}}}
+        if trial.user_attrs.get(BASELINE_ATTR):
+            attrs[BASELINE_ATTR] = trial.user_attrs[BASELINE_ATTR]
+        out.append((dict(trial.params), attrs))
+    return out
+
+
+def write_screen_csv(run_dir: Path, screen: StudyRunner) -> None:
+    """screen.csv: one row per screened config, its predicted metrics (fidelity replay)."""
+    trials = ranking.complete(screen.study)
+    keys: list[str] = []
+    rows = []
+    for trial in trials:
+        metrics = {k: v for k, v in trial.user_attrs.get("metrics", {}).items()
+                   if not isinstance(v, (list, dict))}
+        for key in metrics:
+            if key not in keys:
+                keys.append(key)
+        rows.append((trial, metrics))
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["number", "fidelity", "preset", "config", *keys])
+    for trial, metrics in rows:
+        writer.writerow([trial.number, "replay", trial.user_attrs.get(BASELINE_ATTR, ""),
+                         json.dumps(trial.user_attrs.get("config", {}), sort_keys=True),
+                         *[metrics.get(k, "") for k in keys]])
+    write_atomically(run_dir / SCREEN_FILE, out.getvalue())
