@@ -116,6 +116,10 @@ class Constraint:
         as "lossless is False, must be True". A missing or undefined value violates."""
         if self.greedy_only and not config.greedy:
             return None
+        if self.metric in UNPREDICTED and metrics.get("fidelity") == "replay":
+            # Replay predicts a lossless decoder's figures; whether the decoder is
+            # lossless is checked where configs are decoded (measured trials, finalists).
+            return None
         op, bound = self.comparator
         must = {"equals": "", "at_most": "at most ", "at_least": "at least "}[op] + _fmt(bound)
         value = metrics.get(self.metric)
@@ -128,6 +132,11 @@ class Constraint:
         else:
             ok = value <= bound if op == "at_most" else value >= bound
         return None if ok else f"{self.metric} is {_fmt(value)}, must be {must}"
+
+
+# Metrics a replayed (predicted) trial has no value for, so constraints on them bind only
+# measured trials.
+UNPREDICTED = frozenset({"lossless"})
 
 
 @dataclass(frozen=True)

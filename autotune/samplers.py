@@ -212,8 +212,12 @@ def _from_axis(dist: BaseDistribution, x: float) -> Any:
 
 
 def make_sampler(name: str, seed: int | None, n_objectives: int,
-                 grid: Callable[[], dict[str, list[Any]]]) -> BaseSampler:
+                 grid: Callable[[], dict[str, list[Any]]],
+                 startup_trials: int | None = None) -> BaseSampler:
     """A sampler by name, wrapped in `GuardedSampler`.
+
+    `startup_trials`: random trials before TPE models anything (Optuna's default 10
+    otherwise); a replay screen of hundreds of cheap trials explores first.
 
     `grid` is called only for the grid sampler (it may raise for spaces a grid cannot
     cover, e.g. a float knob without `grid:` values).
@@ -224,8 +228,9 @@ def make_sampler(name: str, seed: int | None, n_objectives: int,
         if name == "tpe":
             # multivariate + group: TPE models knobs jointly within each conditional
             # branch of the space (method, exit policy) instead of one by one.
-            inner: BaseSampler = samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                                     constant_liar=True)
+            inner: BaseSampler = samplers.TPESampler(
+                seed=seed, multivariate=True, group=True, constant_liar=True,
+                n_startup_trials=startup_trials if startup_trials is not None else 10)
         elif name == "gp":
             inner = samplers.GPSampler(seed=seed, warn_independent_sampling=False)
         elif name == "cmaes":

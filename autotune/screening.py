@@ -6,7 +6,8 @@ resumes after `kill -9` without replaying finished configs and is shared by many
 workers over PostgreSQL), over the same space and objective, with every timed metric
 predicted by `autotune.replay` (`EvalContext.fidelity = "replay"`). The documented
 defaults are screened like any config. The measured study then starts with the AR
-baseline and the screen's best distinct configs (the best-screened documented default
+baseline and the screen's best distinct configs (the best of each method x shape family
+predicted faster than AR first, then by rank; the best-screened documented default
 among them, so validation can compare against it), each carrying its prediction
 (`screen` user attribute) for the report's predicted-against-measured panel.
 """
@@ -55,6 +56,9 @@ def run_screen(settings: SearchSettings, trials: int, space: BoundSpace,
     screen_settings = dataclasses.replace(
         settings, study_name=screen_study_name(settings.study_name), trials=trials,
         prune=False, trial_timeout_s=None,
+        # Replays are cheap: explore a quarter of the screen at random before TPE models
+        # it, so every method and branch of the space is screened, not the first lucky one.
+        startup_trials=max(10, trials // 4),
         study_attrs={**settings.study_attrs, "fidelity": "replay"})
     runner = StudyRunner(screen_settings, space, objective, replay_context)
     done, _, _ = runner.progress()
@@ -77,34 +81,72 @@ def run_screen(settings: SearchSettings, trials: int, space: BoundSpace,
     return runner, reason
 
 
+def _family(config: dict[str, Any]) -> tuple[str, str]:
+    """(method, chain or tree kind): configs of one family differ only in numbers."""
+    from autotune.decoding.shape import DraftShape
+
+    shape = DraftShape.of_mapping(config)
+    return str(config.get("method")), shape.kind if shape is not None else "?"
+
+
 def screened_queue(screen: StudyRunner, objective: Objective, n: int
                    ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(params, user attrs) of the screen's `n` best distinct speculative configs, the
-    best-screened documented default included (it replaces the last when absent)."""
-    order = [t for t in ranking.ranked(screen.study, objective)
+    """(params, user attrs) of `n` screened configs to measure: first the best of each
+    family (method x chain/tree) that replay predicts better than the AR baseline, so the
+    measurement sees more than near-copies of one winner, then the best of the rest by
+    rank; the best-screened documented default always among them (it replaces the last)."""
+    ranked = ranking.ranked(screen.study, objective)
+    baseline = next((t for t in ranked if t.user_attrs.get(BASELINE_ATTR) == BASELINE), None)
+    sign = ranking.sign(objective, 0)
+    order = [t for t in ranked
              if t.user_attrs.get("config") and t.user_attrs.get(BASELINE_ATTR) != BASELINE
              and t.user_attrs["config"].get("method", "none") != "none"]
-    chosen: list[FrozenTrial] = []
+    distinct: list[FrozenTrial] = []
     seen: set[str] = set()
     for trial in order:
         key = _config_key(trial.user_attrs["config"])
         if key not in seen:
             seen.add(key)
-            chosen.append(trial)
-    picked = chosen[:n]
-    default = next((t for t in chosen if t.user_attrs.get(BASELINE_ATTR)), None)
+            distinct.append(trial)
+
+    def beats_baseline(trial: FrozenTrial) -> bool:
+        return baseline is None or sign * trial.values[0] < sign * baseline.values[0]
+
+    picked: list[FrozenTrial] = []
+    families: set[tuple[str, str]] = set()
+    for trial in distinct:
+        family = _family(trial.user_attrs["config"])
+        if family not in families and beats_baseline(trial):
+            families.add(family)
+            picked.append(trial)
+    picked = picked[:n]
+    picked += [t for t in distinct if t not in picked][: n - len(picked)]
+    picked.sort(key=distinct.index)
+    default = next((t for t in distinct if t.user_attrs.get(BASELINE_ATTR)), None)
     if n > 0 and default is not None and default not in picked:
         picked = picked[: n - 1] + [default]
     out = []
-    for rank, trial in enumerate(picked, start=1):
+    for trial in picked:
         metrics = trial.user_attrs.get("metrics", {})
         attrs: dict[str, Any] = {SCREEN_ATTR: {
-            "rank": chosen.index(trial) + 1, "trial": trial.number,
+            "rank": distinct.index(trial) + 1, "trial": trial.number,
             "predicted": {k: metrics.get(k) for k in PREDICTED_KEYS}}}
         if trial.user_attrs.get(BASELINE_ATTR):
             attrs[BASELINE_ATTR] = trial.user_attrs[BASELINE_ATTR]
         out.append((dict(trial.params), attrs))
     return out
+
+
+def screen_failure(screen: StudyRunner) -> str:
+    """The most common reason the screen's trials failed, for a warning."""
+    from collections import Counter
+
+    errors = Counter(t.user_attrs.get("error") for t in screen.study.get_trials(deepcopy=False)
+                     if t.user_attrs.get("error"))
+    if not errors:
+        return "no trial failed"
+    reason, count = errors.most_common(1)[0]
+    return f"{count} failed: {reason}"
 
 
 def write_screen_csv(run_dir: Path, screen: StudyRunner) -> None:

@@ -77,6 +77,7 @@ class SearchSettings:
     # instead of the documented defaults (which were screened like any config).
     screened: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
     study_attrs: dict[str, Any] = field(default_factory=dict)     # what defines the study
+    startup_trials: int | None = None  # random trials before the sampler models (TPE)
 
 
 @dataclass
@@ -181,7 +182,7 @@ class StudyRunner:
             # in the process so their samplers do not propose the very same points.
             seed = (seed * 1_000_003 + os.getpid()) % 2**31
         sampler = make_sampler(settings.sampler, seed, len(self.objective.metrics),
-                               self.space.grid)
+                               self.space.grid, settings.startup_trials)
         pruner: optuna.pruners.BasePruner = (
             optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1)
             if settings.prune and not self.objective.multi else optuna.pruners.NopPruner())

@@ -51,7 +51,8 @@ from autotune.run_record import (FileRecord, FrozenContext, Provenance, RunRecor
                                  StudyIdentity, WorkloadRecord)
 from autotune.replay import PARTS_FILE
 from autotune.samplers import check_sampler_name
-from autotune.screening import run_screen, screened_queue, write_screen_csv
+from autotune.screening import (run_screen, screen_failure, screened_queue,
+                                 write_screen_csv)
 from autotune.search import SearchSettings, StudyRunner, TrialEvent
 from autotune.space import SearchSpace, load_space
 from autotune.storage import JOURNAL_NAME, masked_storage
@@ -320,6 +321,11 @@ def run_search_command(args: argparse.Namespace) -> int:
             return 130
         write_screen_csv(run_dir, screen)
         settings.screened = screened_queue(screen, objective, max(args.trials - 1, 0))
+        if not settings.screened:
+            print(f"autotune: warning: the screen completed no speculative config "
+                  f"({screen_failure(screen)}); the measured trials are the sampler's own",
+                  file=sys.stderr, flush=True)
+            settings.screened = None
     runner = StudyRunner(settings, bound, objective, eval_context)
     if fresh:
         save_run_profile(run_dir, profile)

@@ -8,7 +8,13 @@ workload, alternating one trial of each so that machine drift hits both alike. B
 studies start with the same queued trials (the AR baseline and Draft & Verify's default).
 Printed: the best speedup (and latency) found after n evaluations, for both.
 
+With `--multi`, our multi-fidelity search runs instead, in a wall-time budget: the replay
+tier screens masks (tpe, latency predicted) for `--screen-s` seconds, then the best
+`--measure` distinct masks are measured as the trials above are; printed: masks screened,
+the best measured mask, and the wall time, to set against the bayes_opt/tpe tables.
+
 Usage: python bench/dv_parity.py [--trials 30] [--prompts 3] [--max-new-tokens 32]
+       python bench/dv_parity.py --multi [--screen-s 240] [--measure 5]
 """
 
 from __future__ import annotations
@@ -51,8 +57,15 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--multi", action="store_true",
+                        help="replay screen, then measure the best masks")
+    parser.add_argument("--screen-s", type=float, default=240.0)
+    parser.add_argument("--measure", type=int, default=5)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    if args.multi:
+        multi(args)
+        return
 
     target = load_model("default", "cpu", "float32")
     bound = load_space(str(SPACE)).bind(target.n_layers, None)
@@ -92,6 +105,46 @@ def main() -> None:
               f"{best.user_attrs['metrics']['speedup']:.3f}, attn_skip "
               f"{best.user_attrs['config']['attn_skip']}, mlp_skip "
               f"{best.user_attrs['config']['mlp_skip']}")
+
+
+def multi(args: argparse.Namespace) -> None:
+    """The replay screen for `--screen-s` seconds, then `--measure` masks measured."""
+    from autotune.screening import run_screen, screened_queue
+
+    began = time.monotonic()
+    target = load_model("default", "cpu", "float32")
+    bound = load_space(str(SPACE)).bind(target.n_layers, None)
+    objective = load_objective("latency")
+    prompts = load_workload("builtin", None, args.prompts)
+    folder = Path(tempfile.mkdtemp(prefix="dv-parity-multi-"))
+    context = EvalContext(target=target, draft=None, prompts=prompts,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed, memo={},
+                          replay_parts=folder / "replay_costs.json")
+    settings = SearchSettings(study_name="multi", storage=str(folder / "multi.journal"),
+                              trials=args.measure + 1, sampler="tpe", seed=args.seed,
+                              prune=False, timeout_s=args.screen_s)
+    screen, _ = run_screen(settings, 100_000, bound, objective, context)
+    screened = len(counted_trials(screen.study.get_trials(deepcopy=False)))
+    screen_s = time.monotonic() - began
+    settings.timeout_s = None
+    settings.screened = screened_queue(screen, objective, args.measure)
+    runner = StudyRunner(settings, bound, objective, context)
+    runner.run()
+    total = time.monotonic() - began
+    measured = [t for t in runner.study.get_trials(deepcopy=False)
+                if t.state == TrialState.COMPLETE and t.user_attrs.get("preset") != "baseline"]
+    base = next(t for t in runner.study.get_trials(deepcopy=False)
+                if t.user_attrs.get("preset") == "baseline")
+    print(f"\n{args.prompts} prompts x {args.max_new_tokens} tokens, {bound.space.name}: "
+          f"{screened} masks replayed in {screen_s:.0f} s (model load and cost parts "
+          f"included), {len(measured)} measured; {total:.0f} s in all")
+    print(f"AR baseline measured {base.value:.2f} ms/token")
+    for t in sorted(measured, key=lambda t: t.value):
+        m, c, s = t.user_attrs["metrics"], t.user_attrs["config"], t.user_attrs["screen"]
+        print(f"  screen #{s['rank']}: predicted {s['predicted']['latency_ms_per_token']:.2f} "
+              f"ms/token ({s['predicted']['speedup']:.3f}x), measured {t.value:.2f} "
+              f"({m['speedup']:.3f}x); {len(c['attn_skip'])} attention + "
+              f"{len(c['mlp_skip'])} MLP skipped: attn {c['attn_skip']} mlp {c['mlp_skip']}")
 
 
 if __name__ == "__main__":

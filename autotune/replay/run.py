@@ -78,6 +78,9 @@ class Replayer:
         # layer indices inside the stack, a tree-capable forward.
         SpeculativeDecoder(self.target, config, self.draft)
         source = self._source(config.method)
+        prepare = getattr(source, "prepare", None)
+        if prepare is not None:
+            prepare(config, self.references)
         cost = CostModel(self.parts, config, self.target.n_layers)
         baseline_cost = CostModel(self.parts, DecodeConfig(), self.target.n_layers)
         ar_verify, ar_other = baseline_cost.ar_round_seconds()

@@ -72,6 +72,19 @@ class TableSourceAdapter:
             return max(DEFAULT_WIDTH, max(r for p in shape.choices for r in p) + 2)
         return max(DEFAULT_WIDTH, shape.width)
 
+    def prepare(self, config: "DecodeConfig", refs: list[Reference]) -> None:
+        """Make the tables of every prompt not yet seen for this key, in one batch."""
+        width = self._width(config)
+        missing = [r for r in refs if self._key(config, r, width) not in self._memo]
+        if missing:
+            if len(self._memo) + len(missing) > 4096:   # a long screen: bound memory
+                self._memo.clear()
+            for ref, table in zip(missing, self.tables.tables(config, missing, width)):
+                self._memo[self._key(config, ref, width)] = TableTrack(ref, table)
+
+    def _key(self, config: "DecodeConfig", ref: Reference, width: int) -> tuple[Any, ...]:
+        return (self.tables.key(config), width, ref.prompt_id, len(ref.tokens))
+
     def track(self, config: "DecodeConfig", ref: Reference) -> Track:
         width = self._width(config)
         key = (self.tables.key(config), width, ref.prompt_id, len(ref.tokens))

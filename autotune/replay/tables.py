@@ -79,6 +79,11 @@ class TableSource:
     def table(self, config: "DecodeConfig", ref: Reference, width: int) -> Table:
         raise NotImplementedError
 
+    def tables(self, config: "DecodeConfig", refs: list[Reference], width: int
+               ) -> list[Table]:
+        """Several prompts' tables (a source may batch them)."""
+        return [self.table(config, ref, width) for ref in refs]
+
 
 def _ids(model: "LoadedModel", ref: Reference) -> torch.Tensor:
     return torch.tensor([ref.sequence], dtype=torch.long, device=model.device)
@@ -129,51 +134,71 @@ class LayerSkipSource(TableSource):
             self._full[ref.prompt_id] = cached
         return cached[1]
 
-    @torch.inference_mode()
     def table(self, config: "DecodeConfig", ref: Reference, width: int) -> Table:
+        return self.tables(config, [ref], width)[0]
+
+    @torch.inference_mode()
+    def tables(self, config: "DecodeConfig", refs: list[Reference], width: int
+               ) -> list[Table]:
+        """All prompts' rows in one skipping pass: the projections and MLPs of every
+        prompt's rows run as one batch (a small model's pass costs its weights' reading,
+        not its rows); only attention is per prompt (its own keys and values)."""
+        from autotune.models.llama import Step
+
         forward = self.target.forward
-        cache = self._full_cache(ref)
-        first = len(ref.prompt) - 1
-        n = len(ref.sequence)
-        positions = torch.arange(first, n, device=self.target.device)
-        rows = positions.shape[0]
-        step = forward.begin(_ids(self.target, ref)[:, first:], forward.new_cache(1, n),
-                             start=first)
+        device = self.target.device
+        spans: list[tuple[int, int, Any, torch.Tensor]] = []      # (start row, rows, cache, mask)
+        ids: list[int] = []
+        positions: list[int] = []
+        for ref in refs:
+            first, n = len(ref.prompt) - 1, len(ref.sequence)
+            rows = torch.arange(first, n, device=device)
+            # Row i (position first+i) sees the full model's keys at positions before
+            # its own, and its own key: the prefix part is masked strictly causally.
+            mask = torch.arange(n, device=device)[None, :] < rows[:, None]
+            spans.append((len(ids), n - first, self._full_cache(ref), mask))
+            ids += ref.sequence[first:]
+            positions += range(first, n)
+        index_tensor = torch.tensor(positions, device=device)
+        step = Step(hidden=forward.embed[torch.tensor([ids], device=device)], cache=None,
+                    start=0, cos=forward.cos[index_tensor], sin=forward.sin[index_tensor],
+                    mask=None, causal=False)
         attn_skip, mlp_skip = frozenset(config.attn_skip), frozenset(config.mlp_skip)
-        # Query row i (position first+i) sees the full model's keys at positions
-        # < first+i and its own key at its position: the prefix part is masked strictly
-        # causally, the own part is one extra score per row.
-        prefix_mask = torch.arange(n, device=positions.device)[None, :] < positions[:, None]
         for index in range(forward.n_layers):
             if index not in attn_skip:
-                _own_attention(forward, index, step, cache, prefix_mask)
+                _own_attention(forward, index, step, spans)
             if index not in mlp_skip:
                 forward._mlp(index, step)
         logits = forward.logits(step)[0]
-        assert logits.shape[0] == rows
-        return table_from_logits(logits, self.vocab, width)
+        return [table_from_logits(logits[start:start + rows], self.vocab, width)
+                for start, rows, _, _ in spans]
 
 
-def _own_attention(forward: Any, index: int, step: Any, full: Any,
-                   prefix_mask: torch.Tensor) -> None:
-    """One attention sublayer for rows [1, T] whose keys/values are the full cache's
-    before their positions and their own at it. prefix_mask: [T, N] bool."""
+def _own_attention(forward: Any, index: int, step: Any,
+                   spans: list[tuple[int, int, Any, torch.Tensor]]) -> None:
+    """One attention sublayer for rows [1, T] of several prompts. `spans`: per prompt,
+    (first row, rows, its full cache, mask [rows, N] of the prefix positions each row
+    sees); a row attends to the full cache's keys/values there and to its own."""
     layer = forward.layers[index]
     h = step.hidden
     q, k, v = forward._qkv(layer, step, forward._rms(h, layer.input_norm))   # [1, H|Hkv, T, D]
-    n = prefix_mask.shape[1]
-    keys, values = full.k[index, :, :, :n], full.v[index, :, :, :n]         # [1, Hkv, N, D]
     group = forward.n_heads // forward.n_kv_heads
     if group > 1:
-        keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
         k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     scale = forward.scaling
-    prefix = (q @ keys.transpose(-1, -2)) * scale                               # [1, H, T, N]
-    prefix = prefix.masked_fill(~prefix_mask, float("-inf"))
-    own = (q * k).sum(-1, keepdim=True) * scale                                 # [1, H, T, 1]
-    weights = torch.softmax(torch.cat((prefix, own), dim=-1).float(), dim=-1).to(q.dtype)
-    out = weights[..., :n] @ values + weights[..., n:] * v                      # [1, H, T, D]
-    out = out.transpose(1, 2).reshape(h.shape[0], h.shape[1], -1)
+    outs = []
+    for start, rows, full, mask in spans:
+        n = mask.shape[1]
+        keys, values = full.k[index, :, :, :n], full.v[index, :, :, :n]      # [1, Hkv, N, D]
+        if group > 1:
+            keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
+        qs, ks, vs = (x[:, :, start:start + rows] for x in (q, k, v))
+        prefix = (qs @ keys.transpose(-1, -2)) * scale                         # [1, H, r, N]
+        prefix = prefix.masked_fill(~mask, float("-inf"))
+        own = (qs * ks).sum(-1, keepdim=True) * scale                          # [1, H, r, 1]
+        weights = torch.softmax(torch.cat((prefix, own), dim=-1).float(), dim=-1).to(q.dtype)
+        outs.append(weights[..., :n] @ values + weights[..., n:] * vs)          # [1, H, r, D]
+    out = torch.cat(outs, dim=2).transpose(1, 2).reshape(h.shape[0], h.shape[1], -1)
     step.hidden = h + forward._linear(out, layer.o_weight, layer.o_bias)
 
 
