@@ -151,7 +151,7 @@ def _search(tiny_dir: Path, run: Path, trials: int) -> int:
     return main(["search", "--model", str(tiny_dir / "model"), "--workload",
                  str(tiny_dir / "prompts.txt"), "--space", "ngram", "--trials", str(trials),
                  "--max-new-tokens", "6", "--prompts", "1", "--out", str(run), "--no-prune",
-                 "--device", "cpu"])
+                 "--device", "cpu", "--fidelity", "measure"])
 
 
 def test_search_writes_the_profile_once_and_reuses_it(tiny_dir, tmp_path, capsys, monkeypatch):
@@ -208,7 +208,7 @@ def test_a_refused_search_leaves_the_run_folders_profile_alone(tiny_dir, tmp_pat
     refused = main(["search", "--model", str(tiny_dir / "model"), "--workload",
                     str(tiny_dir / "prompts.txt"), "--space", "layer_skip", "--trials", "2",
                     "--max-new-tokens", "6", "--prompts", "1", "--out", str(run),
-                    "--study", study, "--device", "cpu"])
+                    "--study", study, "--device", "cpu", "--fidelity", "measure"])
     assert refused == 2
     assert "was made with space" in capsys.readouterr().err
     assert path.read_text() == stale

@@ -42,7 +42,7 @@ def run_dir(tmp_path_factory):
     out = root / "run"
     code = main(["search", "--model", str(model), "--device", "cpu", "--workload", str(prompts),
                  "--validation", str(held_out), "--max-new-tokens", "8", "--trials", "12",
-                 "--no-prune", "--out", str(out), "--seed", "1"])
+                 "--no-prune", "--out", str(out), "--seed", "1", "--fidelity", "measure"])
     assert code == 0
     return out
 

@@ -87,7 +87,7 @@ def _search_args(tiny_dir: Path, run: Path, study: str, trials: int) -> list[str
     return ["search", "--model", str(tiny_dir / "model"), "--workload",
             str(tiny_dir / "prompts.txt"), "--space", "ngram", "--trials", str(trials),
             "--max-new-tokens", "24", "--prompts", "2", "--out", str(run), "--study", study,
-            "--no-prune"]
+            "--no-prune", "--fidelity", "measure"]
 
 
 def _parked(phase: str, nth: int, args: list[str], marker: Path) -> subprocess.Popen:
@@ -254,7 +254,7 @@ def test_two_workers_share_one_postgres_study(tmp_path, tiny_dir, postgres_url):
     common = ["search", "--model", str(tiny_dir / "model"), "--workload",
               str(tiny_dir / "prompts.txt"), "--space", "ngram", "--trials", "10",
               "--max-new-tokens", "24", "--prompts", "2", "--storage", postgres_url,
-              "--study", "shared"]
+              "--study", "shared", "--fidelity", "measure"]
     # The first worker is held inside its second trial until the second worker has
     # finished one of its own: both work, however fast either starts or runs.
     marker = tmp_path / "first-in-trial"
@@ -297,7 +297,7 @@ def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path,
     out = tmp_path / "run"
     args = ["search", "--space", "ngram", "--trials", "3", "--prompts", "2",
             "--max-new-tokens", "8", "--validation-prompts", "3", "--validation-repeats", "1",
-            "--out", str(out)]
+            "--out", str(out), "--fidelity", "measure"]
     assert main(args) == 0
     printed = capsys.readouterr()
     assert "speedup" in printed.out and "run folder" in printed.out

@@ -39,7 +39,7 @@ def test_tree_search_writes_trees_through_every_output(tmp_path, tiny_dir, capsy
     assert main(["search", "--model", str(tiny_dir / "model"), "--workload",
                  str(tiny_dir / "prompts.txt"), "--space", "tree", "--trials", "6",
                  "--max-new-tokens", "12", "--no-prune", "--seed", "3",
-                 "--enqueue", str(known), "--out", str(out)]) == 0
+                 "--enqueue", str(known), "--out", str(out), "--fidelity", "measure"]) == 0
     frame = pd.read_csv(out / "trials.csv")
     complete = frame[frame.state == "COMPLETE"]
     assert len(complete) >= 4

@@ -36,7 +36,7 @@ def _args(tiny_dir: Path, run: Path, *extra: str) -> list[str]:
             str(tiny_dir / "prompts.jsonl"), "--space", "ngram", "--trials", "4",
             "--max-new-tokens", "16", "--prompts", "4", "--validation", "0.5",
             "--validation-prompts", "4", "--validation-repeats", "2", "--finalists", "2",
-            "--out", str(run), "--study", "v", "--no-prune", *extra]
+            "--out", str(run), "--study", "v", "--no-prune", "--fidelity", "measure", *extra]
 
 
 def _namespace(workload: str, validation: str, seed: int = 0) -> argparse.Namespace:
@@ -140,7 +140,7 @@ def test_a_workload_too_small_to_hold_out_is_searched_unvalidated(tiny_dir, tmp_
     small.write_text("t1 t2 t3 t1 t2 t3\nt7 t8 t7 t8\n")
     args = ["search", "--model", str(tiny_dir / "model"), "--workload", str(small),
             "--space", "ngram", "--trials", "2", "--max-new-tokens", "8", "--out",
-            str(tmp_path / "run"), "--no-prune"]
+            str(tmp_path / "run"), "--no-prune", "--fidelity", "measure"]
     assert main(args) == 0
     printed = capsys.readouterr()
     assert "too few to hold 2 out" in printed.err and "not validated" in printed.out
