@@ -97,7 +97,8 @@ def _validation(doc: dict[str, Any]) -> dict[str, Any] | None:
 def refusal_reason(doc: dict[str, Any]) -> str | None:
     """Why `doc` must not be deployed, or None. Validated: the answer is "do not
     speculate", or its own held-out interval does not lie above 1.0. Not validated: its
-    search speedup is not above 1.0 (no measured speedup: nothing to hold against it)."""
+    figures are replay predictions, or its search speedup is not above 1.0 (no measured
+    speedup: nothing to hold against it)."""
     from autotune.validation import DO_NOT_SPECULATE, shown_faster
     validation = _validation(doc)
     if validation is not None:
@@ -107,7 +108,13 @@ def refusal_reason(doc: dict[str, Any]) -> str | None:
             return (f"not shown faster than the AR baseline on the held-out prompts "
                     f"({_figure(validation)})")
         return None
-    speedup = (doc.get("metrics") or {}).get("speedup")
+    metrics = doc.get("metrics") or {}
+    if metrics.get("fidelity") == "replay":
+        # A replayed trial never decoded: its figures are predictions, and whether the
+        # decoder is lossless with it was never checked.
+        return ("its figures are replay predictions, never measured: validate it "
+                "(--validation) or search with --fidelity multi")
+    speedup = metrics.get("speedup")
     if isinstance(speedup, (int, float)) and speedup <= 1.0:
         return f"measured {speedup:.3f}x the AR baseline in the search: slower than no speculation"
     return None

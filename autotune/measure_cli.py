@@ -196,6 +196,11 @@ def run_measure_command(args: argparse.Namespace) -> int:
         objective = dataclasses.replace(objective, repeats=int(doc["validation"].get("repeats") or 1))
 
     # torch and transformers load here, once every input above has been checked.
+    if args.replay:
+        from autotune.replay import replay_refusal
+        reason = replay_refusal(config)
+        if reason is not None:
+            raise AutotuneError(f"--replay: {reason}")
     from autotune.models.loading import load_model
     target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
     draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)

@@ -50,6 +50,8 @@ __all__ = ["MAX_INFEASIBLE_PER_TRIAL", "SearchSettings", "StudyRunner", "TrialEv
 # reject and do not count toward the budget; a space that yields almost nothing else
 # is broken, and this stops the search rather than spinning.
 MAX_INFEASIBLE_PER_TRIAL = 20
+# Study user attr: how many screened configs a multi-fidelity search queued (once).
+SCREENED_ATTR = "screened_queued"
 
 
 def presets(n_layers: int) -> list[Preset]:
@@ -221,20 +223,37 @@ class StudyRunner:
                     f"was made with {key}={existing[key]!r}, this run has {value!r}: "
                     "use another --study or --out")
 
+    def screened_queued(self) -> bool:
+        """Whether a multi-fidelity screen's configs were queued in this study already
+        (a resumed search screens nothing again)."""
+        return bool(self.study.user_attrs.get(SCREENED_ATTR))
+
     def enqueue_defaults(self) -> list[str]:
         """Queue the baseline, the documented defaults the space can express and the
-        user's `--enqueue` configs, once per study. Returns the names queued."""
-        if not self.created:
-            return []
-        self.created = False
-        queued = []
+        user's `--enqueue` configs, once per study; or, after a multi-fidelity screen,
+        the baseline and the screened configs, once per study. Returns the names queued."""
         if self.settings.screened is not None:
+            if self.screened_queued():
+                return []
+            self.created = False
             self.study.enqueue_trial({}, user_attrs={BASELINE_ATTR: BASELINE},
                                      skip_if_exists=True)
             for params, attrs in self.settings.screened:
                 self.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)
+            for i, values in enumerate(self.settings.enqueue):       # the user's, too
+                params = self.space.encode(values)
+                if params is None:
+                    raise AutotuneError(f"--enqueue config {values} is not expressible in "
+                                        f"space {self.space.space.name!r}")
+                self.study.enqueue_trial(params, user_attrs={BASELINE_ATTR: f"enqueue{i}"},
+                                         skip_if_exists=True)
+            self.study.set_user_attr(SCREENED_ATTR, len(self.settings.screened))
             return [BASELINE] + [f"screened #{a['screen']['rank']}"
                                  for _, a in self.settings.screened]
+        if not self.created:
+            return []
+        self.created = False
+        queued = []
         entries = [(p.name, p.values) for p in presets(self.context.target.n_layers)]
         entries += [(f"enqueue{i}", values) for i, values in enumerate(self.settings.enqueue)]
         for name, values in entries:

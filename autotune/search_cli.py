@@ -271,6 +271,7 @@ def run_search_command(args: argparse.Namespace) -> int:
     storage = args.storage or str(run_dir / JOURNAL_NAME)
 
     prompts, held_out, held_source = split_prompts(args, categories, prompts_n)
+    fidelity = _fidelity(args, objective)          # refuses before any model loads
 
     # Looked up when called: tests put a spy on autotune.models.loading.load_model.
     from autotune.models.loading import load_model
@@ -290,7 +291,6 @@ def run_search_command(args: argparse.Namespace) -> int:
 
     identity = _study_identity(args, space, objective, target, draft, categories, prompts,
                                max_new)
-    fidelity = _fidelity(args, objective)
     settings = SearchSettings(
         study_name=study_name, storage=storage, trials=args.trials, sampler=args.sampler,
         seed=args.seed, timeout_s=args.timeout, trial_timeout_s=args.trial_timeout,
@@ -309,7 +309,10 @@ def run_search_command(args: argparse.Namespace) -> int:
     # is made only after it, so a Ctrl-C while loading or profiling leaves nothing.
     profile, fresh = run_profile(run_dir, target)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if fidelity == "multi":
+    # The measured study is opened first: a run it refuses (another space, model,
+    # workload) is refused before anything is screened or written.
+    runner = StudyRunner(settings, bound, objective, eval_context)
+    if fidelity == "multi" and not runner.screened_queued():
         try:
             screen, reason = run_screen(settings, args.screen, bound, objective, eval_context)
         except KeyboardInterrupt:
@@ -326,7 +329,6 @@ def run_search_command(args: argparse.Namespace) -> int:
                   f"({screen_failure(screen)}); the measured trials are the sampler's own",
                   file=sys.stderr, flush=True)
             settings.screened = None
-    runner = StudyRunner(settings, bound, objective, eval_context)
     if fresh:
         save_run_profile(run_dir, profile)
     record = RunRecord(

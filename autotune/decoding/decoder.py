@@ -45,7 +45,7 @@ class RoundTrace:
     """One draft/verify round: what a replay or a plot needs."""
 
     drafted: int                 # draft tokens proposed
-    accepted: int                # of them accepted by the verifier
+    accepted: int                # of them accepted by the verifier (none past an EOS)
     emitted: int                 # tokens appended (accepted + the target's own), after EOS/limit
     confidences: list[float]     # top-1 probability of each draft token's distribution
     draft_s: float               # proposing the draft
@@ -287,8 +287,11 @@ class SpeculativeDecoder:
             if on_tokens is not None:
                 on_tokens(new_tokens)
             round_end = clock()
+            # Drafts the verifier accepted past an EOS are never emitted: they count
+            # neither as tokens nor as accepted (acceptance, α, position acceptance).
             rounds.append(RoundTrace(
-                drafted=result.drafted, accepted=result.n_accepted, emitted=len(new_tokens),
+                drafted=result.drafted, accepted=min(result.n_accepted, len(new_tokens)),
+                emitted=len(new_tokens),
                 confidences=result.confidences, draft_s=result.draft_done - round_start,
                 verify_s=result.forward_done - result.draft_done, verified=result.verified,
                 other_s=round_end - result.forward_done, exit_layers=result.exit_layers,

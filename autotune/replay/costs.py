@@ -472,9 +472,9 @@ def load_or_measure_parts(path: Path, target: "LoadedModel", draft: "LoadedModel
     if path.is_file():
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-            if doc.get("format") == FORMAT and doc.get("key") == key:
+            if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("key") == key:
                 return CostParts.from_json(doc)
-        except (OSError, ValueError, TypeError, KeyError):
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
             pass
         print(f"autotune: {path.name} was measured for other models or another machine, or "
               "is unreadable; measuring the replay cost parts again", file=sys.stderr)

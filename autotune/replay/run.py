@@ -23,6 +23,7 @@ from autotune.decoding.methods import get_method
 from autotune.errors import AutotuneError
 from autotune.measure import Measurement, PromptRun
 from autotune.models.loading import LoadedModel
+from autotune.replay import replay_refusal
 from autotune.replay.costs import CostModel, CostParts, load_or_measure_parts
 from autotune.replay.reference import Reference, reference_set
 from autotune.replay.simulate import simulate
@@ -48,13 +49,7 @@ class Replayer:
 
     def can_replay(self, config: DecodeConfig) -> str | None:
         """None, or why `config` cannot be replayed (one line)."""
-        spec = get_method(config.method)
-        if spec.replay is None:
-            return f"method={config.method} has no replay (it can only be measured)"
-        if not config.greedy:
-            return ("replay predicts greedy verification only; sampled acceptance is "
-                    "random (measure it)")
-        return None
+        return replay_refusal(config)
 
     def _source(self, method: str) -> ReplaySource:
         if method not in self._sources:

@@ -112,13 +112,14 @@ class TableTrack:
         exits: list[int] = []
         for i in range(1, limit + 1):
             row = g + i - 1
-            if row >= self.table.rows:       # past the reference's end (after its EOS)
-                break
             drafted += 1
-            confidence = self.table.conf[row]
+            # Past the reference's end (after its EOS) the draft's tokens are unknown:
+            # drafted (their cost) but never emitted; the last row stands in for them.
+            known = min(row, self.table.rows - 1)
+            confidence = self.table.conf[known]
             confidences.append(confidence)
             if self.table.exit_layer is not None:
-                exits.append(self.table.exit_layer[row])
+                exits.append(self.table.exit_layer[known])
             if matching and row < len(self.tokens) and self.ids0[row] == self.tokens[row]:
                 accepted += 1
             else:

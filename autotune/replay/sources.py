@@ -108,6 +108,12 @@ class TableSourceAdapter:
         if not shape.is_tree and config.exit_policy not in ("fixed", "heuristic"):
             notes.append(f"{config.exit_policy} exit: draft tokens after a rejection take "
                          "the next positions' teacher-forced confidences (drafted count)")
+        # A chain that never drafts past the exact depth (k within it, K never grown) is
+        # exact whatever its exit rule.
+        within = (not shape.is_tree and exact_depth is not None and config.k <= exact_depth
+                  and config.exit_policy != "heuristic")
+        if within:
+            return True, []
         exact = (exact_depth is None
                  and not (shape.kind == DYNAMIC and shape.width > 1)
                  and (shape.is_tree or config.exit_policy in TAU_EXACT_POLICIES))
