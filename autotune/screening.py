@@ -67,9 +67,15 @@ def run_screen(settings: SearchSettings, trials: int, space: BoundSpace,
     print(f"autotune: screening {trials} configs by replay ({done} done)",
           file=sys.stderr, flush=True)
     tty = sys.stderr.isatty()
+    shown = {done}
 
     def progress(event: TrialEvent) -> None:
+        # One line per 50 counted configs (an infeasible point does not count, so the
+        # count can stand still for a few events).
+        if event.finished in shown and not tty:
+            return
         if event.finished % 50 == 0 or event.finished == event.budget or tty:
+            shown.add(event.finished)
             best = ""
             if event.best is not None:
                 best = f"; best predicted {event.best.values[0]:.4g} (screen trial {event.best.number})"
