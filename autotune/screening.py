@@ -95,12 +95,27 @@ def _family(config: dict[str, Any]) -> tuple[str, str]:
     return str(config.get("method")), shape.kind if shape is not None else "?"
 
 
+def _behaviour(trial: FrozenTrial) -> tuple[Any, ...] | None:
+    """What replay saw a config do on the search prompts: its family and its predicted
+    rounds (τ, drafted and verified per round, latency). Two configs alike in all of it
+    (n-gram ranges that find the same matches, a K never reached) would only measure the
+    same decoding twice. None when the figures are missing."""
+    metrics = trial.user_attrs.get("metrics", {})
+    keys = ("mean_accepted_tokens", "mean_drafted_tokens", "mean_verified_tokens", "rounds",
+            "latency_ms_per_token")
+    if any(not isinstance(metrics.get(k), (int, float)) for k in keys):
+        return None
+    return (_family(trial.user_attrs["config"]),
+            *(round(float(metrics[k]), 6) for k in keys))
+
+
 def screened_queue(screen: StudyRunner, objective: Objective, n: int
                    ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(params, user attrs) of `n` screened configs to measure: first the best of each
-    family (method x chain/tree) that replay predicts better than the AR baseline, so the
-    measurement sees more than near-copies of one winner, then the best of the rest by
-    rank; the best-screened documented default always among them (it replaces the last)."""
+    """(params, user attrs) of up to `n` screened configs to measure: first the best of
+    each family (method x chain/tree) that replay predicts better than the AR baseline, so
+    the measurement sees more than near-copies of one winner, then the best of the rest by
+    rank; the best-screened documented default always among them (it replaces the last).
+    Configs that replay saw decode alike (`_behaviour`) are measured once."""
     ranked = ranking.ranked(screen.study, objective)
     baseline = next((t for t in ranked if t.user_attrs.get(BASELINE_ATTR) == BASELINE), None)
     sign = ranking.sign(objective, 0)
@@ -109,10 +124,13 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
              and t.user_attrs["config"].get("method", "none") != "none"]
     distinct: list[FrozenTrial] = []
     seen: set[str] = set()
+    behaviours: set[tuple[Any, ...]] = set()
     for trial in order:
         key = _config_key(trial.user_attrs["config"])
-        if key not in seen:
+        behaviour = _behaviour(trial)
+        if key not in seen and (behaviour is None or behaviour not in behaviours):
             seen.add(key)
+            behaviours.add(behaviour)
             distinct.append(trial)
 
     def beats_baseline(trial: FrozenTrial) -> bool:

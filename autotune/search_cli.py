@@ -53,7 +53,7 @@ from autotune.replay import PARTS_FILE
 from autotune.samplers import check_sampler_name
 from autotune.screening import (run_screen, screen_failure, screened_queue,
                                  write_screen_csv)
-from autotune.search import SearchSettings, StudyRunner, TrialEvent
+from autotune.search import SCREENED_ATTR, SearchSettings, StudyRunner, TrialEvent
 from autotune.space import SearchSpace, load_space
 from autotune.storage import JOURNAL_NAME, masked_storage
 from autotune.workloads import (load_workload, round_robin, split_workload, without,
@@ -312,6 +312,9 @@ def run_search_command(args: argparse.Namespace) -> int:
     # The measured study is opened first: a run it refuses (another space, model,
     # workload) is refused before anything is screened or written.
     runner = StudyRunner(settings, bound, objective, eval_context)
+    if fidelity == "multi" and runner.screened_queued():
+        # Resumed: the screen queued these many configs; measure those, no more.
+        settings.trials = min(args.trials, int(runner.study.user_attrs[SCREENED_ATTR]) + 1)
     if fidelity == "multi" and not runner.screened_queued():
         try:
             screen, reason = run_screen(settings, args.screen, bound, objective, eval_context)
@@ -324,6 +327,14 @@ def run_search_command(args: argparse.Namespace) -> int:
             return 130
         write_screen_csv(run_dir, screen)
         settings.screened = screened_queue(screen, objective, max(args.trials - 1, 0))
+        if settings.screened and len(settings.screened) + 1 < args.trials:
+            # The screen has already explored the space: what it found distinct is what
+            # is worth decoding, not sampler guesses on top.
+            print(f"autotune: the screen found {len(settings.screened)} distinct configs "
+                  f"worth measuring; measuring {len(settings.screened) + 1} trials "
+                  f"(the AR baseline included) instead of {args.trials}",
+                  file=sys.stderr, flush=True)
+            settings.trials = len(settings.screened) + 1
         if not settings.screened:
             print(f"autotune: warning: the screen completed no speculative config "
                   f"({screen_failure(screen)}); the measured trials are the sampler's own",
@@ -410,9 +421,10 @@ def _run_study(args: argparse.Namespace, run_dir: Path, storage: str, runner: St
     prompts, then write the run folder and say why it stopped; 130 after Ctrl-C."""
     study_name = runner.settings.study_name
     done, _, _ = runner.progress()
-    print(f"autotune: study {study_name!r}: {done} of {args.trials} trials finished; "
+    budget = runner.settings.trials
+    print(f"autotune: study {study_name!r}: {done} of {budget} trials finished; "
           f"run folder {run_dir}", file=sys.stderr, flush=True)
-    progress = _Progress(args.trials, done)
+    progress = _Progress(budget, done)
     began = time.monotonic()
 
     def finished(event: TrialEvent) -> None:
@@ -447,7 +459,7 @@ def _run_study(args: argparse.Namespace, run_dir: Path, storage: str, runner: St
                "interrupted": "interrupted (Ctrl-C); rerun the same command to resume",
                "infeasible": "the space kept yielding infeasible points",
                "grid": "the grid is exhausted"}[reason]
-    print(f"\n{stopped}: {done} of {args.trials} trials finished "
+    print(f"\n{stopped}: {done} of {budget} trials finished "
           f"({time.monotonic() - began:.0f} s this run)\n", file=sys.stderr)
     print(top_table(runner.study, objective))
     print("\n" + validation_table(runner.study, objective))

@@ -170,7 +170,8 @@ def test_eos_cut_stops_both_sides_and_tau_counts_tokens_appended():
     stopping = tiny_loaded(llama_model(seed=0, scale=SCALE, eos=eos))   # same weights
     assert stopping.eos_token_ids == {eos}
     # The target as its own draft accepts every draft: round 1 proposes k=4 tokens and
-    # returns 5, of which only 3 (up to the EOS) are appended.
+    # returns 5, of which only 3 (up to the EOS) are appended; the 4th accepted draft,
+    # past the EOS, is never emitted and so not counted as accepted either.
     config = DecodeConfig(method="draft_model", k=4)
     result = measure(stopping, config, PROMPTS[:2], MAX_NEW, draft=stopping)
     by_id = {r.prompt_id: r for r in result.runs}
@@ -178,7 +179,7 @@ def test_eos_cut_stops_both_sides_and_tau_counts_tokens_appended():
     assert by_id["p0"].candidate.tokens == full["p0"][:4]
     assert by_id["p1"].candidate.tokens == by_id["p1"].baseline.tokens == full["p1"]
     first = by_id["p0"].candidate.rounds
-    assert [(t.drafted, t.accepted, t.emitted) for t in first] == [(4, 4, 3)]
+    assert [(t.drafted, t.accepted, t.emitted) for t in first] == [(4, 3, 3)]
     summary = result.summary()
     rounds = [t for r in result.runs for t in r.candidate.rounds]
     emitted = sum(t.emitted for t in rounds)

@@ -38,8 +38,8 @@ from conftest import real_prompts
 
 pytestmark = pytest.mark.slow
 
-MAX_NEW = 24
-N_PROMPTS = 6            # six categories: real_prompts goes round-robin over them
+MAX_NEW = 20
+N_PROMPTS = 5            # five categories: real_prompts goes round-robin over them
 
 NGRAM = dict(method="ngram", ngram_min=1, ngram_max=3)
 STATIC_CHOICES = ((0,), (1,), (0, 0), (0, 1), (0, 0, 0))
