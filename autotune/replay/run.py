@@ -13,7 +13,6 @@ ones.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -115,6 +114,3 @@ class Replayer:
                    lossless=None, mismatched_prompts=[])
         return out
 
-
-def with_workload(config: DecodeConfig, temperature: float, top_p: float) -> DecodeConfig:
-    return dataclasses.replace(config, temperature=temperature, top_p=top_p)

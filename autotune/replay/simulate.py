@@ -27,7 +27,6 @@ so their children's probabilities are taken to be the on-path node's at the same
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -260,6 +259,3 @@ class _OwnCache:
         self.seen = g
         return first - 1
 
-
-def mean(values: list[float]) -> float:
-    return math.fsum(values) / len(values) if values else 0.0
