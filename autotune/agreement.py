@@ -34,7 +34,7 @@ import torch
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafters.base import stack_model
-from autotune.decoding.drafters.ngram import lookup
+from autotune.decoding.drafters.ngram import ngram_proposal
 from autotune.decoding.drafters.sorted_exit import first_confident_exit, top1_probability
 from autotune.decoding.methods import get_method
 from autotune.errors import AutotuneError
@@ -158,11 +158,14 @@ def sorted_exit_scorer(target: LoadedModel, config: DecodeConfig,
 
 def ngram_scorer(target: LoadedModel, config: DecodeConfig,
                  draft: LoadedModel | None) -> Scorer:
-    """The drafter's own lookup, one token at every prefix."""
+    """The drafter's own lookup (under the config's engine rules), one token at every
+    prefix."""
+    eos = target.eos_token_ids
+
     def ngram(ids: list[int]) -> list[int]:
         out = []
         for t in range(len(ids)):
-            found = lookup(ids[:t + 1], config.ngram_min, config.ngram_max, 1)
+            found = ngram_proposal(ids[:t + 1], config, 1, eos)
             out.append(found[0] if found else -1)
         return out
 

@@ -19,6 +19,8 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 # samplers.SAMPLERS, restated so that `--help` stays fast (that module loads optuna);
 # tests/test_cli.py fails when the two differ.
+# The engines `search --target` tunes for (autotune/decoding/engines.py, torch-free).
+_TARGETS = ("autotune", "vllm", "sglang", "trtllm", "hf")
 _SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
 
 
@@ -83,7 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("search", help="search the joint space for the fastest config")
     _add_model_args(s)
     _add_workload_args(s, max_new_tokens=None)
-    s.add_argument("--space", default="joint", help="a shipped space name or a YAML file")
+    s.add_argument("--target", default="autotune", choices=_TARGETS,
+                   help="the engine the config will run on: the space is cut to what it "
+                        "expresses and every candidate is measured under its drafting "
+                        "rules, so the winner exports to it exactly (default autotune: "
+                        "every knob of our decoder)")
+    s.add_argument("--space", default=None,
+                   help="a shipped space name or a YAML file (default: joint, or "
+                        "engine_<target> with --target)")
     s.add_argument("--objective", default="speedup",
                    help="a shipped objective name or a YAML file (default: speedup, "
                         "paired against the AR baseline)")

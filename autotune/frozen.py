@@ -1,10 +1,10 @@
-"""FrozenConfig: the versioned JSON document (`autotune.frozen/v2`; v1 still read) a search leaves behind.
+"""FrozenConfig: the versioned JSON document (`autotune.frozen/v3`; v1 and v2 still read) a search leaves behind.
 
 It carries the canonical knobs (`params`), what was measured (`metrics`), on what
 (`model`, `draft`, `hardware`, `workload`) and by which run (`provenance`), so that
 `autotune measure --config`, `generate` and `export` can consume it and a reader can
 tell whether a re-measurement is comparable. The structure is checked by the JSON
-Schema in `autotune/schemas/frozen-v2.schema.json (v1: frozen-v1)`; the meaning of the knobs by
+Schema in `autotune/schemas/frozen-v3.schema.json` (v1, v2: frozen-v1, frozen-v2); the meaning of the knobs by
 `DecodeConfig.validate`.
 
 This module is the one reader of the format: its schema id, `problems` (everything wrong,
@@ -34,12 +34,15 @@ from autotune.errors import AutotuneError
 from autotune.files import write_atomically
 from autotune.yaml_source import did_you_mean
 
-SCHEMA = "autotune.frozen/v2"
+SCHEMA = "autotune.frozen/v3"
 SCHEMA_PREFIX = "autotune.frozen/"
 # Every version this autotune reads, with its JSON Schema file. v2 added `validation`
-# (the finalists re-measured on held-out prompts); a v1 file reads as it always did.
+# (the finalists re-measured on held-out prompts); v3 added the `engine` knob (whose
+# drafting rules the figures were measured under; absent = autotune's own, as every
+# older file was measured). Older files read as they always did.
 _SCHEMA_FILES = {"autotune.frozen/v1": "schemas/frozen-v1.schema.json",
-                 SCHEMA: "schemas/frozen-v2.schema.json"}
+                 "autotune.frozen/v2": "schemas/frozen-v2.schema.json",
+                 SCHEMA: "schemas/frozen-v3.schema.json"}
 READABLE = tuple(_SCHEMA_FILES)
 # Weight files whose bytes define a model; hashed in name order.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")

@@ -42,6 +42,7 @@ class StudyIdentity:
     max_new_tokens: int
     temperature: float
     top_p: float
+    engine: str = "autotune"          # --target: whose rules every trial is measured under
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -56,6 +56,7 @@ from autotune.screening import (run_screen, screen_failure, screened_queue,
 from autotune.search import SCREENED_ATTR, SearchSettings, StudyRunner, TrialEvent
 from autotune.space import SearchSpace, load_space
 from autotune.storage import JOURNAL_NAME, masked_storage
+from autotune.targets import DEFAULT_TARGET, default_space, refusal
 from autotune.workloads import (load_workload, round_robin, split_workload, without,
                                 workload_digest)
 # By attribute (`validation.measure_finalists`): tests/phase_driver.py parks a run there.
@@ -191,7 +192,7 @@ def split_prompts(args: argparse.Namespace, categories: list[str] | None,
 
 def _study_identity(args: argparse.Namespace, space: SearchSpace, objective: Objective,
                     target: Any, draft: Any, categories: list[str] | None,
-                    prompts: list[Any], max_new: int) -> StudyIdentity:
+                    prompts: list[Any], max_new: int, engine: str) -> StudyIdentity:
     defaults = objective.workload
     return StudyIdentity(
         space=space.name, space_sha256=space.sha256,
@@ -200,7 +201,7 @@ def _study_identity(args: argparse.Namespace, space: SearchSpace, objective: Obj
         device_type=target.device.type, dtype=str(target.dtype).removeprefix("torch."),
         workload=args.workload, categories=categories, prompts=len(prompts),
         workload_sha256=workload_digest(prompts), max_new_tokens=max_new,
-        temperature=defaults.temperature, top_p=defaults.top_p)
+        temperature=defaults.temperature, top_p=defaults.top_p, engine=engine)
 
 
 def _frozen_context(args: argparse.Namespace, identity: StudyIdentity, space: SearchSpace,
@@ -249,7 +250,8 @@ def _write_outputs(run_dir: Path, storage: str, study: Any, objective: Any,
 
 def run_search_command(args: argparse.Namespace) -> int:
     _check_numbers(args)
-    space = load_space(args.space)
+    target_engine = getattr(args, "target", DEFAULT_TARGET)
+    space = load_space(args.space or default_space(target_engine))
     objective = load_objective(args.objective)
     if objective.multi and args.sampler in ("cmaes", "bayes_opt"):
         raise AutotuneError(f"--sampler {args.sampler} optimises one objective and "
@@ -281,6 +283,7 @@ def run_search_command(args: argparse.Namespace) -> int:
     draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)
              if args.draft else None)
     bound = space.bind(target.n_layers, draft.n_layers if draft is not None else None)
+    bound = bound.for_engine(target_engine, refusal(target_engine, draft is not None))
 
     # Our progress lines say what Optuna's log would (a failed trial's one-line reason
     # rather than its traceback); its sampler fallbacks on conditional knobs (CMA-ES,
@@ -290,7 +293,7 @@ def run_search_command(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
     identity = _study_identity(args, space, objective, target, draft, categories, prompts,
-                               max_new)
+                               max_new, target_engine)
     settings = SearchSettings(
         study_name=study_name, storage=storage, trials=args.trials, sampler=args.sampler,
         seed=args.seed, timeout_s=args.timeout, trial_timeout_s=args.trial_timeout,

@@ -39,7 +39,7 @@ def test_the_file_lists_the_built_in_methods() -> None:
 
 def test_the_schema_has_one_entry_per_knob() -> None:
     schema_keys, knob_keys = set(PARAMS["properties"]), set(KNOBS)
-    assert not knob_keys - schema_keys, "knobs missing from frozen-v2.schema.json's params"
+    assert not knob_keys - schema_keys, "knobs missing from frozen-v3.schema.json's params"
     assert not schema_keys - knob_keys, "params in frozen-v2.schema.json that are no knob"
     assert PARAMS["additionalProperties"] is False
 
@@ -102,8 +102,17 @@ def test_v1_files_still_read_and_v2_adds_validation() -> None:
     assert read_parts(v1).config.k == 3
     # `validation` is v2's: a v1 file that has it is not a v1 file.
     assert any("validation" in p for p in problems({**v1, "validation": _validation()}))
-    v2 = {"schema": SCHEMA, "params": {"method": "ngram"}, "validation": _validation()}
-    assert SCHEMA == "autotune.frozen/v2" and problems(v2) == []
+    v2 = {"schema": "autotune.frozen/v2", "params": {"method": "ngram"},
+          "validation": _validation()}
+    assert problems(v2) == [] and read_parts(v2).config.engine == "autotune"
+
+
+def test_v3_adds_the_engine_knob_that_v2_files_cannot_carry() -> None:
+    v3 = {"schema": SCHEMA, "params": {"method": "ngram", "engine": "hf"}}
+    assert SCHEMA == "autotune.frozen/v3" and problems(v3) == []
+    assert read_parts(v3).config.engine == "hf"
+    assert any("engine" in p for p in problems({**v3, "schema": "autotune.frozen/v2"}))
+    assert any("engine" in p for p in problems({**v3, "params": {"engine": "tgi"}}))
 
 
 def test_validation_structure_is_checked() -> None:

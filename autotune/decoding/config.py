@@ -16,6 +16,7 @@ import yaml
 
 from autotune.decoding.knobs import (ALL, DRAFTING, KNOB_METADATA_KEY, SHAPE, WORKLOAD,
                                      Knob, knob, method_owner, policy_owner)
+from autotune.decoding.engines import ENGINES
 from autotune.decoding.methods import get_method, tree_method_names
 from autotune.decoding.shape import DraftShape
 from autotune.errors import AutotuneError
@@ -78,6 +79,10 @@ class DecodeConfig:
         "float", WORKLOAD, "0 = greedy; sampling uses Leviathan rejection sampling", low=0.0))
     top_p: float = field(default=1.0, metadata=knob(
         "float", WORKLOAD, "nucleus mass kept when sampling (0 excluded)", low=0.0, high=1.0))
+    engine: str = field(default="autotune", metadata=knob(
+        "str", WORKLOAD, "whose drafting and verification rules the decoder follows "
+        "(`search --target`): `autotune`, `vllm`, `sglang`, `trtllm`, `hf`",
+        choices=tuple(ENGINES)))
     # Draft trees (EAGLE-2's dynamic tree, or a static one). tree_width 0 and no
     # tree_choices = a chain of up to k tokens under the exit policy.
     tree_width: int = field(default=0, metadata=knob(
@@ -118,6 +123,9 @@ class DecodeConfig:
         if self.exit_policy not in choices:
             raise AutotuneError(
                 f"exit_policy={self.exit_policy!r} is not one of {', '.join(choices)}")
+        engines = KNOBS["engine"].choices or ()
+        if self.engine not in engines:
+            raise AutotuneError(f"engine={self.engine!r} is not one of {', '.join(engines)}")
         for name in ("k", "gamma", "target_acceptance", "beta1", "beta2", "top_p"):
             self._check_bounds(name)
         if self.top_p == 0.0:

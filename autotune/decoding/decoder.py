@@ -24,13 +24,14 @@ import torch
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.drafters.base import (Draft, DraftContext, Drafter, TokenChooser,
                                              TreeHooks, stack_model)
+from autotune.decoding.engines import EngineRules, engine_rules
 from autotune.decoding.methods import MethodSpec, get_method
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.sampling import probabilities
 from autotune.decoding.tree import compact_cache
 from autotune.decoding.tree_drafting import TreeDrafter
-from autotune.decoding.verify import (greedy_tree_verify, greedy_verify, rejection_sample,
-                                      tree_rejection_sample)
+from autotune.decoding.verify import (greedy_tree_verify, greedy_verify, match_sample,
+                                      rejection_sample, tree_rejection_sample)
 from autotune.errors import AutotuneError
 from autotune.models.llama import KVCache
 from autotune.models.loading import LoadedModel, check_shared_vocabulary
@@ -111,6 +112,8 @@ class SpeculativeDecoder:
         config.validate()
         self.target, self.draft, self.config = target, draft, config
         self.spec: MethodSpec = get_method(config.method)
+        # The engine whose drafting/verification rules this run follows (`--target`).
+        self.rules: EngineRules = engine_rules(config.engine)
         if draft is not None:
             check_shared_vocabulary(target, draft)
         self.spec.require_draft(draft is not None)
@@ -179,8 +182,11 @@ class SpeculativeDecoder:
                               self.config.top_p)
             # A round without drafts (the AR baseline, a budget of one token, no n-gram
             # match) is rejection sampling with k = 0: a plain draw from p.
-            q = draft.q if draft.q is not None else p[:, :0]
-            n, nxt = rejection_sample(draft.tokens, q, p, generator)
+            if self.rules.match_verification:
+                n, nxt = match_sample(draft.tokens, p, generator)
+            else:
+                q = draft.q if draft.q is not None else p[:, :0]
+                n, nxt = rejection_sample(draft.tokens, q, p, generator)
         return int(n[0]), int(nxt[0])
 
     def _chain_round(self, run: _Run, seq: torch.Tensor, budget: int) -> RoundResult:
@@ -198,7 +204,7 @@ class SpeculativeDecoder:
         run.cache.crop(verified_len + 1 + n_accepted)
         if draft.k:
             run.drafter.observe(n_accepted)
-        run.policy.update(draft.k, n_accepted)
+        run.policy.update(draft.k, n_accepted, draft.confidences)
         return RoundResult(
             new_tokens=draft.tokens[0, :n_accepted].tolist() + [next_token],
             n_accepted=n_accepted, drafted=draft.k, verified=verify_ids.shape[1],
@@ -254,7 +260,8 @@ class SpeculativeDecoder:
         # for a chain; a tree also needs scratch room for its side branches.
         max_len = len(prompt) + max_new_tokens + config.shape.scratch_room()
         cache = forward.new_cache(1, max_len)
-        choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator)
+        choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
+                              greedy_drafts=self.rules.greedy_model_drafts)
         drafter = self._drafter(cache, max_len, choose)
         tree_drafter = self._tree_drafter(drafter, device)
         run = _Run(cache, drafter, tree_drafter, make_policy(config), generator, clock)

@@ -240,7 +240,13 @@ def _ngram_presets(n_layers: int) -> list[Preset]:
     return [Preset("vllm_ngram", "vLLM ngram: num_speculative_tokens=5, prompt_lookup_min=5, "
                    "prompt_lookup_max=5",
                    {"method": "ngram", "k": 5, "ngram_min": 5, "ngram_max": 5,
-                    "exit_policy": "fixed"}, rank=2)]
+                    "exit_policy": "fixed"}, rank=2),
+            # transformers 5.23.0 generation/utils.py: `max_matching_ngram_size or 2`;
+            # 10 tokens is its prompt-lookup documentation's example.
+            Preset("hf_prompt_lookup", "transformers prompt lookup: prompt_lookup_num_tokens=10, "
+                   "max_matching_ngram_size=2 (its default)",
+                   {"method": "ngram", "k": 10, "ngram_min": 1, "ngram_max": 2,
+                    "exit_policy": "fixed"}, rank=7)]
 
 
 def _layer_skip_presets(n_layers: int) -> list[Preset]:

@@ -29,6 +29,25 @@ def greedy_verify(draft_tokens: torch.Tensor, target_logits: torch.Tensor
     return n_accepted, next_token
 
 
+def match_sample(draft_tokens: torch.Tensor, p: torch.Tensor,
+                 generator: torch.Generator | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verification by exact match under sampling (transformers' assisted generation
+    without draft logits; engines that sample the target and compare): draw the target's
+    own token from each p_i and accept drafts while they equal it; the next token is the
+    target's draw after the accepted prefix. Each emitted token is a draw from p given
+    the accepted prefix, so the output is distributed exactly as p, whatever drafted.
+
+    draft_tokens: [B, k]; p: [B, k+1, V]. Returns (n_accepted [B], next_token [B]).
+    """
+    b, k1, v = p.shape
+    drawn = torch.multinomial(p.reshape(b * k1, v), 1, generator=generator).reshape(b, k1)
+    k = draft_tokens.shape[1]
+    matches = (draft_tokens == drawn[:, :k]).to(torch.int64)
+    n_accepted = matches.cumprod(dim=-1).sum(dim=-1)
+    return n_accepted, drawn.gather(1, n_accepted[:, None]).squeeze(1)
+
+
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)) along the last dim. Where p == q everywhere (nothing is left,
     and rejection has probability 0) it falls back to p so the result is a distribution."""

@@ -28,11 +28,11 @@ so their children's probabilities are taken to be the on-path node's at the same
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Collection, Protocol
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS
-from autotune.decoding.drafters.ngram import lookup
+from autotune.decoding.drafters.ngram import ngram_proposal
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.shape import DYNAMIC, STATIC
 from autotune.replay.reference import Reference
@@ -72,13 +72,13 @@ class Track(Protocol):
 class NgramTrack:
     """Prompt lookup over the sequence the decoder holds after g generated tokens."""
 
-    def __init__(self, ref: Reference, ngram_min: int, ngram_max: int) -> None:
+    def __init__(self, ref: Reference, config: DecodeConfig, eos: Collection[int]) -> None:
         self.ref, self.sequence = ref, ref.sequence
-        self.ngram_min, self.ngram_max = ngram_min, ngram_max
+        self.config, self.eos = config, frozenset(eos)
 
     def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
         end = len(self.ref.prompt) + g
-        found = lookup(self.sequence[:end], self.ngram_min, self.ngram_max, limit)
+        found = ngram_proposal(self.sequence[:end], self.config, limit, self.eos)
         kept: list[int] = []
         for token in found:
             kept.append(token)
@@ -231,7 +231,7 @@ def simulate(track: Track, config: DecodeConfig, ref: Reference, max_new_tokens:
         rounds.append(ReplayRound(draft.drafted, accepted, emitted, draft.drafted + 1,
                                   draft.drafted, draft.confidences, passes=passes,
                                   exits=draft.exits))
-        policy.update(draft.drafted, draft.accepted)
+        policy.update(draft.drafted, draft.accepted, draft.confidences)
         g += emitted
     return rounds
 

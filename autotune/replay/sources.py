@@ -50,10 +50,14 @@ class NoDraftSource:
 
 
 class NgramSource:
-    """The drafter's own lookup over the reference so far: exact."""
+    """The drafter's own lookup over the reference so far, under the config's engine
+    rules: exact."""
+
+    def __init__(self, eos: frozenset[int]) -> None:
+        self.eos = eos
 
     def track(self, config: "DecodeConfig", ref: Reference) -> Track:
-        return NgramTrack(ref, config.ngram_min, config.ngram_max)
+        return NgramTrack(ref, config, self.eos)
 
     def fidelity(self, config: "DecodeConfig") -> tuple[bool, list[str]]:
         return True, []
@@ -125,7 +129,7 @@ def no_draft_source(target: "LoadedModel", draft: "LoadedModel | None") -> Repla
 
 
 def ngram_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
-    return NgramSource()
+    return NgramSource(target.eos_token_ids)
 
 
 def draft_model_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:

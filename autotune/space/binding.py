@@ -13,7 +13,7 @@ import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import optuna
 
@@ -113,6 +113,16 @@ class BoundSpace:
     n_layers: int
     draft_layers: int | None = None
     _entries: tuple[Entry, ...] = field(default=(), repr=False)
+    # The engine whose rules every config is measured under (`search --target`), and what
+    # that engine cannot run exactly (a config -> one line, or None); see `for_engine`.
+    engine: str = "autotune"
+    refuse: Callable[[DecodeConfig], str | None] | None = field(default=None, repr=False)
+
+    def for_engine(self, engine: str,
+                   refuse: Callable[[DecodeConfig], str | None] | None) -> "BoundSpace":
+        """This space with every config measured under `engine`'s rules, and a point
+        `refuse` names a reason for rejected as InfeasibleConfig (never measured)."""
+        return dataclasses.replace(self, engine=engine, refuse=refuse)
 
     # -- trials -> configs
 
@@ -151,6 +161,10 @@ class BoundSpace:
         waste = config.shape.waste()
         if waste:
             raise InfeasibleConfig(waste)
+        config = dataclasses.replace(config, engine=self.engine)
+        reason = self.refuse(config) if self.refuse is not None else None
+        if reason:
+            raise InfeasibleConfig(reason)
         return config
 
     def _draw(self, entry: Entry, trial: optuna.trial.BaseTrial, values: Mapping[str, Any],

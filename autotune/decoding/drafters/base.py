@@ -60,13 +60,16 @@ class Draft:
 
 class TokenChooser:
     """Turns a draft distribution's logits [B, V] into a token, its probabilities, and
-    its top-1 confidence, greedily or by sampling (same temperature/top-p as the target)."""
+    its top-1 confidence, greedily or by sampling (same temperature/top-p as the target).
+    With `greedy_drafts` a sampled run still drafts the most probable token, verified as
+    a one-hot q (vLLM's greedy drafting): lossless, but it accepts less than sampling."""
 
     def __init__(self, temperature: float, top_p: float, vocab_size: int,
-                 generator: torch.Generator | None) -> None:
+                 generator: torch.Generator | None, greedy_drafts: bool = False) -> None:
         self.temperature, self.top_p = temperature, top_p
         self.vocab_size = vocab_size           # the shared vocabulary of draft and target
         self.generator = generator
+        self.greedy_drafts = greedy_drafts
 
     def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, float]:
         logits = logits[..., : self.vocab_size]
@@ -74,6 +77,10 @@ class TokenChooser:
             confidence, token = torch.softmax(logits.float(), dim=-1).max(dim=-1)
             return token[:, None], None, float(confidence[0])
         q = probabilities(logits, self.temperature, self.top_p)
+        if self.greedy_drafts:
+            confidence, token = q.max(dim=-1)
+            one_hot = torch.nn.functional.one_hot(token, q.shape[-1]).to(q.dtype)
+            return token[:, None], one_hot, float(confidence[0])
         token = torch.multinomial(q, 1, generator=self.generator)
         return token, q, float(q.max(dim=-1).values[0])
 

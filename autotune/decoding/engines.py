@@ -1,0 +1,164 @@
+"""Engine rules: how each serving engine drafts and verifies, where that differs from ours.
+
+`autotune search --target ENGINE` measures every candidate with that engine's rules (the
+`engine` knob of DecodeConfig), so the winner runs in the engine the way it was measured,
+and each exporter refuses (as a loss) a config measured under rules its engine does not
+follow. Every fact here was read in the engine's source; the file and commit are named
+beside it. Torch-free: the exporters and `--help` read it.
+
+A rule only matters to some configs (`relevant`): the n-gram rules to `ngram`, the
+drafting/verification rules under sampling to model drafters, the threshold rule to a
+separate draft model under a confidence policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+from autotune.errors import AutotuneError
+from autotune.yaml_source import did_you_mean
+
+if TYPE_CHECKING:
+    from autotune.decoding.config import DecodeConfig
+
+# n-gram match rules: which earlier occurrence of the matched suffix gives the draft.
+LATEST = "latest"        # the most recent one (ours, the original prompt-lookup script)
+EARLIEST = "earliest"    # the first one, scanning from the start of the sequence
+
+
+@dataclass(frozen=True)
+class EngineRules:
+    """One engine's drafting and verification rules (defaults: autotune's own).
+
+    ngram_match: LATEST or EARLIEST occurrence of the longest matching suffix.
+    ngram_stops_at_eos: an n-gram draft is cut before its first EOS token.
+    roc_threshold: a separate draft model's confidence threshold is re-tuned after every
+        round from an ROC curve of past drafts (transformers' AssistedCandidateGenerator).
+    greedy_model_drafts: under sampling, a model drafter proposes its argmax (verified as
+        a one-hot draft distribution) instead of a sample.
+    match_verification: under sampling, drafts are accepted while they equal the target's
+        own sampled token (no rejection sampling with the draft's probabilities).
+    approximate: method -> what of the engine's behaviour our decoder does not reproduce.
+    """
+
+    name: str
+    label: str
+    ngram_match: str = LATEST
+    ngram_stops_at_eos: bool = False
+    roc_threshold: bool = False
+    greedy_model_drafts: bool = False
+    match_verification: bool = False
+    approximate: tuple[tuple[str, str], ...] = ()
+
+    def approximation(self, method: str) -> str | None:
+        """What our decoder does not reproduce of this engine for `method`, or None."""
+        return dict(self.approximate).get(method)
+
+
+AUTOTUNE = EngineRules("autotune", "autotune")
+
+# transformers 5.23.0 (the installed wheel; src/transformers/generation/):
+# - candidate_generator.py PromptLookupCandidateGenerator.get_candidates: n-gram sizes
+#   from max_matching_ngram_size down to 1, `match_indices = matches.nonzero(...)`,
+#   first valid match left to right ("this finds the first valid candidates (left to
+#   right)"); "remove remaining candidate ids if an "eos" token is found".
+# - AssistedCandidateGenerator.update_candidate_strategy: when sklearn is importable and
+#   assistant_confidence_threshold is truthy and `type(self) is AssistedCandidateGenerator`
+#   (not early exit), `roc_curve(self.matches, self.probs)`, cost fpr + 3*fnr, threshold
+#   replaced by the argmin.
+# - utils.py _get_stopping_criteria: ConfidenceCriteria only when the threshold is > 0.
+# - utils.py _assisted_decoding: sampling with candidate logits -> _speculative_sampling
+#   (rejection sampling with the assistant's probabilities); sampled drafts.
+HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_eos=True,
+                 roc_threshold=True)
+
+# vLLM 0.33.0 (PyPI wheel, built from commit 4ba787ec9; same code in vllm-project/vllm
+# vllm/v1/spec_decode/ngram_proposer.py @ adce4e9a528d7f79328075e195c855d28732ef13):
+# - ngram_proposer.py: a KMP scan for the longest suffix match (n <= prompt_lookup_max),
+#   ties to "the earliest position in the original tokens"; none below prompt_lookup_min.
+# - v1/spec_decode/llm_base_proposer.py: a draft model drafts `_greedy_sample` unless
+#   draft_sample_method == "probabilistic" (default "greedy"); v1/sample/rejection_sampler.py
+#   takes `draft_prob = 1` without draft probabilities (a one-hot q).
+VLLM = EngineRules("vllm", "vLLM", ngram_match=EARLIEST, greedy_model_drafts=True)
+
+# SGLang (sgl-project/sglang; python/sglang/srt/speculative/, read at the commits in
+# autotune/exports/sglang.py): STANDALONE drafts the draft model's greedy top-k and
+# verifies under sampling with tree_speculative_sampling_target_only and all-zero draft
+# probabilities (a deterministic draft); NGRAM drafts from a trie shared by every request.
+SGLANG = EngineRules(
+    "sglang", "SGLang", greedy_model_drafts=True,
+    approximate=(("ngram", "SGLang drafts n-grams from a trie shared by all requests, "
+                  "matching every suffix up to max_trie_depth and drafting a tree of "
+                  "num_draft_tokens-1 nodes; autotune's drafter reads this request's "
+                  "own tokens as a chain (the trie's depth and breadth are exported, "
+                  "its cross-request matches cannot be measured here)"),))
+
+# TensorRT-LLM (NVIDIA/TensorRT-LLM): tensorrt_llm/_torch/speculative/ngram.py @
+# 0249976575050d2c624a5f285683c66de311a3b7 (longest pattern first, down to 1;
+# `pool[pattern][0 if self.is_use_oldest else -1]`); Draft_Target drafts greedily and a
+# sampled target accepts a draft only when it equals its own sampled token unless
+# use_rejection_sampling is set (llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412
+# and the torch sampler).
+TRTLLM = EngineRules(
+    "trtllm", "TensorRT-LLM", ngram_match=EARLIEST, greedy_model_drafts=True,
+    match_verification=True,
+    approximate=(("ngram", "TensorRT-LLM stores each n-gram's continuation in a pool when "
+                  "it is first seen (rescanning only a tail window, dropping shorter "
+                  "continuations when a longer one arrives); autotune reads the earliest "
+                  "occurrence's continuation from the current sequence"),))
+
+ENGINES: dict[str, EngineRules] = {rules.name: rules
+                                   for rules in (AUTOTUNE, VLLM, SGLANG, TRTLLM, HF)}
+
+
+def engine_rules(name: str) -> EngineRules:
+    """The rules of engine `name`; one-line error for an unknown one."""
+    try:
+        return ENGINES[name]
+    except KeyError:
+        hint = did_you_mean(str(name), tuple(ENGINES), inline=True)
+        raise AutotuneError(f"unknown engine {name!r}{hint}; engines: "
+                            f"{', '.join(ENGINES)}") from None
+
+
+def relevant(config: "DecodeConfig", model_drafter: bool, separate_draft: bool) -> list[str]:
+    """The EngineRules fields that change what `config` does: the n-gram rules for
+    n-gram drafting, the sampling rules for a model drafter under sampling, the threshold
+    rule for a separate draft model under a confidence-type policy."""
+    out: list[str] = []
+    if config.method == "ngram":
+        out += ["ngram_match", "ngram_stops_at_eos"]
+    if model_drafter and not config.greedy:
+        out += ["greedy_model_drafts", "match_verification"]
+    if separate_draft and config.exit_policy in ("confidence", "adaptive"):
+        out.append("roc_threshold")
+    return out
+
+
+RULE_TEXT: dict[str, tuple[str, str]] = {
+    # field: (text when True / the value, text when False)
+    "ngram_stops_at_eos": ("cuts an n-gram draft before its first EOS token",
+                           "keeps EOS tokens in an n-gram draft"),
+    "roc_threshold": ("re-tunes the draft model's confidence threshold every round "
+                      "(ROC curve)", "keeps the confidence threshold fixed"),
+    "greedy_model_drafts": ("drafts the draft model's argmax when sampling",
+                            "samples the draft model's tokens when sampling"),
+    "match_verification": ("accepts sampled drafts only where they equal the target's "
+                           "sample", "verifies sampled drafts by rejection sampling"),
+}
+
+
+def describe_rule(rules: EngineRules, name: str) -> str:
+    """`<engine> <does what>` for one rule, for loss lines."""
+    if name == "ngram_match":
+        which = "most recent" if rules.ngram_match == LATEST else "earliest"
+        return f"{rules.label} takes the {which} occurrence of the matched n-gram"
+    on, off = RULE_TEXT[name]
+    return f"{rules.label} {on if getattr(rules, name) else off}"
+
+
+def differences(measured: EngineRules, engine: EngineRules, names: list[str]) -> list[str]:
+    """The rules among `names` on which `engine` differs from the rules measured."""
+    known = {f.name for f in fields(EngineRules)}
+    return [n for n in names if n in known and getattr(measured, n) != getattr(engine, n)]

@@ -1,0 +1,183 @@
+"""Engine rules (`search --target`): the decoder drafts and verifies as each engine does,
+the target's space holds only what the engine expresses, and a search with a target ends
+with a winner that engine's exporter writes exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+
+from autotune.cli import main
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.drafters.base import TokenChooser
+from autotune.decoding.drafters.ngram import lookup, ngram_proposal
+from autotune.decoding.engines import ENGINES, engine_rules
+from autotune.decoding.policies import (ConfidencePolicy, ExitPolicy, RocConfidencePolicy,
+                                        make_policy)
+from autotune.exports import engine_losses
+from autotune.space import InfeasibleConfig, load_space
+from autotune.targets import TARGETS, default_space, refusal
+
+from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+
+# The suffix [1, 2] occurs at 0 (followed by 7) and at 4 (followed by 8).
+SEQ = [1, 2, 7, 9, 1, 2, 8, 9, 1, 2]
+
+
+def test_match_rules_pick_the_earliest_or_the_most_recent_occurrence() -> None:
+    assert lookup(SEQ, 1, 2, 2) == [8, 9]
+    assert lookup(SEQ, 1, 2, 2, earliest=True) == [7, 9]
+    # Longest size first under both rules: a later 3-gram match beats an earlier 2-gram.
+    seq = [5, 2, 3, 7, 1, 2, 3, 8, 0, 1, 2, 3]
+    assert lookup(seq, 1, 3, 2, earliest=True) == [8, 0]
+    # The continuation of an occurrence overlapping the suffix stops at the end.
+    assert lookup([7, 7, 7, 7], 1, 2, 3, earliest=True) == [7, 7]
+
+
+def test_each_engine_drafts_ngrams_by_its_own_rule() -> None:
+    by_engine = {name: ngram_proposal(SEQ, DecodeConfig(method="ngram", k=2, ngram_max=2,
+                                                        engine=name), 2, eos={8})
+                 for name in ENGINES}
+    assert by_engine["autotune"] == [8, 9] and by_engine["sglang"] == [8, 9]
+    assert by_engine["vllm"] == [7, 9] == by_engine["trtllm"]
+    # transformers: earliest match, cut before an EOS token (here 7 is the EOS).
+    hf = DecodeConfig(method="ngram", k=2, ngram_max=2, engine="hf")
+    assert ngram_proposal(SEQ, hf, 2, eos={9}) == [7]
+    assert ngram_proposal(SEQ, hf, 2, eos={7}) == []
+    assert ngram_proposal(SEQ, DecodeConfig(method="ngram", k=2, ngram_max=2), 2,
+                          eos={7}) == [8, 9]
+
+
+def test_greedy_drafts_propose_the_argmax_as_a_one_hot_q() -> None:
+    logits = torch.tensor([[0.1, 2.0, 1.9, -1.0]])
+    greedy = TokenChooser(1.0, 1.0, 4, torch.Generator().manual_seed(0), greedy_drafts=True)
+    sampled = TokenChooser(1.0, 1.0, 4, torch.Generator().manual_seed(0))
+    draws = {int(greedy(logits)[0]) for _ in range(50)}
+    assert draws == {1}
+    token, q, confidence = greedy(logits)
+    assert q.tolist() == [[0.0, 1.0, 0.0, 0.0]]
+    assert confidence == pytest.approx(float(torch.softmax(logits, -1).max()))
+    assert {int(sampled(logits)[0]) for _ in range(200)} >= {1, 2}
+
+
+def test_hf_retunes_only_a_separate_assistants_threshold() -> None:
+    config = dict(k=6, exit_policy="confidence", gamma=0.4, engine="hf")
+    assert type(make_policy(DecodeConfig(method="draft_model", **config))) is RocConfidencePolicy
+    # Early exit (the target's own layers) keeps its threshold, as do other engines.
+    assert type(make_policy(DecodeConfig(method="sorted_exit", exits=(4,), **config))) \
+        is ConfidencePolicy
+    assert type(make_policy(DecodeConfig(method="draft_model", k=6, exit_policy="confidence",
+                                         gamma=0.4))) is ConfidencePolicy
+    assert type(make_policy(DecodeConfig(method="draft_model", k=6, engine="hf"))) is ExitPolicy
+
+
+def test_roc_threshold_follows_transformers_bookkeeping() -> None:
+    """Rounds as transformers sees them: every drafted probability is kept until the
+    first rejection; the threshold moves once more than 5 outcomes of both kinds exist."""
+    policy = RocConfidencePolicy(DecodeConfig(method="draft_model", k=4,
+                                              exit_policy="confidence", gamma=0.4,
+                                              engine="hf"))
+    policy.update(3, 3, [0.9, 0.8, 0.7])             # all accepted: 3 probs, 3 matches
+    assert (policy.probs, policy.matches) == ([0.9, 0.8, 0.7], [1, 1, 1])
+    assert policy.gamma == 0.4
+    policy.update(4, 1, [0.95, 0.3, 0.2, 0.1])       # one accepted, then a rejection
+    assert policy.matches == [1, 1, 1, 1, 0]
+    assert policy.probs == [0.9, 0.8, 0.7, 0.95, 0.3]   # the unverified tail dropped
+    assert policy.gamma == 0.4                       # 5 outcomes: not yet
+    policy.update(2, 0, [0.25, 0.2])
+    assert policy.matches[-1] == 0 and len(policy.probs) == 6
+    # Matches are 1 for p >= 0.7 and 0 for p <= 0.3: any threshold in (0.3, 0.7] separates
+    # them at zero cost; roc_curve offers 0.7.
+    assert policy.gamma == pytest.approx(0.7)
+    assert not policy.keep_going(0.5) and policy.keep_going(0.75)
+    # A zero threshold stops nothing and is never re-tuned (transformers skips it).
+    zero = RocConfidencePolicy(DecodeConfig(method="draft_model", k=4, exit_policy="confidence",
+                                            gamma=0.0, engine="hf"))
+    for _ in range(4):
+        zero.update(3, 1, [0.9, 0.1, 0.1])
+    assert zero.gamma == 0.0 and zero.keep_going(0.0)
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if t != "autotune"])
+def test_a_targets_space_yields_only_configs_its_engine_runs_exactly(target: str) -> None:
+    bound = load_space(default_space(target)).bind(6, 3)
+    bound = bound.for_engine(target, refusal(target, has_draft=True))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    made = refused = 0
+    methods = set()
+    for _ in range(60):
+        trial = study.ask()
+        try:
+            config = bound.suggest(trial)
+        except InfeasibleConfig:
+            refused += 1
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        study.tell(trial, 1.0)
+        made += 1
+        methods.add(config.method)
+        assert config.engine == target
+        assert engine_losses(config, target, True) == []
+    assert made > 40 and "ngram" in methods and "draft_model" in methods
+
+
+def test_a_target_refuses_what_its_engine_cannot_run() -> None:
+    refuse = refusal("vllm", has_draft=False)
+    assert refuse(DecodeConfig(method="ngram", k=3, engine="vllm")) is None
+    assert "vLLM cannot run it exactly" in refuse(
+        DecodeConfig(method="ngram", k=3, exit_policy="heuristic", engine="vllm"))
+    assert refuse(DecodeConfig(method="layer_skip", attn_skip=(1,), engine="vllm"))
+    # Measured under our own rules, an n-gram config is no exact vLLM config.
+    assert refuse(DecodeConfig(method="ngram", k=3))
+    assert refusal("autotune", has_draft=False) is None
+    assert refusal("hf", has_draft=False)(DecodeConfig(method="ngram", k=3, ngram_min=2,
+                                                       ngram_max=3, engine="hf"))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny")
+    save_tiny(llama_model(seed=5, layers=4, scale=4.0), folder / "model")
+    (folder / "prompts.txt").write_text("t1 t2 t3 t4 t5 t1 t2 t3 t4 t5 t1 t2\n"
+                                        "t7 t8 t9 t7 t8 t9 t7 t8\n" * 3)
+    return folder
+
+
+def test_search_with_a_target_exports_its_winner_to_that_engine(tiny_dir: Path,
+                                                                 tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert main(["search", "--model", str(tiny_dir / "model"), "--workload",
+                 str(tiny_dir / "prompts.txt"), "--target", "vllm", "--trials", "6",
+                 "--max-new-tokens", "16", "--prompts", "2", "--validation", "0",
+                 "--out", str(run), "--no-prune", "--fidelity", "measure"]) == 0
+    best = json.loads((run / "best.json").read_text())
+    assert best["params"]["engine"] == "vllm"
+    record = json.loads((run / "run.json").read_text())
+    assert record["identity"]["engine"] == "vllm"
+    assert record["identity"]["space"] == "engine_vllm"
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(run / "study.journal")))
+    study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0],
+                              storage=storage)
+    measured = [t.user_attrs["config"] for t in study.trials
+                if t.state == optuna.trial.TrialState.COMPLETE]
+    speculative = [c for c in measured if c["method"] != "none"]
+    assert speculative and all(c["method"] == "ngram" and c["engine"] == "vllm"
+                               and c["exit_policy"] == "fixed" for c in speculative)
+    readme = (run / "exports" / "README.txt").read_text()
+    assert "vllm" in readme
+    if best["params"]["method"] == "ngram" and (run / "exports" / "vllm.json").exists():
+        spec = json.loads((run / "exports" / "vllm.json").read_text())
+        assert spec["num_speculative_tokens"] == best["params"]["k"]
+        assert spec["prompt_lookup_max"] == best["params"]["ngram_max"]
+
+
+def test_an_unknown_target_is_one_line(tmp_path: Path, capsys) -> None:
+    assert main(["search", "--target", "tgi", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tgi" in err[0]
+    assert engine_rules("hf").label == "HF transformers"
