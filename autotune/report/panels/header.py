@@ -12,6 +12,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.decoding.config import KNOBS
+from autotune.decoding.engines import ENGINES
 from autotune.decoding.knobs import WORKLOAD
 from autotune.decoding.methods import find_method
 from autotune.decoding.shape import STATIC, DraftShape
@@ -155,7 +156,21 @@ def data(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | No
                                                                       "max_new_tokens", "temperature",
                                                                       "top_p")))
     head.search = pick(run, ("sampler", "seed", "trials", "space", "prune", "updated"))
+    _engine_facts(head, config_of(best) if best is not None else best_doc.get("params"))
     return head
+
+
+def _engine_facts(head: Header, config: Any) -> None:
+    """Whose drafting rules the recommended config was measured under (`--target`), and
+    what of that engine our decoder does not reproduce for its method, if anything."""
+    if not isinstance(config, dict) or config.get("engine", "autotune") not in ENGINES:
+        return
+    rules = ENGINES[config.get("engine", "autotune")]
+    head.search["rules"] = (f"{rules.label} (--target {rules.name})" if rules.name != "autotune"
+                            else "autotune's own decoder (every knob)")
+    approximate = rules.approximation(str(config.get("method")))
+    if approximate and head.note is None:
+        head.note = f"Measured approximately as {rules.label} runs it: {approximate}."
 
 
 def validation_facts(said: Verdict) -> dict[str, str]:
