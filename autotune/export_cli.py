@@ -27,23 +27,31 @@ def run_export_command(args: argparse.Namespace) -> int:
     for line in result.dropped:
         print(f"autotune: warning: dropped {line}", file=sys.stderr)
     if args.output is None:
-        for text in result.files.values():
+        several = len(result.files) > 1
+        for name, text in result.files.items():
+            if several:          # which document is which (stdout stays the files only)
+                print(f"autotune: {name}:", file=sys.stderr, flush=True)
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.flush()
         return 0
     out = Path(args.output)
     if out.is_dir():
         raise AutotuneError(f"-o {out} is a folder; give a file name")
     names = list(result.files)
-    # The primary file goes to -o; siblings (sglang's .sh, trtllm's .yaml) next to it.
+    # The primary file goes to -o; siblings next to it, named by -o's stem and their own
+    # suffix (sglang's .sh, trtllm's .yaml), or by their own name where that suffix is
+    # taken (HF's assistant_generation_config.json beside the target's).
     write_atomically(out, _ensure_newline(result.files[names[0]]))
-    written = [str(out)]
+    written = [out]
     for name in names[1:]:
         sibling = out.with_suffix(Path(name).suffix)
-        if sibling == out:
-            continue
+        if sibling in written:
+            sibling = out.parent / Path(name).name
+        if sibling in written:
+            raise AutotuneError(f"-o {out}: {name} would overwrite {sibling}; give another name")
         write_atomically(sibling, _ensure_newline(result.files[name]))
-        written.append(str(sibling))
-    print(f"autotune: wrote {', '.join(written)}", file=sys.stderr)
+        written.append(sibling)
+    print(f"autotune: wrote {', '.join(map(str, written))}", file=sys.stderr)
     return 0
 
 

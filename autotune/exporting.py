@@ -1,8 +1,11 @@
 """The `exports/` folder of a run: each engine's files for the best config it expresses.
 
 The mapping of knobs to each engine's fields lives in `autotune.exports`; this module
-picks, per format, the best trial the format expresses, writes the files atomically and
-says in a README what each holds and why a format got another trial or none.
+picks, per format, the best trial the format expresses, writes the files atomically,
+says in a README what each holds and why a format got another trial or none, and writes
+`launch.md`: one section per written format with the command (or Python) that starts
+the engine with those files. Where the chosen config was measured under the engine's own
+rules but only approximately (`exports.approximation`), both say so next to the format.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any, Sequence
 import autotune.exports as exports
 from autotune.errors import AutotuneError
 from autotune.frozen import load_frozen
+
+LAUNCH = "launch.md"
 
 
 def _trial_line(doc: dict[str, Any]) -> str:
@@ -38,8 +43,9 @@ def write_exports(best_path: Path, out_dir: Path,
     A format gets the best config when it expresses it without loss; otherwise the
     best of `fallbacks` (frozen configs of other trials, best first) that it does
     express, so a vLLM user gets the fastest config vLLM can actually run, and the
-    README says which trial that is and what the best one needed. Returns the files
-    written, relative to `out_dir`."""
+    README says which trial that is and what the best one needed. `launch.md` (written
+    when any format is) starts each engine. Returns the files written, relative to
+    `out_dir`, launch.md last."""
     best = load_frozen(best_path)
     best_trial = (best.get("provenance") or {}).get("trial")
     refusal = refusal_reason(best)
@@ -55,6 +61,7 @@ def write_exports(best_path: Path, out_dir: Path,
     # Built aside and swapped in, so a reader never sees a mix of two bests' files.
     scratch = Path(tempfile.mkdtemp(prefix=".exports-", dir=out_dir.parent))
     written: list[str] = []
+    sections: list[str] = []
     try:
         lines = [f"Exports of the run's {best_path.name}: {_headline(best)}", ""]
         for fmt in exports.FORMATS:
@@ -76,6 +83,16 @@ def write_exports(best_path: Path, out_dir: Path,
                 line += (f": {_trial_line(chosen)}, the best trial {fmt} expresses exactly "
                          f"(for the best trial: {_reason(best, fmt)})")
             lines.append(line)
+            note = exports.approximation(chosen, fmt)
+            if note:
+                lines.append(f"  measured approximately: {note}")
+            sections.append(exports.launch(chosen, fmt, result.files))
+        if sections:
+            lines += ["", f"{LAUNCH}: how to start each engine with its files"]
+            text = ("# Launching the exported configs\n\nPaths are relative to this "
+                    "folder.\n\n" + "\n".join(sections))
+            (scratch / LAUNCH).write_text(text, encoding="utf-8")
+            written.append(LAUNCH)
         (scratch / "README.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
         old = None
         if out_dir.exists():

@@ -40,7 +40,3 @@ def refusal(target: str, has_draft: bool) -> Callable[[DecodeConfig], str | None
 
     return refuse
 
-
-def approximation_note(target: str, config: DecodeConfig) -> str | None:
-    """What our decoder does not reproduce of `target` for this config's method."""
-    return engine_rules(target).approximation(config.method)

@@ -157,8 +157,7 @@ def test_search_with_a_target_exports_its_winner_to_that_engine(tiny_dir: Path,
     best = json.loads((run / "best.json").read_text())
     assert best["params"]["engine"] == "vllm"
     record = json.loads((run / "run.json").read_text())
-    assert record["identity"]["engine"] == "vllm"
-    assert record["identity"]["space"] == "engine_vllm"
+    assert record["engine"] == "vllm" and record["space"] == "engine_vllm"
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(run / "study.journal")))
     study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0],

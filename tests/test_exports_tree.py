@@ -11,6 +11,7 @@ import json
 import shlex
 
 import pytest
+import yaml
 
 from autotune.cli import main
 from autotune.exporting import write_exports
@@ -30,17 +31,26 @@ STATIC_NOTE = ("no export format takes a static tree (tree_choices) for this met
 def sglang_args(doc: dict, lossy: bool = False) -> dict:
     """SGLang's args, schema-checked, with the rules the schema cannot state."""
     result = export(doc, "sglang", lossy=lossy)
-    args = valid("sglang", result.primary())
+    dashed = valid("sglang", result.primary())
+    # The YAML's keys are the flags; the same as ServerArgs fields for the checks below.
+    args = {key.replace("-", "_"): value for key, value in dashed.items()}
     steps, topk = args["speculative_num_steps"], args["speculative_eagle_topk"]
     drafted = topk + (steps - 1) * topk * topk
     # num_draft_tokens counts the root: at most every drafted node plus it.
     assert 2 <= args["speculative_num_draft_tokens"] <= drafted + 1
     if topk == 1:
         assert args["speculative_num_draft_tokens"] == steps + 1
-    words = shlex.split(result.files["sglang.sh"])
+    words = shlex.split(result.files["sglang/sglang.sh"])
     assert dict(zip(words[3::2], words[4::2])) == {
-        "--" + key.replace("_", "-"): str(value) for key, value in args.items()}
+        "--" + key: str(value) for key, value in dashed.items()}
     return args
+
+
+def chain_file(result, fmt: str) -> dict:
+    """The schema-checked file that holds the chain length: transformers reads
+    num_assistant_tokens from the assistant's generation config."""
+    name = "hf/assistant_generation_config.json" if fmt == "hf" else next(iter(result.files))
+    return valid(fmt, result.files[name])
 
 
 def tree_doc(**params) -> dict:
@@ -81,15 +91,15 @@ def test_dynamic_tree_in_a_chain_format_needs_lossy(fmt: str) -> None:
         "; exported as a chain of 3 tokens, the tree's depth (its best path)")
     assert result.dropped[1:] == ["tree_depth=3: dropped with tree_width=2",
                                   "tree_tokens=6: dropped with tree_width=2"]
-    data = valid(fmt, result.primary())
     key = {"vllm": "num_speculative_tokens", "hf": "num_assistant_tokens",
            "trtllm": "max_draft_len"}[fmt]
-    assert data[key] == 3
+    assert chain_file(result, fmt)[key] == 3
 
 
 def test_dynamic_tree_lossy_messages_name_the_engine() -> None:
     doc = tree_doc(**DYNAMIC)
-    assert "speculative_token_tree" in export(doc, "vllm", lossy=True).dropped[0]
+    assert "vLLM drafts a chain of num_speculative_tokens" in export(
+        doc, "vllm", lossy=True).dropped[0]
     assert "EAGLE heads" in export(doc, "trtllm", lossy=True).dropped[0]
     assert "transformers" in export(doc, "hf", lossy=True).dropped[0]
 
@@ -170,8 +180,8 @@ def test_static_tree_lossy_sglang_is_the_nearest_dynamic_tree() -> None:
     result = export(tree_doc(tree_choices=STATIC), "sglang", lossy=True)
     assert result.dropped == [
         f"{STATIC_LABEL}: SGLang drafts only dynamic (EAGLE-2) trees, no static one; "
-        "exported as the dynamic tree of the same depth and width: speculative_num_steps=3, "
-        "speculative_eagle_topk=2, speculative_num_draft_tokens=6 (the best 5 drafted nodes "
+        "exported as the dynamic tree of the same depth and width: speculative-num-steps=3, "
+        "speculative-eagle-topk=2, speculative-num-draft-tokens=6 (the best 5 drafted nodes "
         "plus the root)"]
     args = sglang_args(tree_doc(tree_choices=STATIC), lossy=True)
     assert (args["speculative_num_steps"], args["speculative_eagle_topk"],
@@ -198,7 +208,7 @@ def test_static_tree_lossy_chain_formats_draft_its_depth(fmt: str, key: str) -> 
     result = export(tree_doc(tree_choices=STATIC), fmt, lossy=True)
     assert len(result.dropped) == 1 and result.dropped[0].startswith(STATIC_LABEL + ": ")
     assert "a chain of 3 tokens" in result.dropped[0]
-    assert valid(fmt, result.primary())[key] == 3
+    assert chain_file(result, fmt)[key] == 3
 
 
 def test_a_large_static_tree_is_named_briefly() -> None:
@@ -268,14 +278,20 @@ def test_cli_tree_export(tmp_path, capsys) -> None:
     warnings = captured.err.strip().splitlines()
     assert warnings[0].startswith("autotune: warning: dropped tree_width=2: ")
     assert main(["export", str(path), "--format", "sglang"]) == 0
-    args = json.loads(capsys.readouterr().out.split("\npython")[0])
-    assert args["speculative_eagle_topk"] == 2 and args["speculative_num_draft_tokens"] == 7
+    args = yaml.safe_load(capsys.readouterr().out.split("\npython")[0])
+    assert args["speculative-eagle-topk"] == 2 and args["speculative-num-draft-tokens"] == 7
 
 
 def test_run_exports_of_a_tree(tmp_path) -> None:
     out = tmp_path / "exports"
     names = write_exports(_write(tmp_path, **DYNAMIC), out)
-    assert names == ["sglang.json", "sglang.sh"]
+    assert names == ["sglang/sglang.yaml", "sglang/sglang.sh", "launch.md"]
+    assert yaml.safe_load((out / "sglang" / "sglang.yaml").read_text())[
+        "speculative-eagle-topk"] == 2
+    launch = (out / "launch.md").read_text()
+    assert "## SGLang (sglang/sglang.yaml, sglang/sglang.sh)" in launch
+    assert "python -m sglang.launch_server --config sglang/sglang.yaml" in launch
+    assert "## vLLM" not in launch
     readme = (out / "README.txt").read_text()
     assert ("vllm: not written: vllm cannot express tree_width=2 (tree_depth, tree_tokens): "
             "use --format sglang, or --lossy") in readme

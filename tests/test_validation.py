@@ -135,8 +135,9 @@ def test_printed_tables_show_the_held_out_figure_beside_the_search_figure():
 
 
 def _frozen(tmp_path: Path, validation: dict[str, Any] | None, speedup: float = 1.2) -> Path:
-    doc = {"schema": "autotune.frozen/v2",
-           "params": {"method": "ngram", "k": 4, "ngram_min": 3, "ngram_max": 3},
+    doc = {"schema": "autotune.frozen/v3",
+           "params": {"method": "ngram", "k": 4, "ngram_min": 3, "ngram_max": 3,
+                      "engine": "vllm"},
            "metrics": {"speedup": speedup}, "provenance": {"autotune_version": "0", "trial": 4},
            "model": TARGET}
     if validation is not None:

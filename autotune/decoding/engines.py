@@ -40,6 +40,7 @@ class EngineRules:
     match_verification: under sampling, drafts are accepted while they equal the target's
         own sampled token (no rejection sampling with the draft's probabilities).
     approximate: method -> what of the engine's behaviour our decoder does not reproduce.
+    approximate_sampling: the same for any drafting method under sampling.
     """
 
     name: str
@@ -50,10 +51,15 @@ class EngineRules:
     greedy_model_drafts: bool = False
     match_verification: bool = False
     approximate: tuple[tuple[str, str], ...] = ()
+    approximate_sampling: str = ""
 
-    def approximation(self, method: str) -> str | None:
-        """What our decoder does not reproduce of this engine for `method`, or None."""
-        return dict(self.approximate).get(method)
+    def approximation(self, method: str, greedy: bool = True) -> str | None:
+        """What our decoder does not reproduce of this engine for `method` (sampled when
+        not `greedy`), or None."""
+        notes = [dict(self.approximate).get(method, "")]
+        if not greedy and method != "none":
+            notes.append(self.approximate_sampling)
+        return "; ".join(n for n in notes if n) or None
 
 
 AUTOTUNE = EngineRules("autotune", "autotune")
@@ -88,6 +94,11 @@ VLLM = EngineRules("vllm", "vLLM", ngram_match=EARLIEST, greedy_model_drafts=Tru
 # probabilities (a deterministic draft); NGRAM drafts from a trie shared by every request.
 SGLANG = EngineRules(
     "sglang", "SGLang", greedy_model_drafts=True,
+    approximate_sampling=(
+        "under sampling SGLang verifies with its target-only tree kernel (draft "
+        "probabilities all zero, acceptance thresholds speculative_accept_threshold_single/"
+        "_acc); autotune verifies the same greedy drafts by rejection sampling with a one-hot "
+        "draft distribution, and how the kernel resamples after a rejection was not read"),
     approximate=(("ngram", "SGLang drafts n-grams from a trie shared by all requests, "
                   "matching every suffix up to max_trie_depth and drafting a tree of "
                   "num_draft_tokens-1 nodes; autotune's drafter reads this request's "

@@ -9,7 +9,16 @@ says) and listed in `Export.dropped`. A method a format cannot carry at all is a
 even with `lossy`. Draft trees: SGLang expresses a dynamic (EAGLE-2) tree; chain-only
 formats drop a tree to its best path under `lossy` (see _common). Sampling settings
 (temperature, top_p) are request parameters of the servers, not speculative knobs, so
-they never count as lost.
+they never count as lost (how an engine drafts and verifies under sampling can: below).
+
+Engine rules: each format runs its engine's drafting and verification rules
+(`FORMAT_ENGINES`; autotune/decoding/engines.py). A config measured under other rules
+where they matter is not exact there (a non-fatal `engine=` loss): search with `--target
+ENGINE` to measure it as the engine runs it. `engine_losses` is that check for a bare
+DecodeConfig (the search refuses candidates its `--target` cannot run exactly), and
+`approximation` the engine's note on what the measurement does not reproduce.
+
+    launch(frozen, "vllm", export(frozen, "vllm").files)   # the launch.md section
 """
 
 from __future__ import annotations
@@ -18,8 +27,10 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from types import ModuleType
-from typing import Any
+from typing import Any, Mapping
 
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.engines import engine_rules
 from autotune.errors import AutotuneError
 from autotune.exports import dv, hf, sglang, trtllm, vllm
 from autotune.exports._common import Loss, Source, read_frozen
@@ -28,10 +39,16 @@ from autotune.yaml_source import did_you_mean
 FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv")
 _MODULES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang, "hf": hf,
                                    "trtllm": trtllm, "dv": dv}
+# Whose engine rules each format runs (Draft & Verify's repository drafts as ours).
+FORMAT_ENGINES: dict[str, str] = {fmt: module.RULES for fmt, module in _MODULES.items()}
+# Section titles of launch.md.
+TITLES = {"vllm": "vLLM", "sglang": "SGLang", "hf": "Hugging Face transformers",
+          "trtllm": "TensorRT-LLM", "dv": "Draft & Verify"}
 _OPTIONS = ("draft_tensor_parallel_size",)
 BASELINE_MESSAGE = "the best config is plain autoregressive decoding; there is nothing to export"
 
-__all__ = ["FORMATS", "Export", "export", "expressible", "schema"]
+__all__ = ["FORMATS", "FORMAT_ENGINES", "Export", "approximation", "engine_losses", "export",
+           "expressible", "launch", "schema"]
 
 
 @dataclass(frozen=True)
@@ -132,9 +149,47 @@ def expressible(frozen: dict) -> list[str]:
     return [fmt for fmt, losses in _losses(src).items() if not losses]
 
 
+def engine_losses(config: DecodeConfig, fmt: str, has_draft: bool) -> list[str]:
+    """One summary line per thing `fmt` cannot express of `config` (fatal or not), for a
+    bare config (placeholder model names); [] when the format runs it exactly, and for
+    the AR baseline (every engine runs plain decoding)."""
+    fmt = _check_format(fmt)
+    src = Source(cfg=config, target="TARGET", draft="DRAFT" if has_draft else None,
+                 model_id="TARGET")
+    if not src.spec.drafts:
+        return []
+    return [loss.summary() for loss in _MODULES[fmt].check(src)]
+
+
+def approximation(frozen_or_config: Any, fmt: str) -> str | None:
+    """The engine's note on what our decoder does not reproduce of it for this config's
+    method, when the config was measured under that engine's rules (`--target`); else
+    None. Takes a frozen document or a DecodeConfig."""
+    fmt = _check_format(fmt)
+    cfg = (frozen_or_config if isinstance(frozen_or_config, DecodeConfig)
+           else read_frozen(frozen_or_config).cfg)
+    engine = FORMAT_ENGINES[fmt]
+    if cfg.engine != engine:
+        return None
+    return engine_rules(engine).approximation(cfg.method, cfg.greedy)
+
+
+def launch(frozen: dict, fmt: str, files: Mapping[str, str]) -> str:
+    """The Markdown section of exports/launch.md that starts `fmt`'s engine with
+    `files` (an `export(frozen, fmt).files`), with the approximation note if any."""
+    fmt = _check_format(fmt)
+    src = read_frozen(frozen)
+    text = f"## {TITLES[fmt]} ({', '.join(files)})\n\n" + _MODULES[fmt].launch(src, dict(files))
+    note = approximation(src.cfg, fmt)
+    if note:
+        text += f"\nmeasured approximately: {note}.\n"
+    return text
+
+
 def schema(fmt: str) -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of `fmt`'s primary file, shipped as package data
-    in autotune/exports/schemas/<format>.schema.json."""
+    """The JSON Schema (draft 2020-12) of `fmt`'s primary file (SGLang's YAML mapping;
+    for hf, each of its generation configs), shipped as package data in
+    autotune/exports/schemas/<format>.schema.json."""
     fmt = _check_format(fmt)
     text = resources.files(__name__).joinpath("schemas", f"{fmt}.schema.json").read_text("utf-8")
     return json.loads(text)

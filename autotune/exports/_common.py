@@ -15,6 +15,18 @@ chain and every format expresses it. Any other tree is a loss in a chain-only fo
 with `lossy` it degrades to a chain as long as the tree is deep (its best path), which
 `DraftShape.chain_length` gives and every chain export uses in place of k.
 
+Engine rules (`rules_loss`): every config records the engine whose drafting and
+verification rules it was measured under (DecodeConfig's `engine`, set by `search
+--target`; autotune/decoding/engines.py). Each format runs its engine's rules (vllm,
+sglang, trtllm, hf; Draft & Verify's repository drafts as autotune does). Where the
+measured rules differ from the format's in a rule that matters to the config
+(`engines.relevant`), the figures were measured on a decoder the engine is not, and the
+export is a (non-fatal) loss labelled `engine=<measured>`.
+
+Every format module also has `launch(src, files) -> str`: the Markdown section of
+`exports/launch.md` that starts the engine with its files (`request_parameters` is the
+shared line for the tuned sampling, a request parameter of every server).
+
 Nothing here names a method: what a method reads, whether it needs a draft model, whose
 layers it indexes and whether its drafts are always confident come from the method
 registry (`autotune.decoding.methods`), a tree's numbers from `DraftShape`. Which methods
@@ -28,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from autotune.decoding.config import KNOBS, DecodeConfig
+from autotune.decoding.engines import describe_rule, differences, engine_rules, relevant
 from autotune.decoding.methods import MethodSpec, get_method
 from autotune.decoding.shape import STATIC, DraftShape
 from autotune.errors import AutotuneError
@@ -174,6 +187,46 @@ def chain_only_tree_loss(src: Source, why: str) -> Loss | None:
                 f"{why}; exported as a chain of {shape.chain_length} tokens, the tree's depth "
                 "(its best path)",
                 note=STATIC_TREE_NOTE if shape.kind == STATIC else "")
+
+
+def rules_loss(src: Source, engine: str) -> Loss | None:
+    """A loss when `src` was measured under rules other than `engine`'s, in a rule that
+    changes what the config does: model_drafter = the method drafts with a model (not
+    lookups, not the baseline), separate_draft = it needs a separate draft model."""
+    cfg, spec = src.cfg, src.spec
+    measured, rules = engine_rules(cfg.engine), engine_rules(engine)
+    names = relevant(cfg, model_drafter=spec.drafts and not spec.confident_drafts,
+                     separate_draft=spec.needs_draft)
+    diff = differences(measured, rules, names)
+    if not diff:
+        return None
+    told = "; ".join(f"{describe_rule(measured, name)}; {describe_rule(rules, name)}"
+                     for name in diff)
+    advice = search_advice(engine)
+    return Loss(f"engine={cfg.engine}", (),
+                f"measured with {measured.label}'s rules: {told}; {advice}", note=advice)
+
+
+def search_advice(engine: str) -> str:
+    """`search with --target E to measure it as E runs it`."""
+    rules = engine_rules(engine)
+    return f"search with --target {rules.name} to measure it as {rules.label} runs it"
+
+
+def request_parameters(cfg: DecodeConfig) -> str:
+    """The launch line for the tuned sampling: a request parameter of the servers
+    (OpenAI-style body), not a server flag."""
+    if cfg.greedy:
+        return ('Requests: greedy: temperature 0 (`{"temperature": 0}` in each '
+                "OpenAI-style request body).")
+    body = json.dumps({"temperature": cfg.temperature, "top_p": cfg.top_p})
+    return (f"Requests: the tuned sampling, `{body}` in each OpenAI-style request body "
+            "(a request parameter, not a server flag).")
+
+
+def fenced(text: str, lang: str = "") -> str:
+    """A Markdown code block."""
+    return f"```{lang}\n{text.rstrip()}\n```\n"
 
 
 def dump_json(obj: Any) -> str:

@@ -13,6 +13,16 @@ Known differences in the adaptive rule, not in its knobs: D&V smooths the accept
 0 in the first round (we start from the first round's rate), and it keeps γ after a round
 that drafted the full max_step_draft with acceptance above α (we lower it).
 
+Engine rules: the repo drafts as autotune does (sampled drafts verified by rejection
+sampling with the draft's probabilities in `self_speculative_sample`, decoding.py @
+f69f2a750c83a34097e975afcef1d6a85229f58f), so its rules are autotune's: a config measured
+under another engine's rules (`--target`) is an `engine=` loss where they differ.
+
+Launch: `generate_fn_mapping[generate_fn](model, tokenizer, input_ids, max_new_tokens=...,
+early_stop=..., **generate_kwargs)` (decoding.py @ f69f2a75: `exact_self_speculative_generate`
+and `self_speculative_sample` take these keyword arguments) after
+`model.set_skip_layers(attention, mlp)` on the repo's LlamaForCausalLM.
+
 Draft trees: the repo drafts one chain of up to max_step_draft tokens per round, so a tree
 of more than one path is a loss, dropped under `lossy` to its best path: max_step_draft =
 the tree's depth.
@@ -29,10 +39,13 @@ from autotune.exports._common import (
     dump_json,
     effective_policy,
     engine_methods,
+    fenced,
     method_loss,
+    rules_loss,
 )
 
 NAME = "dv"
+RULES = "autotune"      # the repository drafts and verifies as our decoder does
 FILE = "dv.json"
 # Draft & Verify's one drafter: the target skipping attention/MLP sublayers.
 METHODS = engine_methods("layer_skip")
@@ -50,6 +63,7 @@ def check(src: Source) -> list[Loss]:
                            f"max_step_draft={src.cfg.k}"))
     losses.append(chain_only_tree_loss(src, "Draft & Verify drafts one chain per round, no "
                                             "tree"))
+    losses.append(rules_loss(src, RULES))
     return [loss for loss in losses if loss is not None]
 
 
@@ -86,3 +100,28 @@ def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
         "generate_kwargs": generate_kwargs(src),
     }
     return {FILE: dump_json({src.model_id: entry})}
+
+
+def launch(src: Source, files: dict[str, str]) -> str:
+    lines = [
+        "# In a checkout of github.com/dilab-zju/self-speculative-decoding (its",
+        "# modeling_llama.LlamaForCausalLM and decoding.py), from this exports folder:",
+        "import json",
+        "from transformers import AutoTokenizer",
+        "from modeling_llama import LlamaForCausalLM",
+        "from decoding import generate_fn_mapping",
+        "",
+        f"entry = json.load(open({FILE!r}))[{src.model_id!r}]",
+        f"tokenizer = AutoTokenizer.from_pretrained({src.target!r})",
+        f"model = LlamaForCausalLM.from_pretrained({src.target!r})",
+        'model.set_skip_layers(entry["attention"], entry["mlp"])',
+        'input_ids = tokenizer("Hello", return_tensors="pt").input_ids',
+        'output = generate_fn_mapping[entry["generate_fn"]](',
+        "    model, tokenizer, input_ids, max_new_tokens=128, early_stop=True,",
+        '    **entry["generate_kwargs"])',
+        'print(tokenizer.decode(output["generate_ids"][0], skip_special_tokens=True))',
+    ]
+    return (fenced("\n".join(lines), "python")
+            + f"\n{FILE} has the shape of the repository's skip_layers.json (its loader "
+            "reads only \"attention\" and \"mlp\"); generate_kwargs carry the tuned "
+            "threshold, draft length and sampling.\n")

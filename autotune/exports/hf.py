@@ -1,25 +1,53 @@
-"""Hugging Face transformers: a `generation_config.json` for assisted generation.
+"""Hugging Face transformers: generation configs for assisted generation.
 
-Field names from transformers' GenerationConfig (src/transformers/generation/
-configuration_utils.py, checked against transformers 5.23): `num_assistant_tokens`,
-`num_assistant_tokens_schedule` ("constant" | "heuristic" | "heuristic_transient"),
-`assistant_confidence_threshold`, `prompt_lookup_num_tokens`, `max_matching_ngram_size`,
-`assistant_early_exit`, `do_sample`, `temperature`, `top_p`. Behaviour from
-generation/candidate_generator.py of the same version.
+Read in transformers 5.23.0 (the installed wheel, src/transformers/generation/):
 
-The draft model itself is not part of a generation config: pass it to
-`generate(assistant_model=...)`. Prompt lookup ignores the assistant-token schedule and
-the confidence threshold, so only a fixed k is expressible for n-grams.
+- Which model's config a field is read from. AssistedCandidateGenerator.__init__
+  (candidate_generator.py) takes `num_assistant_tokens`, `num_assistant_tokens_schedule`
+  and `assistant_confidence_threshold` from `copy.deepcopy(assistant_model.
+  generation_config)`: the ASSISTANT model's own generation config, whatever is passed to
+  `generate`. The assistant drafts with a copy of the target's generation config (its
+  sampling included). Prompt lookup (`prompt_lookup_num_tokens`,
+  `max_matching_ngram_size`), `assistant_early_exit` and the sampling fields (`do_sample`,
+  `temperature`, `top_p`, `top_k`) are read from the target's generation config
+  (utils.py `_get_candidate_generator`). For early exit the assistant IS the target
+  (`EarlyExitCandidateGenerator(assistant_model=self, ...)`), so every field goes in the
+  target's file, loaded as the target's `model.generation_config`.
+  Files: `hf/generation_config.json` (the target's; always written) and, for a separate
+  draft model only, `hf/assistant_generation_config.json` (the assistant's).
+- Unset fields take `GenerationConfig._get_default_generation_params()`
+  (configuration_utils.py): `num_assistant_tokens` 20, `assistant_confidence_threshold`
+  0.4, `top_k` 50. A threshold of 0.4 would stop drafts (utils.py
+  `_get_stopping_criteria`: ConfidenceCriteria only for a threshold > 0) and turn on the
+  ROC re-tuning below (only for a truthy threshold), so fixed and heuristic exports write
+  `assistant_confidence_threshold: 0.0`; sampling exports write `top_k: 0` (no top-k
+  filter: utils.py adds TopKLogitsWarper only for top_k not None and != 0), as we tune
+  temperature and top_p alone.
+- Confidence: `assistant_confidence_threshold` = γ. For a separate draft model,
+  AssistedCandidateGenerator.update_candidate_strategy re-tunes it after every round
+  from an ROC curve (cost fpr + 3·fnr) when scikit-learn is importable; that is the `hf`
+  engine rule (roc_threshold), so it is exact only for a config measured with
+  `--target hf` (RocConfidencePolicy), else an `engine=` loss. Early exit never re-tunes
+  (`type(self) is AssistedCandidateGenerator` is false for EarlyExitCandidateGenerator):
+  a fixed threshold, exact.
+- Schedules: "constant", "heuristic" (K carried over between generate calls on the same
+  assistant, utils.py `_assisted_decoding`), "heuristic_transient" (reset per call: ours).
+  There is no adaptive γ rule (a loss). Prompt lookup (PromptLookupCandidateGenerator)
+  has no schedule, threshold or minimum n-gram size; it proposes
+  prompt_lookup_num_tokens, trying max_matching_ngram_size down to 1, the first match
+  left to right, cut before an EOS (the `hf` engine rules for n-grams).
+- `GenerationConfig.from_pretrained(pretrained_model_name, config_file_name=None, ...)`
+  loads either file from the folder (launch.md).
 
-Draft trees: assisted generation verifies one chain of candidate tokens per round (every
-CandidateGenerator.get_candidates in generation/candidate_generator.py, 5.23, returns one
-candidate sequence; no GenerationConfig field describes a tree), so a tree of more than one
-path is a loss, dropped under `lossy` to its best path: num_assistant_tokens = the tree's
-depth.
+Draft trees: assisted generation verifies one chain of candidates per round (every
+CandidateGenerator.get_candidates returns one candidate sequence), so a tree of more than
+one path is a loss, dropped under `lossy` to its best path: num_assistant_tokens = the
+tree's depth.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from autotune.exports._common import (
@@ -29,13 +57,20 @@ from autotune.exports._common import (
     dump_json,
     effective_policy,
     engine_methods,
+    fenced,
     method_knobs,
     method_loss,
     policy_knobs,
+    rules_loss,
 )
 
 NAME = "hf"
-FILE = "hf/generation_config.json"
+RULES = "hf"
+FOLDER = "hf"
+TARGET_FILE = "generation_config.json"
+ASSISTANT_FILE = "assistant_generation_config.json"
+FILE = f"{FOLDER}/{TARGET_FILE}"
+ASSISTANT = f"{FOLDER}/{ASSISTANT_FILE}"
 # transformers' candidate generators autotune measures: an assistant model, the target's
 # own first layers (assistant_early_exit), prompt lookup.
 METHODS = engine_methods("draft_model", "sorted_exit", "ngram")
@@ -43,7 +78,7 @@ METHODS = engine_methods("draft_model", "sorted_exit", "ngram")
 
 def check(src: Source) -> list[Loss]:
     cfg = src.cfg
-    losses: list[Loss] = []
+    losses: list[Loss | None] = []
     unsupported = method_loss(src, METHODS,
                               "transformers drafts with an assistant model, the target's own "
                               "first layers (early exit) or prompt lookup; it cannot skip "
@@ -72,47 +107,103 @@ def check(src: Source) -> list[Loss]:
     elif policy == "adaptive":
         # γ0 survives as the confidence threshold; the rule's other knobs are dropped.
         kept = policy_knobs("confidence")
+        if src.spec.needs_draft:
+            instead = ("exported as the starting confidence threshold "
+                       f"assistant_confidence_threshold={cfg.gamma} (γ0), which "
+                       "transformers re-tunes from an ROC curve after every round (with "
+                       "scikit-learn installed)")
+        else:
+            instead = ("exported as a confidence threshold fixed at γ0 "
+                       f"(assistant_confidence_threshold={cfg.gamma})")
         losses.append(Loss("exit_policy=adaptive",
                            tuple(k for k in policy_knobs("adaptive") if k not in kept),
-                           "transformers has no adaptive γ rule; exported as a confidence "
-                           f"threshold fixed at γ0 (assistant_confidence_threshold="
-                           f"{cfg.gamma})"))
-    tree = chain_only_tree_loss(src, "transformers' assisted generation verifies one chain "
-                                     "of candidates, no tree")
-    if tree is not None:
-        losses.append(tree)
-    return losses
+                           f"transformers has no adaptive γ rule; {instead}"))
+    losses.append(chain_only_tree_loss(src, "transformers' assisted generation verifies one "
+                                            "chain of candidates, no tree"))
+    losses.append(rules_loss(src, RULES))
+    return [loss for loss in losses if loss is not None]
 
 
-def generation_config(src: Source) -> dict[str, Any]:
-    """The generation-config mapping (plain JSON values), after lossy fallbacks."""
+def _sampling(src: Source) -> dict[str, Any]:
     cfg = src.cfg
-    out: dict[str, Any] = {}
-    # Sampling belongs to the workload, but a generation config carries it: keep it
-    # consistent with what was tuned (greedy leaves temperature/top_p unset, which
-    # strict validation requires).
+    # Greedy leaves temperature/top_p unset (strict validation requires it); sampling
+    # turns off the default top-k filter (top_k 50), which we never tuned.
     if cfg.greedy:
-        out["do_sample"] = False
-    else:
-        out.update({"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p})
-    if cfg.method == "ngram":
-        out["prompt_lookup_num_tokens"] = cfg.k
-        out["max_matching_ngram_size"] = cfg.ngram_max
-        return out
-    if cfg.method == "sorted_exit":
-        out["assistant_early_exit"] = cfg.exits[-1] if len(cfg.exits) > 1 else cfg.exits[0]
-    out["num_assistant_tokens"] = src.shape.chain_length
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p,
+            "top_k": 0}
+
+
+def _assistant_fields(src: Source) -> dict[str, Any]:
+    """What AssistedCandidateGenerator reads from the assistant's generation config."""
     policy = effective_policy(src)
-    # Our heuristic schedule restarts from k for every prompt; "heuristic" would carry K
-    # over between generate() calls on the same assistant, "heuristic_transient" resets.
-    out["num_assistant_tokens_schedule"] = (
-        "heuristic_transient" if policy == "heuristic" else "constant")
-    if policy in ("confidence", "adaptive"):
-        # Note: with a separate draft model and scikit-learn installed, transformers
-        # re-tunes this threshold from an ROC curve as it goes; γ is its starting point.
-        out["assistant_confidence_threshold"] = cfg.gamma
-    return out
+    return {
+        "num_assistant_tokens": src.shape.chain_length,
+        # Our heuristic schedule restarts from k for every prompt, as
+        # "heuristic_transient" does ("heuristic" carries K over between generate calls).
+        "num_assistant_tokens_schedule": (
+            "heuristic_transient" if policy == "heuristic" else "constant"),
+        # 0.0 turns confidence stopping (and the ROC re-tuning) off; unset would be 0.4.
+        "assistant_confidence_threshold": (
+            src.cfg.gamma if policy in ("confidence", "adaptive") else 0.0),
+    }
+
+
+def generation_configs(src: Source) -> dict[str, dict[str, Any]]:
+    """File name -> generation-config mapping (plain JSON values), after the lossy
+    fallbacks: the target's always, the assistant's for a separate draft model."""
+    cfg = src.cfg
+    target = _sampling(src)
+    if cfg.method == "ngram":
+        target["prompt_lookup_num_tokens"] = cfg.k
+        target["max_matching_ngram_size"] = cfg.ngram_max
+        return {FILE: target}
+    if cfg.method == "sorted_exit":
+        # The assistant is the target itself: everything in the target's file.
+        target["assistant_early_exit"] = cfg.exits[-1]
+        target.update(_assistant_fields(src))
+        return {FILE: target}
+    return {FILE: target, ASSISTANT: _assistant_fields(src)}
 
 
 def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
-    return {FILE: dump_json(generation_config(src))}
+    return {name: dump_json(data) for name, data in generation_configs(src).items()}
+
+
+def snippet(src: Source, files: dict[str, str]) -> str:
+    """Python that loads each generation config onto the model that reads it."""
+    lines = [
+        "from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig",
+        "",
+        "def tuned(name):",
+        f"    # {FOLDER}/<name>, from this exports folder",
+        f"    return GenerationConfig.from_pretrained({FOLDER!r}, "
+        "config_file_name=name).to_diff_dict()",
+        "",
+        f"tokenizer = AutoTokenizer.from_pretrained({src.target!r})",
+        f"model = AutoModelForCausalLM.from_pretrained({src.target!r})",
+        f"model.generation_config.update(**tuned({TARGET_FILE!r}))",
+    ]
+    call = "model.generate(**inputs, max_new_tokens=128)"
+    if ASSISTANT in files:
+        lines += [
+            f"assistant_model = AutoModelForCausalLM.from_pretrained({src.draft!r})",
+            "# transformers reads num_assistant_tokens, its schedule and the confidence",
+            "# threshold from the assistant's own generation config.",
+            f"assistant_model.generation_config.update(**tuned({ASSISTANT_FILE!r}))",
+        ]
+        call = "model.generate(**inputs, assistant_model=assistant_model, max_new_tokens=128)"
+    lines += [
+        'inputs = tokenizer("Hello", return_tensors="pt")',
+        f"output = {call}",
+        "print(tokenizer.decode(output[0], skip_special_tokens=True))",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def launch(src: Source, files: dict[str, str]) -> str:
+    target = json.loads(files[FILE])
+    sampling = ("greedy (do_sample false)" if not target.get("do_sample") else
+                f"temperature {target['temperature']}, top_p {target['top_p']}, top_k 0")
+    return (fenced(snippet(src, files), "python")
+            + f"\nSampling is in {FILE}: {sampling}.\n")

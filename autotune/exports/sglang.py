@@ -1,36 +1,50 @@
-"""SGLang: `python -m sglang.launch_server` speculative arguments, as JSON and as a shell line.
+"""SGLang: a `--config` YAML for `python -m sglang.launch_server`, and the same as flags.
 
-Argument names from SGLang's ServerArgs (python/sglang/srt/server_args.py, 2026 main,
-and docs.sglang.io "Speculative Decoding"): `speculative_algorithm` (STANDALONE for a
-separate draft model, NGRAM for n-grams; EAGLE/EAGLE3 need EAGLE draft heads),
-`speculative_draft_model_path`, `speculative_num_steps`, `speculative_eagle_topk`,
-`speculative_num_draft_tokens`, and the NGRAM group `speculative_ngram_min_bfs_breadth`,
-`speculative_ngram_max_bfs_breadth`, `speculative_ngram_max_trie_depth` (was
-`speculative_ngram_branch_length`, renamed in PR #21181). The JSON keys are ServerArgs
-field names; the shell line uses the same names as `--kebab-case` flags.
+Read in sgl-project/sglang (notes: /work/notes/engines/sglang.md; each file at its own
+stored commit):
 
-Draft trees. STANDALONE's worker is a subclass of EAGLEWorker
-(python/sglang/srt/speculative/standalone_worker.py: `class StandaloneWorker(EAGLEWorker)`,
-`self.topk = server_args.speculative_eagle_topk`), so a separate draft model drafts the
-same EAGLE-2 dynamic tree as EAGLE; the docs' STANDALONE example uses
-`--speculative-num-steps 4 --speculative-eagle-topk 2 --speculative-num-draft-tokens 7`.
-Each step expands the `topk` best nodes by `topk` children; the pool of
-topk + (num_steps - 1)·topk² drafted nodes is then cut to its `num_draft_tokens - 1` best
-by path score (`organize_draft_results` in python/sglang/srt/speculative/eagle_utils.py:
-`torch.topk(score_list, num_draft_token - 1)`); the verify pass carries those nodes plus
-the root, the last verified token. That is our tree exactly: tree_width -> eagle_topk,
-tree_depth -> num_steps, DraftShape.tree_nodes (the root excluded) + 1 -> num_draft_tokens,
-and the chain export (topk 1, num_draft_tokens = num_steps + 1, which SGLang enforces for
-topk 1) is the same rule for a one-path tree. The experimental overlap scheduler
-(SGLANG_ENABLE_SPEC_V2) takes topk 1 only (same docs), so a tree runs without it. SGLang
-has no static tree (no counterpart of EAGLE's or
-TensorRT-LLM's choices): tree_choices is a loss, approximated under `lossy` by the dynamic
-tree of the same depth, width and size.
+- Fields: python/sglang/srt/arg_groups/fields/spec.py @
+  015c872628e328b530880bcf95ae91222604b225 (where ServerArgs' speculative_* fields live,
+  imported by server_args.py @ 7e997c672532a8677cb03a2f5cf588419c4b4d25), pinned in
+  tests/engine_fields.py. A flag is the field name with `_` -> `-` (arg_utils.py @
+  7643e393952a3c8895bd5f1f43de99909758c260).
+- `--config` (python/sglang/srt/utils/server_args_config_parser.py @
+  7ef0fc265d6de9e9142a37b7ede1d8f27b21f409, ConfigArgumentMerger) takes only a .yaml/.yml
+  file; each key becomes `--<key>` verbatim, so keys are the dashed flag names
+  (`speculative-algorithm: NGRAM`), `model-path` included; the command line wins over it.
+  autotune writes `sglang/sglang.yaml` and the equivalent flags as `sglang/sglang.sh`.
+- `SGLANG_ENABLE_SPEC_V2` is gone (PR #27964 "[Spec] Retire Spec V1"): speculative
+  decoding always runs the V2 worker; autotune never writes it.
 
-SGLang's n-gram drafter is a trie over the tokens seen so far; since PR #21225 (March
-2026) it has no matching window (the older `--speculative-ngram-min/max-match-window-size`
-are gone): every suffix up to `max_trie_depth` tokens is matched. So our ngram_min and
-ngram_max have no exact SGLang counterpart and are reported as losses.
+STANDALONE (a separate draft model): standalone_worker_v2.py @
+0284922b486fdddcc61440ae3d7af51c0dcda7c5, `class StandaloneWorkerV2(EAGLEWorkerV2)` with
+`self.topk = server_args.speculative_eagle_topk`: the EAGLE dynamic tree, `topk` children
+per step for `speculative_num_steps` steps, re-ranked to `speculative_num_draft_tokens`
+verified tokens (the root, the last verified token, included). With topk 1 SGLang forces
+num_draft_tokens = num_steps + 1 (arg_groups/speculative_hook.py @
+004c82e07d876f6e4a0ad6e15325706b0f478f1a). Our tree maps onto it: tree_width ->
+eagle_topk, tree_depth -> num_steps, DraftShape.tree_nodes + 1 -> num_draft_tokens, and a
+chain is topk 1, num_draft_tokens = num_steps + 1. The draft proposes its greedy top-k
+(eagle_worker_v2.py @ 69834611129a31a360d11e7d411af22dfd50e5a4, `fast_topk(probs, ...)`),
+and under sampling the target verifies alone with all-zero draft probabilities
+(eagle_info_v2.py @ 006b0e3d317f1cd4a7300e919a4eaa878b1947e7,
+`tree_speculative_sampling_target_only`): the `sglang` engine rules (greedy_model_drafts).
+SGLang has no static tree: tree_choices is a loss, approximated under `lossy` by the
+dynamic tree of the same depth, width and size.
+
+NGRAM: since PR #21225 (trie.cpp @ 0d1d60f59addaaf3f037b47417f82b961c5b2dad) one trie is
+shared by all requests (ngram_corpus.py @ 574f6d7c4256e22baa6542d24959dca5cb2eafb3),
+every suffix up to `speculative_ngram_max_trie_depth` is matched (no matching window: the
+min/max-match-window fields are gone), and a draft is a tree of
+`speculative_num_draft_tokens - 1` nodes plus the root (param.h @
+592a82ba0ef38186be0da01f07a58dc46b09910e, result.cpp @
+0657507f725139b33b7a471ef31b7aeaa83ce019), a tree even at breadth 1 (every matching
+suffix adds its own path). We
+export num_draft_tokens = k + 1, BFS breadth 1..1 and max_trie_depth = ngram_max + k. Our
+drafter reads one request's own tokens as a chain, so an n-gram config is an
+approximation of SGLang: measured under `--target sglang` the engine's approximation note
+says so (and ngram_max is not a loss: it sets the trie depth); measured otherwise,
+ngram_max is a loss. ngram_min > 1 is always a loss (the trie matches down to one token).
 """
 
 from __future__ import annotations
@@ -38,19 +52,26 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+import yaml
+
 from autotune.decoding.shape import DYNAMIC, STATIC, DraftShape
 from autotune.exports._common import (
     STATIC_TREE_NOTE,
     Loss,
     Source,
-    dump_json,
     engine_methods,
+    fenced,
     fixed_k_policy_loss,
     method_loss,
+    request_parameters,
+    rules_loss,
 )
 
 NAME = "sglang"
 ENGINE = "SGLang"
+RULES = "sglang"
+FILE = "sglang/sglang.yaml"
+SHELL = "sglang/sglang.sh"
 # SGLang's speculative algorithms autotune measures: STANDALONE (a separate draft model),
 # NGRAM.
 METHODS = engine_methods("draft_model", "ngram")
@@ -70,21 +91,23 @@ def check(src: Source) -> list[Loss]:
             losses.append(Loss(f"ngram_min={cfg.ngram_min}", (),
                                "SGLang's n-gram trie matches suffixes down to one token; "
                                "exported without a minimum"))
-        losses.append(Loss(f"ngram_max={cfg.ngram_max}", (),
-                           "SGLang has no n-gram matching window; exported as "
-                           f"speculative_ngram_max_trie_depth={_trie_depth(src)} "
-                           "(ngram_max + k, so a longest match still leaves k draft tokens), "
-                           "which also lets longer suffixes match"))
+        if cfg.engine != RULES:
+            losses.append(Loss(f"ngram_max={cfg.ngram_max}", (),
+                               "SGLang has no n-gram matching window; exported as "
+                               f"speculative-ngram-max-trie-depth={_trie_depth(src)} "
+                               "(ngram_max + k, so a longest match still leaves k draft "
+                               "tokens), which also lets longer suffixes match"))
     if cfg.method == "draft_model" and shape.kind == STATIC and not shape.one_path:
         steps, topk, nodes = _static_tree_shape(shape)
         label, knobs = shape.loss_label()
         losses.append(Loss(label, knobs,
                            "SGLang drafts only dynamic (EAGLE-2) trees, no static one; "
                            f"exported as the dynamic tree of the same depth and width: "
-                           f"speculative_num_steps={steps}, speculative_eagle_topk={topk}, "
-                           f"speculative_num_draft_tokens={nodes + 1} (the best {nodes} "
+                           f"speculative-num-steps={steps}, speculative-eagle-topk={topk}, "
+                           f"speculative-num-draft-tokens={nodes + 1} (the best {nodes} "
                            "drafted nodes plus the root)",
                            note=STATIC_TREE_NOTE))
+    losses.append(rules_loss(src, RULES))
     return [loss for loss in losses if loss is not None]
 
 
@@ -122,8 +145,8 @@ def server_args(src: Source) -> dict[str, Any]:
             "speculative_num_draft_tokens": nodes + 1,
         })
     else:
-        # NGRAM sets eagle_topk to max_bfs_breadth itself; breadth 1 gives a chain like our
-        # drafter, and num_draft_tokens counts the root plus up to k continuation tokens.
+        # NGRAM sets eagle_topk to max_bfs_breadth itself; num_draft_tokens counts the
+        # root plus num_draft_tokens - 1 = k proposed nodes.
         args.update({
             "speculative_algorithm": "NGRAM",
             "speculative_num_draft_tokens": cfg.k + 1,
@@ -132,6 +155,17 @@ def server_args(src: Source) -> dict[str, Any]:
             "speculative_ngram_max_trie_depth": _trie_depth(src),
         })
     return args
+
+
+def flag(field_name: str) -> str:
+    """A ServerArgs field's flag name without the dashes in front (`model-path`)."""
+    return field_name.replace("_", "-")
+
+
+def config_yaml(args: dict[str, Any]) -> dict[str, Any]:
+    """The `--config` mapping: dashed flag names (ConfigArgumentMerger passes each key
+    verbatim as `--key`)."""
+    return {flag(key): value for key, value in args.items()}
 
 
 def _tree_shape(shape: DraftShape) -> tuple[int, int, int]:
@@ -151,10 +185,17 @@ def command_line(args: dict[str, Any]) -> str:
     """`python -m sglang.launch_server --model-path ... --speculative-...`, shell-quoted."""
     words = ["python", "-m", "sglang.launch_server"]
     for key, value in args.items():
-        words += ["--" + key.replace("_", "-"), str(value)]
+        words += ["--" + flag(key), str(value)]
     return " ".join(shlex.quote(word) for word in words)
 
 
 def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
     args = server_args(src)
-    return {"sglang.json": dump_json(args), "sglang.sh": command_line(args) + "\n"}
+    text = yaml.safe_dump(config_yaml(args), sort_keys=False)
+    return {FILE: text, SHELL: command_line(args) + "\n"}
+
+
+def launch(src: Source, files: dict[str, str]) -> str:
+    return (fenced(f"python -m sglang.launch_server --config {shlex.quote(FILE)}", "sh")
+            + "\nor, the same as flags (`" + SHELL + "`):\n\n"
+            + fenced(files[SHELL], "sh") + "\n" + request_parameters(src.cfg) + "\n")

@@ -1,33 +1,44 @@
-"""TensorRT-LLM: the `speculative_config` of the LLM API, as JSON and as the
-`extra_llm_api_options` YAML that `trtllm-serve --extra_llm_api_options trtllm.yaml` reads.
+"""TensorRT-LLM: the `speculative_config` of the LLM API (PyTorch backend), as JSON and as
+the YAML that `trtllm-serve TARGET --backend pytorch --config trtllm.yaml` reads.
 
-Field names from tensorrt_llm/llmapi/llm_args.py (2026 main) and
-docs/source/features/speculative-decoding.md: DecodingBaseConfig `max_draft_len` and
-`speculative_model` (the current name; `speculative_model_dir`, the name in earlier
-releases, is still accepted as an alias); DraftTargetDecodingConfig with
-`decoding_type: "Draft_Target"` (the class's Literal; earlier releases and the docs' list
-of YAML values spell it "DraftTarget"); NGramDecodingConfig with `decoding_type: "NGram"`,
-`max_matching_ngram_size`, `is_keep_all`, `is_use_oldest`, `is_public_pool`. These
-configs are pydantic models that forbid unknown keys. N-gram behaviour (sizes tried from
-max_matching_ngram_size down to 1, a pool of matches per pattern) from
-tensorrt_llm/_torch/speculative/ngram.py. `trtllm-serve --config` is the newer name of
-`--extra_llm_api_options`; both read this YAML.
+Read in NVIDIA/TensorRT-LLM (notes: /work/notes/engines/trtllm.md; each file at its own
+stored commit):
 
-Draft trees: TensorRT-LLM drafts trees only with EAGLE heads. EagleDecodingConfig /
-Eagle3DecodingConfig (llm_args.py; LLM API reference, 1.3.0rc27) take a static tree as
-`eagle_choices` (List[List[int]], "Static tree structure ... Each sublist represents a path
-in the tree"; max_total_draft_tokens becomes len(eagle_choices)) or EAGLE-2's dynamic tree
-as `use_dynamic_tree: true` with `dynamic_tree_max_topK` (children expanded per node),
-`max_draft_len` (drafter layers) and `max_total_draft_tokens` ("the total nodes of the final
-draft tree (exclude the root node)"), and they need an EAGLE draft checkpoint that reads the
-target's hidden states. DraftTargetDecodingConfig, the one for a separate draft model, sets
-`max_total_draft_tokens = max_draft_len` ("Current DraftTarget only supports linear tree").
-So a tree of more than one path over a draft model is a loss, dropped under `lossy` to its
-best path: max_draft_len = the tree's depth. autotune never writes an Eagle config.
+- tensorrt_llm/llmapi/llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412 (pinned in
+  tests/engine_fields.py): DecodingBaseConfig `max_draft_len`, `speculative_model`
+  (`speculative_model_dir` is an accepted input alias), the acceptance-rate switch-off
+  fields `acceptance_rate_window_size`/`acceptance_rate_threshold` (autotune writes
+  neither), `use_rejection_sampling` (default false: exact-match verification);
+  DraftTargetDecodingConfig with `decoding_type: "Draft_Target"` (the code's Literal; the
+  docs' YAML list spells it "DraftTarget", which the current code does not map), which
+  sets `max_total_draft_tokens = max_draft_len` ("Current DraftTarget only supports linear
+  tree"); NGramDecodingConfig (`decoding_type: "NGram"`, `max_matching_ngram_size`,
+  `is_keep_all`, `is_use_oldest`, `is_public_pool`), also a linear chain. These are
+  StrictBaseModel configs, believed to reject unknown keys.
+- tensorrt_llm/_torch/speculative/ngram.py @ 0249976575050d2c624a5f285683c66de311a3b7:
+  n-gram sizes from max_matching_ngram_size down to 1, the first hit wins, and
+  `pool[pattern][0 if self.is_use_oldest else -1]`. autotune writes `is_keep_all: true`,
+  `is_use_oldest: true` (the earliest occurrence: the `trtllm` engine rule) and
+  `is_public_pool: false` (a private pool per request, like our drafter's own-request
+  lookup; the public pool is shared and never pruned).
+- tensorrt_llm/_torch/speculative/interface.py @ 00b6d5a25c30b4382d24fbdf52956d601b3ffd24
+  and sampler/two_model_spec_dec.py @ 00be09f78ecf0691f2b8e15dea518d1d6468679e: the draft
+  model drafts its argmax and a sampled target accepts a draft only while it equals the
+  target's own sampled token, unless use_rejection_sampling is set (the `trtllm` engine
+  rules greedy_model_drafts, match_verification); NGram is always exact match.
+- tensorrt_llm/commands/serve.py @ 00209af149e7774406881a37283dce303571eb11: `--config`
+  and `--extra_llm_api_options` are one option (a YAML whose `speculative_config:` key
+  holds this mapping); `--backend` defaults to pytorch.
+
+Draft trees: only EAGLE heads draft trees in TensorRT-LLM; Draft_Target and NGram draft
+a chain, so a tree of more than one path over a draft model is a loss, dropped under
+`lossy` to its best path: max_draft_len = the tree's depth. autotune never writes an
+Eagle config.
 """
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import yaml
@@ -38,12 +49,18 @@ from autotune.exports._common import (
     chain_only_tree_loss,
     dump_json,
     engine_methods,
+    fenced,
     fixed_k_policy_loss,
     method_loss,
+    request_parameters,
+    rules_loss,
 )
 
 NAME = "trtllm"
 ENGINE = "TensorRT-LLM"
+RULES = "trtllm"
+FILE = "trtllm.json"
+YAML_FILE = "trtllm.yaml"
 # The LLM API's decoding types autotune measures: Draft_Target, NGram.
 METHODS = engine_methods("draft_model", "ngram")
 
@@ -56,14 +73,14 @@ def check(src: Source) -> list[Loss]:
                     "with the target's own layers"),
         # draft_len_schedule changes K with the batch size, not with acceptance.
         fixed_k_policy_loss(src, ENGINE),
-        chain_only_tree_loss(src, "TensorRT-LLM drafts trees only with EAGLE heads "
-                                  "(eagle_choices, use_dynamic_tree); its Draft_Target "
-                                  "config drafts a chain"),
+        chain_only_tree_loss(src, "TensorRT-LLM drafts trees only with EAGLE heads; its "
+                                  "Draft_Target config drafts a chain"),
     ]
     if cfg.method == "ngram" and cfg.ngram_min > 1:
         losses.append(Loss(f"ngram_min={cfg.ngram_min}", (),
                            "TensorRT-LLM tries n-gram sizes from max_matching_ngram_size "
                            "down to 1; exported without a minimum"))
+    losses.append(rules_loss(src, RULES))
     return [loss for loss in losses if loss is not None]
 
 
@@ -72,14 +89,23 @@ def speculative_config(src: Source) -> dict[str, Any]:
     if cfg.method == "draft_model":
         return {"decoding_type": "Draft_Target", "max_draft_len": src.shape.chain_length,
                 "speculative_model": src.draft}
-    # Our drafter looks the suffix up in this request's own tokens and takes the
-    # continuation of its most recent occurrence: a private pool, newest match.
+    # This request's own tokens (a private pool), the earliest occurrence (the oldest
+    # match), every continuation kept.
     return {"decoding_type": "NGram", "max_draft_len": cfg.k,
             "max_matching_ngram_size": cfg.ngram_max, "is_keep_all": True,
-            "is_use_oldest": False, "is_public_pool": False}
+            "is_use_oldest": True, "is_public_pool": False}
 
 
 def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
     spec = speculative_config(src)
     text = yaml.safe_dump({"speculative_config": spec}, sort_keys=False)
-    return {"trtllm.json": dump_json(spec), "trtllm.yaml": text}
+    return {FILE: dump_json(spec), YAML_FILE: text}
+
+
+def launch(src: Source, files: dict[str, str]) -> str:
+    line = f"trtllm-serve {shlex.quote(src.target)} --backend pytorch --config {YAML_FILE}"
+    return (fenced(line, "sh")
+            + "\n`--config` is also spelt `--extra_llm_api_options`. TensorRT-LLM's docs "
+            "run their Draft/Target and NGram examples with `disable_overlap_scheduler: "
+            "true` at the top level of this YAML.\n\n"
+            + request_parameters(src.cfg) + "\n")

@@ -168,7 +168,8 @@ def _engine_facts(head: Header, config: Any) -> None:
     rules = ENGINES[config.get("engine", "autotune")]
     head.search["rules"] = (f"{rules.label} (--target {rules.name})" if rules.name != "autotune"
                             else "autotune's own decoder (every knob)")
-    approximate = rules.approximation(str(config.get("method")))
+    approximate = rules.approximation(str(config.get("method")),
+                                      not config.get("temperature"))
     if approximate and head.note is None:
         head.note = f"Measured approximately as {rules.label} runs it: {approximate}."
 

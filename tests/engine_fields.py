@@ -1,0 +1,150 @@
+"""The field names each engine accepts, as read in its source (pinned by hand).
+
+These lists are the upstream truth the exports are checked against
+(tests/test_engine_fields.py): every key autotune writes, and every property of the
+shipped schemas, must be one of them. They are written out from the reading notes in
+/work/notes/engines/ (each list names the file and commit it was read at), never
+computed from an installed package: a pin that followed the installed version would
+follow a rename silently. When an engine renames a field, update the list from its
+source, with the new commit.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------- vLLM
+# vllm/config/speculative.py, class SpeculativeConfig, vLLM 0.33.0 (PyPI wheel, built from
+# commit 4ba787ec9): the 43 fields in declaration order (notes/engines/vllm.md, "Field
+# list"). A pydantic dataclass with extra="forbid" (vllm/config/utils.py): nothing else
+# is accepted. target_model_config/target_parallel_config/draft_model_config/
+# draft_parallel_config are injected by the engine and never exported.
+VLLM_SPECULATIVE_CONFIG = (
+    "enforce_eager", "num_speculative_tokens", "model", "method",
+    "draft_tensor_parallel_size", "tensor_parallel_size", "quantization", "moe_backend",
+    "attention_backend", "kv_cache_dtype", "max_model_len", "revision", "code_revision",
+    "index_share_for_mtp_iteration", "disable_padded_drafter_batch",
+    "disable_eagle_block_drop", "disable_lookahead_block_hashes",
+    "draft_lm_head_quantization", "use_local_argmax_reduction", "use_heterogeneous_vocab",
+    "prompt_lookup_max", "prompt_lookup_min", "parallel_drafting", "target_model_config",
+    "target_parallel_config", "num_speculative_tokens_per_batch_size",
+    "draft_model_config", "draft_parallel_config", "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
+    "suffix_decoding_min_token_prob", "draft_load_config", "rejection_sample_method",
+    "synthetic_acceptance_rates", "synthetic_acceptance_length",
+    "enable_adaptive_verification", "draft_sample_method", "dspark_draft_topk",
+    "xpress_topc", "fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k",
+)
+# Fields the engine sets itself (vllm/engine/arg_utils.py create_speculative_config).
+VLLM_INTERNAL = ("target_model_config", "target_parallel_config", "draft_model_config",
+                 "draft_parallel_config")
+# `tensor_parallel_size` exists only to raise "is not a valid argument".
+VLLM_REJECTED = ("tensor_parallel_size",)
+# vllm/config/speculative.py 0.33.0 L68-84: SpeculativeMethod (MTP's `*_mtp` aliases
+# are rewritten to "mtp"); DraftSampleMethod L84.
+VLLM_METHODS = ("ngram", "draft_model", "suffix", "custom_class", "eagle", "eagle3",
+                "extract_hidden_states", "mtp", "dflash", "ngram_gpu", "dspark")
+VLLM_DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
+
+# ---------------------------------------------------------------- SGLang
+# python/sglang/srt/arg_groups/fields/spec.py @ 015c872628e328b530880bcf95ae91222604b225:
+# ServerArgs' 40 speculative fields (notes/engines/sglang.md, "Field list").
+SGLANG_SPECULATIVE_FIELDS = (
+    "speculative_algorithm", "speculative_draft_model_path",
+    "speculative_boundary_reduction", "speculative_draft_model_revision",
+    "speculative_draft_load_format", "speculative_num_steps", "speculative_eagle_topk",
+    "speculative_num_draft_tokens", "speculative_dflash_block_size",
+    "speculative_domino_candidate_pool_size", "speculative_dspark_block_size",
+    "speculative_dspark_sps_table_path", "speculative_dspark_confidence_sts_path",
+    "speculative_dspark_align_verify_tokens_to_graph_tier",
+    "speculative_accept_threshold_single", "speculative_accept_threshold_acc",
+    "speculative_use_rejection_sampling", "speculative_use_block_verification",
+    "speculative_token_map", "speculative_attention_mode",
+    "speculative_draft_attention_backend", "speculative_dsa_topk_backend",
+    "speculative_draft_kv_cache_dtype", "speculative_draft_window_size",
+    "speculative_draft_sink_size", "speculative_moe_runner_backend",
+    "speculative_moe_a2a_backend", "speculative_enable_w4a4_mxfp4_megamoe",
+    "speculative_draft_model_quantization", "speculative_skip_dp_mlp_sync",
+    "speculative_adaptive", "speculative_adaptive_config",
+    "speculative_ngram_min_bfs_breadth", "speculative_ngram_max_bfs_breadth",
+    "speculative_ngram_match_type", "speculative_ngram_max_trie_depth",
+    "speculative_ngram_capacity", "speculative_ngram_external_corpus_path",
+    "speculative_ngram_external_sam_budget", "speculative_ngram_external_corpus_max_tokens",
+)
+# The target model: `--model-path` (alias `--model`), python/sglang/launch_server.py @
+# 046a9e4088f7d500fb3c4d14afabc031208c739a usage and notes/engines/sglang.md Q5.
+SGLANG_FIELDS = ("model_path",) + SGLANG_SPECULATIVE_FIELDS
+# `Arg(no_cli=True)`: no flag, so no `--config` key either.
+SGLANG_NO_CLI = ("speculative_boundary_reduction",)
+# arg_utils.py @ 7643e393952a3c8895bd5f1f43de99909758c260: `"--" + name.replace("_", "-")`;
+# utils/server_args_config_parser.py @ 7ef0fc265d6de9e9142a37b7ede1d8f27b21f409
+# (ConfigArgumentMerger): a YAML key becomes `--<key>` verbatim, so the keys are these.
+SGLANG_FLAGS = tuple(name.replace("_", "-") for name in SGLANG_FIELDS
+                     if name not in SGLANG_NO_CLI)
+# The `speculative_algorithm` builtins (spec.py help): "EAGLE, EAGLE3, NEXTN, STANDALONE,
+# NGRAM, DFLASH, DSPARK, UNO".
+SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK",
+                     "UNO")
+# Gone since PR #21225 / the retirement of Spec V1 (#27964): never to be written.
+SGLANG_GONE = ("speculative_ngram_min_match_window_size",
+               "speculative_ngram_max_match_window_size",
+               "speculative_ngram_branch_length", "SGLANG_ENABLE_SPEC_V2")
+
+# ---------------------------------------------------------------- TensorRT-LLM
+# tensorrt_llm/llmapi/llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412
+# (notes/engines/trtllm.md, "Field list"; public fields only, inherited ones included).
+TRTLLM_DECODING_BASE = (
+    "max_draft_len", "max_total_draft_tokens", "speculative_model", "max_concurrency",
+    "draft_len_schedule", "load_format", "acceptance_rate_window_size",
+    "acceptance_rate_threshold", "use_rejection_sampling", "allow_advanced_sampling",
+    "advanced_sampling_mode", "enable_penalty",
+)
+# `speculative_model`'s validation_alias AliasChoices("speculative_model",
+# "speculative_model_dir"): accepted on input.
+TRTLLM_ALIASES = ("speculative_model_dir",)
+TRTLLM_DRAFT_TARGET = ("decoding_type",) + TRTLLM_DECODING_BASE          # "Draft_Target"
+TRTLLM_NGRAM = ("decoding_type", "max_matching_ngram_size", "is_keep_all",
+                "is_use_oldest", "is_public_pool") + TRTLLM_DECODING_BASE  # "NGram"
+TRTLLM_DECODING_TYPES = {"Draft_Target": TRTLLM_DRAFT_TARGET, "NGram": TRTLLM_NGRAM}
+# BaseLlmArgs' field that holds the union above (the YAML's top-level key).
+TRTLLM_LLM_ARGS = ("speculative_config",)
+# Names of older releases, absent from llm_args.py @ 00043967.
+TRTLLM_GONE = ("acceptance_window", "acceptance_length_threshold")
+
+# ---------------------------------------------------------------- transformers
+# transformers 5.23.0 (installed wheel), generation/configuration_utils.py
+# GenerationConfig.__init__ (`self.<name> = kwargs.pop("<name>", ...)`): the fields of
+# assisted generation and sampling an export may carry, split by the model whose
+# generation config transformers reads them from.
+# - generation/utils.py _get_candidate_generator / _get_logits_processor: sampling,
+#   prompt lookup and early exit from the config `generate` runs with (the target's).
+HF_TARGET = ("do_sample", "temperature", "top_p", "top_k", "prompt_lookup_num_tokens",
+             "max_matching_ngram_size", "assistant_early_exit")
+# - generation/candidate_generator.py AssistedCandidateGenerator.__init__:
+#   `copy.deepcopy(assistant_model.generation_config)` -> num_assistant_tokens,
+#   assistant_confidence_threshold; update_candidate_strategy reads the schedule;
+#   AssistedCandidateGeneratorDifferentTokenizers the two lookbehinds. For early exit the
+#   assistant is the target (`assistant_model=self`), so these go in its file too.
+HF_ASSISTANT = ("num_assistant_tokens", "num_assistant_tokens_schedule",
+                "assistant_confidence_threshold", "assistant_lookbehind",
+                "target_lookbehind")
+# Written by save_pretrained/to_json_string in every generation_config.json.
+HF_META = ("transformers_version",)
+HF_FIELDS = HF_TARGET + HF_ASSISTANT + HF_META
+# configuration_utils.py num_assistant_tokens_schedule docstring.
+HF_SCHEDULES = ("constant", "heuristic", "heuristic_transient")
+
+# ---------------------------------------------------------------- Draft & Verify
+# github.com/dilab-zju/self-speculative-decoding decoding.py @
+# f69f2a750c83a34097e975afcef1d6a85229f58f: the keyword arguments of
+# exact_self_speculative_generate ('essg') and self_speculative_sample ('sss') after
+# (model, tokenizer, input_ids), and the names of generate_fn_mapping.
+DV_ESSG = ("max_new_tokens", "early_stop", "max_step_draft", "th_stop_draft",
+           "auto_th_stop_draft", "auto_parameters", "do_sample", "do_sample_draft", "top_k",
+           "top_p", "temperature")
+DV_SSS = ("max_new_tokens", "early_stop", "max_step_draft", "th_stop_draft",
+          "th_random_draft", "auto_th_stop_draft", "auto_parameters", "do_sample",
+          "do_sample_draft", "top_k", "top_p", "temperature")
+DV_FUNCTIONS = {"essg": DV_ESSG, "exact_self_speculative_generate": DV_ESSG,
+                "sss": DV_SSS, "self_speculative_sample": DV_SSS}
+# skip_layers.json @ f69f2a75 ({model: {"attention": [...], "mlp": [...]}}), plus the two
+# keys autotune adds beside them (the repo's loader reads only the first two).
+DV_ENTRY = ("attention", "mlp", "generate_fn", "generate_kwargs")
