@@ -167,7 +167,9 @@ def test_ngram_measured_as_vllm(tmp_path) -> None:
     assert error_of("hf", doc) == (
         "hf cannot express engine=vllm: use --format vllm or trtllm, or --lossy; search "
         "with --target hf to measure it as HF transformers runs it")
-    assert approximation(doc, "vllm") is None and approximation(doc, "trtllm") is None
+    assert approximation(doc, "vllm") is None
+    # Whatever rules measured it, TensorRT-LLM's n-gram pool is not what we measured.
+    assert approximation(doc, "trtllm").startswith("TensorRT-LLM stores each n-gram's")
 
 
 def test_ngram_measured_as_hf(tmp_path) -> None:
@@ -203,7 +205,7 @@ def test_ngram_sglang() -> None:
                     "speculative-ngram-max-bfs-breadth": 1,
                     "speculative-ngram-max-trie-depth": 7}
     assert len(result.dropped) == 1 and result.dropped[0].startswith("ngram_max=4: ")
-    assert approximation(doc, "sglang") is None
+    assert approximation(doc, "sglang").startswith("SGLang drafts n-grams from a trie")
 
     # Measured as SGLang runs it: exact (with the engine's approximation note), the same
     # trie depth and breadth.
@@ -575,13 +577,16 @@ def test_engine_losses_of_a_bare_config() -> None:
         engine_losses(ngram, "vlm", has_draft=False)
 
 
-def test_approximation_only_under_the_engines_own_rules() -> None:
+def test_approximation_is_the_formats_engines_whatever_measured_it() -> None:
     sglang = DecodeConfig(method="ngram", engine="sglang")
     assert approximation(sglang, "sglang").startswith("SGLang drafts n-grams from a trie")
     assert approximation(sglang, "vllm") is None
-    assert approximation(DecodeConfig(method="ngram"), "sglang") is None
-    # The draft model has no approximation note in SGLang.
+    assert approximation(DecodeConfig(method="ngram"), "sglang").startswith("SGLang drafts")
+    # A greedy draft model has no approximation note in SGLang; a sampled one has.
     assert approximation(DecodeConfig(method="draft_model", engine="sglang"), "sglang") is None
+    sampled = DecodeConfig(method="draft_model", engine="sglang", temperature=0.7)
+    assert "target-only tree kernel" in approximation(sampled, "sglang")
+    assert approximation(sampled, "vllm") is None
     assert approximation(frozen(method="ngram", engine="trtllm"), "trtllm").startswith(
         "TensorRT-LLM stores")
 

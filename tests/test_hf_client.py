@@ -35,8 +35,8 @@ from autotune.models.loading import LoadedModel
 from autotune.workloads import encode_prompt
 from conftest import real_prompts
 
-MAX_NEW = 24
-N_PROMPTS = 4
+MAX_NEW = 20
+N_PROMPTS = 3
 
 CONFIGS = {
     "prompt_lookup": dict(method="ngram", k=4, ngram_min=1, ngram_max=3),

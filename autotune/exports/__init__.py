@@ -162,16 +162,14 @@ def engine_losses(config: DecodeConfig, fmt: str, has_draft: bool) -> list[str]:
 
 
 def approximation(frozen_or_config: Any, fmt: str) -> str | None:
-    """The engine's note on what our decoder does not reproduce of it for this config's
-    method, when the config was measured under that engine's rules (`--target`); else
-    None. Takes a frozen document or a DecodeConfig."""
+    """The format's engine's note on what our decoder does not reproduce of it for this
+    config's method (and sampling), whichever rules the config was measured under: a
+    figure measured here is then an approximation of that engine's; None when there is
+    no such note. Takes a frozen document or a DecodeConfig."""
     fmt = _check_format(fmt)
     cfg = (frozen_or_config if isinstance(frozen_or_config, DecodeConfig)
            else read_frozen(frozen_or_config).cfg)
-    engine = FORMAT_ENGINES[fmt]
-    if cfg.engine != engine:
-        return None
-    return engine_rules(engine).approximation(cfg.method, cfg.greedy)
+    return engine_rules(FORMAT_ENGINES[fmt]).approximation(cfg.method, cfg.greedy)
 
 
 def launch(frozen: dict, fmt: str, files: Mapping[str, str]) -> str:
