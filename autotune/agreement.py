@@ -34,7 +34,7 @@ import torch
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafters.base import stack_model
-from autotune.decoding.drafters.ngram import ngram_proposal
+from autotune.decoding.drafters.ngram import NgramProposer
 from autotune.decoding.drafters.sorted_exit import first_confident_exit, top1_probability
 from autotune.decoding.methods import get_method
 from autotune.errors import AutotuneError
@@ -164,8 +164,9 @@ def ngram_scorer(target: LoadedModel, config: DecodeConfig,
 
     def ngram(ids: list[int]) -> list[int]:
         out = []
+        propose = NgramProposer(config, eos)     # asked at every prefix, in order
         for t in range(len(ids)):
-            found = ngram_proposal(ids[:t + 1], config, 1, eos)
+            found = propose(ids[:t + 1], 1)
             out.append(found[0] if found else -1)
         return out
 

@@ -14,7 +14,7 @@ import torch
 from autotune.cli import main
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.drafters.base import TokenChooser
-from autotune.decoding.drafters.ngram import lookup, ngram_proposal
+from autotune.decoding.drafters.ngram import MatchPool, lookup, ngram_proposal
 from autotune.decoding.engines import ENGINES, engine_rules
 from autotune.decoding.policies import (ConfidencePolicy, ExitPolicy, RocConfidencePolicy,
                                         make_policy)
@@ -43,6 +43,7 @@ def test_each_engine_drafts_ngrams_by_its_own_rule() -> None:
                                                         engine=name), 2, eos={8})
                  for name in ENGINES}
     assert by_engine["autotune"] == [8, 9] and by_engine["sglang"] == [8, 9]
+    # TensorRT-LLM's pool files the oldest continuation first: here the earliest one.
     assert by_engine["vllm"] == [7, 9] == by_engine["trtllm"]
     # transformers: earliest match, cut before an EOS token (here 7 is the EOS).
     hf = DecodeConfig(method="ngram", k=2, ngram_max=2, engine="hf")
@@ -50,6 +51,43 @@ def test_each_engine_drafts_ngrams_by_its_own_rule() -> None:
     assert ngram_proposal(SEQ, hf, 2, eos={7}) == []
     assert ngram_proposal(SEQ, DecodeConfig(method="ngram", k=2, ngram_max=2), 2,
                           eos={7}) == [8, 9]
+
+
+def test_trtllm_pool_files_continuations_as_first_seen() -> None:
+    """Traced by hand from the pool's rules (max n-gram 2, 3 draft tokens)."""
+    pool = MatchPool(max_ngram=2, max_draft=3)
+    assert pool.draft([1, 2, 3, 1, 2], 3) == [3, 1, 2]
+    assert pool.pool[(1,)] == [(2, 3, 1), (2,)]        # a shorter one is kept after
+    assert pool.pool[(3, 1)] == [(2,)] and pool.start == 1
+    # Accepted 3 1 2 and the target's 9: the window restarts at token 1; a longer
+    # continuation replaces shorter ones, an equal-length new one is appended.
+    assert pool.draft([1, 2, 3, 1, 2, 3, 1, 2, 9], 3) == []
+    assert pool.pool[(2, 3)] == [(1, 2, 3), (1, 2, 9)]
+    assert pool.pool[(3, 1)] == [(2, 3, 1), (2, 9)]
+    assert pool.draft([1, 2, 3, 1, 2, 3, 1, 2, 9, 2, 3], 2) == [1, 2]
+    # Unlike a lookup in the sequence, a continuation filed once stays: the pool still
+    # offers 3 1 2 after (1, 2), though the sequence's earliest occurrence now gives 3 1 2
+    # and its latest 9 2 3.
+    assert pool.draft([1, 2, 3, 1, 2, 3, 1, 2, 9, 2, 3, 4, 1, 2], 3) == [3, 1, 2]
+    assert lookup([1, 2, 3, 1, 2, 3, 1, 2, 9, 2, 3, 4, 1, 2], 1, 2, 3) == [9, 2, 3]
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("method", ["ngram", "draft_model"])
+def test_every_engines_rules_are_lossless_under_greedy(engine: str, method: str) -> None:
+    from autotune.decoding.decoder import SpeculativeDecoder
+    import time
+    from tiny import tiny_loaded
+    target = tiny_loaded(llama_model(seed=2, layers=4, scale=3.0))
+    draft = tiny_loaded(llama_model(seed=9, layers=2, scale=3.0)) if method == "draft_model" \
+        else None
+    prompt = [3, 4, 5, 6, 3, 4, 5, 6, 3, 4]
+    expected = SpeculativeDecoder(target, DecodeConfig()).generate(
+        prompt, 24, time.perf_counter).tokens
+    config = DecodeConfig(method=method, k=3, ngram_max=2, engine=engine)
+    got = SpeculativeDecoder(target, config, draft).generate(prompt, 24, time.perf_counter)
+    assert got.tokens == expected
+    assert sum(r.drafted for r in got.rounds) > 0
 
 
 def test_greedy_drafts_propose_the_argmax_as_a_one_hot_q() -> None:

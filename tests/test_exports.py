@@ -148,8 +148,9 @@ def test_ngram_measured_with_our_rules_is_exact_nowhere() -> None:
 
 def test_ngram_measured_as_vllm(tmp_path) -> None:
     doc = frozen(method="ngram", engine="vllm", k=3, ngram_min=1, ngram_max=4)
-    # TensorRT-LLM takes the earliest occurrence too (is_use_oldest).
-    assert expressible(doc) == ["vllm", "trtllm"]
+    # TensorRT-LLM takes the earliest occurrence too (is_use_oldest), but from its pool of
+    # continuations filed when first seen, not from the sequence as vLLM does.
+    assert expressible(doc) == ["vllm"]
 
     result = export(doc, "vllm")
     assert list(result.files) == ["vllm.json"] and result.dropped == []
@@ -157,19 +158,26 @@ def test_ngram_measured_as_vllm(tmp_path) -> None:
         "method": "ngram", "num_speculative_tokens": 3,
         "prompt_lookup_max": 4, "prompt_lookup_min": 1}
 
-    result = export(doc, "trtllm")
+    assert error_of("trtllm", doc) == (
+        "trtllm cannot express engine=vllm: use --format vllm, or --lossy; search with "
+        "--target trtllm to measure it as TensorRT-LLM runs it")
+    result = export(doc, "trtllm", lossy=True)
     assert list(result.files) == ["trtllm.json", "trtllm.yaml"]
+    assert result.dropped == [
+        "engine=vllm: measured with vLLM's rules: vLLM looks n-grams up in the sequence "
+        "itself; TensorRT-LLM looks n-grams up in a per-request pool of continuations filed "
+        "when first seen; search with --target trtllm to measure it as TensorRT-LLM runs it"]
     spec = valid("trtllm", result.primary())
     assert spec == {"decoding_type": "NGram", "max_draft_len": 3, "max_matching_ngram_size": 4,
                     "is_keep_all": True, "is_use_oldest": True, "is_public_pool": False}
     assert yaml.safe_load(result.files["trtllm.yaml"]) == {"speculative_config": spec}
     # transformers cuts an n-gram draft at EOS, vLLM does not.
     assert error_of("hf", doc) == (
-        "hf cannot express engine=vllm: use --format vllm or trtllm, or --lossy; search "
+        "hf cannot express engine=vllm: use --format vllm, or --lossy; search "
         "with --target hf to measure it as HF transformers runs it")
     assert approximation(doc, "vllm") is None
-    # Whatever rules measured it, TensorRT-LLM's n-gram pool is not what we measured.
-    assert approximation(doc, "trtllm").startswith("TensorRT-LLM stores each n-gram's")
+    # TensorRT-LLM's n-gram pool is reproduced exactly: no approximation note.
+    assert approximation(doc, "trtllm") is None
 
 
 def test_ngram_measured_as_hf(tmp_path) -> None:
@@ -184,12 +192,18 @@ def test_ngram_measured_as_hf(tmp_path) -> None:
     assert config.assistant is None
 
 
-def test_ngram_measured_as_trtllm_is_approximate() -> None:
+def test_ngram_measured_as_trtllm_is_exact_under_its_own_rules() -> None:
     doc = frozen(method="ngram", engine="trtllm", k=3, ngram_max=2)
-    assert expressible(doc) == ["vllm", "trtllm"]
-    note = approximation(doc, "trtllm")
-    assert note is not None and note.startswith("TensorRT-LLM stores each n-gram's")
+    # Our decoder reproduces TensorRT-LLM's pool: exact there, and only there.
+    assert expressible(doc) == ["trtllm"]
+    assert approximation(doc, "trtllm") is None
     assert approximation(doc, "vllm") is None
+    assert valid("trtllm", export(doc, "trtllm").primary()) == {
+        "decoding_type": "NGram", "max_draft_len": 3, "max_matching_ngram_size": 2,
+        "is_keep_all": True, "is_use_oldest": True, "is_public_pool": False}
+    assert error_of("vllm", doc) == (
+        "vllm cannot express engine=trtllm: use --format trtllm, or --lossy; search with "
+        "--target vllm to measure it as vLLM runs it")
 
 
 def test_ngram_sglang() -> None:
@@ -224,7 +238,8 @@ def test_ngram_min_is_lossy_where_engines_have_no_minimum() -> None:
     assert expressible(doc) == ["vllm"]
     assert valid("vllm", export(doc, "vllm").primary())["prompt_lookup_min"] == 2
     assert error_of("trtllm", doc) == (
-        "trtllm cannot express ngram_min=2: use --format vllm, or --lossy")
+        "trtllm cannot express ngram_min=2, engine=vllm: use --format vllm, or --lossy; "
+        "search with --target trtllm to measure it as TensorRT-LLM runs it")
     assert error_of("sglang", doc) == (
         "sglang cannot express ngram_min=2, ngram_max=3, engine=vllm: use --format vllm, or "
         "--lossy; search with --target sglang to measure it as SGLang runs it")
@@ -238,7 +253,9 @@ def test_ngram_min_is_lossy_where_engines_have_no_minimum() -> None:
 def test_ngram_policies() -> None:
     # Draft confidence of n-grams is always 1: a confidence threshold never stops them.
     inert = frozen(method="ngram", engine="vllm", exit_policy="confidence", gamma=0.9)
-    assert expressible(inert) == ["vllm", "trtllm"]
+    assert expressible(inert) == ["vllm"]
+    inert_trtllm = frozen(method="ngram", engine="trtllm", exit_policy="confidence", gamma=0.9)
+    assert expressible(inert_trtllm) == ["trtllm"]
     schedule = frozen(method="ngram", engine="hf", exit_policy="heuristic", k=2)
     assert expressible(schedule) == []
     assert error_of("hf", schedule) == "hf cannot express exit_policy=heuristic: use --lossy"
@@ -251,7 +268,7 @@ def test_ngram_policies() -> None:
 def test_ngram_is_not_a_dv_config_even_lossy() -> None:
     doc = frozen(method="ngram", engine="vllm")
     expected = ("dv cannot express method=ngram (ngram_min, ngram_max): "
-                "use --format vllm or trtllm")
+                "use --format vllm")
     assert error_of("dv", doc) == expected
     assert error_of("dv", doc, lossy=True) == expected
 
@@ -549,7 +566,11 @@ def test_engine_losses_of_a_bare_config() -> None:
     assert engine_losses(ngram, "vllm", has_draft=False) == ["engine=autotune"]
     vllm_ngram = DecodeConfig(method="ngram", engine="vllm", k=3, ngram_min=2, ngram_max=4)
     assert engine_losses(vllm_ngram, "vllm", has_draft=False) == []
-    assert engine_losses(vllm_ngram, "trtllm", has_draft=False) == ["ngram_min=2"]
+    assert engine_losses(vllm_ngram, "trtllm", has_draft=False) == [
+        "ngram_min=2", "engine=vllm"]
+    trtllm_ngram = DecodeConfig(method="ngram", engine="trtllm", k=3, ngram_max=4)
+    assert engine_losses(trtllm_ngram, "trtllm", has_draft=False) == []
+    assert engine_losses(trtllm_ngram, "vllm", has_draft=False) == ["engine=trtllm"]
     assert engine_losses(vllm_ngram, "sglang", has_draft=False) == [
         "ngram_min=2", "ngram_max=4", "engine=vllm"]
     assert engine_losses(vllm_ngram, "dv", has_draft=False) == [
@@ -587,8 +608,9 @@ def test_approximation_is_the_formats_engines_whatever_measured_it() -> None:
     sampled = DecodeConfig(method="draft_model", engine="sglang", temperature=0.7)
     assert "target-only tree kernel" in approximation(sampled, "sglang")
     assert approximation(sampled, "vllm") is None
-    assert approximation(frozen(method="ngram", engine="trtllm"), "trtllm").startswith(
-        "TensorRT-LLM stores")
+    # TensorRT-LLM's n-gram pool is reproduced exactly: no note, whatever measured it.
+    assert approximation(frozen(method="ngram", engine="trtllm"), "trtllm") is None
+    assert approximation(DecodeConfig(method="ngram"), "trtllm") is None
 
 
 # ---------------------------------------------------------------- launch commands

@@ -32,6 +32,8 @@ class EngineRules:
     """One engine's drafting and verification rules (defaults: autotune's own).
 
     ngram_match: LATEST or EARLIEST occurrence of the longest matching suffix.
+    ngram_pool: n-grams are looked up in TensorRT-LLM's per-request pool of
+        continuations (filed when first seen, oldest first), not in the sequence.
     ngram_stops_at_eos: an n-gram draft is cut before its first EOS token.
     roc_threshold: a separate draft model's confidence threshold is re-tuned after every
         round from an ROC curve of past drafts (transformers' AssistedCandidateGenerator).
@@ -46,6 +48,7 @@ class EngineRules:
     name: str
     label: str
     ngram_match: str = LATEST
+    ngram_pool: bool = False
     ngram_stops_at_eos: bool = False
     roc_threshold: bool = False
     greedy_model_drafts: bool = False
@@ -106,18 +109,15 @@ SGLANG = EngineRules(
                   "its cross-request matches cannot be measured here)"),))
 
 # TensorRT-LLM (NVIDIA/TensorRT-LLM): tensorrt_llm/_torch/speculative/ngram.py @
-# 0249976575050d2c624a5f285683c66de311a3b7 (longest pattern first, down to 1;
-# `pool[pattern][0 if self.is_use_oldest else -1]`); Draft_Target drafts greedily and a
+# 0249976575050d2c624a5f285683c66de311a3b7 (a per-request pool of continuations, longest
+# pattern first, down to 1; `pool[pattern][0 if self.is_use_oldest else -1]`: the
+# drafter's MatchPool); Draft_Target drafts greedily and a
 # sampled target accepts a draft only when it equals its own sampled token unless
 # use_rejection_sampling is set (llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412
 # and the torch sampler).
 TRTLLM = EngineRules(
-    "trtllm", "TensorRT-LLM", ngram_match=EARLIEST, greedy_model_drafts=True,
-    match_verification=True,
-    approximate=(("ngram", "TensorRT-LLM stores each n-gram's continuation in a pool when "
-                  "it is first seen (rescanning only a tail window, dropping shorter "
-                  "continuations when a longer one arrives); autotune reads the earliest "
-                  "occurrence's continuation from the current sequence"),))
+    "trtllm", "TensorRT-LLM", ngram_match=EARLIEST, ngram_pool=True,
+    greedy_model_drafts=True, match_verification=True)
 
 ENGINES: dict[str, EngineRules] = {rules.name: rules
                                    for rules in (AUTOTUNE, VLLM, SGLANG, TRTLLM, HF)}
@@ -139,7 +139,7 @@ def relevant(config: "DecodeConfig", model_drafter: bool, separate_draft: bool) 
     rule for a separate draft model under a confidence-type policy."""
     out: list[str] = []
     if config.method == "ngram":
-        out += ["ngram_match", "ngram_stops_at_eos"]
+        out += ["ngram_match", "ngram_pool", "ngram_stops_at_eos"]
     if model_drafter and not config.greedy:
         out += ["greedy_model_drafts", "match_verification"]
     if separate_draft and config.exit_policy in ("confidence", "adaptive"):
@@ -149,6 +149,8 @@ def relevant(config: "DecodeConfig", model_drafter: bool, separate_draft: bool) 
 
 RULE_TEXT: dict[str, tuple[str, str]] = {
     # field: (text when True / the value, text when False)
+    "ngram_pool": ("looks n-grams up in a per-request pool of continuations filed when "
+                   "first seen", "looks n-grams up in the sequence itself"),
     "ngram_stops_at_eos": ("cuts an n-gram draft before its first EOS token",
                            "keeps EOS tokens in an n-gram draft"),
     "roc_threshold": ("re-tunes the draft model's confidence threshold every round "

@@ -246,7 +246,14 @@ def _ngram_presets(n_layers: int) -> list[Preset]:
             Preset("hf_prompt_lookup", "transformers prompt lookup: prompt_lookup_num_tokens=10, "
                    "max_matching_ngram_size=2 (its default)",
                    {"method": "ngram", "k": 10, "ngram_min": 1, "ngram_max": 2,
-                    "exit_policy": "fixed"}, rank=7)]
+                    "exit_policy": "fixed"}, rank=7),
+            # SGLang (sgl-project/sglang arg_groups speculative_hook.py @ 004c82e0, fields
+            # spec.py @ 015c8726): NGRAM's num_draft_tokens defaults to 12 (11 drafts after
+            # the root) and max_trie_depth to 18, which our export maps as ngram_max + k.
+            Preset("sglang_ngram", "SGLang NGRAM defaults: speculative_num_draft_tokens=12, "
+                   "speculative_ngram_max_trie_depth=18",
+                   {"method": "ngram", "k": 11, "ngram_min": 1, "ngram_max": 7,
+                    "exit_policy": "fixed"}, rank=8)]
 
 
 def _layer_skip_presets(n_layers: int) -> list[Preset]:

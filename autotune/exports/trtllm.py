@@ -18,9 +18,10 @@ stored commit):
 - tensorrt_llm/_torch/speculative/ngram.py @ 0249976575050d2c624a5f285683c66de311a3b7:
   n-gram sizes from max_matching_ngram_size down to 1, the first hit wins, and
   `pool[pattern][0 if self.is_use_oldest else -1]`. autotune writes `is_keep_all: true`,
-  `is_use_oldest: true` (the earliest occurrence: the `trtllm` engine rule) and
-  `is_public_pool: false` (a private pool per request, like our drafter's own-request
-  lookup; the public pool is shared and never pruned).
+  `is_use_oldest: true` and `is_public_pool: false`: the per-request pool that the
+  `trtllm` engine rule reproduces (autotune/decoding/drafters/ngram.py MatchPool; the
+  public pool is shared by all requests and never pruned, which no single-request
+  measurement could reproduce).
 - tensorrt_llm/_torch/speculative/interface.py @ 00b6d5a25c30b4382d24fbdf52956d601b3ffd24
   and sampler/two_model_spec_dec.py @ 00be09f78ecf0691f2b8e15dea518d1d6468679e: the draft
   model drafts its argmax and a sampled target accepts a draft only while it equals the

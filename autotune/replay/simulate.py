@@ -32,7 +32,7 @@ from typing import Collection, Protocol
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS
-from autotune.decoding.drafters.ngram import ngram_proposal
+from autotune.decoding.drafters.ngram import NgramProposer
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.shape import DYNAMIC, STATIC
 from autotune.replay.reference import Reference
@@ -74,11 +74,12 @@ class NgramTrack:
 
     def __init__(self, ref: Reference, config: DecodeConfig, eos: Collection[int]) -> None:
         self.ref, self.sequence = ref, ref.sequence
-        self.config, self.eos = config, frozenset(eos)
+        # One proposer per prompt, asked once per round in order, as the decoder's is.
+        self.proposer = NgramProposer(config, eos)
 
     def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
         end = len(self.ref.prompt) + g
-        found = ngram_proposal(self.sequence[:end], self.config, limit, self.eos)
+        found = self.proposer(self.sequence[:end], limit)
         kept: list[int] = []
         for token in found:
             kept.append(token)

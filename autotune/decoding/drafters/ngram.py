@@ -30,19 +30,74 @@ def lookup(tokens: list[int], ngram_min: int, ngram_max: int, limit: int,
     return []
 
 
+class MatchPool:
+    """TensorRT-LLM's n-gram pool for one request (NGramDecodingConfig with is_keep_all,
+    is_use_oldest and a private pool; tensorrt_llm/_torch/speculative/ngram.py @
+    0249976575050d2c624a5f285683c66de311a3b7). On every draft call it first files every
+    n-gram (sizes max down to 1) of the tokens since its window start with the up to
+    `max_draft` tokens that follow it, keeping a pattern's earlier continuations unless
+    the new one is longer (shorter ones are then dropped); the window then restarts
+    max_draft + max_ngram - 1 tokens before the end. The draft is the oldest continuation
+    filed under the longest suffix of the sequence that has one."""
+
+    def __init__(self, max_ngram: int, max_draft: int) -> None:
+        self.max_ngram, self.max_draft = max_ngram, max_draft
+        self.pool: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        self.start = 0
+
+    def _file(self, prefix: list[int]) -> None:
+        sequence = prefix[self.start:]
+        for size in range(min(self.max_ngram, len(prefix) - 1), 0, -1):
+            for left in range(len(sequence) - size):
+                right = min(left + size + self.max_draft, len(sequence))
+                pattern = tuple(sequence[left:left + size])
+                match = tuple(sequence[left + size:right])
+                filed = self.pool.get(pattern)
+                if filed is None:
+                    self.pool[pattern] = [match]
+                elif match not in filed:
+                    filed[:] = [m for m in filed if len(m) >= len(match)]
+                    filed.append(match)
+        self.start = max(0, len(prefix) - (self.max_draft + self.max_ngram - 1))
+
+    def draft(self, prefix: list[int], limit: int) -> list[int]:
+        self._file(prefix)
+        for size in range(min(self.max_ngram, len(prefix) - 1), 0, -1):
+            filed = self.pool.get(tuple(prefix[-size:]))
+            if filed:
+                return list(filed[0][:limit])
+        return []
+
+
+class NgramProposer:
+    """The n-gram drafts of `config` for one generation, under its engine's rules: the
+    match rule (most recent or earliest occurrence, or TensorRT-LLM's pool, which keeps
+    state between calls: call it once per round, in order), and a draft cut before its
+    first EOS token where the engine does that (transformers)."""
+
+    def __init__(self, config: DecodeConfig, eos: Collection[int]) -> None:
+        self.config, self.eos = config, frozenset(eos)
+        self.rules = engine_rules(config.engine)
+        self.pool = MatchPool(config.ngram_max, config.k) if self.rules.ngram_pool else None
+
+    def __call__(self, tokens: list[int], limit: int) -> list[int]:
+        if self.pool is not None:
+            found = self.pool.draft(tokens, limit)
+        else:
+            found = lookup(tokens, self.config.ngram_min, self.config.ngram_max, limit,
+                           earliest=self.rules.ngram_match == EARLIEST)
+        if self.rules.ngram_stops_at_eos:
+            for i, token in enumerate(found):
+                if token in self.eos:
+                    return found[:i]
+        return found
+
+
 def ngram_proposal(tokens: list[int], config: DecodeConfig, limit: int,
                    eos: Collection[int]) -> list[int]:
-    """The n-gram draft of `config` after `tokens`, under its engine's rules: the match
-    rule (most recent or earliest occurrence), and a draft cut before its first EOS token
-    where the engine does that (transformers)."""
-    rules = engine_rules(config.engine)
-    found = lookup(tokens, config.ngram_min, config.ngram_max, limit,
-                   earliest=rules.ngram_match == EARLIEST)
-    if rules.ngram_stops_at_eos:
-        for i, token in enumerate(found):
-            if token in eos:
-                return found[:i]
-    return found
+    """One n-gram draft after `tokens` by a fresh NgramProposer (stateless rules; a
+    pool sees `tokens` for the first time)."""
+    return NgramProposer(config, eos)(tokens, limit)
 
 
 class NgramDrafter(Drafter):
@@ -50,9 +105,8 @@ class NgramDrafter(Drafter):
     (so a confidence exit rule never stops it)."""
 
     def __init__(self, config: DecodeConfig, vocab_size: int, eos: Collection[int]) -> None:
-        self.config = config
+        self.proposer = NgramProposer(config, eos)
         self.vocab_size = vocab_size
-        self.eos = frozenset(eos)
         self.sampling = not config.greedy          # greedy verification needs no q
 
     @classmethod
@@ -60,7 +114,7 @@ class NgramDrafter(Drafter):
         return cls(context.config, context.vocab_size, context.target.eos_token_ids)
 
     def propose(self, seq: torch.Tensor, limit: int, policy: ExitPolicy) -> Draft:
-        found = ngram_proposal(seq[0].tolist(), self.config, limit, self.eos)
+        found = self.proposer(seq[0].tolist(), limit)
         kept: list[int] = []
         for token in found:
             kept.append(token)
