@@ -54,11 +54,13 @@ MAX_INFEASIBLE_PER_TRIAL = 20
 SCREENED_ATTR = "screened_queued"
 
 
-def presets(n_layers: int) -> list[Preset]:
+def presets(n_layers: int, engine: str = "autotune") -> list[Preset]:
     """The AR baseline, then every registered method's documented defaults (its
-    `MethodSpec.presets`) by their `rank`, for an `n_layers` target."""
+    `MethodSpec.presets`) by their `rank`, for an `n_layers` target; for a search with
+    `--target ENGINE`, only that engine's own defaults."""
     baseline = Preset(BASELINE, "autoregressive decoding, no speculation", {"method": "none"})
-    documented = [preset for spec in all_methods() for preset in spec.presets(n_layers)]
+    documented = [preset for spec in all_methods() for preset in spec.presets(n_layers)
+                  if (engine == "autotune" and not preset.targeted) or preset.engine == engine]
     return [baseline, *sorted(documented, key=lambda preset: preset.rank)]
 
 
@@ -254,7 +256,8 @@ class StudyRunner:
             return []
         self.created = False
         queued = []
-        entries = [(p.name, p.values) for p in presets(self.context.target.n_layers)]
+        entries = [(p.name, p.values)
+                   for p in presets(self.context.target.n_layers, self.space.engine)]
         entries += [(f"enqueue{i}", values) for i, values in enumerate(self.settings.enqueue)]
         for name, values in entries:
             if name == BASELINE:

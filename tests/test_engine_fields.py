@@ -116,8 +116,13 @@ def check_hf(files: dict[str, dict]) -> None:
         # transformers reads these from the assistant only: written there, not here.
         assert set(assistant) <= set(pins.HF_ASSISTANT), set(assistant)
         assert set(target) <= set(pins.HF_TARGET), set(target) - set(pins.HF_TARGET)
-    elif "assistant_early_exit" not in target:
+    elif "hf/generate_kwargs.json" not in files:
         assert set(target) <= set(pins.HF_TARGET), set(target) - set(pins.HF_TARGET)
+    kwargs = files.get("hf/generate_kwargs.json")
+    if kwargs is not None:
+        # Early exit: the exit layer is a generate() argument, never on the model's config.
+        assert set(kwargs) == {"assistant_early_exit"} <= set(pins.HF_FIELDS)
+        assert "assistant_early_exit" not in target
     for data in files.values():
         if "num_assistant_tokens_schedule" in data:
             assert data["num_assistant_tokens_schedule"] in pins.HF_SCHEDULES
@@ -162,8 +167,6 @@ def test_every_exported_key_is_a_pinned_field(fmt: str) -> None:
             data = {name: json.loads(text) for name, text in files.items()}
             check_hf(data)
             kinds[tuple(sorted(data))] += 1
-            kinds["early_exit" if "assistant_early_exit" in data["hf/generation_config.json"]
-                  else "other"] += 1
         else:
             data = json.loads(files["dv.json"])
             check_dv(data)
@@ -173,7 +176,7 @@ def test_every_exported_key_is_a_pinned_field(fmt: str) -> None:
                 "trtllm": {"Draft_Target", "NGram"},
                 "hf": {("hf/generation_config.json",),
                        ("hf/assistant_generation_config.json", "hf/generation_config.json"),
-                       "early_exit", "other"},
+                       ("hf/generate_kwargs.json", "hf/generation_config.json")},
                 "dv": {"essg", "sss"}}[fmt]
     assert set(kinds) == expected
     assert min(kinds.values()) >= 10 and len(exported) >= 50

@@ -229,3 +229,15 @@ def test_the_report_says_whose_rules_measured_the_answer_and_what_is_approximate
     head = Header(study="s", objective="o")
     _engine_facts(head, DecodeConfig(method="ngram", k=3, engine="vllm").to_dict())
     assert head.search["rules"] == "vLLM (--target vllm)" and head.note is None
+
+
+def test_a_target_queues_only_its_own_engines_documented_defaults() -> None:
+    from autotune.search import presets
+    every = [p.name for p in presets(30)]
+    assert {"vllm_ngram", "hf_assisted", "dv_default"} <= set(every)
+    # Some engines' defaults are queued only when tuning for that engine.
+    assert not {"hf_prompt_lookup", "sglang_ngram"} & set(every)
+    assert [p.name for p in presets(30, "vllm")] == ["baseline", "vllm_ngram"]
+    assert [p.name for p in presets(30, "hf")] == ["baseline", "hf_assisted",
+                                                    "hf_prompt_lookup"]
+    assert [p.name for p in presets(30, "trtllm")] == ["baseline"]

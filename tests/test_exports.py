@@ -76,11 +76,15 @@ class HFConfigs:
     from the config transformers reads it from: the assistant fields from the
     assistant's file when there is one, everything else from the target's."""
 
-    def __init__(self, target: Any, assistant: Any | None) -> None:
+    def __init__(self, target: Any, assistant: Any | None,
+                 kwargs: dict[str, Any] | None = None) -> None:
         self.target = target
         self.assistant = assistant
+        self.kwargs = kwargs or {}        # arguments of the generate() call
 
     def __getattr__(self, name: str) -> Any:
+        if name in self.kwargs:
+            return self.kwargs[name]
         if name in HF_ASSISTANT_FIELDS and self.assistant is not None:
             return getattr(self.assistant, name)
         return getattr(self.target, name)
@@ -93,9 +97,15 @@ def load_hf(result: Export, tmp_path) -> HFConfigs:
 
     assert list(result.files)[0] == "hf/generation_config.json"
     assert set(result.files) <= {"hf/generation_config.json",
-                                 "hf/assistant_generation_config.json"}
+                                 "hf/assistant_generation_config.json",
+                                 "hf/generate_kwargs.json"}
     loaded = {}
+    kwargs = json.loads(result.files.get("hf/generate_kwargs.json", "{}"))
+    # generate()'s arguments are generation-config fields too: they must load as one.
+    GenerationConfig.from_dict(copy.deepcopy(kwargs)).validate(strict=True)
     for name, text in result.files.items():
+        if name == "hf/generate_kwargs.json":
+            continue
         data = valid("hf", text)
         config = GenerationConfig.from_dict(copy.deepcopy(data))
         config.validate(strict=True)
@@ -110,7 +120,7 @@ def load_hf(result: Export, tmp_path) -> HFConfigs:
             assert getattr(read, key) == value, key
         loaded[path.name] = read
     return HFConfigs(loaded["generation_config.json"],
-                     loaded.get("assistant_generation_config.json"))
+                     loaded.get("assistant_generation_config.json"), kwargs)
 
 
 def hf_files(result: Export) -> dict[str, dict]:
@@ -142,8 +152,10 @@ def test_ngram_measured_with_our_rules_is_exact_nowhere() -> None:
         "engine=autotune: measured with autotune's rules: autotune takes the most recent "
         "occurrence of the matched n-gram; HF transformers takes the earliest occurrence of "
         "the matched n-gram; autotune keeps EOS tokens in an n-gram draft; HF transformers "
-        "cuts an n-gram draft before its first EOS token; search with --target hf to "
-        "measure it as HF transformers runs it"]
+        "cuts an n-gram draft before its first EOS token; autotune drafts no more n-gram "
+        "tokens than are left to generate; HF transformers drafts all k n-gram tokens even "
+        "when fewer are left to generate; search with --target hf to measure it as HF "
+        "transformers runs it"]
 
 
 def test_ngram_measured_as_vllm(tmp_path) -> None:
@@ -510,10 +522,14 @@ def test_sorted_exit_one_exit_is_hf_early_exit(tmp_path) -> None:
     doc = frozen(method="sorted_exit", exits=[10], thresholds=[0.3], k=4)
     assert expressible(doc) == ["hf"]
     result = export(doc, "hf")
-    # The assistant is the target itself: every field in the target's file.
-    assert hf_files(result) == {"hf/generation_config.json": {
-        "do_sample": False, "assistant_early_exit": 10, "num_assistant_tokens": 4,
-        "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}}
+    # The assistant is the target itself: its draft-length fields in the target's file;
+    # the exit layer is an argument of generate() (on the model's config it would nest).
+    assert hf_files(result) == {
+        "hf/generation_config.json": {
+            "do_sample": False, "num_assistant_tokens": 4,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0},
+        "hf/generate_kwargs.json": {"assistant_early_exit": 10}}
     config = load_hf(result, tmp_path)
     assert config.assistant_early_exit == 10 and config.num_assistant_tokens == 4
     assert error_of("vllm", doc) == (

@@ -3,18 +3,18 @@ from their files onto the target and the assistant, `generate()` runs assisted d
 on the default model, and
 
 - its output equals greedy decoding (transformers' own, and ours), and
-- its accepted tokens per round equal our decoder's for the same config on the same
-  prompts, round by round.
+- the draft tokens it proposes and accepts per round equal our decoder's for the same
+  config on the same prompts, round by round.
 
-How rounds are counted: transformers calls `update_candidate_strategy(input_ids, scores,
-num_matches)` once per assisted round, after verification, with the number of candidate
-tokens the target accepted (after its EOS / length crop); the test records those calls.
-Ours: `RoundTrace.accepted` per round. τ (tokens per round) is mean(accepted) + 1 on both
-sides. transformers' first round drafts right after the prompt (its verify pass is the
-prefill), ours after the prefill's token: transformers is given the prompt plus that token,
-so both first rounds start at the same place. This is the check that catches an export whose fields transformers ignores (a
-draft length read from the wrong model's config, the 0.4 threshold default turning on
-confidence stopping): the rounds would differ.
+How rounds are counted (autotune/hf_assisted.py): transformers calls
+`update_candidate_strategy(..., scores, num_matches)` once per assisted round with the
+target's logits over the candidates (their count) and the candidate tokens the target
+accepted; ours are `RoundTrace.drafted` and `.accepted` per round. τ is mean(accepted)
++ 1 on both sides. transformers' first round drafts right after the prompt (its verify
+pass is the prefill), ours after the prefill's token: transformers is given the prompt
+plus that token, so both first rounds start at the same place. This is the check that
+catches an export whose fields transformers ignores (a draft length read from the wrong
+model's config, the 0.4 threshold default turning on confidence stopping).
 """
 
 from __future__ import annotations
@@ -24,15 +24,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import GenerationConfig
-from transformers.generation import candidate_generator as hf_candidates
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.exports import export
 from autotune.frozen import SCHEMA
+from autotune.hf_assisted import run_assisted
 from autotune.models.loading import LoadedModel
-from autotune.workloads import encode_prompt
+from autotune.workloads import encode_prompt, round_robin
 from conftest import real_prompts
 
 MAX_NEW = 20
@@ -53,8 +52,11 @@ USES_DRAFT = {"assistant_fixed", "assistant_heuristic", "assistant_confidence_ro
 
 @pytest.fixture(scope="module")
 def prompt_ids(default_model: LoadedModel) -> list[list[int]]:
-    # Code and extraction prompts repeat their input, so prompt lookup finds matches.
-    prompts = real_prompts(N_PROMPTS)
+    # Summaries, retrieval answers and code repeat their input, so prompt lookup finds
+    # matches there (on a writing prompt it may accept nothing in 20 tokens).
+    every = real_prompts(500)
+    copying = [p for p in every if p.category in ("summarization", "rag", "coding")]
+    prompts = round_robin(copying or every, N_PROMPTS)
     return [encode_prompt(default_model.tokenizer, p) for p in prompts]
 
 
@@ -79,27 +81,10 @@ def _frozen(config: DecodeConfig, draft: bool) -> dict:
     return doc
 
 
-class RoundLog:
-    """Wraps transformers' update_candidate_strategy to record num_matches per round."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.matches: list[int] = []
-        for cls in (hf_candidates.AssistedCandidateGenerator,
-                    hf_candidates.PromptLookupCandidateGenerator):
-            original = cls.update_candidate_strategy
-
-            def wrapped(self_, input_ids, scores, num_matches, _original=original):
-                self.matches.append(int(num_matches))
-                return _original(self_, input_ids, scores, num_matches)
-
-            monkeypatch.setattr(cls, "update_candidate_strategy", wrapped)
-
-
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_transformers_runs_the_hf_export_as_we_measured_it(
         name: str, default_model: LoadedModel, truncated_draft: LoadedModel,
-        prompt_ids: list[list[int]], greedy_tokens: list[list[int]], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        prompt_ids: list[list[int]], greedy_tokens: list[list[int]], tmp_path: Path) -> None:
     uses_draft = name in USES_DRAFT
     config = DecodeConfig(**CONFIGS[name], engine="hf")
     files = export(_frozen(config, uses_draft), "hf").files
@@ -107,38 +92,40 @@ def test_transformers_runs_the_hf_export_as_we_measured_it(
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     folder = tmp_path / "hf"
-    target_config = GenerationConfig.from_pretrained(folder, "generation_config.json")
-    assistant = None
-    if uses_draft:
-        assistant = truncated_draft.hf_model
-        monkeypatch.setattr(assistant, "generation_config", GenerationConfig.from_pretrained(
-            folder, "assistant_generation_config.json"))
-    else:
-        assert not (folder / "assistant_generation_config.json").exists()
+    assert (folder / "assistant_generation_config.json").exists() == uses_draft
 
-    ours = SpeculativeDecoder(default_model, config,
-                              truncated_draft if uses_draft else None)
-    hf_rounds: list[list[int]] = []
-    our_rounds: list[list[int]] = []
-    log = RoundLog(monkeypatch)
+    ours = SpeculativeDecoder(default_model, config, truncated_draft if uses_draft else None)
+    hf_rounds: list[list[tuple[int, int]]] = []
+    our_rounds: list[list[tuple[int, int]]] = []
     for ids, expected in zip(prompt_ids, greedy_tokens):
-        log.matches = []
-        # transformers drafts its first round right after the prompt (that verify pass is
-        # its prefill); ours drafts after the prefill's token. Given the prompt and that
-        # token, both start their first round at the same place.
-        start = ids + expected[:1]
-        with torch.no_grad():
-            seq = default_model.hf_model.generate(
-                torch.tensor([start]), generation_config=target_config,
-                max_new_tokens=MAX_NEW - 1, assistant_model=assistant,
-                attention_mask=torch.ones(1, len(start), dtype=torch.long))
-        assert seq[0, len(start):].tolist() == expected[1:], \
-            "transformers' assisted output is not greedy"
+        theirs = run_assisted(default_model.hf_model, folder, ids, expected[0], MAX_NEW,
+                              truncated_draft.hf_model if uses_draft else None)
+        assert theirs.tokens == expected[1:], "transformers' assisted output is not greedy"
         generation = ours.generate(ids, MAX_NEW, time.perf_counter)
         assert generation.tokens == expected, "our output is not greedy"
-        hf_rounds.append(log.matches)
-        our_rounds.append([r.accepted for r in generation.rounds])
-    # Every assisted round, prompt by prompt (the prefill's token is a round of neither).
+        hf_rounds.append(list(zip(theirs.drafted, theirs.accepted)))
+        our_rounds.append([(r.drafted, r.accepted) for r in generation.rounds])
     assert hf_rounds == our_rounds, (name, hf_rounds, our_rounds)
     # The config drafted and accepted something somewhere (the comparison is not vacuous).
-    assert sum(map(sum, our_rounds)) > 0, name
+    assert sum(a for rounds in our_rounds for _, a in rounds) > 0, name
+
+
+def test_a_dropped_assistant_file_is_caught(default_model: LoadedModel,
+                                            truncated_draft: LoadedModel,
+                                            prompt_ids: list[list[int]],
+                                            greedy_tokens: list[list[int]],
+                                            tmp_path: Path) -> None:
+    """The check has power: without the assistant's file transformers drafts up to its
+    default 20 tokens under a 0.4 threshold, and its rounds differ from a fixed K of 3."""
+    config = DecodeConfig(**CONFIGS["assistant_fixed"], engine="hf")
+    files = export(_frozen(config, True), "hf").files
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "generation_config.json").write_text(files["hf/generation_config.json"])
+    ids, expected = prompt_ids[0], greedy_tokens[0]
+    theirs = run_assisted(default_model.hf_model, tmp_path / "hf", ids, expected[0], MAX_NEW,
+                          truncated_draft.hf_model)
+    ours = SpeculativeDecoder(default_model, config, truncated_draft).generate(
+        ids, MAX_NEW, time.perf_counter)
+    assert theirs.tokens == expected[1:]
+    assert theirs.drafted != [r.drafted for r in ours.rounds]
+    assert max(theirs.drafted) > 3

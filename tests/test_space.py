@@ -24,7 +24,8 @@ from autotune.space import (
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-SHIPPED = ["draft_model", "joint", "layer_skip", "ngram", "sorted_exit", "tree"]
+SHIPPED = ["draft_model", "engine_hf", "engine_sglang", "engine_trtllm", "engine_vllm", "joint",
+           "layer_skip", "ngram", "sorted_exit", "tree"]
 POLICY_KNOBS = {"gamma", "target_acceptance", "epsilon", "beta1", "beta2"}
 
 
@@ -97,7 +98,7 @@ def test_random_trials_give_valid_configs_or_infeasible(name, n_layers, draft_la
         feasible += 1
         over_draft = result.method == "sorted_exit" and draft_layers is not None
         result.validate(draft_layers if over_draft else n_layers)
-        if name not in ("joint", "tree"):
+        if name not in ("joint", "tree") and not name.startswith("engine_"):
             assert result.method == name
         assert result.temperature == 0.0 and result.top_p == 1.0   # workload's, untouched
     # the search gives up after 20 infeasible points in a row: shipped spaces must be
@@ -120,7 +121,7 @@ def test_sha256_covers_the_file_and_its_includes_in_order():
 
 
 def test_unknown_space_name_and_missing_file(tmp_path):
-    with pytest.raises(AutotuneError, match=r"did you mean 'layer_skip'\?.*available: draft_model, joint"):
+    with pytest.raises(AutotuneError, match=r"did you mean 'layer_skip'\?.*available: draft_model, engine_hf"):
         load_space("layer_skp")
     with pytest.raises(AutotuneError, match="not found.*shipped spaces: draft_model"):
         load_space(str(tmp_path / "nope.yaml"))

@@ -41,6 +41,19 @@ from autotune.models.loading import LoadedModel, check_shared_vocabulary
 MAX_DRAFT_TOKENS = 64
 
 
+def chain_limit(policy_limit: int, budget: int, config: DecodeConfig,
+                rules: EngineRules) -> int:
+    """The most chain drafts a round with `budget` tokens left may propose: k drafts can
+    yield k + 1 tokens, so budget - 1, unless the engine drafts n-grams past the budget
+    (transformers' prompt lookup: its full K while 2+ tokens are left; the tokens past the
+    budget are dropped after verification)."""
+    if budget <= 1:
+        return 0
+    if config.method == "ngram" and rules.ngram_ignores_budget:
+        return min(policy_limit, MAX_DRAFT_TOKENS)
+    return min(policy_limit, budget - 1, MAX_DRAFT_TOKENS)
+
+
 @dataclass
 class RoundTrace:
     """One draft/verify round: what a replay or a plot needs."""
@@ -192,8 +205,7 @@ class SpeculativeDecoder:
     def _chain_round(self, run: _Run, seq: torch.Tensor, budget: int) -> RoundResult:
         """Draft a chain under the exit policy, verify it in one target pass, keep the
         accepted prefix (and its cache entries) and the target's next token."""
-        # Never draft past the budget: k drafts can yield k+1 tokens.
-        limit = min(run.policy.limit(), budget - 1, MAX_DRAFT_TOKENS)
+        limit = chain_limit(run.policy.limit(), budget, self.config, self.rules)
         draft = run.drafter.propose(seq, limit, run.policy) if limit > 0 else Draft.empty(seq)
         draft_done = run.clock()
         verified_len = run.cache.length
@@ -259,6 +271,8 @@ class SpeculativeDecoder:
         # Drafts never run past the token budget, so this many positions always suffice
         # for a chain; a tree also needs scratch room for its side branches.
         max_len = len(prompt) + max_new_tokens + config.shape.scratch_room()
+        if config.method == "ngram" and self.rules.ngram_ignores_budget:
+            max_len += min(config.k, MAX_DRAFT_TOKENS)     # drafts verified past the budget
         cache = forward.new_cache(1, max_len)
         choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
                               greedy_drafts=self.rules.greedy_model_drafts)
@@ -287,7 +301,9 @@ class SpeculativeDecoder:
             # Draft, verify, accept: at most budget tokens come back.
             result = draft_round(run, buffer[:, :length], max_new_tokens - len(generated))
             # Append, up to and including the first EOS.
-            new_tokens = _through_first(result.new_tokens, self.eos)
+            # Up to the budget (an engine may draft past it) and the first EOS.
+            new_tokens = _through_first(result.new_tokens[: max_new_tokens - len(generated)],
+                                        self.eos)
             buffer[0, length:length + len(new_tokens)] = torch.tensor(new_tokens)
             length += len(new_tokens)
             generated.extend(new_tokens)

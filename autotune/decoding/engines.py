@@ -35,6 +35,8 @@ class EngineRules:
     ngram_pool: n-grams are looked up in TensorRT-LLM's per-request pool of
         continuations (filed when first seen, oldest first), not in the sequence.
     ngram_stops_at_eos: an n-gram draft is cut before its first EOS token.
+    ngram_ignores_budget: an n-gram draft is k tokens long even when fewer are left to
+        generate (the excess is dropped after verification).
     roc_threshold: a separate draft model's confidence threshold is re-tuned after every
         round from an ROC curve of past drafts (transformers' AssistedCandidateGenerator).
     greedy_model_drafts: under sampling, a model drafter proposes its argmax (verified as
@@ -50,6 +52,7 @@ class EngineRules:
     ngram_match: str = LATEST
     ngram_pool: bool = False
     ngram_stops_at_eos: bool = False
+    ngram_ignores_budget: bool = False
     roc_threshold: bool = False
     greedy_model_drafts: bool = False
     match_verification: bool = False
@@ -79,8 +82,12 @@ AUTOTUNE = EngineRules("autotune", "autotune")
 # - utils.py _get_stopping_criteria: ConfidenceCriteria only when the threshold is > 0.
 # - utils.py _assisted_decoding: sampling with candidate logits -> _speculative_sampling
 #   (rejection sampling with the assistant's probabilities); sampled drafts.
+# - PromptLookupCandidateGenerator caps a draft by `min(end_idx, input_length,
+#   self.max_length)`, positions inside the input, so it drafts its full K whenever 2+
+#   tokens are left (`if self.max_length == input_length + 1: return input_ids, None`);
+#   utils.py crops the accepted tokens to the budget (`valid_tokens[:, :tokens_budget]`).
 HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_eos=True,
-                 roc_threshold=True)
+                 ngram_ignores_budget=True, roc_threshold=True)
 
 # vLLM 0.33.0 (PyPI wheel, built from commit 4ba787ec9; same code in vllm-project/vllm
 # vllm/v1/spec_decode/ngram_proposer.py @ adce4e9a528d7f79328075e195c855d28732ef13):
@@ -139,7 +146,7 @@ def relevant(config: "DecodeConfig", model_drafter: bool, separate_draft: bool) 
     rule for a separate draft model under a confidence-type policy."""
     out: list[str] = []
     if config.method == "ngram":
-        out += ["ngram_match", "ngram_pool", "ngram_stops_at_eos"]
+        out += ["ngram_match", "ngram_pool", "ngram_stops_at_eos", "ngram_ignores_budget"]
     if model_drafter and not config.greedy:
         out += ["greedy_model_drafts", "match_verification"]
     if separate_draft and config.exit_policy in ("confidence", "adaptive"):
@@ -151,6 +158,8 @@ RULE_TEXT: dict[str, tuple[str, str]] = {
     # field: (text when True / the value, text when False)
     "ngram_pool": ("looks n-grams up in a per-request pool of continuations filed when "
                    "first seen", "looks n-grams up in the sequence itself"),
+    "ngram_ignores_budget": ("drafts all k n-gram tokens even when fewer are left to generate",
+                             "drafts no more n-gram tokens than are left to generate"),
     "ngram_stops_at_eos": ("cuts an n-gram draft before its first EOS token",
                            "keeps EOS tokens in an n-gram draft"),
     "roc_threshold": ("re-tunes the draft model's confidence threshold every round "

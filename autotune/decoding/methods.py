@@ -41,6 +41,11 @@ class Preset:
     # Queue position among all methods' presets (lower first): a short budget tries the
     # most-used server defaults first, whatever order the methods were registered in.
     rank: int = 100
+    # The engine whose documented default this is (`search --target` queues only its
+    # own engine's); None for a paper's or a repository's default. `targeted`: queued
+    # only by a search with `--target <engine>`, not by the autotune target.
+    engine: str | None = None
+    targeted: bool = False
 
 
 @dataclass(frozen=True)
@@ -226,13 +231,15 @@ def _draft_model_presets(n_layers: int) -> list[Preset]:
     return [
         Preset("hf_assisted", "transformers assisted generation defaults: "
                "num_assistant_tokens=20, schedule constant, assistant_confidence_threshold=0.4",
-               {"method": "draft_model", "k": 20, "exit_policy": "confidence", "gamma": 0.4}, rank=1),
+               {"method": "draft_model", "k": 20, "exit_policy": "confidence", "gamma": 0.4},
+               rank=1, engine="hf"),
         Preset("sglang_chain", "SGLang chain drafting: speculative_num_steps=3, eagle_topk=1",
-               {"method": "draft_model", "k": 3, "exit_policy": "fixed"}, rank=4),
+               {"method": "draft_model", "k": 3, "exit_policy": "fixed"}, rank=4,
+               engine="sglang"),
         Preset("sglang_tree", "SGLang STANDALONE tree example: speculative_num_steps=4, "
                "eagle_topk=2, num_draft_tokens=7 (the root included)",
                {"method": "draft_model", "exit_policy": "fixed", "tree_width": 2,
-                "tree_depth": 4, "tree_tokens": 6}, rank=5),
+                "tree_depth": 4, "tree_tokens": 6}, rank=5, engine="sglang"),
     ]
 
 
@@ -240,20 +247,20 @@ def _ngram_presets(n_layers: int) -> list[Preset]:
     return [Preset("vllm_ngram", "vLLM ngram: num_speculative_tokens=5, prompt_lookup_min=5, "
                    "prompt_lookup_max=5",
                    {"method": "ngram", "k": 5, "ngram_min": 5, "ngram_max": 5,
-                    "exit_policy": "fixed"}, rank=2),
+                    "exit_policy": "fixed"}, rank=2, engine="vllm"),
             # transformers 5.23.0 generation/utils.py: `max_matching_ngram_size or 2`;
             # 10 tokens is its prompt-lookup documentation's example.
             Preset("hf_prompt_lookup", "transformers prompt lookup: prompt_lookup_num_tokens=10, "
                    "max_matching_ngram_size=2 (its default)",
                    {"method": "ngram", "k": 10, "ngram_min": 1, "ngram_max": 2,
-                    "exit_policy": "fixed"}, rank=7),
+                    "exit_policy": "fixed"}, rank=7, engine="hf", targeted=True),
             # SGLang (sgl-project/sglang arg_groups speculative_hook.py @ 004c82e0, fields
             # spec.py @ 015c8726): NGRAM's num_draft_tokens defaults to 12 (11 drafts after
             # the root) and max_trie_depth to 18, which our export maps as ngram_max + k.
             Preset("sglang_ngram", "SGLang NGRAM defaults: speculative_num_draft_tokens=12, "
                    "speculative_ngram_max_trie_depth=18",
                    {"method": "ngram", "k": 11, "ngram_min": 1, "ngram_max": 7,
-                    "exit_policy": "fixed"}, rank=8)]
+                    "exit_policy": "fixed"}, rank=8, engine="sglang", targeted=True)]
 
 
 def _layer_skip_presets(n_layers: int) -> list[Preset]:

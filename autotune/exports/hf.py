@@ -11,10 +11,17 @@ Read in transformers 5.23.0 (the installed wheel, src/transformers/generation/):
   `max_matching_ngram_size`), `assistant_early_exit` and the sampling fields (`do_sample`,
   `temperature`, `top_p`, `top_k`) are read from the target's generation config
   (utils.py `_get_candidate_generator`). For early exit the assistant IS the target
-  (`EarlyExitCandidateGenerator(assistant_model=self, ...)`), so every field goes in the
-  target's file, loaded as the target's `model.generation_config`.
-  Files: `hf/generation_config.json` (the target's; always written) and, for a separate
-  draft model only, `hf/assistant_generation_config.json` (the assistant's).
+  (`EarlyExitCandidateGenerator(assistant_model=self, ...)`), so the draft-length fields
+  go in the target's file, loaded as the target's `model.generation_config`. But not
+  `assistant_early_exit` itself: the generator drafts with an inner `generate()` on a
+  copy of the call's config whose assistant_early_exit it sets to None, and an unset
+  field is filled from `model.generation_config`; left there, the draft's own generate
+  drafts with early exit again, nested (observed with 5.23.0: its rounds then differ
+  from a fixed K; tests/test_hf_client.py). So it is a `generate()` argument, kept in
+  `hf/generate_kwargs.json`.
+  Files: `hf/generation_config.json` (the target's; always written); for a separate
+  draft model `hf/assistant_generation_config.json` (the assistant's); for early exit
+  `hf/generate_kwargs.json` (`{"assistant_early_exit": N}`, for the generate() call).
 - Unset fields take `GenerationConfig._get_default_generation_params()`
   (configuration_utils.py): `num_assistant_tokens` 20, `assistant_confidence_threshold`
   0.4, `top_k` 50. A threshold of 0.4 would stop drafts (utils.py
@@ -69,8 +76,10 @@ RULES = "hf"
 FOLDER = "hf"
 TARGET_FILE = "generation_config.json"
 ASSISTANT_FILE = "assistant_generation_config.json"
+KWARGS_FILE = "generate_kwargs.json"
 FILE = f"{FOLDER}/{TARGET_FILE}"
 ASSISTANT = f"{FOLDER}/{ASSISTANT_FILE}"
+KWARGS = f"{FOLDER}/{KWARGS_FILE}"
 # transformers' candidate generators autotune measures: an assistant model, the target's
 # own first layers (assistant_early_exit), prompt lookup.
 METHODS = engine_methods("draft_model", "sorted_exit", "ngram")
@@ -151,7 +160,8 @@ def _assistant_fields(src: Source) -> dict[str, Any]:
 
 def generation_configs(src: Source) -> dict[str, dict[str, Any]]:
     """File name -> generation-config mapping (plain JSON values), after the lossy
-    fallbacks: the target's always, the assistant's for a separate draft model."""
+    fallbacks: the target's always, the assistant's for a separate draft model, the
+    generate() arguments for early exit."""
     cfg = src.cfg
     target = _sampling(src)
     if cfg.method == "ngram":
@@ -159,10 +169,10 @@ def generation_configs(src: Source) -> dict[str, dict[str, Any]]:
         target["max_matching_ngram_size"] = cfg.ngram_max
         return {FILE: target}
     if cfg.method == "sorted_exit":
-        # The assistant is the target itself: everything in the target's file.
-        target["assistant_early_exit"] = cfg.exits[-1]
+        # The assistant is the target itself: its draft-length fields in the target's
+        # file; the exit layer is an argument of generate() (see the module docstring).
         target.update(_assistant_fields(src))
-        return {FILE: target}
+        return {FILE: target, KWARGS: {"assistant_early_exit": cfg.exits[-1]}}
     return {FILE: target, ASSISTANT: _assistant_fields(src)}
 
 
@@ -173,6 +183,7 @@ def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
 def snippet(src: Source, files: dict[str, str]) -> str:
     """Python that loads each generation config onto the model that reads it."""
     lines = [
+        *(["import json", ""] if KWARGS in files else []),
         "from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig",
         "",
         "def tuned(name):",
@@ -193,6 +204,14 @@ def snippet(src: Source, files: dict[str, str]) -> str:
             f"assistant_model.generation_config.update(**tuned({ASSISTANT_FILE!r}))",
         ]
         call = "model.generate(**inputs, assistant_model=assistant_model, max_new_tokens=128)"
+    if KWARGS in files:
+        lines += [
+            "# The exit layer is an argument of generate(): on model.generation_config the",
+            "# draft's own inner generate() would inherit it and draft with early exit too.",
+            f"with open({KWARGS!r}) as f:",
+            "    early_exit = json.load(f)",
+        ]
+        call = "model.generate(**inputs, **early_exit, max_new_tokens=128)"
     lines += [
         'inputs = tokenizer("Hello", return_tensors="pt")',
         f"output = {call}",

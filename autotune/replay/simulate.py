@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Collection, Protocol
 
 from autotune.decoding.config import DecodeConfig
-from autotune.decoding.decoder import MAX_DRAFT_TOKENS
+from autotune.decoding.decoder import MAX_DRAFT_TOKENS, chain_limit
+from autotune.decoding.engines import engine_rules
 from autotune.decoding.drafters.ngram import NgramProposer
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.shape import DYNAMIC, STATIC
@@ -202,6 +203,7 @@ def simulate(track: Track, config: DecodeConfig, ref: Reference, max_new_tokens:
              ) -> list[ReplayRound]:
     """The rounds the decoder would run for `config` on `ref` (greedy)."""
     policy = make_policy(config)
+    rules = engine_rules(config.engine)
     shape = config.shape
     n = len(ref.tokens)
     g = 1
@@ -224,7 +226,7 @@ def simulate(track: Track, config: DecodeConfig, ref: Reference, max_new_tokens:
                                       catch_up=own_cache.tree(g, depth > 0)))
             g += emitted
             continue
-        limit = min(policy.limit(), budget - 1, MAX_DRAFT_TOKENS)
+        limit = chain_limit(policy.limit(), budget, config, rules)
         draft = track.chain(g, limit, policy) if limit > 0 else ChainDraft(0, 0, [], [])
         accepted = draft.accepted
         emitted = min(draft.accepted + 1, n - g)
