@@ -102,6 +102,19 @@ def test_greedy_drafts_propose_the_argmax_as_a_one_hot_q() -> None:
     assert {int(sampled(logits)[0]) for _ in range(200)} >= {1, 2}
 
 
+def test_hf_confidence_is_the_drafted_tokens_probability() -> None:
+    logits = torch.tensor([[0.1, 2.0, 1.9, -1.0]])
+    q = torch.softmax(logits, -1)[0]
+    chooser = TokenChooser(1.0, 1.0, 4, torch.Generator().manual_seed(1),
+                           drafted_confidence=True)
+    seen = set()
+    for _ in range(40):
+        token, _, confidence = chooser(logits)
+        assert confidence == pytest.approx(float(q[int(token)]))
+        seen.add(int(token))
+    assert {1, 2} <= seen                 # sampled tokens other than the top-1 occurred
+
+
 def test_hf_retunes_only_a_separate_assistants_threshold() -> None:
     config = dict(k=6, exit_policy="confidence", gamma=0.4, engine="hf")
     assert type(make_policy(DecodeConfig(method="draft_model", **config))) is RocConfidencePolicy

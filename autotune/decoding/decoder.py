@@ -275,7 +275,8 @@ class SpeculativeDecoder:
             max_len += min(config.k, MAX_DRAFT_TOKENS)     # drafts verified past the budget
         cache = forward.new_cache(1, max_len)
         choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
-                              greedy_drafts=self.rules.greedy_model_drafts)
+                              greedy_drafts=self.rules.greedy_model_drafts,
+                              drafted_confidence=self.rules.drafted_token_confidence)
         drafter = self._drafter(cache, max_len, choose)
         tree_drafter = self._tree_drafter(drafter, device)
         run = _Run(cache, drafter, tree_drafter, make_policy(config), generator, clock)

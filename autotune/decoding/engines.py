@@ -41,6 +41,8 @@ class EngineRules:
         round from an ROC curve of past drafts (transformers' AssistedCandidateGenerator).
     greedy_model_drafts: under sampling, a model drafter proposes its argmax (verified as
         a one-hot draft distribution) instead of a sample.
+    drafted_token_confidence: under sampling, a draft token's confidence (what a threshold
+        compares) is its own probability, not the top-1 probability.
     match_verification: under sampling, drafts are accepted while they equal the target's
         own sampled token (no rejection sampling with the draft's probabilities).
     approximate: method -> what of the engine's behaviour our decoder does not reproduce.
@@ -55,6 +57,7 @@ class EngineRules:
     ngram_ignores_budget: bool = False
     roc_threshold: bool = False
     greedy_model_drafts: bool = False
+    drafted_token_confidence: bool = False
     match_verification: bool = False
     approximate: tuple[tuple[str, str], ...] = ()
     approximate_sampling: str = ""
@@ -79,7 +82,9 @@ AUTOTUNE = EngineRules("autotune", "autotune")
 #   assistant_confidence_threshold is truthy and `type(self) is AssistedCandidateGenerator`
 #   (not early exit), `roc_curve(self.matches, self.probs)`, cost fpr + 3*fnr, threshold
 #   replaced by the argmin.
-# - utils.py _get_stopping_criteria: ConfidenceCriteria only when the threshold is > 0.
+# - utils.py _get_stopping_criteria: ConfidenceCriteria only when the threshold is > 0;
+#   stopping_criteria.py ConfidenceCriteria compares `probs[0, input_ids[0, -1]]`, the
+#   probability of the token just drafted (the ROC's `probs` likewise).
 # - utils.py _assisted_decoding: sampling with candidate logits -> _speculative_sampling
 #   (rejection sampling with the assistant's probabilities); sampled drafts.
 # - PromptLookupCandidateGenerator caps a draft by `min(end_idx, input_length,
@@ -87,7 +92,8 @@ AUTOTUNE = EngineRules("autotune", "autotune")
 #   tokens are left (`if self.max_length == input_length + 1: return input_ids, None`);
 #   utils.py crops the accepted tokens to the budget (`valid_tokens[:, :tokens_budget]`).
 HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_eos=True,
-                 ngram_ignores_budget=True, roc_threshold=True)
+                 ngram_ignores_budget=True, roc_threshold=True,
+                 drafted_token_confidence=True)
 
 # vLLM 0.33.0 (PyPI wheel, built from commit 4ba787ec9; same code in vllm-project/vllm
 # vllm/v1/spec_decode/ngram_proposer.py @ adce4e9a528d7f79328075e195c855d28732ef13):
@@ -151,6 +157,8 @@ def relevant(config: "DecodeConfig", model_drafter: bool, separate_draft: bool) 
         out += ["greedy_model_drafts", "match_verification"]
     if separate_draft and config.exit_policy in ("confidence", "adaptive"):
         out.append("roc_threshold")
+    if model_drafter and not config.greedy and config.exit_policy in ("confidence", "adaptive"):
+        out.append("drafted_token_confidence")
     return out
 
 
@@ -166,6 +174,8 @@ RULE_TEXT: dict[str, tuple[str, str]] = {
                       "(ROC curve)", "keeps the confidence threshold fixed"),
     "greedy_model_drafts": ("drafts the draft model's argmax when sampling",
                             "samples the draft model's tokens when sampling"),
+    "drafted_token_confidence": ("stops a sampled draft on the drafted token's probability",
+                                 "stops a sampled draft on the top-1 probability"),
     "match_verification": ("accepts sampled drafts only where they equal the target's "
                            "sample", "verifies sampled drafts by rejection sampling"),
 }

@@ -62,14 +62,18 @@ class TokenChooser:
     """Turns a draft distribution's logits [B, V] into a token, its probabilities, and
     its top-1 confidence, greedily or by sampling (same temperature/top-p as the target).
     With `greedy_drafts` a sampled run still drafts the most probable token, verified as
-    a one-hot q (vLLM's greedy drafting): lossless, but it accepts less than sampling."""
+    a one-hot q (vLLM's greedy drafting): lossless, but it accepts less than sampling.
+    With `drafted_confidence` a sampled token's confidence is its own probability, not
+    the top-1's (transformers' ConfidenceCriteria); under greedy the two are one."""
 
     def __init__(self, temperature: float, top_p: float, vocab_size: int,
-                 generator: torch.Generator | None, greedy_drafts: bool = False) -> None:
+                 generator: torch.Generator | None, greedy_drafts: bool = False,
+                 drafted_confidence: bool = False) -> None:
         self.temperature, self.top_p = temperature, top_p
         self.vocab_size = vocab_size           # the shared vocabulary of draft and target
         self.generator = generator
         self.greedy_drafts = greedy_drafts
+        self.drafted_confidence = drafted_confidence
 
     def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, float]:
         logits = logits[..., : self.vocab_size]
@@ -82,6 +86,8 @@ class TokenChooser:
             one_hot = torch.nn.functional.one_hot(token, q.shape[-1]).to(q.dtype)
             return token[:, None], one_hot, float(confidence[0])
         token = torch.multinomial(q, 1, generator=self.generator)
+        if self.drafted_confidence:
+            return token, q, float(q[0, int(token[0, 0])])
         return token, q, float(q.max(dim=-1).values[0])
 
 
