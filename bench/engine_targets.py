@@ -46,16 +46,23 @@ def summarise(engine: str, run: Path) -> dict[str, str]:
     finalists = validation.get("finalists") or []
     default = next((f for f in finalists if f.get("preset")), None)
     winner = next((f for f in finalists if f.get("trial") == validation.get("winner")), None)
+    # "Do not speculate": the best searched finalist still says what was on offer.
+    searched = [f for f in finalists if not f.get("preset")
+                and isinstance(f.get("speedup"), (int, float))]
+    best_searched = max(searched, key=lambda f: f["speedup"], default=None)
     exported = (run / "exports" / FORMAT[engine]).exists()
     readme = (run / "exports" / "README.txt").read_text().splitlines()
     line = next((x for x in readme if x.startswith(f"{engine}:")), "")
     return {
         "engine": engine,
         "decision": str(validation.get("decision")),
-        "winner": str(best.get("label") or best["params"].get("method")),
-        "validated": _figure(winner) if winner else _figure(validation),
+        "winner": (str(best.get("label") or best["params"].get("method")) if winner else
+                   f"none (best searched: {best_searched['label']})" if best_searched
+                   else "none"),
+        "validated": _figure(winner) if winner else _figure(best_searched),
         "default": (f"{default['preset']} {_figure(default)}" if default else "none in space"),
-        "export": ("exact" if exported and "--lossy" not in line else line or "not written"),
+        "export": ("exact" if exported and "--lossy" not in line
+                   else "nothing to export" if not winner else line or "not written"),
     }
 
 
