@@ -35,7 +35,9 @@ KWARGS_FILE = "generate_kwargs.json"         # arguments of the generate() call 
 @dataclass
 class AssistedRun:
     """tokens: what generate() appended after its input; drafted / accepted: per
-    assisted round, the candidate tokens proposed and those the target accepted."""
+    assisted round, the candidate tokens proposed and transformers' num_matches (the
+    round's emitted tokens - 1: in a round cut by the budget or an EOS every emitted
+    token may be a draft, and it still counts one less)."""
 
     tokens: list[int]
     drafted: list[int]

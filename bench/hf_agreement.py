@@ -4,7 +4,8 @@ For each config (measured under transformers' rules, `engine: hf`) the HF export
 written, loaded from its files into transformers' `generate()` on the default model (with
 a separate assistant: the default model's first 10 layers), and run on Spec-Bench prompts
 next to our decoder with the same config. Printed per config: τ (tokens per round) ours
-and transformers', the prompts whose rounds agree one by one (drafted and accepted), and whether both outputs
+and transformers' (emitted tokens per round), the prompts whose rounds agree one by one
+(drafted, emitted), and whether both outputs
 equal greedy decoding. How rounds are counted: autotune/hf_assisted.py.
 
     python bench/hf_agreement.py [--prompts 12] [--max-new-tokens 32]
@@ -89,9 +90,10 @@ def main() -> int:
                 theirs = run_assisted(target.hf_model, Path(tmp) / "hf", x, want[0],
                                       args.max_new_tokens,
                                       draft.hf_model if uses_draft else None)
-                ours_acc += [r.accepted for r in ours.rounds]
+                # transformers' num_matches is a round's emitted tokens - 1.
+                ours_acc += [r.emitted - 1 for r in ours.rounds]
                 theirs_acc += theirs.accepted
-                same += ([(r.drafted, r.accepted) for r in ours.rounds]
+                same += ([(r.drafted, r.emitted - 1) for r in ours.rounds]
                          == list(zip(theirs.drafted, theirs.accepted)))
                 greedy_ok += ours.tokens == want and theirs.tokens == want[1:]
         tau = lambda acc: sum(acc) / len(acc) + 1 if acc else 0.0  # noqa: E731

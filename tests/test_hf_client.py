@@ -3,13 +3,14 @@ from their files onto the target and the assistant, `generate()` runs assisted d
 on the default model, and
 
 - its output equals greedy decoding (transformers' own, and ours), and
-- the draft tokens it proposes and accepts per round equal our decoder's for the same
-  config on the same prompts, round by round.
+- the draft tokens it proposes and the tokens it emits per round equal our decoder's
+  for the same config on the same prompts, round by round.
 
 How rounds are counted (autotune/hf_assisted.py): transformers calls
 `update_candidate_strategy(..., scores, num_matches)` once per assisted round with the
-target's logits over the candidates (their count) and the candidate tokens the target
-accepted; ours are `RoundTrace.drafted` and `.accepted` per round. τ is mean(accepted)
+target's logits over the candidates (their count) and num_matches, which is the round's
+emitted tokens − 1 (after its budget / EOS crop: in a round cut there, every emitted
+token may be a draft); ours are `RoundTrace.drafted` and `.emitted` − 1. τ is mean(accepted)
 + 1 on both sides. transformers' first round drafts right after the prompt (its verify
 pass is the prefill), ours after the prefill's token: transformers is given the prompt
 plus that token, so both first rounds start at the same place. This is the check that
@@ -104,7 +105,7 @@ def test_transformers_runs_the_hf_export_as_we_measured_it(
         generation = ours.generate(ids, MAX_NEW, time.perf_counter)
         assert generation.tokens == expected, "our output is not greedy"
         hf_rounds.append(list(zip(theirs.drafted, theirs.accepted)))
-        our_rounds.append([(r.drafted, r.accepted) for r in generation.rounds])
+        our_rounds.append([(r.drafted, r.emitted - 1) for r in generation.rounds])
     assert hf_rounds == our_rounds, (name, hf_rounds, our_rounds)
     # The config drafted and accepted something somewhere (the comparison is not vacuous).
     assert sum(a for rounds in our_rounds for _, a in rounds) > 0, name
