@@ -8,7 +8,7 @@ and transformers' (emitted tokens per round), the prompts whose rounds agree one
 (drafted, emitted), and whether both outputs
 equal greedy decoding. How rounds are counted: autotune/hf_assisted.py.
 
-    python bench/hf_agreement.py [--prompts 12] [--max-new-tokens 32]
+    python bench/hf_agreement.py [--prompts 12] [--max-new-tokens 32] [--only TEXT]
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=12)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--workload", default="../shared/workloads/spec_bench_question.jsonl")
+    parser.add_argument("--only", default="", help="run the configs whose name contains this")
     args = parser.parse_args()
     target = load_model("default", device="cpu", dtype="float32")
     draft = _truncated(target, 10)
@@ -71,6 +72,8 @@ def main() -> int:
     print("| config | τ ours | τ transformers | prompts with equal rounds | both greedy |")
     print("|---|---|---|---|---|")
     for name, knobs in CONFIGS.items():
+        if args.only not in name:
+            continue
         config = DecodeConfig(**knobs, engine="hf")
         uses_draft = config.method == "draft_model"
         doc = {"schema": SCHEMA, "params": config.to_dict(),
