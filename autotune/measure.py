@@ -25,8 +25,8 @@ import torch
 
 from autotune import paired
 from autotune.decoding.config import DecodeConfig
-from autotune.decoding.decoder import Generation, SpeculativeDecoder
-from autotune.decoding.methods import get_method
+from autotune.backends.base import Backend
+from autotune.decoding.decoder import Generation
 from autotune.models.loading import LoadedModel
 from autotune.workloads import Prompt, encode_prompt
 
@@ -56,15 +56,14 @@ class PromptRun:
 
     @staticmethod
     def per_token(gen: Generation) -> float | None:
-        decoded = len(gen.tokens) - 1
-        return gen.decode_s / decoded if decoded > 0 else None
+        return gen.decode_s / gen.decoded if gen.decoded > 0 else None
 
     def pair(self) -> paired.PromptPair:
         """The figures the paired statistic reads (decode time and decoded tokens)."""
         return paired.PromptPair(
             self.prompt_id, self.category, self.baseline.decode_s,
-            len(self.baseline.tokens) - 1, self.candidate.decode_s,
-            len(self.candidate.tokens) - 1, rounds=len(self.candidate.rounds),
+            self.baseline.decoded, self.candidate.decode_s,
+            self.candidate.decoded, rounds=len(self.candidate.rounds),
             emitted=sum(t.emitted for t in self.candidate.rounds))
 
 
@@ -79,9 +78,11 @@ class Measurement:
     dtype: str
     max_new_tokens: int
     runs: list[PromptRun]
-    weights_bytes: int
-    peak_memory_bytes: int
+    weights_bytes: int | None
+    peak_memory_bytes: int | None    # None: the engine's memory is not measured
     memory_kind: str                 # how peak memory was taken (see `measure`)
+    measured_by: str = "autotune"    # the backend (engine) that ran both arms
+    measured_by_label: str = "autotune's decoder"
 
     def summary(self) -> dict[str, Any]:
         cand = [r.candidate for r in self.runs]
@@ -89,6 +90,8 @@ class Measurement:
         rounds = [t for g in cand for t in g.rounds]
         drafted = sum(t.drafted for t in rounds)
         accepted = sum(t.accepted for t in rounds)
+        # An engine's rounds carry no draft / verify times: those figures are None.
+        timed_parts = all(g.timed_parts for g in cand)
         draft_s = sum(t.draft_s for t in rounds)
         verify_s = sum(t.verify_s for t in rounds)
         # Leviathan's α: of the draft tokens the verifier reached (all up to and
@@ -104,6 +107,8 @@ class Measurement:
             "config": self.config.to_dict(),
             "model": self.model,
             "draft": self.draft,
+            "measured_by": self.measured_by,
+            "measured_by_label": self.measured_by_label,
             "device": self.device,
             "dtype": self.dtype,
             "prompts": len({r.prompt_id for r in self.runs}),
@@ -126,14 +131,17 @@ class Measurement:
             # (a chain: drafted + 1; a tree: its nodes + the root).
             "mean_verified_tokens": (statistics.fmean(t.verified for t in rounds)
                                      if rounds else None),
-            "draft_time_share": draft_s / (draft_s + verify_s) if rounds else None,
+            "draft_time_share": (draft_s / (draft_s + verify_s)
+                                 if rounds and timed_parts else None),
             "acceptance_alpha": accepted / reached if reached else None,
             "mean_drafted_tokens": drafted / len(rounds) if rounds else None,
             # Leviathan's c: one drafted token's cost in units of one AR target step.
-            "cost_ratio": (1000 * draft_s / drafted / base_ms) if drafted and base_ms else None,
+            "cost_ratio": ((1000 * draft_s / drafted / base_ms)
+                           if drafted and base_ms and timed_parts else None),
             **_time_split("", cand, rounds),
             **_time_split("baseline_", base, base_rounds),
-            "peak_memory_mb": self.peak_memory_bytes / 2**20,
+            "peak_memory_mb": (self.peak_memory_bytes / 2**20
+                               if self.peak_memory_bytes is not None else None),
             "memory_kind": self.memory_kind,
             "lossless": (not mismatched) if self.config.greedy else None,
             "mismatched_prompts": mismatched if self.config.greedy else [],
@@ -151,18 +159,21 @@ class Measurement:
 
 
 def _ms_per_token(gens: list[Generation]) -> float | None:
-    decoded = sum(len(g.tokens) - 1 for g in gens)
+    decoded = sum(g.decoded for g in gens)
     return 1000 * sum(g.decode_s for g in gens) / decoded if decoded else None
 
 
 def _time_split(prefix: str, gens: list[Generation], rounds: list) -> dict[str, float | None]:
     """Decode time per generated token split into drafting, the target's verify
-    forward and the rest of the loop (`<prefix>draft_ms_per_token`, ...)."""
-    decoded = sum(len(g.tokens) - 1 for g in gens)
+    forward and the rest of the loop (`<prefix>draft_ms_per_token`, ...); None for an
+    engine, whose rounds carry no such times."""
+    decoded = sum(g.decoded for g in gens)
+    timed = all(g.timed_parts for g in gens)
     out: dict[str, float | None] = {}
     for part in ("draft", "verify", "other"):
         total = sum(getattr(t, f"{part}_s") for t in rounds)
-        out[f"{prefix}{part}_ms_per_token"] = 1000 * total / decoded if decoded else None
+        out[f"{prefix}{part}_ms_per_token"] = (1000 * total / decoded
+                                               if decoded and timed else None)
     return out
 
 
@@ -193,17 +204,19 @@ def depth_acceptance(rounds: list) -> list[float]:
 
 def measure(target: LoadedModel, config: DecodeConfig, prompts: list[Prompt],
             max_new_tokens: int, seed: int = 0, draft: LoadedModel | None = None,
-            on_prompt: Callable[[int, PromptRun, "Measurement"], None] | None = None
-            ) -> Measurement:
+            on_prompt: Callable[[int, PromptRun, "Measurement"], None] | None = None,
+            backend: Backend | None = None) -> Measurement:
     """Time `config` against the AR baseline on `prompts`, interleaved.
 
     `on_prompt(index, run, so_far)` is called after each prompt with the Measurement of
     the prompts done so far, so a pruner sees a metric computed as the final one is.
+    `backend` runs both arms (default: our decoder on `target` / `draft`).
 
     Peak memory: on CUDA, the allocator's peak over the candidate's runs; on CPU, where
     no allocator keeps such a count, the bytes of the weights the candidate reads (the
     draft's only when its method runs over the draft) plus the largest KV caches a
-    candidate run allocated (both exact; the caches are preallocated).
+    candidate run allocated (both exact; the caches are preallocated). An engine
+    backend's memory is not measured (None).
     """
     def each(index: int, repeat: int, runs: dict[str, PromptRun],
              so_far: dict[str, Measurement]) -> None:
@@ -211,15 +224,15 @@ def measure(target: LoadedModel, config: DecodeConfig, prompts: list[Prompt],
             on_prompt(index, runs["candidate"], so_far["candidate"])
 
     return measure_arms(target, {"candidate": config}, prompts, max_new_tokens, seed=seed,
-                        draft=draft, on_prompt=each)["candidate"]
+                        draft=draft, on_prompt=each, backend=backend)["candidate"]
 
 
 def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
                  prompts: list[Prompt], max_new_tokens: int, repeats: int = 1, seed: int = 0,
                  draft: LoadedModel | None = None,
                  on_prompt: Callable[[int, int, dict[str, PromptRun],
-                                      dict[str, Measurement]], None] | None = None
-                 ) -> dict[str, Measurement]:
+                                      dict[str, Measurement]], None] | None = None,
+                 backend: Backend | None = None) -> dict[str, Measurement]:
     """Time every config of `configs` (by arm name) against one AR baseline on `prompts`.
 
     All arms run on a prompt before the next prompt starts, the baseline among them, in an
@@ -229,6 +242,10 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     pools the repeats of a prompt (sums their times and tokens), so a lucky repeat is
     never picked over an unlucky one. Every config must share one temperature and top-p
     (the baseline's). `on_prompt(index, repeat, runs, so_far)` follows each prompt.
+
+    `backend` runs every arm, the baseline included (the engine's own decoding without
+    speculation): default our decoder (`EmbeddedBackend(target, draft)`). `target`
+    gives the tokenizer that encodes the prompts, the same token ids for every engine.
     """
     if not configs:
         raise ValueError("measure_arms needs at least one config")
@@ -236,43 +253,42 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     if len(sampling) != 1:
         raise ValueError(f"arms sample differently ({sorted(sampling)}); one baseline "
                          "cannot pair them")
+    if backend is None:
+        from autotune.backends.embedded import EmbeddedBackend
+        backend = EmbeddedBackend(target, draft)
     temperature, top_p = sampling.pop()
-    decoders = {"baseline": SpeculativeDecoder(
-        target, DecodeConfig(temperature=temperature, top_p=top_p), draft)}
-    decoders.update({name: SpeculativeDecoder(target, config, draft)
-                     for name, config in configs.items()})
-    clock = Clock(target.device)
-    cuda = target.device.type == "cuda"
+    runners = {"baseline": backend.runner(DecodeConfig(temperature=temperature, top_p=top_p))}
+    runners.update({name: backend.runner(config) for name, config in configs.items()})
+    device = torch.device(backend.device)
+    clock = Clock(device)
+    cuda = device.type == "cuda"
     encoded = [encode_prompt(target.tokenizer, p) for p in prompts]
 
     def generator(index: int, repeat: int) -> torch.Generator:
         # Repeat 0 seeds prompt i with seed + i, as a single measurement always has.
-        return torch.Generator(device=target.device).manual_seed(
+        return torch.Generator(device=device).manual_seed(
             seed + index + repeat * len(prompts))
 
     # Warm-up: first calls pay for allocator growth, kernel selection and lazy imports.
-    for decoder in decoders.values():
-        decoder.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock,
-                         generator(0, 0))
+    for runner in runners.values():
+        runner.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock,
+                        generator(0, 0))
 
-    def weights_of(config: DecodeConfig) -> int:
-        # A method that never touches the draft is not charged for its weights.
-        reads_draft = draft is not None and get_method(config.method).uses_draft
-        return target.forward.nbytes() + (draft.forward.nbytes() if reads_draft else 0)
-
-    weights = {name: weights_of(config) for name, config in configs.items()}
-    peaks = dict.fromkeys(configs, 0)
+    weights = {name: backend.weights_bytes(config) for name, config in configs.items()}
+    peaks: dict[str, int | None] = {name: (0 if weights[name] is not None else None)
+                                    for name in configs}
     runs: dict[str, list[PromptRun]] = {name: [] for name in configs}
 
     def result(name: str) -> Measurement:
         return Measurement(
             config=configs[name], model=target.name,
-            draft=draft.name if draft is not None else None, device=str(target.device),
+            draft=draft.name if draft is not None else None, device=backend.device,
             dtype=str(target.dtype).removeprefix("torch."), max_new_tokens=max_new_tokens,
             runs=list(runs[name]), weights_bytes=weights[name], peak_memory_bytes=peaks[name],
-            memory_kind="cuda_max_allocated" if cuda else "weights_plus_kv_cache")
+            memory_kind=backend.memory_kind, measured_by=backend.name,
+            measured_by_label=backend.label)
 
-    arms = list(decoders)
+    arms = list(runners)
     step = 0
     for repeat in range(repeats):
         for index, ids in enumerate(encoded):
@@ -281,13 +297,14 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
             results: dict[str, Generation] = {}
             for name in arms[shift:] + arms[:shift]:
                 if cuda and name != "baseline":
-                    torch.cuda.reset_peak_memory_stats(target.device)
-                results[name] = decoders[name].generate(ids, max_new_tokens, clock,
-                                                        generator(index, repeat))
-                if name != "baseline":
-                    peaks[name] = max(peaks[name],
-                                      torch.cuda.max_memory_allocated(target.device) if cuda
-                                      else weights[name] + results[name].cache_bytes)
+                    torch.cuda.reset_peak_memory_stats(device)
+                results[name] = runners[name].generate(ids, max_new_tokens, clock,
+                                                       generator(index, repeat))
+                weight = weights.get(name)
+                if name != "baseline" and weight is not None:
+                    peaks[name] = max(peaks[name] or 0,
+                                      torch.cuda.max_memory_allocated(device) if cuda
+                                      else weight + results[name].cache_bytes)
             prompt = prompts[index]
             this = {name: PromptRun(prompt.prompt_id, prompt.category, results["baseline"],
                                     results[name]) for name in configs}

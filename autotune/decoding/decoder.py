@@ -80,6 +80,17 @@ class Generation:
     decode_s: float
     rounds: list[RoundTrace]
     cache_bytes: int
+    # Tokens out when the prefill phase ended (the clock split prefill_s | decode_s
+    # there). Ours: 1, the prefill's own token. An engine whose first pass also verifies a
+    # draft (transformers) may end it with more; they are not decode tokens.
+    first_tokens: int = 1
+    # Whether rounds carry draft / verify times (an engine's rounds do not).
+    timed_parts: bool = True
+
+    @property
+    def decoded(self) -> int:
+        """Tokens produced in the decode phase (what `decode_s` paid for)."""
+        return max(len(self.tokens) - self.first_tokens, 0)
 
 
 @dataclass

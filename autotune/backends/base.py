@@ -1,0 +1,70 @@
+"""The measurement-backend interface: what `autotune.measure` times a config through.
+
+A backend runs a DecodeConfig in one engine and hands back a `Generation` per prompt;
+`measure.measure_arms` does everything else (warm-up, interleaving the engine's own
+no-speculation run per prompt, the clock, pairing, statistics), so an engine is timed
+exactly as our decoder is. One runner per config, reused across prompts (an engine
+instance is built once per config, never per prompt).
+
+Torch-free: `--help`, the search's argument checks and the report import it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from autotune.errors import AutotuneError
+
+if TYPE_CHECKING:
+    from autotune.decoding.config import DecodeConfig
+    from autotune.decoding.decoder import Generation
+
+Clock = Callable[[], float]
+
+
+class BackendUnavailable(AutotuneError):
+    """The engine cannot run on this machine (not installed, no GPU, wrong model file):
+    the message says what is missing, in one line."""
+
+
+class Runner(Protocol):
+    """One config, ready to generate in its engine."""
+
+    def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,
+                 generator: Any = None) -> "Generation":
+        """Generate up to `max_new_tokens` after the token ids `prompt` (stopping after an
+        EOS), reading `clock()` where the prefill phase ends and where decoding ends.
+        `generator` is a seeded torch.Generator for sampling (engines that seed
+        differently derive their seed from it)."""
+        ...
+
+
+class Backend(Protocol):
+    """A measurement backend.
+
+    name: the engine (`autotune`, `hf`, `llama_cpp`, `vllm`, `sglang`), as in --target.
+    label: who measured, for the report and best.json ("llama.cpp (llama-cpp-python
+        0.3.36, SmolLM2-135M-Instruct.Q4_1.gguf)").
+    device: the torch device string whose queue the clock synchronises ("cpu" for
+        engines that synchronise themselves).
+    memory_kind: how `weights_bytes` + a generation's cache_bytes measure peak memory,
+        or a sentence saying memory is not measured.
+    """
+
+    name: str
+    label: str
+    device: str
+    memory_kind: str
+
+    def runner(self, config: "DecodeConfig") -> Runner:
+        """A runner for `config` (method `none`: the engine without speculation). Raises
+        AutotuneError, one line, for a config this engine cannot run."""
+        ...
+
+    def weights_bytes(self, config: "DecodeConfig") -> int | None:
+        """Bytes of the weights `config` reads, or None where not measured."""
+        ...
+
+    def close(self) -> None:
+        """Free what the backend holds (engine instances, temporary files)."""
+        ...
