@@ -20,7 +20,7 @@ EXIT_INTERRUPTED = 130
 # samplers.SAMPLERS, restated so that `--help` stays fast (that module loads optuna);
 # tests/test_cli.py fails when the two differ.
 # The engines `search --target` tunes for (autotune/decoding/engines.py, torch-free).
-_TARGETS = ("autotune", "vllm", "sglang", "trtllm", "hf")
+_TARGETS = ("autotune", "vllm", "sglang", "trtllm", "hf", "llama_cpp")
 _SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
 
 
@@ -109,11 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--trials", type=int, default=None,
                    help="trials to finish in the study (finished ones count on resume); "
                         "default 30 measured (--fidelity measure), 8 measured after the "
-                        "screen (multi), 500 replayed (replay)")
-    s.add_argument("--fidelity", default="multi", choices=("multi", "measure", "replay"),
+                        "screen (multi), 500 replayed (replay), 16 in the engine (engine)")
+    s.add_argument("--fidelity", default="multi",
+                   choices=("multi", "measure", "replay", "engine"),
                    help="multi: replay screens --screen configs, the best --trials are "
                         "measured; measure: every trial decodes; replay: every trial is "
-                        "predicted (greedy only); finalists are always measured")
+                        "predicted (greedy only); engine: every trial runs in the --target "
+                        "engine itself (hf, llama_cpp). Finalists are always measured, in "
+                        "the --target engine itself where it runs here")
     s.add_argument("--screen", type=int, default=400, metavar="N",
                    help="configs the replay tier screens before measuring (multi)")
     s.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -147,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write a frozen config in a server's format")
     e.add_argument("config", help="frozen config (best.json)")
-    e.add_argument("--format", required=True, help="vllm | sglang | hf | trtllm | dv")
+    e.add_argument("--format", required=True, help="vllm | sglang | hf | trtllm | dv | llama_cpp")
     e.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
     e.add_argument("--lossy", action="store_true",
                    help="drop knobs the format cannot express (each is listed) "

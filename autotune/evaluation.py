@@ -62,7 +62,8 @@ def _timed(objective: Objective, ctx: EvalContext, config: DecodeConfig,
 
     measured = measure_arms(ctx.target, {"candidate": config}, ctx.prompts,
                             ctx.max_new_tokens, repeats=objective.repeats, seed=ctx.seed,
-                            draft=ctx.draft, on_prompt=on_prompt)["candidate"]
+                            draft=ctx.draft, on_prompt=on_prompt,
+                            backend=ctx.backend)["candidate"]
     out = measured.summary()
     out["repeats"] = objective.repeats
     return out

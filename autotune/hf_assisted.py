@@ -50,7 +50,7 @@ class AssistedRun:
 
 
 @contextlib.contextmanager
-def _recording() -> Iterator[list[tuple[int, int]]]:
+def recording() -> Iterator[list[tuple[int, int]]]:
     """Record (candidates, num_matches) of every update_candidate_strategy call while
     inside."""
     seen: list[tuple[int, int]] = []
@@ -85,19 +85,15 @@ def load_configs(folder: Path) -> tuple[GenerationConfig, GenerationConfig | Non
     return target, assistant
 
 
-@torch.no_grad()
-def run_assisted(target_model: Any, folder: Path, prompt: list[int], first_token: int,
-                 max_new_tokens: int, assistant_model: Any | None = None) -> AssistedRun:
-    """transformers' assisted generate() with the HF export in `folder` (an exports/hf
-    directory), from `prompt` + `first_token` for `max_new_tokens - 1` more tokens.
-
-    The configs are applied as the export's launch.md says: each file's values onto the
-    generation config of the model that reads it (for early exit transformers reads the
-    draft length and threshold from the target model's own `generation_config`, not from
-    a config passed to generate()), put back afterwards; generate_kwargs.json's entries
-    are arguments of the call."""
+@contextlib.contextmanager
+def applied(folder: Path, target_model: Any,
+            assistant_model: Any | None = None) -> Iterator[dict[str, Any]]:
+    """The export in `folder` applied as its launch.md says, while inside: each file's
+    values onto the generation config of the model that reads it (for early exit
+    transformers reads the draft length and threshold from the target model's own
+    `generation_config`, not from a config passed to generate()), put back afterwards.
+    Yields generate_kwargs.json's entries: arguments of the generate() call."""
     target_config, assistant_config = load_configs(folder)
-    start = prompt + [first_token]
     models = [(target_model, target_config)]
     if assistant_model is not None and assistant_config is not None:
         models.append((assistant_model, assistant_config))
@@ -105,15 +101,25 @@ def run_assisted(target_model: Any, folder: Path, prompt: list[int], first_token
     try:
         for model, config in models:
             model.generation_config.update(**config.to_diff_dict())
-        kwargs = (json.loads((folder / KWARGS_FILE).read_text())
-                  if (folder / KWARGS_FILE).exists() else {})
-        with _recording() as rounds:
+        yield (json.loads((folder / KWARGS_FILE).read_text())
+               if (folder / KWARGS_FILE).exists() else {})
+    finally:
+        for model, config in saved:
+            model.generation_config = config
+
+
+@torch.no_grad()
+def run_assisted(target_model: Any, folder: Path, prompt: list[int], first_token: int,
+                 max_new_tokens: int, assistant_model: Any | None = None) -> AssistedRun:
+    """transformers' assisted generate() with the HF export in `folder` (an exports/hf
+    directory, applied as `applied` says), from `prompt` + `first_token` for
+    `max_new_tokens - 1` more tokens."""
+    start = prompt + [first_token]
+    with applied(folder, target_model, assistant_model) as kwargs:
+        with recording() as rounds:
             seq = target_model.generate(
                 torch.tensor([start]), max_new_tokens=max_new_tokens - 1,
                 assistant_model=assistant_model,
                 attention_mask=torch.ones(1, len(start), dtype=torch.long), **kwargs)
-    finally:
-        for model, config in saved:
-            model.generation_config = config
     return AssistedRun(tokens=seq[0, len(start):].tolist(),
                        drafted=[d for d, _ in rounds], accepted=[a for _, a in rounds])

@@ -312,4 +312,9 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
                 runs[name].append(run)
             if on_prompt is not None:
                 on_prompt(index, repeat, this, {name: result(name) for name in configs})
+    for runner in runners.values():
+        # An engine instance holds its own context and buffers: freed per measurement.
+        close = getattr(runner, "close", None)
+        if close is not None:
+            close()
     return {name: result(name) for name in configs}

@@ -168,6 +168,10 @@ class EvalContext:
     # (autotune.replay), whose cost parts live at `replay_parts`.
     fidelity: str = "measure"
     replay_parts: Any = None
+    # Measurement backends (autotune.backends): `backend` times the trials, `final_backend`
+    # the finalists on the held-out prompts; None is our own decoder.
+    backend: Any = None
+    final_backend: Any = None
 
 
 Report = Callable[[int, float], None]

@@ -121,7 +121,7 @@ def load_enqueue(path: str) -> list[dict[str, Any]]:
     return out
 
 
-DEFAULT_TRIALS = {"measure": 30, "multi": 8, "replay": 500}
+DEFAULT_TRIALS = {"measure": 30, "multi": 8, "replay": 500, "engine": 16}
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -274,6 +274,7 @@ def run_search_command(args: argparse.Namespace) -> int:
 
     prompts, held_out, held_source = split_prompts(args, categories, prompts_n)
     fidelity = _fidelity(args, objective)          # refuses before any model loads
+    in_engine = _engine_measures(args, target_engine, fidelity)   # likewise
 
     # Looked up when called: tests put a spy on autotune.models.loading.load_model.
     from autotune.models.loading import load_model
@@ -284,6 +285,9 @@ def run_search_command(args: argparse.Namespace) -> int:
              if args.draft else None)
     bound = space.bind(target.n_layers, draft.n_layers if draft is not None else None)
     bound = bound.for_engine(target_engine, refusal(target_engine, draft is not None))
+    engine_backend = (_open_engine_backend(args, target_engine, target, draft,
+                                           [*prompts, *held_out], max_new)
+                      if in_engine else None)
 
     # Our progress lines say what Optuna's log would (a failed trial's one-line reason
     # rather than its traceback); its sampler fallbacks on conditional knobs (CMA-ES,
@@ -299,11 +303,13 @@ def run_search_command(args: argparse.Namespace) -> int:
         seed=args.seed, timeout_s=args.timeout, trial_timeout_s=args.trial_timeout,
         prune=args.prune, enqueue=enqueue,
         study_attrs={**identity.to_json(),
-                     "fidelity": "replay" if fidelity == "replay" else "measure"})
+                     "fidelity": fidelity if fidelity in ("replay", "engine") else "measure"})
     eval_context = EvalContext(target=target, draft=draft, prompts=prompts,
                                max_new_tokens=max_new, seed=args.seed, memo={},
                                fidelity="replay" if fidelity == "replay" else "measure",
-                               replay_parts=run_dir / PARTS_FILE)
+                               replay_parts=run_dir / PARTS_FILE,
+                               backend=engine_backend if fidelity == "engine" else None,
+                               final_backend=engine_backend)
     # Once per run folder (reused on resume): where verifying more tokens stops being
     # nearly free on this hardware, for the report. A failure is a warning only. It is
     # measured before the study is opened (the worker that creates a shared study queues
@@ -360,9 +366,48 @@ def run_search_command(args: argparse.Namespace) -> int:
                       HeldOut(held_out, held_source))
 
 
+def _engine_measures(args: argparse.Namespace, target: str, fidelity: str) -> bool:
+    """Whether the --target engine measures here (every trial with --fidelity engine,
+    else the finalists): refused in one line before any model loads when --fidelity
+    engine asks for an engine that cannot; otherwise a note says where figures come from."""
+    from autotune.backends import ENGINE_BACKENDS, unavailable
+    if target not in ENGINE_BACKENDS:
+        if fidelity == "engine":
+            raise AutotuneError(f"--fidelity engine measures in the --target engine; "
+                                f"{target!r} has no backend that runs here (engines: "
+                                f"{', '.join(ENGINE_BACKENDS)})")
+        return False
+    why = unavailable(target, args.model, args.draft)
+    if why is not None:
+        if fidelity == "engine":
+            raise AutotuneError(f"--fidelity engine: {target} cannot measure here: {why}")
+        print(f"autotune: {target} cannot measure here ({why}); its finalists are measured "
+              f"in autotune's decoder under {target}'s drafting rules",
+              file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+def _open_engine_backend(args: argparse.Namespace, engine: str, target: Any, draft: Any,
+                         prompts: list[Any], max_new: int) -> Any:
+    from autotune.backends import open_backend
+    from autotune.workloads import encode_prompt
+    backend = open_backend(engine, target, draft, args.model)
+    fit = getattr(backend, "fit_context", None)
+    if fit is not None:
+        longest = max((len(encode_prompt(target.tokenizer, p)) for p in prompts), default=1)
+        fit(longest, max_new, k=32)
+    print(f"autotune: {'every trial' if args.fidelity == 'engine' else 'the finalists'} "
+          f"measured in {backend.label}", file=sys.stderr, flush=True)
+    return backend
+
+
 def _fidelity(args: argparse.Namespace, objective: Objective) -> str:
     """The fidelity this search runs at: replay predicts greedy decoding only."""
     greedy = objective.workload.temperature == 0.0
+    if args.fidelity == "engine" and not objective.needs_timing:
+        raise AutotuneError(f"--fidelity engine times trials in the engine; objective "
+                            f"{objective.name!r} times nothing: use --fidelity measure")
     if args.fidelity == "replay" and not greedy:
         raise AutotuneError(f"--fidelity replay predicts greedy decoding only; objective "
                             f"{objective.name!r} samples (temperature "

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DO_NOT_SPECULATE", "SPECULATE", "VALIDATION_ATTR", "Answer", "Finalist",
            "answer", "current_record", "finalist_view", "measure_finalists",
-           "pick_finalists", "shown_faster"]
+           "measured_in", "pick_finalists", "shown_faster"]
 
 VALIDATION_ATTR = "validation"
 SPECULATE = "speculate"
@@ -139,7 +139,8 @@ def judge(finalists: list[dict[str, Any]]) -> tuple[str, int | None, str]:
     best = max(measured, key=lambda f: f["speedup"])
     reason = f"no finalist's 90% interval lies above 1.0 (best {figure(best)})"
     if lossy:
-        reason += f"; not lossless: trial {', '.join(str(f['trial']) for f in lossy)}"
+        reason += (f"; not lossless (the speculative output differed from the same engine's "
+                   f"greedy output): trial {', '.join(str(f['trial']) for f in lossy)}")
     return DO_NOT_SPECULATE, None, reason
 
 
@@ -176,11 +177,13 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
 
         measured = measure_arms(ctx.target, configs, prompts, ctx.max_new_tokens,
                                 repeats=repeats, seed=ctx.seed, draft=ctx.draft,
-                                on_prompt=each)
+                                on_prompt=each, backend=ctx.final_backend)
         baseline_ms = None
         for f in finalists:
             summary = measured[f.arm].summary()
             baseline_ms = summary.get("baseline_latency_ms_per_token")
+            record["measured_by"] = summary.get("measured_by")
+            record["measured_by_label"] = summary.get("measured_by_label")
             figures = {k: summary.get(k) for k in _KEPT}
             figures["ci90"] = summary.get("speedup_ci90")
             record["finalists"].append({**asdict(f), **figures})
@@ -188,6 +191,28 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
     decision, winner, reason = judge(record["finalists"])
     record.update(decision=decision, winner=winner, reason=reason)
     return record
+
+
+def measured_in(record: dict[str, Any]) -> dict[str, str]:
+    """Display facts of where a record's figures were measured: `measured in` (the
+    backend's label, "the engine itself" for an engine backend) and, per finalist whose
+    speculative output differed from the same engine's greedy output on some prompts,
+    which prompts (`not lossless`). Empty for a record without them."""
+    facts: dict[str, str] = {}
+    label, who = record.get("measured_by_label"), record.get("measured_by")
+    if label:
+        facts["measured in"] = (f"{label}: the engine itself, its own decoding without "
+                                "speculation as the baseline" if who not in (None, "autotune")
+                                else str(label))
+    lossy = [f for f in record.get("finalists") or []
+             if isinstance(f, dict) and f.get("lossless") is False]
+    if lossy:
+        facts["not lossless"] = "; ".join(
+            f"trial {f.get('trial')}: output differed from greedy on "
+            f"{len(f.get('mismatched_prompts') or [])} of {record.get('prompts')} prompts "
+            f"({', '.join(map(str, (f.get('mismatched_prompts') or [])[:6]))}"
+            f"{', ...' if len(f.get('mismatched_prompts') or []) > 6 else ''})" for f in lossy)
+    return facts
 
 
 def _counts(values: Any) -> dict[str, int]:
@@ -215,7 +240,7 @@ def finalist_view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
     shared = {k: record.get(k) for k in ("statistic", "level", "source", "prompts",
                                          "prompt_ids", "categories", "workload_sha256",
                                          "repeats", "max_new_tokens", "decision", "reason",
-                                         "winner")}
+                                         "winner", "measured_by", "measured_by_label")}
     own = next((f for f in record.get("finalists", []) if f["trial"] == trial), None)
     figures: dict[str, Any]
     if own is not None:

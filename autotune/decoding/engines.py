@@ -132,8 +132,21 @@ TRTLLM = EngineRules(
     "trtllm", "TensorRT-LLM", ngram_match=EARLIEST, ngram_pool=True,
     greedy_model_drafts=True, match_verification=True)
 
+# llama.cpp through llama-cpp-python 0.3.36 (the sdist; abetlen/llama-cpp-python tag
+# v0.3.36 @ 1652066e0af45f2313b339670ef9555e8a54e545; notes/engines/llama_cpp.md):
+# - llama_speculative.py LlamaPromptLookupDecoding.find_candidate_pred_tokens: n-gram
+#   sizes from max_ngram_size down to 1, `np.nonzero(matches)[0]` scanned in order, the
+#   first match with a continuation (earliest), num_pred_tokens cut at the input's end;
+#   no EOS cut.
+# - llama.py Llama.generate: the drafter is called after every sampled token and knows no
+#   budget (the caller stops the generator), so a draft is K long while 2+ tokens are
+#   left; a draft token is kept while it equals the token sampled at its position.
+LLAMA_CPP = EngineRules("llama_cpp", "llama.cpp", ngram_match=EARLIEST,
+                        ngram_ignores_budget=True, match_verification=True)
+
 ENGINES: dict[str, EngineRules] = {rules.name: rules
-                                   for rules in (AUTOTUNE, VLLM, SGLANG, TRTLLM, HF)}
+                                   for rules in (AUTOTUNE, VLLM, SGLANG, TRTLLM, HF,
+                                                 LLAMA_CPP)}
 
 
 def engine_rules(name: str) -> EngineRules:

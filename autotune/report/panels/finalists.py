@@ -22,7 +22,7 @@ from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, note, num, parity_line, section
 from autotune.report.trials import finite
 from autotune.report.verdict import plural, stale_reason
-from autotune.validation import current_record
+from autotune.validation import current_record, measured_in
 
 ALL = "all"
 # One colour per finalist, in the record's order (Okabe-Ito, colour-blind safe): two
@@ -143,6 +143,7 @@ def facts_of(record: dict[str, Any]) -> dict[str, str]:
     baseline_ms = finite((record.get("baseline") or {}).get("latency_ms_per_token"))
     if baseline_ms is not None:
         facts["AR baseline"] = f"{baseline_ms:.2f} ms/token"
+    facts.update(measured_in(record))
     return {k: v for k, v in facts.items() if v}
 
 

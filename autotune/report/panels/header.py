@@ -24,6 +24,7 @@ from autotune.report.trials import (DEFAULT_METHOD, complete_trials, config_of, 
 from autotune.report.verdict import DO_NOT_SPECULATE, Verdict, verdict
 from autotune.run_folder import describe
 from autotune.samplers import BASELINE
+from autotune.validation import measured_in
 
 # The keys a tree's shape is given by, in the header's order (replacing k and the policy).
 _DYNAMIC_KEYS = ("tree_width", "tree_depth", "tree_tokens")
@@ -189,7 +190,8 @@ def validation_facts(said: Verdict) -> dict[str, str]:
              "source": str(record.get("source") or ""),
              "finalists": str(len(record.get("finalists") or [])),
              "statistic": str(record.get("statistic") or ""),
-             "created": str(record.get("created") or "")}
+             "created": str(record.get("created") or ""),
+             **measured_in(record)}
     return {k: v for k, v in facts.items() if v and v != "None"}
 
 

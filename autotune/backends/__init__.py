@@ -1,0 +1,71 @@
+"""Measurement backends: where a candidate config is timed.
+
+- `autotune`: our own decoder (every knob, every engine's drafting rules);
+- `hf`: HF transformers' own generate() with the config's HF export;
+- `llama_cpp`: llama.cpp through llama-cpp-python (an optional extra: `pip install
+  'autotune[llama_cpp]'`), on the GGUF file itself;
+- `vllm`, `sglang`: the same interface, refused on a machine without them.
+
+`autotune.measure.measure_arms(..., backend=...)` times any of them the same way. The
+engine of a `--target` search measures its finalists where its backend runs here
+(`engine_backend`), and every trial with `--fidelity engine`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autotune.backends.base import Backend, BackendUnavailable, Runner
+
+if TYPE_CHECKING:
+    from autotune.models.loading import LoadedModel
+
+__all__ = ["Backend", "BackendUnavailable", "ENGINE_BACKENDS", "Runner", "open_backend",
+           "unavailable"]
+
+# Engines with a backend that measures in the engine itself (the others' --target
+# searches measure in our decoder under their rules).
+ENGINE_BACKENDS = ("hf", "llama_cpp", "vllm", "sglang")
+
+
+def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None" = None,
+                 model_spec: str = "default") -> Backend:
+    """The backend that measures in `engine` (`autotune`: our decoder). `model_spec` is
+    what the user named (a GGUF file for llama.cpp). Raises BackendUnavailable (one line)
+    where the engine cannot run here."""
+    if engine == "autotune":
+        from autotune.backends.embedded import EmbeddedBackend
+        return EmbeddedBackend(target, draft)
+    if engine == "hf":
+        from autotune.backends.hf import HFBackend
+        return HFBackend(target, draft)
+    if engine == "llama_cpp":
+        from autotune.backends.llama_cpp import LlamaCppBackend
+        return LlamaCppBackend.for_model(model_spec, target, draft)
+    if engine in ("vllm", "sglang"):
+        from autotune.backends.gpu_engines import open_gpu_backend
+        return open_gpu_backend(engine, target, draft)
+    raise BackendUnavailable(f"no measurement backend runs in {engine}; engines with one: "
+                             f"{', '.join(('autotune',) + ENGINE_BACKENDS)}")
+
+
+def unavailable(engine: str, model_spec: str, draft_spec: str | None) -> str | None:
+    """Why `engine` cannot measure here (one line), or None; checked before any model
+    loads (for hf: nothing to check, transformers is a dependency)."""
+    if engine == "llama_cpp":
+        from autotune.backends import llama_cpp
+        if not llama_cpp.installed():
+            return f"llama-cpp-python is not installed ({llama_cpp.INSTALL})"
+        if draft_spec:
+            return ("llama-cpp-python offers prompt lookup only (no draft-model drafter): "
+                    "drop --draft for --target llama_cpp")
+        try:
+            gguf = llama_cpp.gguf_for(model_spec)
+        except BackendUnavailable as exc:
+            return str(exc)
+        return None if gguf.is_file() else f"GGUF file not found: {gguf}"
+    if engine in ("vllm", "sglang"):
+        from autotune.backends.gpu_engines import missing
+        lacks = missing(engine)
+        return f"it needs {' and '.join(lacks)}" if lacks else "its backend is not built yet"
+    return None
