@@ -137,7 +137,9 @@ def judge(finalists: list[dict[str, Any]]) -> tuple[str, int | None, str]:
     if not measured:
         return DO_NOT_SPECULATE, None, "no finalist decoded a token on the validation prompts"
     best = max(measured, key=lambda f: f["speedup"])
-    reason = f"no finalist's 90% interval lies above 1.0 (best {figure(best)})"
+    # A lossy finalist may well be faster: it is refused for its output, not its speed.
+    which = "lossless finalist's" if lossy else "finalist's"
+    reason = f"no {which} 90% interval lies above 1.0 (best {figure(best)})"
     if lossy:
         reason += (f"; not lossless (the speculative output differed from the same engine's "
                    f"greedy output): trial {', '.join(str(f['trial']) for f in lossy)}")

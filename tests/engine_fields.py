@@ -148,3 +148,69 @@ DV_FUNCTIONS = {"essg": DV_ESSG, "exact_self_speculative_generate": DV_ESSG,
 # skip_layers.json @ f69f2a75 ({model: {"attention": [...], "mlp": [...]}}), plus the two
 # keys autotune adds beside them (the repo's loader reads only the first two).
 DV_ENTRY = ("attention", "mlp", "generate_fn", "generate_kwargs")
+
+# ---------------------------------------------------------------- llama.cpp (llama-cpp-python)
+# llama-cpp-python 0.3.36, the sdist (abetlen/llama-cpp-python tag v0.3.36 @
+# 1652066e0af45f2313b339670ef9555e8a54e545; notes/engines/llama_cpp.md).
+# llama_cpp/llama.py L60-121: Llama.__init__'s parameters in declaration order. It also
+# takes **kwargs and ignores them silently: a misspelt key would be lost without a word.
+LLAMA_CPP_LLAMA = (
+    "model_path", "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "vocab_only",
+    "use_mmap", "use_mlock", "kv_overrides", "seed", "n_ctx", "n_batch", "n_ubatch",
+    "n_threads", "n_threads_batch", "rope_scaling_type", "pooling_type", "attention_type",
+    "rope_freq_base", "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor",
+    "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "logits_all", "embedding",
+    "offload_kqv", "flash_attn", "op_offload", "swa_full", "no_perf", "last_n_tokens_size",
+    "lora_base", "lora_scale", "lora_path", "numa", "chat_format", "chat_handler",
+    "draft_model", "tokenizer", "type_k", "type_v", "spm_infill", "verbose",
+)
+# llama_cpp/llama_speculative.py L20: LlamaPromptLookupDecoding.__init__(max_ngram_size=2,
+# num_pred_tokens=10), the one LlamaDraftModel subclass.
+LLAMA_CPP_DRAFT_CLASSES = ("LlamaPromptLookupDecoding",)
+LLAMA_CPP_PROMPT_LOOKUP = ("max_ngram_size", "num_pred_tokens")
+# llama_cpp/llama.py L1815-1842: Llama.create_completion's parameters after `prompt`.
+LLAMA_CPP_COMPLETION = (
+    "suffix", "max_tokens", "temperature", "top_p", "min_p", "typical_p", "logprobs", "echo",
+    "stop", "frequency_penalty", "presence_penalty", "repeat_penalty", "top_k", "stream",
+    "seed", "tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta", "model",
+    "stopping_criteria", "logits_processor", "grammar", "logit_bias",
+)
+# llama_cpp/server/types.py: the request bodies of /v1/completions (CreateCompletionRequest,
+# L109) and /v1/chat/completions (CreateChatCompletionRequest, L192).
+LLAMA_CPP_COMPLETION_REQUEST = (
+    "model", "prompt", "suffix", "max_tokens", "min_tokens", "temperature", "top_p", "min_p",
+    "echo", "stop", "stream", "logprobs", "presence_penalty", "frequency_penalty",
+    "logit_bias", "seed", "n", "best_of", "user", "top_k", "repeat_penalty",
+    "logit_bias_type", "mirostat_mode", "mirostat_tau", "mirostat_eta", "grammar",
+)
+LLAMA_CPP_CHAT_REQUEST = (
+    "model", "messages", "functions", "function_call", "tools", "tool_choice", "max_tokens",
+    "min_tokens", "logprobs", "top_logprobs", "temperature", "top_p", "min_p", "stop",
+    "stream", "presence_penalty", "frequency_penalty", "logit_bias", "seed",
+    "response_format", "n", "user", "top_k", "repeat_penalty", "logit_bias_type",
+    "mirostat_mode", "mirostat_tau", "mirostat_eta", "grammar",
+)
+# llama_cpp/server/settings.py: ModelSettings' 48 fields (class at L17) and ServerSettings'
+# 8 (L206), pydantic-settings BaseSettings (extra keys forbidden); ConfigFileSettings
+# (L241) is ServerSettings plus `models: List[ModelSettings]`: the --config_file JSON.
+LLAMA_CPP_MODEL_SETTINGS = (
+    "model", "model_alias", "n_gpu_layers", "split_mode", "main_gpu", "tensor_split",
+    "vocab_only", "use_mmap", "use_mlock", "kv_overrides", "rpc_servers", "seed", "n_ctx",
+    "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "rope_scaling_type",
+    "rope_freq_base", "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor",
+    "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "mul_mat_q", "logits_all",
+    "embedding", "offload_kqv", "flash_attn", "last_n_tokens_size", "lora_base", "lora_path",
+    "numa", "chat_format", "chat_template_kwargs", "clip_model_path", "cache", "cache_type",
+    "cache_size", "hf_tokenizer_config_path", "hf_pretrained_model_name_or_path",
+    "hf_model_repo_id", "draft_model", "draft_model_num_pred_tokens", "type_k", "type_v",
+    "verbose",
+)
+LLAMA_CPP_SERVER_SETTINGS = ("host", "port", "ssl_keyfile", "ssl_certfile", "api_key",
+                             "interrupt_requests", "disable_ping_events", "root_path")
+LLAMA_CPP_CONFIG_FILE = LLAMA_CPP_SERVER_SETTINGS + ("models",)
+# ModelSettings.draft_model's description: "One of (prompt-lookup-decoding)" (model.py
+# L228-232 takes any non-null string as prompt lookup).
+LLAMA_CPP_SERVER_DRAFT_MODELS = ("prompt-lookup-decoding",)
+# examples/server/server.py's setting (a separate example, not in the wheel): the
+# installed server rejects it.
+LLAMA_CPP_GONE = ("draft_model_max_ngram_size",)

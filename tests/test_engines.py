@@ -173,7 +173,9 @@ def test_a_targets_space_yields_only_configs_its_engine_runs_exactly(target: str
         methods.add(config.method)
         assert config.engine == target
         assert engine_losses(config, target, True) == []
-    assert made > 40 and "ngram" in methods and "draft_model" in methods
+    # llama-cpp-python drafts by prompt lookup only (engine_llama_cpp.yaml).
+    expected = {"ngram"} if target == "llama_cpp" else {"ngram", "draft_model"}
+    assert made > 40 and expected <= methods
 
 
 def test_a_target_refuses_what_its_engine_cannot_run() -> None:

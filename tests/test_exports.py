@@ -1,4 +1,5 @@
-"""Exports: frozen config -> vLLM / SGLang / transformers / TensorRT-LLM / Draft & Verify.
+"""Exports: frozen config -> vLLM / SGLang / transformers / TensorRT-LLM / Draft & Verify /
+llama.cpp (llama-cpp-python; its own tests are in tests/test_export_llama_cpp.py).
 
 No model is loaded (except the tiny ones that run the launch snippet of transformers):
 frozen documents are built by hand. Every valid output is checked against the format's
@@ -762,7 +763,7 @@ def test_unknown_format_and_options() -> None:
     doc = frozen(method="ngram")
     assert error_of("vlm", doc) == (
         "unknown export format 'vlm' (did you mean 'vllm'?); formats: vllm, sglang, hf, "
-        "trtllm, dv")
+        "trtllm, dv, llama_cpp")
     assert error_of("vllm", doc, options={"draft_tp": 2}).startswith(
         "unknown export option 'draft_tp'")
     assert error_of("vllm", doc, options={"draft_tensor_parallel_size": 0}) == (
@@ -799,9 +800,10 @@ SAMPLES = {
     "hf": frozen(DRAFT, method="draft_model"),
     "trtllm": frozen(DRAFT, method="draft_model"),
     "dv": frozen(method="layer_skip", attn_skip=[2]),
+    "llama_cpp": frozen(method="ngram", engine="llama_cpp"),
 }
 REQUIRED = {"vllm": "num_speculative_tokens", "sglang": "speculative-algorithm",
-            "hf": "do_sample", "trtllm": "max_draft_len"}
+            "hf": "do_sample", "trtllm": "max_draft_len", "llama_cpp": "draft_model"}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -83,7 +83,8 @@ def test_judge_needs_the_whole_interval_above_one_and_lossless():
     decision, winner, reason = judge([_finalist(2, 1.3, [1.1, 1.6], lossless=False),
                                       _finalist(4, 1.05, [0.9, 1.2])])
     assert (decision, winner) == (DO_NOT_SPECULATE, None)
-    assert "no finalist's 90% interval lies above 1.0" in reason and "not lossless: trial 2" in reason
+    assert "no lossless finalist's 90% interval lies above 1.0" in reason
+    assert "not lossless" in reason and reason.endswith("output): trial 2")
     assert judge([_finalist(2, 1.5, None)])[0] == DO_NOT_SPECULATE        # one prompt: no interval
     assert judge([])[0] == DO_NOT_SPECULATE
 

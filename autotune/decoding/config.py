@@ -81,7 +81,7 @@ class DecodeConfig:
         "float", WORKLOAD, "nucleus mass kept when sampling (0 excluded)", low=0.0, high=1.0))
     engine: str = field(default="autotune", metadata=knob(
         "str", WORKLOAD, "whose drafting and verification rules the decoder follows "
-        "(`search --target`): `autotune`, `vllm`, `sglang`, `trtllm`, `hf`",
+        "(`search --target`): `autotune`, `vllm`, `sglang`, `trtllm`, `hf`, `llama_cpp`",
         choices=tuple(ENGINES)))
     # Draft trees (EAGLE-2's dynamic tree, or a static one). tree_width 0 and no
     # tree_choices = a chain of up to k tokens under the exit policy.

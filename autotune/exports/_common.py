@@ -18,8 +18,8 @@ with `lossy` it degrades to a chain as long as the tree is deep (its best path),
 Engine rules (`rules_loss`): every config records the engine whose drafting and
 verification rules it was measured under (DecodeConfig's `engine`, set by `search
 --target`; autotune/decoding/engines.py). Each format runs its engine's rules (vllm,
-sglang, trtllm, hf; Draft & Verify's repository drafts as autotune does). Where the
-measured rules differ from the format's in a rule that matters to the config
+sglang, trtllm, hf, llama_cpp; Draft & Verify's repository drafts as autotune does).
+Where the measured rules differ from the format's in a rule that matters to the config
 (`engines.relevant`), the figures were measured on a decoder the engine is not, and the
 export is a (non-fatal) loss labelled `engine=<measured>`.
 
@@ -75,6 +75,9 @@ class Source:
     target: str              # how an engine should name the target model
     draft: str | None        # same for the draft model; None when there is none
     model_id: str            # the target's short id (a key in Draft & Verify's file)
+    # The target as the user named it (`default`, a .gguf file, a folder, a hub id):
+    # llama.cpp loads the GGUF itself, not the folder `target` names. None: unknown.
+    target_spec: str | None = None
 
     @property
     def spec(self) -> MethodSpec:
@@ -140,6 +143,7 @@ def read_frozen(frozen: Any) -> Source:
         target=model_ref(model, "target"),
         draft=model_ref(draft, "draft") if draft is not None else None,
         model_id=str(model.get("id") or model_ref(model, "target")),
+        target_spec=model.get("spec") if isinstance(model.get("spec"), str) else None,
     )
 
 
