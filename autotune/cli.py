@@ -21,6 +21,8 @@ EXIT_INTERRUPTED = 130
 # tests/test_cli.py fails when the two differ.
 # The engines `search --target` tunes for (autotune/decoding/engines.py, torch-free).
 _TARGETS = ("autotune", "vllm", "sglang", "trtllm", "hf", "llama_cpp")
+# autotune/backends ENGINE_BACKENDS, with our decoder first (tests/test_cli.py checks).
+_BACKENDS = ("autotune", "hf", "llama_cpp", "vllm", "sglang")
 _SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
 
 
@@ -80,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "marked fidelity replay")
     m.add_argument("--trace", default=None, metavar="FILE",
                    help="write the per-round traces of every prompt as JSON")
+    m.add_argument("--in", dest="measure_in", default="autotune", choices=_BACKENDS,
+                   help="where to decode both arms: autotune's decoder (default), or the "
+                        "engine itself (hf: transformers' generate() with the config's HF "
+                        "export; llama_cpp: llama-cpp-python on the GGUF --model)")
     m.set_defaults(run="autotune.measure_cli:run_measure_command")
 
     s = sub.add_parser("search", help="search the joint space for the fastest config")

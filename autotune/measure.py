@@ -83,6 +83,7 @@ class Measurement:
     memory_kind: str                 # how peak memory was taken (see `measure`)
     measured_by: str = "autotune"    # the backend (engine) that ran both arms
     measured_by_label: str = "autotune's decoder"
+    token_exact: bool = True         # the backend's (`Backend.token_exact`)
 
     def summary(self) -> dict[str, Any]:
         cand = [r.candidate for r in self.runs]
@@ -144,6 +145,9 @@ class Measurement:
                                if self.peak_memory_bytes is not None else None),
             "memory_kind": self.memory_kind,
             "lossless": (not mismatched) if self.config.greedy else None,
+            # Whether `lossless` judges the config (see Backend.token_exact); False: the
+            # engine's own numerics may differ, reported but not held against it.
+            "lossless_binding": self.token_exact,
             "mismatched_prompts": mismatched if self.config.greedy else [],
             "by_category": paired.by_category(pairs),
         }
@@ -286,7 +290,7 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
             dtype=str(target.dtype).removeprefix("torch."), max_new_tokens=max_new_tokens,
             runs=list(runs[name]), weights_bytes=weights[name], peak_memory_bytes=peaks[name],
             memory_kind=backend.memory_kind, measured_by=backend.name,
-            measured_by_label=backend.label)
+            measured_by_label=backend.label, token_exact=backend.token_exact)
 
     arms = list(runners)
     step = 0

@@ -63,6 +63,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     90% interval over prompts), then the speedup, τ and prompts per category."""
     config = ", ".join(f"{k}={_fmt(v)}" for k, v in summary["config"].items())
     rows = [("config", config)]
+    if summary.get("measured_by_label"):
+        rows.append(("measured in", str(summary["measured_by_label"])))
     for key in ("model", "draft", "device", "dtype", "prompts", "tokens_generated",
                 "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup",
                 "prefill_ms", "mean_accepted_tokens", "acceptance_rate", "pos_acc",
@@ -75,6 +77,9 @@ def format_summary(summary: dict[str, Any]) -> str:
             rows.append((key, _fmt(summary.get(key))))
     if summary.get("mismatched_prompts"):
         rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
+        if summary.get("lossless_binding") is False:
+            rows.append(("", "(the engine's multi-token passes round near-ties unlike its "
+                             "one-token passes: reported, not held against the config)"))
     if summary.get("fidelity") == "replay":
         rows.insert(1, ("fidelity", "replay (predicted, nothing decoded; τ "
                         + ("exact" if summary.get("replay_exact") else "approximate") + ")"))
@@ -195,6 +200,15 @@ def run_measure_command(args: argparse.Namespace) -> int:
     if held_out and objective is not None:
         objective = dataclasses.replace(objective, repeats=int(doc["validation"].get("repeats") or 1))
 
+    measure_in = getattr(args, "measure_in", "autotune")
+    if measure_in != "autotune":
+        if args.replay or args.trace:
+            raise AutotuneError(f"--in {measure_in} decodes in the engine: --replay and "
+                                "--trace read autotune's decoder only")
+        from autotune.backends import unavailable
+        why = unavailable(measure_in, args.model, args.draft)
+        if why is not None:
+            raise AutotuneError(f"--in {measure_in}: it cannot measure here: {why}")
     # torch and transformers load here, once every input above has been checked.
     if args.replay:
         from autotune.replay import replay_refusal
@@ -207,8 +221,19 @@ def run_measure_command(args: argparse.Namespace) -> int:
              if args.draft else None)
     if args.replay:
         return _replay(args, config, target, draft, prompts)
+    backend = None
+    if measure_in != "autotune":
+        from autotune.backends import open_backend
+        from autotune.workloads import encode_prompt
+        backend = open_backend(measure_in, target, draft, args.model)
+        fit = getattr(backend, "fit_context", None)
+        if fit is not None:
+            fit(max(len(encode_prompt(target.tokenizer, p)) for p in prompts),
+                args.max_new_tokens, k=max(config.k, 1))
+        print(f"autotune: measuring in {backend.label}", file=sys.stderr, flush=True)
     if doc is not None:
-        return _remeasure(args, doc, config, objective, target, draft, prompts, overridden)
+        return _remeasure(args, doc, config, objective, target, draft, prompts, overridden,
+                          backend)
 
     from autotune.measure import measure
 
@@ -217,7 +242,7 @@ def run_measure_command(args: argparse.Namespace) -> int:
               f"{len(run.candidate.tokens)} tokens", file=sys.stderr, flush=True)
 
     result = measure(target, config, prompts, args.max_new_tokens, args.seed, draft,
-                     on_prompt=progress)
+                     on_prompt=progress, backend=backend)
     summary = result.summary()
     if args.trace:
         write_atomically(Path(args.trace), json.dumps(result.traces()))
@@ -244,7 +269,8 @@ def _replay(args: argparse.Namespace, config: Any, target: Any, draft: Any,
 
 
 def _remeasure(args: argparse.Namespace, doc: dict[str, Any], config: Any, objective: Any,
-               target: Any, draft: Any, prompts: list[Any], overridden: list[str]) -> int:
+               target: Any, draft: Any, prompts: list[Any], overridden: list[str],
+               backend: Any = None) -> int:
     """Evaluate a frozen config with its objective (repeats and all) and compare."""
     if args.trace:
         raise AutotuneError("--trace is not available with a frozen config; "
@@ -252,7 +278,8 @@ def _remeasure(args: argparse.Namespace, doc: dict[str, Any], config: Any, objec
     print(f"autotune: re-measuring {args.config} with objective {objective.name!r} on "
           f"{len(prompts)} prompts x {args.max_new_tokens} tokens", file=sys.stderr, flush=True)
     context = EvalContext(target=target, draft=draft, prompts=prompts,
-                          max_new_tokens=args.max_new_tokens, seed=args.seed, memo={})
+                          max_new_tokens=args.max_new_tokens, seed=args.seed, memo={},
+                          backend=backend)
     now = objective.evaluate(context, config)
     recorded = dict(doc.get("metrics") or {})
     validation = doc.get("validation")

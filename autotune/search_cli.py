@@ -370,13 +370,16 @@ def _engine_measures(args: argparse.Namespace, target: str, fidelity: str) -> bo
     """Whether the --target engine measures here (every trial with --fidelity engine,
     else the finalists): refused in one line before any model loads when --fidelity
     engine asks for an engine that cannot; otherwise a note says where figures come from."""
-    from autotune.backends import ENGINE_BACKENDS, unavailable
+    from autotune.backends import ENGINE_BACKENDS, input_error, unavailable
     if target not in ENGINE_BACKENDS:
         if fidelity == "engine":
             raise AutotuneError(f"--fidelity engine measures in the --target engine; "
                                 f"{target!r} has no backend that runs here (engines: "
                                 f"{', '.join(ENGINE_BACKENDS)})")
         return False
+    wrong = input_error(target, args.model, args.draft)
+    if wrong is not None:
+        raise AutotuneError(f"--target {target}: {wrong}")
     why = unavailable(target, args.model, args.draft)
     if why is not None:
         if fidelity == "engine":

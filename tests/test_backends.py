@@ -207,3 +207,35 @@ def test_llama_cpp_refuses_what_it_cannot_run(default_model: LoadedModel,
             runner.generate(list(range(10, 400)), 16, time.perf_counter)
     finally:
         runner.close()
+
+
+@needs_llama_cpp
+def test_llama_cpp_multi_token_passes_break_near_ties_unlike_one_token_passes(
+        default_model: LoadedModel, copying_prompts: list[Prompt]) -> None:
+    """Why `LlamaCppBackend.token_exact` is False: one batched pass over llama.cpp's own
+    greedy output does not pick that output back at every position, and where it differs
+    the two best logits are nearly tied (rounding, not a drafting fault)."""
+    import numpy as np
+    from llama_cpp import Llama
+    backend = open_backend("llama_cpp", default_model, None, "default")
+    backend.fit_context(2048, 32)
+    baseline = backend.runner(DecodeConfig())
+    batched = Llama(model_path=str(backend.gguf), n_ctx=backend.n_ctx, logits_all=True,
+                    n_threads=backend.threads, verbose=False)
+    gaps = []
+    try:
+        for prompt in copying_prompts:
+            ids = encode_prompt(default_model.tokenizer, prompt)
+            tokens = baseline.generate(ids, 32, time.perf_counter).tokens
+            batched.reset()
+            batched.eval(ids + tokens)
+            scores = np.array(batched.scores[len(ids) - 1: len(ids) - 1 + len(tokens)])
+            differs = np.nonzero(scores.argmax(-1) != np.array(tokens))[0]
+            if len(differs):
+                row = np.sort(scores[differs[0]])
+                gaps.append(float(row[-1] - row[-2]))
+    finally:
+        baseline.close()
+        batched.close()
+    assert gaps, "llama.cpp's batched passes matched its one-token passes everywhere"
+    assert max(gaps) < 0.5, gaps

@@ -81,6 +81,23 @@ def test_search_help_lists_every_sampler():
     assert cli._SAMPLERS == samplers.SAMPLERS
 
 
+def test_cli_lists_the_same_targets_and_backends_as_the_registries():
+    # cli.py restates them so that `--help` loads nothing.
+    from autotune import backends, cli
+    from autotune.decoding.engines import ENGINES
+    assert cli._TARGETS == tuple(ENGINES)
+    assert cli._BACKENDS == ("autotune", *backends.ENGINE_BACKENDS)
+
+
+def test_measure_in_an_engine_that_cannot_run_here_fails_before_loading(capsys, no_loading):
+    assert main(["measure", "--in", "vllm", "--set", "method=ngram"]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("autotune: error: --in vllm: it cannot measure here")
+    assert no_loading == []
+    assert main(["measure", "--in", "llama_cpp", "--replay", "--set", "method=ngram"]) == 2
+    assert "--replay and --trace read autotune's decoder only" in _one_error_line(capsys)
+
+
 def test_no_subcommand(capsys):
     assert main([]) == 2
     assert "command" in _one_error_line(capsys)

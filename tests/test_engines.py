@@ -251,8 +251,10 @@ def test_a_target_queues_only_its_own_engines_documented_defaults() -> None:
     every = [p.name for p in presets(30)]
     assert {"vllm_ngram", "hf_assisted", "dv_default"} <= set(every)
     # Some engines' defaults are queued only when tuning for that engine.
-    assert not {"hf_prompt_lookup", "sglang_ngram"} & set(every)
+    assert not {"hf_prompt_lookup", "sglang_ngram", "llama_cpp_prompt_lookup"} & set(every)
     assert [p.name for p in presets(30, "vllm")] == ["baseline", "vllm_ngram"]
     assert [p.name for p in presets(30, "hf")] == ["baseline", "hf_assisted",
                                                     "hf_prompt_lookup"]
     assert [p.name for p in presets(30, "trtllm")] == ["baseline"]
+    assert [p.name for p in presets(30, "llama_cpp")] == ["baseline",
+                                                           "llama_cpp_prompt_lookup"]

@@ -64,6 +64,12 @@ def no_loading(monkeypatch):
     (["--objective", "latncy"], "latency"),
     (["--timeout", "-1"], "--timeout must be a positive"),
     (["--objective", "latency_memory", "--sampler", "cmaes"], "one objective"),
+    # The engine backends: refused before any model loads where they cannot run.
+    (["--fidelity", "engine"], "--fidelity engine measures in the --target engine"),
+    (["--target", "trtllm", "--fidelity", "engine"], "'trtllm' has no backend"),
+    (["--target", "vllm", "--fidelity", "engine"], "vllm cannot measure here"),
+    (["--target", "sglang", "--fidelity", "engine"], "sglang cannot measure here"),
+    (["--target", "llama_cpp", "--model", "nowhere.gguf"], "GGUF file not found"),
 ])
 def test_bad_search_inputs_are_one_line_before_loading(capsys, no_loading, tmp_path, args, message):
     assert main(["search", "--out", str(tmp_path / "r"), *args]) == 2
@@ -351,3 +357,45 @@ def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path,
     assert main([*args[:4], "4", *args[5:]]) == 0
     frame = pd.read_csv(out / "trials.csv")
     assert len(frame[frame.state.isin(["COMPLETE", "PRUNED", "FAIL"])]) == 4
+
+
+def test_hf_target_validates_its_finalists_in_transformers_generate(tmp_path, tiny_dir, capsys):
+    """`--target hf`: trials in our decoder under transformers' rules, finalists re-measured
+    in transformers' own generate(); best.json and the report say so."""
+    out = tmp_path / "run"
+    workload = tmp_path / "prompts.txt"
+    workload.write_text(WORKLOAD * 2)          # 4 prompts: 2 searched, 2 held out
+    args = ["search", "--model", str(tiny_dir / "model"), "--target", "hf",
+            "--workload", str(workload), "--validation", "0.5",
+            "--fidelity", "measure", "--trials", "3", "--max-new-tokens", "8",
+            "--out", str(out), "--no-prune"]
+    assert main(args) == 0
+    assert "the finalists measured in HF transformers" in capsys.readouterr().err
+    best = json.loads((out / "best.json").read_text())
+    validation = best["validation"]
+    assert validation["measured_by"] == "hf"
+    assert "generate()" in validation["measured_by_label"]
+    trials = pd.read_csv(out / "trials.csv")
+    assert set(trials["metrics.measured_by"].dropna()) == {"autotune"}
+    assert "HF transformers" in (out / "report.html").read_text()
+
+
+def test_llama_cpp_target_searches_in_llama_cpp(tmp_path, capsys):
+    """`--target llama_cpp --fidelity engine` on the default model: every trial and the
+    finalists decode in llama.cpp on the default model's own GGUF."""
+    from autotune.backends.llama_cpp import installed
+    if not installed() and not os.environ.get("AUTOTUNE_REQUIRE_LLAMA_CPP"):
+        pytest.skip("llama-cpp-python is not installed")
+    out = tmp_path / "run"
+    args = ["search", "--target", "llama_cpp", "--fidelity", "engine", "--trials", "3",
+            "--prompts", "2", "--validation-prompts", "2", "--validation-repeats", "1",
+            "--max-new-tokens", "8", "--out", str(out), "--no-prune"]
+    assert main(args) == 0
+    assert "every trial measured in llama.cpp" in capsys.readouterr().err
+    trials = pd.read_csv(out / "trials.csv")
+    assert set(trials["metrics.measured_by"].dropna()) == {"llama_cpp"}
+    ngram = trials[trials["config.method"] == "ngram"]
+    assert len(ngram) >= 1 and set(ngram["config.engine"]) == {"llama_cpp"}
+    best = json.loads((out / "best.json").read_text())
+    assert best["validation"]["measured_by"] == "llama_cpp"
+    assert "llama-cpp-python" in (out / "report.html").read_text()

@@ -20,8 +20,8 @@ from autotune.backends.base import Backend, BackendUnavailable, Runner
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
 
-__all__ = ["Backend", "BackendUnavailable", "ENGINE_BACKENDS", "Runner", "open_backend",
-           "unavailable"]
+__all__ = ["Backend", "BackendUnavailable", "ENGINE_BACKENDS", "Runner", "input_error",
+           "open_backend", "unavailable"]
 
 # Engines with a backend that measures in the engine itself (the others' --target
 # searches measure in our decoder under their rules).
@@ -49,6 +49,22 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
                              f"{', '.join(('autotune',) + ENGINE_BACKENDS)}")
 
 
+def input_error(engine: str, model_spec: str, draft_spec: str | None) -> str | None:
+    """What in the user's input keeps `engine` from measuring (a model it cannot read, a
+    draft it cannot use), or None: an error whatever the fidelity."""
+    if engine != "llama_cpp":
+        return None
+    from autotune.backends import llama_cpp
+    if draft_spec:
+        return ("llama-cpp-python offers prompt lookup only (no draft-model drafter): "
+                "drop --draft for --target llama_cpp")
+    try:
+        gguf = llama_cpp.gguf_for(model_spec)
+    except BackendUnavailable as exc:
+        return str(exc)
+    return None if gguf.is_file() else f"GGUF file not found: {gguf}"
+
+
 def unavailable(engine: str, model_spec: str, draft_spec: str | None) -> str | None:
     """Why `engine` cannot measure here (one line), or None; checked before any model
     loads (for hf: nothing to check, transformers is a dependency)."""
@@ -56,14 +72,7 @@ def unavailable(engine: str, model_spec: str, draft_spec: str | None) -> str | N
         from autotune.backends import llama_cpp
         if not llama_cpp.installed():
             return f"llama-cpp-python is not installed ({llama_cpp.INSTALL})"
-        if draft_spec:
-            return ("llama-cpp-python offers prompt lookup only (no draft-model drafter): "
-                    "drop --draft for --target llama_cpp")
-        try:
-            gguf = llama_cpp.gguf_for(model_spec)
-        except BackendUnavailable as exc:
-            return str(exc)
-        return None if gguf.is_file() else f"GGUF file not found: {gguf}"
+        return input_error(engine, model_spec, draft_spec)
     if engine in ("vllm", "sglang"):
         from autotune.backends.gpu_engines import missing
         lacks = missing(engine)

@@ -49,12 +49,18 @@ class Backend(Protocol):
         engines that synchronise themselves).
     memory_kind: how `weights_bytes` + a generation's cache_bytes measure peak memory,
         or a sentence saying memory is not measured.
+    token_exact: whether the engine's multi-token (verify) passes give the logits of its
+        one-token passes, so that its greedy speculative output must equal its greedy
+        output token for token. Where not (llama.cpp: its batched quantized kernels break
+        near-ties differently), a mismatch is reported per prompt but does not disqualify
+        a config, as bf16 multi-token numerics do not.
     """
 
     name: str
     label: str
     device: str
     memory_kind: str
+    token_exact: bool
 
     def runner(self, config: "DecodeConfig") -> Runner:
         """A runner for `config` (method `none`: the engine without speculation). Raises

@@ -19,6 +19,7 @@ class EmbeddedBackend:
     """`Backend` over `SpeculativeDecoder` (the runner is the decoder itself)."""
 
     name = NAME
+    token_exact = True            # float32; see docs on bf16 in the lossless tests
 
     def __init__(self, target: "LoadedModel", draft: "LoadedModel | None" = None) -> None:
         self.target = target

@@ -112,6 +112,9 @@ class HFBackend:
 
     name = NAME
     memory_kind = "not measured (HF generate)"
+    # Its verify pass is the same forward as its one-token passes (float32 here: the
+    # assisted output equals plain greedy, tests/test_hf_client.py).
+    token_exact = True
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None) -> None:
         if target.hf_model is None:

@@ -260,7 +260,14 @@ def _ngram_presets(n_layers: int) -> list[Preset]:
             Preset("sglang_ngram", "SGLang NGRAM defaults: speculative_num_draft_tokens=12, "
                    "speculative_ngram_max_trie_depth=18",
                    {"method": "ngram", "k": 11, "ngram_min": 1, "ngram_max": 7,
-                    "exit_policy": "fixed"}, rank=8, engine="sglang", targeted=True)]
+                    "exit_policy": "fixed"}, rank=8, engine="sglang", targeted=True),
+            # llama-cpp-python 0.3.36 llama_speculative.py LlamaPromptLookupDecoding
+            # (max_ngram_size=2, num_pred_tokens=10); its server's draft_model_num_pred_tokens
+            # defaults to 10 as well (notes/engines/llama_cpp.md).
+            Preset("llama_cpp_prompt_lookup", "llama-cpp-python prompt lookup defaults: "
+                   "LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=10)",
+                   {"method": "ngram", "k": 10, "ngram_min": 1, "ngram_max": 2,
+                    "exit_policy": "fixed"}, rank=9, engine="llama_cpp", targeted=True)]
 
 
 def _layer_skip_presets(n_layers: int) -> list[Preset]:
