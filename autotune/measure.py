@@ -103,7 +103,9 @@ class Measurement:
         base_ms = _ms_per_token(base)
         pairs = [r.pair() for r in self.runs]
         ci = paired.interval(pairs)
-        mismatched = [r.prompt_id for r in self.runs if r.baseline.tokens != r.candidate.tokens]
+        # Each prompt once, however many of its repeats differed.
+        mismatched = list(dict.fromkeys(r.prompt_id for r in self.runs
+                                        if r.baseline.tokens != r.candidate.tokens))
         return {
             "config": self.config.to_dict(),
             "model": self.model,
@@ -273,11 +275,6 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
         return torch.Generator(device=device).manual_seed(
             seed + index + repeat * len(prompts))
 
-    # Warm-up: first calls pay for allocator growth, kernel selection and lazy imports.
-    for runner in runners.values():
-        runner.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock,
-                        generator(0, 0))
-
     weights = {name: backend.weights_bytes(config) for name, config in configs.items()}
     peaks: dict[str, int | None] = {name: (0 if weights[name] is not None else None)
                                     for name in configs}
@@ -292,33 +289,40 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
             memory_kind=backend.memory_kind, measured_by=backend.name,
             measured_by_label=backend.label, token_exact=backend.token_exact)
 
-    arms = list(runners)
-    step = 0
-    for repeat in range(repeats):
-        for index, ids in enumerate(encoded):
-            shift = step % len(arms)
-            step += 1
-            results: dict[str, Generation] = {}
-            for name in arms[shift:] + arms[:shift]:
-                if cuda and name != "baseline":
-                    torch.cuda.reset_peak_memory_stats(device)
-                results[name] = runners[name].generate(ids, max_new_tokens, clock,
-                                                       generator(index, repeat))
-                weight = weights.get(name)
-                if name != "baseline" and weight is not None:
-                    peaks[name] = max(peaks[name] or 0,
-                                      torch.cuda.max_memory_allocated(device) if cuda
-                                      else weight + results[name].cache_bytes)
-            prompt = prompts[index]
-            this = {name: PromptRun(prompt.prompt_id, prompt.category, results["baseline"],
-                                    results[name]) for name in configs}
-            for name, run in this.items():
-                runs[name].append(run)
-            if on_prompt is not None:
-                on_prompt(index, repeat, this, {name: result(name) for name in configs})
-    for runner in runners.values():
-        # An engine instance holds its own context and buffers: freed per measurement.
-        close = getattr(runner, "close", None)
-        if close is not None:
-            close()
-    return {name: result(name) for name in configs}
+    try:
+        # Warm-up: first calls pay for allocator growth, kernel selection and lazy imports.
+        for runner in runners.values():
+            runner.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock,
+                            generator(0, 0))
+
+        arms = list(runners)
+        step = 0
+        for repeat in range(repeats):
+            for index, ids in enumerate(encoded):
+                shift = step % len(arms)
+                step += 1
+                results: dict[str, Generation] = {}
+                for name in arms[shift:] + arms[:shift]:
+                    if cuda and name != "baseline":
+                        torch.cuda.reset_peak_memory_stats(device)
+                    results[name] = runners[name].generate(ids, max_new_tokens, clock,
+                                                           generator(index, repeat))
+                    weight = weights.get(name)
+                    if name != "baseline" and weight is not None:
+                        peaks[name] = max(peaks[name] or 0,
+                                          torch.cuda.max_memory_allocated(device) if cuda
+                                          else weight + results[name].cache_bytes)
+                prompt = prompts[index]
+                this = {name: PromptRun(prompt.prompt_id, prompt.category, results["baseline"],
+                                        results[name]) for name in configs}
+                for name, run in this.items():
+                    runs[name].append(run)
+                if on_prompt is not None:
+                    on_prompt(index, repeat, this, {name: result(name) for name in configs})
+        return {name: result(name) for name in configs}
+    finally:
+        for runner in runners.values():
+            # An engine instance holds its own context and buffers: freed per measurement.
+            close = getattr(runner, "close", None)
+            if close is not None:
+                close()

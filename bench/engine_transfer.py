@@ -66,11 +66,12 @@ def search(engine: str, run: Path, workload: Path, max_new: int, extra: list[str
 
 def answer(run: Path) -> tuple[str, dict[str, Any] | None]:
     """(label, params or None for "do not speculate") of a run's best.json."""
+    from autotune.run_folder import describe
     best = json.loads((run / "best.json").read_text())
     params = best.get("params") or {}
     if params.get("method", "none") == "none":
         return "do not speculate", None
-    return str(best.get("label") or params.get("method")), params
+    return describe(params), params
 
 
 def figure(summary: dict[str, Any]) -> str:
@@ -100,7 +101,7 @@ def bench_engine(engine: str, out: Path, search_file: Path, bench_file: Path,
         "engine-loop": answer(out / f"{engine}-engine")}
     preset = next(p for spec in all_methods() for p in spec.presets(30)
                   if p.name == DEFAULT_PRESET[engine])
-    arms["engine default"] = (f"{preset.name}", {**preset.params, "engine": engine})
+    arms["engine default"] = (f"{preset.name}", {**preset.values, "engine": engine})
 
     target = load_model("default")
     prompts = round_robin(load_workload(str(bench_file)), args.bench_prompts)
