@@ -24,8 +24,8 @@ from autotune.space import (
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-SHIPPED = ["draft_model", "engine_hf", "engine_sglang", "engine_trtllm", "engine_vllm", "joint",
-           "layer_skip", "ngram", "sorted_exit", "tree"]
+SHIPPED = ["draft_model", "engine_hf", "engine_llama_cpp", "engine_sglang", "engine_trtllm",
+           "engine_vllm", "joint", "layer_skip", "ngram", "sorted_exit", "tree"]
 POLICY_KNOBS = {"gamma", "target_acceptance", "epsilon", "beta1", "beta2"}
 
 
