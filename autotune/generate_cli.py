@@ -75,7 +75,7 @@ def generation_stats(gen: Any, streaming_s: float = 0.0) -> dict[str, Any]:
     rounds = gen.rounds
     drafted = sum(r.drafted for r in rounds)
     accepted = sum(r.accepted for r in rounds)
-    decoded = len(gen.tokens) - 1
+    decoded = gen.decoded
     return {
         "tokens": len(gen.tokens),
         "rounds": len(rounds),

@@ -224,12 +224,8 @@ def run_measure_command(args: argparse.Namespace) -> int:
     backend = None
     if measure_in != "autotune":
         from autotune.backends import open_backend
-        from autotune.workloads import encode_prompt
-        backend = open_backend(measure_in, target, draft, args.model)
-        fit = getattr(backend, "fit_context", None)
-        if fit is not None:
-            fit(max(len(encode_prompt(target.tokenizer, p)) for p in prompts),
-                args.max_new_tokens, k=max(config.k, 1))
+        backend = open_backend(measure_in, target, draft, args.model, prompts,
+                               args.max_new_tokens)
         print(f"autotune: measuring in {backend.label}", file=sys.stderr, flush=True)
     if doc is not None:
         return _remeasure(args, doc, config, objective, target, draft, prompts, overridden,

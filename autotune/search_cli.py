@@ -394,12 +394,7 @@ def _engine_measures(args: argparse.Namespace, target: str, fidelity: str) -> bo
 def _open_engine_backend(args: argparse.Namespace, engine: str, target: Any, draft: Any,
                          prompts: list[Any], max_new: int) -> Any:
     from autotune.backends import open_backend
-    from autotune.workloads import encode_prompt
-    backend = open_backend(engine, target, draft, args.model)
-    fit = getattr(backend, "fit_context", None)
-    if fit is not None:
-        longest = max((len(encode_prompt(target.tokenizer, p)) for p in prompts), default=1)
-        fit(longest, max_new, k=32)
+    backend = open_backend(engine, target, draft, args.model, prompts, max_new)
     print(f"autotune: {'every trial' if args.fidelity == 'engine' else 'the finalists'} "
           f"measured in {backend.label}", file=sys.stderr, flush=True)
     return backend

@@ -111,12 +111,17 @@ def pick_finalists(study: optuna.Study, objective: ranking.Directions,
     return chosen
 
 
+def _refused_as_lossy(figures: dict[str, Any]) -> bool:
+    """Its greedy output differed from the baseline's in an engine where that counts
+    (`lossless_binding` is False only where the engine's multi-token numerics differ)."""
+    return figures.get("lossless") is False and figures.get("lossless_binding") is not False
+
+
 def shown_faster(figures: dict[str, Any]) -> bool:
     """Validated faster than the AR baseline: lossless (where checked) and the whole
     interval above 1.0."""
     ci = figures.get("ci90")
-    lossless = figures.get("lossless") is not False or figures.get("lossless_binding") is False
-    return (lossless and isinstance(ci, list) and len(ci) == 2
+    return (not _refused_as_lossy(figures) and isinstance(ci, list) and len(ci) == 2
             and ci[0] > 1.0)
 
 
@@ -134,8 +139,7 @@ def judge(finalists: list[dict[str, Any]]) -> tuple[str, int | None, str]:
                                          "whose interval lies above 1.0"
     if not finalists:
         return DO_NOT_SPECULATE, None, "no speculative config completed in the search"
-    lossy = [f for f in finalists
-             if f.get("lossless") is False and f.get("lossless_binding") is not False]
+    lossy = [f for f in finalists if _refused_as_lossy(f)]
     measured = [f for f in finalists if isinstance(f.get("speedup"), (int, float))]
     if not measured:
         return DO_NOT_SPECULATE, None, "no finalist decoded a token on the validation prompts"

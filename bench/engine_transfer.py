@@ -87,7 +87,7 @@ def bench_engine(engine: str, out: Path, search_file: Path, bench_file: Path,
     from autotune.decoding.methods import all_methods
     from autotune.measure import measure_arms
     from autotune.models.loading import load_model
-    from autotune.workloads import encode_prompt, load_workload, round_robin
+    from autotune.workloads import load_workload, round_robin
 
     common = ["--prompts", str(args.prompts)]
     if not args.skip_search:
@@ -105,11 +105,7 @@ def bench_engine(engine: str, out: Path, search_file: Path, bench_file: Path,
 
     target = load_model("default")
     prompts = round_robin(load_workload(str(bench_file)), args.bench_prompts)
-    backend = open_backend(engine, target, None, "default")
-    fit = getattr(backend, "fit_context", None)
-    if fit is not None:
-        fit(max(len(encode_prompt(target.tokenizer, p)) for p in prompts),
-            args.max_new_tokens, k=32)
+    backend = open_backend(engine, target, None, "default", prompts, args.max_new_tokens)
     configs = {name: config_from_mapping(params).validate()
                for name, (_, params) in arms.items() if params is not None}
     start = time.perf_counter()

@@ -85,6 +85,11 @@ def test_judge_needs_the_whole_interval_above_one_and_lossless():
     assert (decision, winner) == (DO_NOT_SPECULATE, None)
     assert "no lossless finalist's 90% interval lies above 1.0" in reason
     assert "not lossless" in reason and reason.endswith("output): trial 2")
+    # In an engine whose multi-token numerics differ (lossless_binding False) the same
+    # mismatch does not refuse it: its speed decides.
+    numerics = {**_finalist(2, 1.3, [1.1, 1.6], lossless=False), "lossless_binding": False}
+    decision, winner, _ = judge([numerics, _finalist(4, 1.05, [0.9, 1.2])])
+    assert (decision, winner) == (SPECULATE, 2)
     assert judge([_finalist(2, 1.5, None)])[0] == DO_NOT_SPECULATE        # one prompt: no interval
     assert judge([])[0] == DO_NOT_SPECULATE
 

@@ -13,12 +13,14 @@ engine of a `--target` search measures its finalists where its backend runs here
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from autotune.backends.base import Backend, BackendUnavailable, Runner
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
+    from autotune.workloads import Prompt
 
 __all__ = ["Backend", "BackendUnavailable", "ENGINE_BACKENDS", "Runner", "input_error",
            "open_backend", "unavailable"]
@@ -29,10 +31,12 @@ ENGINE_BACKENDS = ("hf", "llama_cpp", "vllm", "sglang")
 
 
 def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None" = None,
-                 model_spec: str = "default") -> Backend:
+                 model_spec: str = "default", prompts: "Sequence[Prompt]" = (),
+                 max_new_tokens: int = 0) -> Backend:
     """The backend that measures in `engine` (`autotune`: our decoder). `model_spec` is
-    what the user named (a GGUF file for llama.cpp). Raises BackendUnavailable (one line)
-    where the engine cannot run here."""
+    what the user named (a GGUF file for llama.cpp); `prompts` and `max_new_tokens` are
+    the most it will be asked to decode (llama.cpp sizes its context to them). Raises
+    BackendUnavailable (one line) where the engine cannot run here."""
     if engine == "autotune":
         from autotune.backends.embedded import EmbeddedBackend
         return EmbeddedBackend(target, draft)
@@ -41,7 +45,9 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
         return HFBackend(target, draft)
     if engine == "llama_cpp":
         from autotune.backends.llama_cpp import LlamaCppBackend
-        return LlamaCppBackend.for_model(model_spec, target, draft)
+        from autotune.workloads import encode_prompt
+        longest = max((len(encode_prompt(target.tokenizer, p)) for p in prompts), default=1)
+        return LlamaCppBackend.for_model(model_spec, target, draft, longest, max_new_tokens)
     if engine in ("vllm", "sglang"):
         from autotune.backends.gpu_engines import open_gpu_backend
         return open_gpu_backend(engine, target, draft)

@@ -60,8 +60,8 @@ class HFRunner:
         self.backend = backend
         self.config = config
         self.folder = folder
-        uses_draft = get_method(config.method).uses_draft and config.method != "none"
-        self.assistant = backend.draft.hf_model if uses_draft and backend.draft else None
+        uses_draft = get_method(config.method).uses_draft and backend.draft is not None
+        self.assistant = backend.draft.hf_model if uses_draft else None
 
     @torch.no_grad()
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,

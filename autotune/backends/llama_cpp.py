@@ -119,6 +119,8 @@ class LlamaCppRunner:
                     {"temp": config.temperature, "top_p": config.top_p, "top_k": 0,
                      "min_p": 0.0})
         tokens: list[int] = []
+        # No prefix reuse from the previous run (llama-cpp-python would keep a common
+        # prefix's cache): every run pays its own prefill, as in our decoder.
         self.llm.reset()
         start = clock()
         first = start
@@ -187,19 +189,24 @@ class LlamaCppBackend:
         self.label = f"llama.cpp (llama-cpp-python {version}, {gguf.name})"
 
     @classmethod
-    def for_model(cls, model_spec: str, target: "LoadedModel",
-                  draft: "LoadedModel | None" = None, n_ctx: int = 2048) -> "LlamaCppBackend":
+    def for_model(cls, model_spec: str, target: "LoadedModel", draft: "LoadedModel | None",
+                  longest_prompt: int, max_new_tokens: int) -> "LlamaCppBackend":
         """The backend for `--model model_spec` (`target` is our copy of the same model,
-        whose tokenizer encodes the prompts)."""
+        whose tokenizer encodes the prompts), its context sized to the workload."""
         if draft is not None:
             raise BackendUnavailable("llama-cpp-python offers prompt lookup only (no "
                                      "draft-model drafter): drop --draft for --target "
                                      "llama_cpp")
-        return cls(gguf_for(model_spec), n_ctx=n_ctx)
+        backend = cls(gguf_for(model_spec))
+        backend.fit_context(longest_prompt, max_new_tokens)
+        return backend
 
-    def fit_context(self, longest_prompt: int, max_new_tokens: int, k: int = 10) -> None:
-        """Size each instance's context to the workload (prompt + budget + a draft)."""
-        need = longest_prompt + max_new_tokens + k + 2
+    def fit_context(self, longest_prompt: int, max_new_tokens: int,
+                    k: int | None = None) -> None:
+        """Size each instance's context to the workload (prompt + budget + a draft of
+        `k`, default the longest draft any config may propose)."""
+        from autotune.decoding.decoder import MAX_DRAFT_TOKENS
+        need = longest_prompt + max_new_tokens + (MAX_DRAFT_TOKENS if k is None else k) + 2
         self.n_ctx = -(-need // CONTEXT_STEP) * CONTEXT_STEP
 
     def runner(self, config: DecodeConfig) -> LlamaCppRunner:
