@@ -56,6 +56,15 @@ class KVCache:
     def nbytes(self) -> int:
         return self.k.element_size() * self.k.nelement() * 2
 
+    def rows(self, first: int, stop: int) -> "KVCache":
+        """A cache over rows [first, stop) that shares this one's storage (views, no
+        copy), with its own `length`: the batched decoder gives each row one, and its
+        verify pass one over every active row."""
+        view = KVCache.__new__(KVCache)
+        view.k, view.v = self.k[:, first:stop], self.v[:, first:stop]
+        view.length = 0
+        return view
+
 
 @dataclass
 class _Layer:
@@ -83,6 +92,10 @@ class Step:
     `cos`, `sin`: [T, D] rotary tables for the new tokens. `mask`: [T, start+T] bool
     (True = may attend) or None when one token attends to the whole prefix, or when a
     fresh cache's prefill is plainly causal (`causal`).
+
+    Ragged rows (`begin_rows`): `positions` [B, T] are each row's cache positions for
+    its new tokens (rows start at different lengths); `start` is then 0, `end` the
+    columns attention reads, `cos`/`sin` [B, 1, T, D] and `mask` [B, 1, T, end].
     """
 
     hidden: torch.Tensor
@@ -92,6 +105,8 @@ class Step:
     sin: torch.Tensor
     mask: torch.Tensor | None
     causal: bool
+    positions: torch.Tensor | None = None
+    end: int = 0
 
 
 def _fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -252,6 +267,45 @@ class LlamaForward:
         cache.length = start + t
         return Step(F.embedding(input_ids, self.embed), cache, start, cos, sin, mask, causal)
 
+    def begin_rows(self, input_ids: torch.Tensor, cache: KVCache, starts: list[int]) -> Step:
+        """Embed `input_ids` [B, T] for a batch whose rows continue at different cache
+        positions: row b's tokens go to [starts[b], starts[b] + T) and each sees its
+        own prefix and its own earlier new tokens (causal within the row). Columns past
+        a row's new tokens (another row's longer prefix, stale scratch) are masked.
+        `cache` holds exactly B rows; `cache.length` is left alone (each row keeps
+        its own length).
+        """
+        b, t = input_ids.shape
+        if len(starts) != b:
+            raise ValueError(f"{len(starts)} row starts for a batch of {b}")
+        begin = torch.tensor(starts, dtype=torch.long, device=self.device)
+        positions = begin[:, None] + torch.arange(t, device=self.device)[None, :]   # [B, T]
+        end = max(starts) + t
+        if end > cache.max_len:
+            raise ValueError(f"cache of {cache.max_len} positions cannot hold {end}")
+        columns = torch.arange(end, device=self.device)
+        mask = (columns[None, None, :] <= positions[:, :, None]).unsqueeze(1)    # [B,1,T,end]
+        cos = self.cos[positions].unsqueeze(1)                                     # [B,1,T,D]
+        sin = self.sin[positions].unsqueeze(1)
+        return Step(F.embedding(input_ids, self.embed), cache, 0, cos, sin, mask, False,
+                    positions=positions, end=end)
+
+    def _store_kv(self, index: int, step: Step, k: torch.Tensor, v: torch.Tensor) -> int:
+        """Write the new tokens' k, v [B, Hkv, T, D] at layer `index`; returns the
+        number of cache columns attention then reads."""
+        cache = step.cache
+        if step.positions is None:
+            end = step.start + k.shape[2]
+            cache.k[index, :, :, step.start:end] = k
+            cache.v[index, :, :, step.start:end] = v
+            return end
+        # Advanced indices on the batch and position dims (a slice between them) put
+        # the indexed dims first: the target is [B, T, Hkv, D].
+        rows = torch.arange(k.shape[0], device=k.device)[:, None]
+        cache.k[index][rows, :, step.positions] = k.transpose(1, 2)
+        cache.v[index][rows, :, step.positions] = v.transpose(1, 2)
+        return step.end
+
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         # Same arithmetic as HF's LlamaRMSNorm: normalise in float32, scale in model dtype.
         xf = x.float()
@@ -279,9 +333,8 @@ class LlamaForward:
         layer = self.layers[index]
         h = step.hidden
         q, k, v = self._qkv(layer, step, self._rms(h, layer.input_norm))
-        cache, end = step.cache, step.start + h.shape[1]
-        cache.k[index, :, :, step.start:end] = k
-        cache.v[index, :, :, step.start:end] = v
+        cache = step.cache
+        end = self._store_kv(index, step, k, v)
         out = F.scaled_dot_product_attention(
             q, cache.k[index, :, :, :end], cache.v[index, :, :, :end],
             attn_mask=step.mask, is_causal=step.causal, scale=self.scaling,
@@ -320,12 +373,10 @@ class LlamaForward:
         Costs a norm and the k/v projection per layer, not a full layer.
         """
         h = step.hidden
-        end = step.start + h.shape[1]
         for index in range(first, last):
             layer = self.layers[index]
             _, k, v = self._qkv(layer, step, self._rms(h, layer.input_norm))
-            step.cache.k[index, :, :, step.start:end] = k
-            step.cache.v[index, :, :, step.start:end] = v
+            self._store_kv(index, step, k, v)
 
     def logits(self, step: Step, last_only: bool = False) -> torch.Tensor:
         """Final norm + LM head on the current hidden state: [B, T or 1, V]."""
@@ -346,3 +397,14 @@ class LlamaForward:
         self.run_layers(step, 0, self.n_layers if exit_layer is None else exit_layer,
                         attn_skip, mlp_skip)
         return self.logits(step, last_only)
+
+    def forward_rows(self, input_ids: torch.Tensor, cache: KVCache, starts: list[int],
+                     *, attn_skip: Collection[int] = (), mlp_skip: Collection[int] = (),
+                     exit_layer: int | None = None) -> torch.Tensor:
+        """Logits [B, T, V] for `input_ids` [B, T] whose rows continue at the cache
+        positions `starts` (one per row; see `begin_rows`): the batched decoder's
+        verify pass over ragged rows."""
+        step = self.begin_rows(input_ids, cache, starts)
+        self.run_layers(step, 0, self.n_layers if exit_layer is None else exit_layer,
+                        attn_skip, mlp_skip)
+        return self.logits(step)

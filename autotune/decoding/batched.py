@@ -1,0 +1,231 @@
+"""The batched decoder: B prompts decode together, as a server's batch does.
+
+Each round every active row drafts (its own drafter, exit policy and budget, exactly as
+the single-row decoder's chain round), then ONE target pass verifies all rows: the
+input is [B, 1 + K] with K the longest draft of the round (shorter drafts padded; the
+padding costs compute, as it does in an engine that pads, and is never accepted), each
+row written at its own cache position with its own causal mask (`LlamaForward.
+forward_rows`). Each row keeps its own accepted prefix: row caches are ragged, so their
+lengths live per row. A row that finishes (EOS or budget) leaves the batch: the cache
+rows of those still running are moved to the front, so the next verify pass runs on
+the active rows only, as an engine drops a finished request.
+
+Prefill is row by row (prompts differ in length; no padding), so each row's prefill is
+the single-row decoder's. The AR baseline at the same B is this loop with no drafter:
+every round is one batched target step.
+
+Drafting runs row by row with batch-1 passes: an n-gram lookup is per row in every
+engine anyway; a model drafter (draft_model, layer_skip, sorted_exit) therefore pays B
+small draft passes where an engine would batch them, which overstates drafting's cost
+at large B (the report and notes say so). Draft trees are refused (a clear error): one
+tree mask per row in one pass is not built yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.decoder import (MAX_DRAFT_TOKENS, Generation, RoundTrace,
+                                       SpeculativeDecoder, _through_first, chain_limit)
+from autotune.decoding.drafters.base import Draft, Drafter, TokenChooser
+from autotune.decoding.policies import ExitPolicy, make_policy
+from autotune.errors import AutotuneError
+from autotune.models.llama import KVCache, LlamaForward
+from autotune.models.loading import LoadedModel
+
+
+@dataclass
+class BatchRound:
+    """One batched round: rows in the verify pass, its width, and the clock split."""
+
+    rows: int                    # active rows verified
+    width: int                   # tokens per row in the verify pass (1 + longest draft)
+    drafted: int                 # draft tokens proposed, over all rows
+    emitted: int                 # tokens appended, over all rows
+    draft_s: float
+    verify_s: float
+    other_s: float
+
+
+@dataclass
+class BatchGeneration:
+    """A batch's outputs and timings.
+
+    `rows`: one Generation per prompt, in input order (tokens, per-row round traces
+    without times; `decode_s` is the time from the batch's decode start until that row
+    finished). `prefill_s`: all rows' prefills; `decode_s`: the batch's decode phase,
+    which every row's decode tokens share (throughput = decoded / decode_s).
+    """
+
+    rows: list[Generation]
+    prefill_s: float
+    decode_s: float
+    rounds: list[BatchRound] = field(default_factory=list)
+
+    @property
+    def decoded(self) -> int:
+        """Decode-phase tokens over all rows (each row's prefill token excluded)."""
+        return sum(g.decoded for g in self.rows)
+
+
+@dataclass
+class _Row:
+    """One prompt's moving parts in the batch."""
+
+    index: int                   # position in the caller's prompt list
+    prompt_len: int
+    cache: KVCache               # a view of this row's slot in the batch cache
+    drafter: Drafter
+    policy: ExitPolicy
+    buffer: torch.Tensor         # [1, max_len] the sequence so far
+    length: int
+    budget_left: int
+    generated: list[int] = field(default_factory=list)
+    rounds: list[RoundTrace] = field(default_factory=list)
+    finished_at: float = 0.0
+
+    @property
+    def seq(self) -> torch.Tensor:
+        return self.buffer[:, : self.length]
+
+
+class BatchedDecoder:
+    """Generates for B prompts at once with one DecodeConfig (see the module doc)."""
+
+    def __init__(self, target: LoadedModel, config: DecodeConfig,
+                 draft: LoadedModel | None = None) -> None:
+        # The single-row decoder checks the config, the models and the method, and
+        # lends its drafter factory and verification.
+        self.single = SpeculativeDecoder(target, config, draft)
+        if config.is_tree:
+            raise AutotuneError("batched decoding drafts chains only; a draft tree "
+                                "(tree_width > 0) runs at batch size 1")
+        if not isinstance(target.forward, LlamaForward):
+            raise AutotuneError(
+                f"batched decoding needs the compact Llama-family forward; {target.name} "
+                f"({target.hf_model.config.model_type}) runs on HF's own forward")
+        self.target, self.config = target, config
+        self.forward: LlamaForward = target.forward
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], max_new_tokens: int,
+                 clock: Callable[[], float],
+                 generator: torch.Generator | None = None) -> BatchGeneration:
+        """Generate up to `max_new_tokens` after each prompt, each row stopping after
+        its EOS token; rows are independent (each equals its own single-row run)."""
+        if max_new_tokens < 1:
+            raise AutotuneError("max_new_tokens must be at least 1")
+        if not prompts or any(not p for p in prompts):
+            raise AutotuneError("batched decoding needs at least one non-empty prompt")
+        single, config, device = self.single, self.config, self.target.device
+        # A padded verify pass writes up to the longest draft past any row's prefix.
+        slack = MAX_DRAFT_TOKENS + 1
+        max_len = max(len(p) for p in prompts) + max_new_tokens + slack
+        batch_cache = self.forward.new_cache(len(prompts), max_len)
+        choose = TokenChooser(config.temperature, config.top_p, single.vocab_size, generator,
+                              greedy_drafts=single.rules.greedy_model_drafts,
+                              drafted_confidence=single.rules.drafted_token_confidence)
+        rows: list[_Row] = []
+        for index, prompt in enumerate(prompts):
+            cache = batch_cache.rows(index, index + 1)
+            buffer = torch.zeros((1, max_len), dtype=torch.long, device=device)
+            buffer[0, : len(prompt)] = torch.tensor(prompt, dtype=torch.long)
+            rows.append(_Row(index, len(prompt), cache, single._drafter(cache, max_len, choose),
+                             make_policy(config), buffer, len(prompt), max_new_tokens))
+
+        start_time = clock()
+        for row in rows:
+            logits = self.forward.forward(row.seq, row.cache, last_only=True)
+            row.drafter.prefill(row.seq)
+            self._append(row, [int(single._target_token(logits[:, -1], generator)[0])])
+        decode_start = clock()
+        active = [row for row in rows if not self._done(row)]
+        for row in rows:
+            row.finished_at = decode_start
+        if len(active) < len(rows):
+            self._compact(batch_cache, rows, active)
+        batch_rounds: list[BatchRound] = []
+        round_start = decode_start
+        while active:
+            drafts = [self._propose(row) for row in active]
+            draft_done = clock()
+            width = 1 + max(d.k for d in drafts)
+            ids = torch.zeros((len(active), width), dtype=torch.long, device=device)
+            for i, (row, d) in enumerate(zip(active, drafts)):
+                ids[i, 0] = row.buffer[0, row.length - 1]
+                ids[i, 1:1 + d.k] = d.tokens[0]
+            starts = [row.cache.length for row in active]
+            logits = self.forward.forward_rows(ids, batch_cache.rows(0, len(active)), starts)
+            forward_done = clock()
+            emitted = 0
+            for i, (row, d) in enumerate(zip(active, drafts)):
+                emitted += self._accept(row, d, logits[i:i + 1, : d.k + 1], starts[i], generator)
+            still = [row for row in active if not self._done(row)]
+            round_end = clock()
+            for row in active:
+                if row not in still:
+                    row.finished_at = round_end
+            if len(still) < len(active):
+                self._compact(batch_cache, active, still)
+            batch_rounds.append(BatchRound(
+                rows=len(active), width=width, drafted=sum(d.k for d in drafts),
+                emitted=emitted, draft_s=draft_done - round_start,
+                verify_s=forward_done - draft_done, other_s=round_end - forward_done))
+            active, round_start = still, round_end
+        end_time = clock()
+        per_row = [Generation(prompt_len=row.prompt_len, tokens=row.generated,
+                              prefill_s=0.0, decode_s=row.finished_at - decode_start,
+                              rounds=row.rounds, cache_bytes=0, timed_parts=False)
+                   for row in rows]
+        return BatchGeneration(per_row, prefill_s=decode_start - start_time,
+                               decode_s=end_time - decode_start, rounds=batch_rounds)
+
+    def _done(self, row: _Row) -> bool:
+        return row.budget_left <= 0 or row.generated[-1] in self.single.eos
+
+    def _append(self, row: _Row, tokens: list[int]) -> list[int]:
+        """Append up to the budget and the first EOS; returns what was appended."""
+        tokens = _through_first(tokens[: row.budget_left], self.single.eos)
+        row.buffer[0, row.length:row.length + len(tokens)] = torch.tensor(tokens)
+        row.length += len(tokens)
+        row.budget_left -= len(tokens)
+        row.generated.extend(tokens)
+        return tokens
+
+    def _propose(self, row: _Row) -> Draft:
+        limit = chain_limit(row.policy.limit(), row.budget_left, self.config, self.single.rules)
+        return row.drafter.propose(row.seq, limit, row.policy) if limit > 0 else Draft.empty(row.seq)
+
+    def _accept(self, row: _Row, draft: Draft, logits: torch.Tensor, start: int,
+                generator: torch.Generator | None) -> int:
+        """Verify row's draft against its logits [1, k+1, V], keep the accepted prefix
+        (its cache entries) and the target's token; returns the tokens appended."""
+        n_accepted, next_token = self.single._verify(draft, logits, generator)
+        row.cache.length = start + 1 + n_accepted
+        if draft.k:
+            row.drafter.observe(n_accepted)
+        row.policy.update(draft.k, n_accepted, draft.confidences)
+        new = self._append(row, draft.tokens[0, :n_accepted].tolist() + [next_token])
+        row.rounds.append(RoundTrace(
+            drafted=draft.k, accepted=min(n_accepted, len(new)), emitted=len(new),
+            confidences=draft.confidences, draft_s=0.0, verify_s=0.0, verified=draft.k + 1,
+            exit_layers=draft.exit_layers, draft_depth=draft.k))
+        return len(new)
+
+    @staticmethod
+    def _compact(batch_cache: KVCache, active: list[_Row], still: list[_Row]) -> None:
+        """Move the cache rows of `still` to the front (in order) and re-point each
+        row's view (and so its drafter's) at its new slot."""
+        slots = [active.index(row) for row in still]
+        if slots != list(range(len(still))):
+            keep = torch.tensor(slots, dtype=torch.long, device=batch_cache.k.device)
+            n = len(still)
+            batch_cache.k[:, :n] = batch_cache.k[:, keep]
+            batch_cache.v[:, :n] = batch_cache.v[:, keep]
+        for slot, row in enumerate(still):
+            view = batch_cache.rows(slot, slot + 1)
+            row.cache.k, row.cache.v = view.k, view.v
