@@ -145,3 +145,26 @@ def test_greedy_tree_lossless(method, shape, default_model, truncated_draft, pro
     assert accepted > 0
     if shape != "chain":
         assert side > 0
+
+
+# ------------------------------------------------------------------ batches
+BATCH = 4
+
+
+@pytest.mark.parametrize("method", ["ngram", "layer_skip", "draft_model"])
+def test_batched_greedy_lossless(method, default_model, truncated_draft, prompt_ids,
+                                 baseline_tokens):
+    """Rows verified together in one padded pass (ragged caches, per-row masks and
+    rotary positions) keep each row's own AR tokens on the real model, float32; the
+    batched AR baseline (no drafter) too."""
+    from autotune.decoding.batched import BatchedDecoder
+
+    draft = truncated_draft if method in USES_DRAFT else None
+    configs = [DecodeConfig(**METHODS[method], exit_policy="fixed", k=4)]
+    if method == "ngram":
+        configs.append(DecodeConfig())
+    for config in configs:
+        decoder = BatchedDecoder(default_model, config, draft)
+        for first in range(0, 2 * BATCH, BATCH):
+            out = decoder.generate(prompt_ids[first:first + BATCH], MAX_NEW, time.perf_counter)
+            assert [g.tokens for g in out.rows] == baseline_tokens[first:first + BATCH]
