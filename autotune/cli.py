@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to decode both arms: autotune's decoder (default), or the "
                         "engine itself (hf: transformers' generate() with the config's HF "
                         "export; llama_cpp: llama-cpp-python on the GGUF --model)")
+    m.add_argument("--batch-size", type=int, default=None, metavar="B",
+                   help="decode B prompts together (autotune's batched decoder) and "
+                        "report output tokens/s against batched AR at the same B")
     m.set_defaults(run="autotune.measure_cli:run_measure_command")
 
     s = sub.add_parser("search", help="search the joint space for the fastest config")

@@ -201,6 +201,9 @@ def run_measure_command(args: argparse.Namespace) -> int:
         objective = dataclasses.replace(objective, repeats=int(doc["validation"].get("repeats") or 1))
 
     measure_in = getattr(args, "measure_in", "autotune")
+    batch_size = getattr(args, "batch_size", None)
+    if batch_size is not None:
+        _check_batched(args, config, measure_in, len(prompts))
     if measure_in != "autotune":
         if args.replay or args.trace:
             raise AutotuneError(f"--in {measure_in} decodes in the engine: --replay and "
@@ -221,6 +224,8 @@ def run_measure_command(args: argparse.Namespace) -> int:
              if args.draft else None)
     if args.replay:
         return _replay(args, config, target, draft, prompts)
+    if batch_size is not None:
+        return _measure_batched(args, config, target, draft, prompts, batch_size)
     backend = None
     if measure_in != "autotune":
         from autotune.backends import open_backend
@@ -244,6 +249,59 @@ def run_measure_command(args: argparse.Namespace) -> int:
         write_atomically(Path(args.trace), json.dumps(result.traces()))
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0
+
+
+def _check_batched(args: argparse.Namespace, config: Any, measure_in: str,
+                   n_prompts: int) -> None:
+    """One-line refusals for `--batch-size` before any model loads."""
+    if args.batch_size < 1:
+        raise AutotuneError("--batch-size must be at least 1")
+    for flag, given in (("--in", measure_in != "autotune"), ("--replay", args.replay),
+                        ("--trace", bool(args.trace))):
+        if given:
+            raise AutotuneError(f"--batch-size runs autotune's batched decoder; it does not "
+                                f"combine with {flag}")
+    if config.is_tree:
+        raise AutotuneError("--batch-size drafts chains only: a draft tree "
+                            "(tree_width > 0) runs at batch size 1")
+    if n_prompts < args.batch_size:
+        raise AutotuneError(f"--batch-size {args.batch_size} needs at least "
+                            f"{args.batch_size} prompts; the workload gives {n_prompts}")
+
+
+def _measure_batched(args: argparse.Namespace, config: Any, target: Any, draft: Any,
+                     prompts: list[Any], batch_size: int) -> int:
+    """`--batch-size B`: throughput against batched AR at the same B, batch by batch."""
+    from autotune.batch_measure import measure_batched
+
+    def progress(index: int, run: Any) -> None:
+        print(f"[batch {index + 1}] {run.batch_id}: {run.candidate.decoded} tokens",
+              file=sys.stderr, flush=True)
+
+    result = measure_batched(target, config, prompts, batch_size, args.max_new_tokens,
+                             args.seed or 0, draft, on_batch=progress)
+    summary = result.summary()
+    print(json.dumps(summary) if args.json else format_batched_summary(summary))
+    return 0
+
+
+def format_batched_summary(summary: dict[str, Any]) -> str:
+    """The text of `autotune measure --batch-size`: one `key  value` row per figure."""
+    config = ", ".join(f"{k}={_fmt(v)}" for k, v in summary["config"].items())
+    rows = [("config", config)]
+    for key in ("batch_size", "batches", "prompts", "unused_prompts", "tokens_per_s",
+                "ar_tokens_per_s", "speedup", "latency_ms_per_token",
+                "baseline_latency_ms_per_token", "mean_accepted_tokens", "acceptance_rate",
+                "mean_verify_width", "lossless"):
+        if key == "speedup":
+            rows.append(("speedup [90% CI]",
+                         _speedup_text(summary.get("speedup"), summary.get("speedup_ci90"))))
+        else:
+            rows.append((key, _fmt(summary.get(key))))
+    if summary.get("mismatched_prompts"):
+        rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 def _replay(args: argparse.Namespace, config: Any, target: Any, draft: Any,

@@ -263,3 +263,37 @@ def test_max_new_tokens_beyond_model_positions(tmp_path, workload, capsys):
                  "--max-new-tokens", "300"])
     assert code == 2
     assert "256" in _one_error_line(capsys)
+
+
+# ------------------------------------------------------------------ --batch-size
+def test_measure_batch_size_reports_throughput_against_batched_ar(tmp_path, categorised, capsys):
+    model = save_tiny(llama_model(seed=1), tmp_path / "llama")
+    code = main(["measure", "--model", str(model), "--device", "cpu", "--workload", categorised,
+                 "--max-new-tokens", "6", "--json", "--batch-size", "2",
+                 "--set", "method=ngram", "--set", "k=3"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    # Three prompts in batches of two: one batch, the third prompt left out.
+    assert (summary["batch_size"], summary["batches"], summary["prompts"],
+            summary["unused_prompts"]) == (2, 1, 2, 1)
+    assert summary["lossless"] is True and summary["mismatched_prompts"] == []
+    assert summary["tokens_per_s"] > 0 and summary["ar_tokens_per_s"] > 0
+    assert len(summary["tau_per_row"]) == 2 and all(t >= 1 for t in summary["tau_per_row"])
+    assert summary["speedup_ci90"] is None          # one batch: no spread over batches
+    assert [line for line in captured.err.splitlines() if line.startswith("[batch")] == [
+        "[batch 1] a+b: 10 tokens"]                 # one progress line per batch
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--batch-size", "5"], "--batch-size 5 needs at least 5 prompts"),
+    (["--batch-size", "2", "--replay"], "does not combine with --replay"),
+    (["--batch-size", "2", "--set", "tree_width=2", "--set", "tree_depth=2",
+      "--set", "method=layer_skip", "--set", "attn_skip=1"], "drafts chains only"),
+])
+def test_measure_batch_size_refusals_are_one_line_before_loading(extra, message, categorised,
+                                                                   capsys, no_loading):
+    assert main(["measure", "--workload", categorised, "--set", "method=ngram", *extra]) == 2
+    assert message in _one_error_line(capsys)
+    assert no_loading == []
