@@ -32,6 +32,12 @@ class ReportData:
             return panels[name]
         raise AttributeError(f"{type(self).__name__} has no panel or attribute {name!r}")
 
+    @property
+    def panel_ids(self) -> tuple[str, ...]:
+        """The ids of the panels this page draws, in page order (every panel but the
+        optional ones without data)."""
+        return tuple(p.id for p in PANELS if p.shows(self.panels.get(p.field)))
+
 
 def collect(study: optuna.Study, run: dict[str, Any] | None = None,
             best_doc: dict[str, Any] | None = None, profile: Any = None,
@@ -48,7 +54,8 @@ def collect(study: optuna.Study, run: dict[str, Any] | None = None,
 
 def render_report(data: ReportData) -> str:
     """The whole report as one self-contained HTML page (plotly.js inlined once)."""
-    body = "\n".join(panel.render(data.panels[panel.field]) for panel in PANELS)
+    body = "\n".join(panel.render(data.panels[panel.field]) for panel in PANELS
+                     if panel.shows(data.panels[panel.field]))
     title = f"autotune report: {data.header.study}"
     # PlotlyConfig before plotly.js keeps it from looking for MathJax anywhere.
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"

@@ -5,7 +5,10 @@ objective, ...)` computes its tables (pandas DataFrames and a small dataclass a 
 check on a hand-built study; nothing drawn), `render(data)` draws them into one HTML
 `<section>`, and `PANEL = Panel(id, collect, render)` registers both, `collect` reading
 the panel's arguments from the report's `Inputs`. `panels/__init__.py` lists the panels
-in page order; a new panel is one module plus one entry there.
+in page order; a new panel is one module plus one entry there. An optional panel
+(`optional=True`) is drawn only when its `collect` returns data (not None): a section
+that only some run folders can fill (best.json's `schedule`) leaves the others' pages
+as they were.
 """
 
 from __future__ import annotations
@@ -35,11 +38,17 @@ class Inputs:
 @dataclass(frozen=True)
 class Panel:
     """id: the page anchor (`panel-<id>`); its data is `ReportData.<id with _ for ->`.
-    collect: Inputs -> the panel's data. render: that data -> one HTML section."""
+    collect: Inputs -> the panel's data. render: that data -> one HTML section.
+    optional: the page has this panel only when `collect` returned something."""
 
     id: str
     collect: Callable[[Inputs], Any]
     render: Callable[[Any], str]
+    optional: bool = False
+
+    def shows(self, data: Any) -> bool:
+        """Whether the page draws this panel for `data` (its collected data)."""
+        return not self.optional or data is not None
 
     @property
     def field(self) -> str:

@@ -1,7 +1,8 @@
 """The summary block at the top of the page: the config the run recommends
 (`validation.answer`), how much faster than plain autoregressive decoding it ran (the
 validated figure with its interval beside the search's own, or "do not speculate", or the
-search's figure called "not validated"), and where it was measured (HTML, no figure)."""
+search's figure called "not validated"), the batch-size schedule in one line when best.json
+carries one, and where it was measured (HTML, no figure)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from autotune.decoding.methods import find_method
 from autotune.decoding.shape import STATIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
+from autotune.report.panels.batch_size import PANEL_ID as BATCH_SIZE_PANEL
+from autotune.report.schedule import read_schedule, schedule_line
 from autotune.report.style import esc, note, num
 from autotune.report.trials import (DEFAULT_METHOD, complete_trials, config_of, finite,
                                     metrics_of, pick, shape_of, trial_label, trial_preset)
@@ -42,7 +45,9 @@ class Header:
     `speedup`, `latency_ms_per_token`, `baseline_ms_per_token` are the headline's figures
     (validated ones when validated); `verdict` says what the run recommends and on what
     evidence; `validation` the record's facts as display strings (empty without one).
-    `model`, `hardware`, `workload`, `search` are display strings.
+    `model`, `hardware`, `workload`, `search` are display strings. `schedule`: the
+    batch-size schedule in one line (`Batch-size schedule: K=4 at 1–3, off from B=4`),
+    None when best.json has none.
     """
 
     study: str
@@ -63,6 +68,7 @@ class Header:
     note: str | None = None
     verdict: Verdict | None = None
     validation: dict[str, str] = field(default_factory=dict)
+    schedule: str | None = None
 
 
 def policy_keys(policy: str) -> tuple[str, ...]:
@@ -157,6 +163,7 @@ def data(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | No
                                                                       "max_new_tokens", "temperature",
                                                                       "top_p")))
     head.search = pick(run, ("sampler", "seed", "trials", "space", "prune", "updated"))
+    head.schedule = schedule_line(read_schedule(best_doc))
     _engine_facts(head, config_of(best) if best is not None else best_doc.get("params"))
     return head
 
@@ -242,6 +249,9 @@ def render(h: Header) -> str:
             figures.append(f"AR baseline {h.baseline_ms_per_token:.2f} ms/token")
         if figures:
             headline.append(" · ".join(figures))
+    if h.schedule:
+        # The headline figures are batch size 1's; the schedule says what changes above it.
+        headline.append(f'{esc(h.schedule)} (<a href="#panel-{BATCH_SIZE_PANEL}">by batch size</a>)')
     evidence = ""
     if said is not None and said.evidence:
         first, *rest = said.evidence
