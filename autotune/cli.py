@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "predicted (greedy only); engine: every trial runs in the --target "
                         "engine itself (hf, llama_cpp). Finalists are always measured, in "
                         "the --target engine itself where it runs here")
+    s.add_argument("--batch-sizes", default=None, metavar="B,B,...",
+                   help="after the search, tune the winner's draft length per batch size "
+                        "(K=0: off), measured with the batched decoder against batched AR "
+                        "and confirmed on the held-out prompts; best.json gets a schedule "
+                        "that exports to vLLM and TensorRT-LLM")
+    s.add_argument("--schedule-k", default=None, metavar="K,K,...",
+                   help="draft lengths tried per batch size (default 1,2,3,4,6,8 up to the "
+                        "space's largest K, plus the winner's own)")
     s.add_argument("--screen", type=int, default=400, metavar="N",
                    help="configs the replay tier screens before measuring (multi)")
     s.add_argument("--timeout", type=float, default=None, metavar="S",

@@ -23,6 +23,7 @@ from autotune.files import write_atomically
 from autotune.frozen import frozen_document
 from autotune.ranking import best_trial, pareto_numbers, ranked
 from autotune.samplers import BASELINE_ATTR
+from autotune.schedule import current_schedule
 from autotune.validation import (DO_NOT_SPECULATE, answer, current_record, finalist_view,
                                  shown_faster)
 
@@ -150,6 +151,9 @@ def best_document(study: optuna.Study, objective: Objective,
     if chosen.record is not None:
         doc["validation"] = finalist_view(
             chosen.record, chosen.trial.number if chosen.speculate and chosen.trial else None)
+    schedule = current_schedule(study, chosen.trial.number if chosen.trial else None)
+    if schedule is not None:
+        doc["schedule"] = schedule
     return doc
 
 

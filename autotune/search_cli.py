@@ -273,6 +273,7 @@ def run_search_command(args: argparse.Namespace) -> int:
     storage = args.storage or str(run_dir / JOURNAL_NAME)
 
     prompts, held_out, held_source = split_prompts(args, categories, prompts_n)
+    _check_schedule_args(args, len(prompts))
     fidelity = _fidelity(args, objective)          # refuses before any model loads
     in_engine = _engine_measures(args, target_engine, fidelity)   # likewise
 
@@ -364,6 +365,23 @@ def run_search_command(args: argparse.Namespace) -> int:
     write_atomically(run_dir / RUN_FILE, json.dumps(record.to_json(), indent=2) + "\n")
     return _run_study(args, run_dir, storage, runner, objective, context,
                       HeldOut(held_out, held_source))
+
+
+def _check_schedule_args(args: argparse.Namespace, n_search_prompts: int) -> None:
+    """Parse --batch-sizes / --schedule-k onto args; refuse before any model loads."""
+    from autotune.schedule import parse_batch_sizes, parse_ks
+
+    args.batch_sizes = getattr(args, "batch_sizes", None)
+    args.batch_sizes_parsed = parse_batch_sizes(args.batch_sizes) if args.batch_sizes else ()
+    given_k = getattr(args, "schedule_k", None)
+    if given_k and not args.batch_sizes:
+        raise AutotuneError("--schedule-k needs --batch-sizes")
+    args.schedule_ks = parse_ks(given_k) if given_k else None
+    if args.batch_sizes_parsed and max(args.batch_sizes_parsed) > n_search_prompts:
+        largest = max(args.batch_sizes_parsed)
+        raise AutotuneError(f"--batch-sizes {largest} needs at least {largest} search prompts "
+                            f"(one batch of {largest}); the search has {n_search_prompts}: "
+                            "give more --prompts")
 
 
 def _engine_measures(args: argparse.Namespace, target: str, fidelity: str) -> bool:
@@ -489,6 +507,17 @@ def _run_study(args: argparse.Namespace, run_dir: Path, storage: str, runner: St
             print("autotune: interrupted while validating the finalists; the search is "
                   "saved and best.json holds its own (unvalidated) best. Rerun the same "
                   "command to validate.", file=sys.stderr, flush=True)
+    if reason != "interrupted" and args.batch_sizes:
+        try:
+            from autotune.schedule_run import run_schedule
+            run_schedule(runner.study, objective, runner.context, runner.space,
+                         args.batch_sizes_parsed, args.schedule_ks, runner.context.prompts,
+                         held.prompts)
+        except KeyboardInterrupt:
+            reason = "interrupted"
+            print("autotune: interrupted while tuning K per batch size; the search is "
+                  "saved and best.json has no schedule. Rerun the same command to tune "
+                  "it.", file=sys.stderr, flush=True)
     try:
         write_run_files(run_dir, runner.study, objective, context)
         outputs = _write_outputs(run_dir, storage, runner.study, objective, context)
