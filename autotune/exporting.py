@@ -6,6 +6,8 @@ says in a README what each holds and why a format got another trial or none, and
 `launch.md`: one section per written format with the command (or Python) that starts
 the engine with those files. Where the chosen config was measured under the engine's own
 rules but only approximately (`exports.approximation`), both say so next to the format.
+A best config with a per-batch-size schedule (`schedule`) gets a README line saying
+which batch sizes were measured; one whose schedule never speculates is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Sequence
 # (tests/phase_driver.py parks a run there) takes effect whenever it is wrapped.
 import autotune.exports as exports
 from autotune.errors import AutotuneError
-from autotune.frozen import load_frozen
+from autotune.frozen import Schedule, load_frozen, read_schedule
 
 LAUNCH = "launch.md"
 
@@ -51,8 +53,9 @@ def write_exports(best_path: Path, out_dir: Path,
     refusal = refusal_reason(best)
     # A config slower than plain decoding is no advice: only those that beat it (on the
     # held-out prompts when validated), and nothing at all when the answer is not to
-    # speculate.
-    candidates = [] if refusal and _validation(best) else [
+    # speculate (validated, or a schedule with K = 0 at every tuned batch size).
+    settled = refusal and (_validation(best) or _never_speculates(best))
+    candidates = [] if settled else [
         *([] if refusal else [best]),
         *(d for d in fallbacks
           if (d.get("provenance") or {}).get("trial") != best_trial
@@ -63,7 +66,8 @@ def write_exports(best_path: Path, out_dir: Path,
     written: list[str] = []
     sections: list[str] = []
     try:
-        lines = [f"Exports of the run's {best_path.name}: {_headline(best)}", ""]
+        lines = [f"Exports of the run's {best_path.name}: {_headline(best)}",
+                 *_schedule_lines(best), ""]
         for fmt in exports.FORMATS:
             chosen = next((d for d in candidates if fmt in exports.expressible(d)), None)
             if chosen is None:
@@ -111,16 +115,52 @@ def _validation(doc: dict[str, Any]) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+def _schedule(doc: dict[str, Any]) -> Schedule | None:
+    # The frozen reader's own check (a loaded document passed it already).
+    return read_schedule(doc)
+
+
+def _never_speculates(doc: dict[str, Any]) -> bool:
+    schedule = _schedule(doc)
+    return schedule is not None and schedule.max_k == 0
+
+
+def _schedule_lines(doc: dict[str, Any]) -> list[str]:
+    """The README's line on a per-batch-size schedule (none without one). hf, dv and
+    llama_cpp decode one request at a time, so they run the batch-1 config: transformers
+    5.23.0 generation/utils.py L4029 "assisted generate is only supported for batch_size
+    = 1"; Draft & Verify's decoding.py @ f69f2a750c83a34097e975afcef1d6a85229f58f calls
+    `.item()` on one row's draft probability; llama-cpp-python 0.3.36
+    llama_cpp/server/app.py L64-89 holds a lock per request."""
+    schedule = _schedule(doc)
+    if schedule is None:
+        return []
+    sizes = ", ".join(map(str, schedule.batch_sizes))
+    return [f"Per-batch-size K for {schedule.method}: {schedule.describe()}; measured at "
+            f"batch sizes {sizes} (best.json's schedule.points: each K's speedup, the "
+            "held_out rows confirmed on prompts the choice never saw). Beyond batch size "
+            f"{schedule.largest} nothing was measured: vLLM carries the last K on, "
+            "TensorRT-LLM uses its implicit tail (launch.md), SGLang runs one K at every "
+            "batch size; hf, dv and llama_cpp decode one request at a time and run the "
+            "batch-1 config."]
+
+
 def refusal_reason(doc: dict[str, Any]) -> str | None:
     """Why `doc` must not be deployed, or None. Validated: the answer is "do not
-    speculate", or its own held-out interval does not lie above 1.0. Not validated: its
+    speculate", or its own held-out interval does not lie above 1.0. A per-batch-size
+    schedule with K = 0 at every tuned batch size: never speculate. Not validated: its
     figures are replay predictions, or its search speedup is not above 1.0 (no measured
     speedup: nothing to hold against it)."""
     from autotune.validation import DO_NOT_SPECULATE, shown_faster
     validation = _validation(doc)
+    if validation is not None and validation.get("decision") == DO_NOT_SPECULATE:
+        return f"the validated answer is not to speculate: {validation.get('reason')}"
+    schedule = _schedule(doc)
+    if schedule is not None and schedule.max_k == 0:
+        sizes = ", ".join(map(str, schedule.batch_sizes))
+        return (f"its per-batch-size schedule never speculates: K=0 at every tuned batch "
+                f"size ({sizes})")
     if validation is not None:
-        if validation.get("decision") == DO_NOT_SPECULATE:
-            return f"the validated answer is not to speculate: {validation.get('reason')}"
         if not shown_faster(validation):
             return (f"not shown faster than the AR baseline on the held-out prompts "
                     f"({_figure(validation)})")

@@ -39,7 +39,8 @@ SCHEMA_PREFIX = "autotune.frozen/"
 # Every version this autotune reads, with its JSON Schema file. v2 added `validation`
 # (the finalists re-measured on held-out prompts); v3 added the `engine` knob (whose
 # drafting rules the figures were measured under; absent = autotune's own, as every
-# older file was measured). Older files read as they always did.
+# older file was measured) and, additively, the optional `schedule` (K per batch size,
+# issue 17). Older files read as they always did.
 _SCHEMA_FILES = {"autotune.frozen/v1": "schemas/frozen-v1.schema.json",
                  "autotune.frozen/v2": "schemas/frozen-v2.schema.json",
                  SCHEMA: "schemas/frozen-v3.schema.json"}
@@ -208,6 +209,124 @@ class FrozenParts:
     config: DecodeConfig
     model: Mapping[str, Any] | None
     draft: Mapping[str, Any] | None
+    # The per-batch-size K of the config's method (v3's optional `schedule`); None: the
+    # config was tuned at batch size 1 only.
+    schedule: Schedule | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleRange:
+    """Batch sizes `start`..`end` (inclusive) run `k` draft tokens per round (0: no
+    speculation there)."""
+
+    start: int
+    end: int
+    k: int
+
+    def span(self) -> str:
+        """`1` or `2-3`."""
+        return str(self.start) if self.start == self.end else f"{self.start}-{self.end}"
+
+    def label(self) -> str:
+        """`1: K=4` or `2-3: K=3`."""
+        return f"{self.span()}: K={self.k}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A frozen config's `schedule` (issue 17): which K its method runs at each batch size.
+
+    `ranges` are sorted, contiguous and start at batch size 1; the last one ends at the
+    largest tuned batch size (`largest`), beyond which nothing was measured. `points`
+    (every measured batch size and K) stay in the document: exporters need only these."""
+
+    method: str
+    batch_sizes: tuple[int, ...]
+    ranges: tuple[ScheduleRange, ...]
+    objective: str | None = None
+
+    @property
+    def max_k(self) -> int:
+        """The largest K of any range: what an engine must size its buffers for."""
+        return max(r.k for r in self.ranges)
+
+    @property
+    def largest(self) -> int:
+        """The largest tuned batch size (the last range's end)."""
+        return self.ranges[-1].end
+
+    def describe(self) -> str:
+        """`1: K=4, 2-3: K=3, 4-8: K=0`."""
+        return ", ".join(r.label() for r in self.ranges)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _schedule_ranges(raw: Any) -> tuple[ScheduleRange, ...]:
+    """`schedule.ranges` as ScheduleRanges, or the first problem (sorted, contiguous,
+    starting at 1: every batch size up to the last end has exactly one K)."""
+    if not isinstance(raw, list) or not raw:
+        raise AutotuneError("schedule.ranges: must be a non-empty list of {start, end, k}")
+    ranges = []
+    for i, item in enumerate(raw):
+        where = f"schedule.ranges.{i}"
+        if not isinstance(item, Mapping) or not all(_is_int(item.get(key))
+                                                    for key in ("start", "end", "k")):
+            raise AutotuneError(f"{where}: needs integer start, end and k")
+        r = ScheduleRange(item["start"], item["end"], item["k"])
+        if r.start < 1 or r.end < r.start or r.k < 0:
+            raise AutotuneError(f"{where}: needs 1 <= start <= end and k >= 0, got "
+                                f"start={r.start}, end={r.end}, k={r.k}")
+        expected = ranges[-1].end + 1 if ranges else 1
+        if r.start != expected:
+            raise AutotuneError(
+                f"{where}: starts at {r.start}, not {expected} (ranges must be sorted and "
+                "contiguous, the first starting at batch size 1)")
+        ranges.append(r)
+    return tuple(ranges)
+
+
+def read_schedule(doc: Mapping[str, Any], method: str | None = None) -> Schedule | None:
+    """The document's `schedule`, None when it has none, or an AutotuneError naming its
+    first problem in one `schedule.key: message` line. The JSON Schema checks the
+    structure; this checks what it cannot: the ranges tile 1..largest tuned batch size,
+    each later range starts at a tuned batch size (a range runs from one to the next
+    minus 1), and a schedule that speculates is for the config's own `method` when one
+    is given."""
+    raw = doc.get("schedule")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise AutotuneError("schedule: must be a mapping")
+    ranges = _schedule_ranges(raw.get("ranges"))
+    sizes = raw.get("batch_sizes")
+    if (not isinstance(sizes, list) or not sizes
+            or not all(_is_int(b) and b >= 1 for b in sizes)):
+        raise AutotuneError("schedule.batch_sizes: must be a non-empty list of the tuned "
+                            "batch sizes (integers >= 1)")
+    tuned = tuple(sorted(set(sizes)))
+    # The first range starts at 1 whatever the smallest tuned size (its K covers the
+    # sizes below it); every later one at a tuned size.
+    for i, r in enumerate(ranges[1:], start=1):
+        if r.start not in tuned:
+            raise AutotuneError(f"schedule.ranges.{i}: starts at {r.start}, which is not a "
+                                f"tuned batch size ({', '.join(map(str, tuned))})")
+    if ranges[-1].end != tuned[-1]:
+        raise AutotuneError(f"schedule.ranges.{len(ranges) - 1}: ends at {ranges[-1].end}, "
+                            f"not at the largest tuned batch size {tuned[-1]} (nothing "
+                            "beyond it was measured)")
+    owner = raw.get("method")
+    if not isinstance(owner, str):
+        raise AutotuneError("schedule.method: must name the method the schedule is for")
+    # A schedule that never speculates says so whatever its method (the search writes
+    # method "none" when the batch-1 answer is not to speculate).
+    if method is not None and owner != method and any(r.k for r in ranges):
+        raise AutotuneError(f"schedule.method: {owner!r} is not the config's method "
+                            f"{method!r} (the schedule sets K for the params' method)")
+    objective = raw.get("objective")
+    return Schedule(owner, tuned, ranges, objective if isinstance(objective, str) else None)
 
 
 def _version_problem(doc: Mapping[str, Any]) -> str | None:
@@ -231,8 +350,9 @@ def read_parts(doc: Any) -> FrozenParts:
     Checks the structure consumers rely on (a mapping of this version, with a `params`
     mapping; `model` and `draft` mappings when present) and the knobs' meaning:
     `DecodeConfig.validate` against the layers of the stack the method's layer keys index
-    (the method registry's rule), and a recorded draft when the method needs one. The
-    full structural check of every field is the JSON Schema's (`problems`)."""
+    (the method registry's rule), a recorded draft when the method needs one, and the
+    `schedule`'s ranges when there is one (`read_schedule`). The full structural check
+    of every field is the JSON Schema's (`problems`)."""
     if not isinstance(doc, Mapping):
         raise AutotuneError("a frozen config must be a mapping (the contents of best.json)")
     version = doc.get("schema", SCHEMA)
@@ -260,7 +380,7 @@ def read_parts(doc: Any) -> FrozenParts:
     if spec is not None and spec.needs_draft and draft is None:
         raise AutotuneError(f"draft: method={config.method} needs the draft model recorded "
                             "under 'draft'")
-    return FrozenParts(config, model, draft)
+    return FrozenParts(config, model, draft, read_schedule(doc, config.method))
 
 
 def problems(doc: Any) -> list[str]:
@@ -292,7 +412,8 @@ def problems(doc: Any) -> list[str]:
 
 def _schema_message(error: Any) -> str:
     """jsonschema's message, with a did-you-mean for an unknown knob."""
-    if error.validator == "additionalProperties" and list(error.path) in ([], ["params"]):
+    if (error.validator == "additionalProperties"
+            and list(error.path) in ([], ["params"], ["schedule"])):
         allowed = list(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
         hints = [f"{key!r}{did_you_mean(key, allowed, inline=True)}" for key in unknown]

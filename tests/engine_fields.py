@@ -43,6 +43,13 @@ VLLM_REJECTED = ("tensor_parallel_size",)
 VLLM_METHODS = ("ngram", "draft_model", "suffix", "custom_class", "eagle", "eagle3",
                 "extract_hidden_states", "mtp", "dflash", "ngram_gpu", "dspark")
 VLLM_DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
+# Per-batch-size K (a frozen config's `schedule`), the same 0.33.0 wheel: the field
+# (vllm/config/speculative.py L524, list of inclusive [start, end, K]) and the methods
+# Model Runner V1 keeps it for, their proposers taking each step's K
+# (vllm/config/vllm.py L1088-1108 _maybe_disable_dynamic_sd_for_v1; any other method
+# falls back to a static num_speculative_tokens there; V2 truncates drafts centrally).
+VLLM_SCHEDULE_FIELD = "num_speculative_tokens_per_batch_size"
+VLLM_SCHEDULE_V1_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
 
 # ---------------------------------------------------------------- SGLang
 # python/sglang/srt/arg_groups/fields/spec.py @ 015c872628e328b530880bcf95ae91222604b225:
@@ -108,6 +115,11 @@ TRTLLM_DECODING_TYPES = {"Draft_Target": TRTLLM_DRAFT_TARGET, "NGram": TRTLLM_NG
 TRTLLM_LLM_ARGS = ("speculative_config",)
 # Names of older releases, absent from llm_args.py @ 00043967.
 TRTLLM_GONE = ("acceptance_window", "acceptance_length_threshold")
+# Per-batch-size K, llm_args.py @ 00043967: DecodingBaseConfig.draft_len_schedule
+# ({batch size: draft length}, the smallest key carrying max_draft_len) and the field
+# validate_max_concurrency_and_draft_len_schedule_mutually_exclusive refuses beside it.
+TRTLLM_SCHEDULE_FIELD = "draft_len_schedule"
+TRTLLM_SCHEDULE_EXCLUSIVE = ("max_concurrency",)
 
 # ---------------------------------------------------------------- transformers
 # transformers 5.23.0 (installed wheel), generation/configuration_utils.py

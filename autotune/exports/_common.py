@@ -27,6 +27,14 @@ Every format module also has `launch(src, files) -> str`: the Markdown section o
 `exports/launch.md` that starts the engine with its files (`request_parameters` is the
 shared line for the tuned sampling, a request parameter of every server).
 
+Per-batch-size K (a frozen config's optional `schedule`, issue 17; `Source.schedule`):
+the search measured which K the method runs at each batch size (K = 0: not at all).
+vLLM and TensorRT-LLM take such a schedule (their modules say how and with what
+limits); SGLang has none, so there it is a loss. A schedule that never speculates is
+refused before any format is asked (`autotune.exporting.refusal_reason`).
+`schedule_paragraph` is the shared launch.md text: which batch sizes were measured and
+what the engine does beyond the largest one.
+
 Nothing here names a method: what a method reads, whether it needs a draft model, whose
 layers it indexes and whether its drafts are always confident come from the method
 registry (`autotune.decoding.methods`), a tree's numbers from `DraftShape`. Which methods
@@ -44,7 +52,7 @@ from autotune.decoding.engines import describe_rule, differences, engine_rules, 
 from autotune.decoding.methods import MethodSpec, get_method
 from autotune.decoding.shape import STATIC, DraftShape
 from autotune.errors import AutotuneError
-from autotune.frozen import read_parts
+from autotune.frozen import Schedule, read_parts
 
 
 def engine_methods(*names: str) -> tuple[str, ...]:
@@ -78,6 +86,8 @@ class Source:
     # The target as the user named it (`default`, a .gguf file, a folder, a hub id):
     # llama.cpp loads the GGUF itself, not the folder `target` names. None: unknown.
     target_spec: str | None = None
+    # K per batch size for this method (None: tuned at batch size 1 only).
+    schedule: Schedule | None = None
 
     @property
     def spec(self) -> MethodSpec:
@@ -144,6 +154,7 @@ def read_frozen(frozen: Any) -> Source:
         draft=model_ref(draft, "draft") if draft is not None else None,
         model_id=str(model.get("id") or model_ref(model, "target")),
         target_spec=model.get("spec") if isinstance(model.get("spec"), str) else None,
+        schedule=parts.schedule,
     )
 
 
@@ -215,6 +226,16 @@ def search_advice(engine: str) -> str:
     """`search with --target E to measure it as E runs it`."""
     rules = engine_rules(engine)
     return f"search with --target {rules.name} to measure it as {rules.label} runs it"
+
+
+def schedule_paragraph(schedule: Schedule, written: str, beyond: str) -> str:
+    """The launch.md paragraph of a per-batch-size schedule: what was measured, what
+    the engine is given (`written`) and what it does past the largest tuned batch size
+    (`beyond`), where nothing was measured."""
+    sizes = ", ".join(map(str, schedule.batch_sizes))
+    return (f"Per-batch-size K (measured at batch sizes {sizes}; {schedule.describe()}): "
+            f"{written}. Beyond batch size {schedule.largest} nothing was measured: "
+            f"{beyond}.\n")
 
 
 def request_parameters(cfg: DecodeConfig) -> str:

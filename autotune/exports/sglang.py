@@ -45,6 +45,21 @@ drafter reads one request's own tokens as a chain, so an n-gram config is an
 approximation of SGLang: measured under `--target sglang` the engine's approximation note
 says so (and ngram_max is not a loss: it sets the trie depth); measured otherwise,
 ngram_max is a loss. ngram_min > 1 is always a loss (the trie matches down to one token).
+
+Per-batch-size K (a frozen config's `schedule`): SGLang cannot run a fixed K per batch
+size. Its speculative fields (spec.py @ 015c872628e328b530880bcf95ae91222604b225, the
+list pinned in tests/engine_fields.py) set one `speculative_num_steps` /
+`speculative_num_draft_tokens` for every batch; the only batch-dependent mechanism is
+`speculative_adaptive` (+ `speculative_adaptive_config`), and in
+python/sglang/srt/speculative/adaptive_spec_params.py @
+13d3f642a06f4f41e2927772b8d81548803c85c3 it picks the step count at run time from the
+accept-length EMA among `candidate_steps` ("must have at least 2 distinct values"), never
+0, and `adaptive_unsupported_reason` allows only EAGLE/EAGLE3 with topk 1, not
+STANDALONE or NGRAM (PR sgl-project/sglang#24055, merged, keys those candidates by
+batch-size range, still chosen from acceptance; #23519, adaptive for STANDALONE, is open
+in the stored thread). So a schedule is a loss: SGLang gets the batch-1 config (params,
+its own k) at every batch size, the same file as without a schedule, and the loss line
+names the measured K it drops, K = 0 ranges included (where SGLang still speculates).
 """
 
 from __future__ import annotations
@@ -107,8 +122,25 @@ def check(src: Source) -> list[Loss]:
                            f"speculative-num-draft-tokens={nodes + 1} (the best {nodes} "
                            "drafted nodes plus the root)",
                            note=STATIC_TREE_NOTE))
+    losses.append(schedule_loss(src))
     losses.append(rules_loss(src, RULES))
     return [loss for loss in losses if loss is not None]
+
+
+def schedule_loss(src: Source) -> Loss | None:
+    """SGLang runs one K at every batch size: the schedule is dropped (module docstring)."""
+    schedule = src.schedule
+    if schedule is None:
+        return None
+    off = [r.span() for r in schedule.ranges if r.k == 0]
+    where = (f"; at batch sizes {', '.join(off)} it measured no speculation faster, yet "
+             "SGLang will speculate there" if off else "")
+    return Loss("schedule", (),
+                "SGLang has no fixed draft length per batch size (its adaptive mode picks "
+                "among at least two step counts from the observed acceptance, for "
+                "EAGLE/EAGLE3 only); the per-batch-size schedule "
+                f"({schedule.describe()}) is dropped and the batch-1 config (k={src.cfg.k}) "
+                f"runs at every batch size{where}")
 
 
 def _static_tree_shape(shape: DraftShape) -> tuple[int, int, int]:

@@ -27,6 +27,50 @@ drafts exactly num_speculative_tokens tokens in a chain (llm_base_proposer.py,
 `for token_index in range(self.num_speculative_tokens - 1)`, no confidence stop), so a
 tree of more than one path is a loss, dropped under `lossy` to its best path:
 num_speculative_tokens = the tree's depth.
+
+Per-batch-size K (a frozen config's `schedule`; read in the same 0.33.0 wheel, commit
+4ba787ec9, unless another source is named):
+
+- vllm/config/speculative.py L524 `num_speculative_tokens_per_batch_size:
+  list[tuple[int, int, int]] | None = None`, "(range_start, range_end,
+  num_speculative_tokens) with an inclusive batch-size range" (the same field at
+  vllm-project/vllm@002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443 vllm/config/speculative.py).
+  `num_speculative_tokens` stays required and > 0 (`Field(gt=0)`): autotune writes the
+  schedule's largest K there.
+- vllm/v1/spec_decode/dynamic/utils.py (identical 3-tuple code at
+  vllm-project/vllm@a6f6bb1d3c1707ede85d03a7c7d47a105a1873fc):
+  `validate_and_normalize_dynamic_sd_schedule` wants a non-empty list of 3-item lists,
+  start > 0, start <= end, K >= 0 (K = 0 allowed), sorted non-overlapping ranges, the
+  first starting at 1; `build_dynamic_sd_schedule_lookup` fills batch sizes
+  1..max_num_seqs, clamps each K to num_speculative_tokens and "carr[ies] forward the
+  last K" past the last range's end. autotune writes [[start, end, k], ...] as the
+  frozen ranges (already sorted and contiguous from 1); the last ends at the largest
+  tuned batch size, so vLLM runs that range's K above it.
+- vllm/v1/core/sched/scheduler.py L1710-1714: K = `dynamic_sd_lookup[len(
+  num_scheduled_tokens)]`, the number of requests scheduled in the step.
+- Which methods honour it. vllm/config/vllm.py L1088-1108
+  `_maybe_disable_dynamic_sd_for_v1`: Model Runner V1 keeps the schedule for ngram,
+  eagle, eagle3, mtp, draft_model and dflash ("V2 truncates drafts centrally. V1
+  requires proposer support") and drops it for any other method. On V1 the runner
+  passes the step's K to the drafter (v1/worker/gpu_model_runner.py L4729-4745 for
+  ngram, L4945-4946 for model drafters): v1/spec_decode/ngram_proposer.py L138-171
+  `assert num_speculative_tokens <= self.k` and looks up that many tokens;
+  DraftModelProposer subclasses SpecDecodeBaseProposer, whose `propose` sets
+  `self.num_speculative_tokens = num_speculative_tokens` and returns no draft for K = 0
+  (v1/spec_decode/llm_base_proposer.py L531, L619). On V2 (the default,
+  `VllmConfig.use_v2_model_runner`) the speculators draft num_speculative_tokens
+  (v1/worker/gpu/spec_decode/standalone_ar/speculator.py; `ngram` runs
+  NgramGPUSpeculator, v1/worker/gpu/spec_decode/__init__.py) and the runner cuts the
+  drafts to the step's K (v1/worker/gpu/model_runner.py L2308-2337): the verified K
+  follows the schedule, the drafting cost does not. Both autotune methods therefore
+  carry the schedule (no loss); launch.md says which runner drafts as measured.
+- vllm/config/vllm.py L1110-1127: with data parallelism the schedule is dropped
+  ("falling back to static num_speculative_tokens"); L1069-1086: on V1 it forces
+  piecewise CUDA graphs.
+- docs/features/speculative_decoding/dynamic_speculative_decoding.md at
+  vllm-project/vllm@015a47e1282c9ef40d706ee3463cb699e04e93c0: "Tested with Eagle,
+  Eagle-3, and DFlash. Other SD methods may or may not work out of the box"; its
+  examples run `VLLM_USE_V2_MODEL_RUNNER=0`.
 """
 
 from __future__ import annotations
@@ -39,6 +83,7 @@ from autotune.exports._common import (
     Loss,
     Source,
     chain_only_tree_loss,
+    schedule_paragraph,
     dump_json,
     engine_methods,
     fenced,
@@ -84,6 +129,12 @@ def speculative_config(src: Source, options: dict[str, Any]) -> dict[str, Any]:
     else:
         spec = {"method": "ngram", "num_speculative_tokens": cfg.k,
                 "prompt_lookup_max": cfg.ngram_max, "prompt_lookup_min": cfg.ngram_min}
+    if src.schedule is not None:
+        # num_speculative_tokens is the cap every scheduled K is clamped to (and sizes
+        # the buffers); the ranges are vLLM's inclusive [start, end, K] entries.
+        spec["num_speculative_tokens"] = src.schedule.max_k
+        spec["num_speculative_tokens_per_batch_size"] = [
+            [r.start, r.end, r.k] for r in src.schedule.ranges]
     return spec
 
 
@@ -99,4 +150,28 @@ def command(src: Source, spec: dict[str, Any]) -> str:
 
 def launch(src: Source, files: dict[str, str]) -> str:
     spec = json.loads(files[FILE])
-    return fenced(command(src, spec), "sh") + "\n" + request_parameters(src.cfg) + "\n"
+    text = fenced(command(src, spec), "sh") + "\n"
+    if src.schedule is not None:
+        text += _schedule_text(src) + "\n"
+    return text + request_parameters(src.cfg) + "\n"
+
+
+def _schedule_text(src: Source) -> str:
+    """What vLLM does with the schedule, where it departs from what was measured."""
+    schedule = src.schedule
+    assert schedule is not None
+    last = schedule.ranges[-1].k
+    tail = f"K={last}" + (" (no speculation)" if last == 0 else "")
+    return (schedule_paragraph(
+                schedule,
+                "`num_speculative_tokens_per_batch_size` in vllm.json, with "
+                f"num_speculative_tokens={schedule.max_k} (the largest K)",
+                f"vLLM carries the last range's {tail} on to every batch size up to "
+                "max_num_seqs")
+            + "\nvLLM's batch size is the number of requests it schedules in a step. "
+            "Model Runner V1 (`VLLM_USE_V2_MODEL_RUNNER=0`, as vLLM's dynamic-SD "
+            "examples run) drafts only each step's K, as measured here, but uses "
+            "piecewise CUDA graphs with a schedule; V2 (the default) drafts "
+            "num_speculative_tokens every step and verifies the first K, so drafting costs "
+            "more than measured wherever K is smaller. With `--data-parallel-size` > 1 "
+            "vLLM drops the schedule and runs num_speculative_tokens at every batch size.\n")
