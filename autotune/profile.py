@@ -137,6 +137,69 @@ def forward_cost_profile(target: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZ
     }
 
 
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
+# Tokens per row in a batched verify pass: 1 (an AR step) up to a long chain.
+DEFAULT_ROW_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
+
+
+def batch_forward_profile(target: LoadedModel, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+                          sizes: Sequence[int] = DEFAULT_ROW_SIZES,
+                          context_tokens: int = DEFAULT_CONTEXT,
+                          repeats: int = DEFAULT_REPEATS) -> dict[str, Any]:
+    """Milliseconds of one batched target forward over B rows x n new tokens per row
+    (the batched decoder's verify pass, `LlamaForward.forward_rows`), for each B in
+    `batch_sizes` and n in `sizes`, every row after `context_tokens` cached tokens.
+
+    Timed as `forward_cost_profile` times (untimed warm-up, every (B, n) visited
+    round-robin `repeats` times, median and minimum). Returns {"model", "device",
+    "dtype", "context_tokens", "repeats", "batch_points": [{"batch_size", "tokens",
+    "ms", "ms_min"}, ...]} sorted by batch size, then tokens.
+    """
+    import torch
+
+    from autotune.measure import Clock
+    from autotune.models.llama import LlamaForward
+
+    batch_sizes, sizes = check_sizes(batch_sizes), check_sizes(sizes)
+    forward, device = target.forward, target.device
+    if not isinstance(forward, LlamaForward):
+        raise AutotuneError(f"the batch profile needs the compact Llama-family forward; "
+                            f"{target.name} runs on HF's own forward")
+    largest_b, largest_n = batch_sizes[-1], sizes[-1]
+    limit = _max_positions(target)
+    if limit is not None:
+        context_tokens = max(1, min(context_tokens, limit - largest_n))
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(forward.vocab_size, (largest_b, context_tokens + largest_n),
+                        generator=generator).to(device)
+    clock = Clock(device)
+    points = [(b, n) for b in batch_sizes for n in sizes]
+    times: dict[tuple[int, int], list[float]] = {p: [] for p in points}
+    with torch.inference_mode():
+        cache = forward.new_cache(largest_b, context_tokens + largest_n)
+        forward.forward(ids[:, :context_tokens], cache)
+
+        def run(b: int, n: int) -> float:
+            start = clock()
+            forward.forward_rows(ids[:b, context_tokens:context_tokens + n],
+                                 cache.rows(0, b), [context_tokens] * b)
+            return clock() - start
+
+        for b in dict.fromkeys((batch_sizes[0], largest_b)):
+            run(b, largest_n)
+        for _ in range(repeats):
+            for b, n in points:
+                times[(b, n)].append(run(b, n))
+    return {
+        "model": target.name, "device": str(device),
+        "dtype": str(target.dtype).removeprefix("torch."),
+        "context_tokens": context_tokens, "repeats": repeats,
+        "batch_points": [{"batch_size": b, "tokens": n,
+                          "ms": 1000 * statistics.median(times[(b, n)]),
+                          "ms_min": 1000 * min(times[(b, n)])} for b, n in points],
+    }
+
+
 def free_tokens(profile: dict[str, Any], factor: float = FREE_FACTOR) -> int | None:
     """The most tokens whose median forward costs at most `factor` x the smallest
     size's (one token's, with the default sizes): how far verifying stays nearly free."""

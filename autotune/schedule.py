@@ -9,9 +9,9 @@ and chooses the draft length per batch size, as the engines' schedules take it (
    of B, paired against batched AR at the same B (`batch_measure.measure_batched`).
    Where the replay tier can predict the config (`screen`), every K is predicted first
    and only the most promising few are measured.
-2. The chosen K at B is the measured K of highest throughput when its speedup is above
-   1; otherwise 0 (do not speculate at B): a schedule is never slower than AR on the
-   prompts it was chosen on.
+2. The chosen K at B is the smallest measured K within TIE of the highest throughput,
+   when its speedup is above 1; otherwise 0 (do not speculate at B): a schedule is never
+   slower than AR on the prompts it was chosen on.
 3. The chosen K is re-measured on the held-out prompts (when there are at least B):
    the figure to report. A chosen K the held-out prompts do not show faster than AR
    (speedup <= 1) is turned off there; the schedule says so.
@@ -39,6 +39,9 @@ OBJECTIVE = "throughput"
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 # With a replay screen, how many predicted-best K values are measured per batch size.
 MEASURED_PER_BATCH = 3
+# Measured speedups within this fraction of the best are a tie, won by the smaller K
+# (less verify work at larger batches, and a schedule that does not flip K on noise).
+TIE = 0.02
 
 # (config, prompts, batch size) -> a `measure --batch-size` summary.
 Measure = Callable[[DecodeConfig, list[Any], int], dict[str, Any]]
@@ -136,17 +139,20 @@ def tune(config: DecodeConfig, batch_sizes: Sequence[int], ks: Sequence[int],
     chosen: dict[int, int] = {}
     for size in batch_sizes:
         measured = _screened(config, size, ks, predict)
-        best_k, best_speedup, ar_summary = 0, 1.0, None
+        paying: dict[int, float] = {}
+        ar_summary = None
         for k in measured:
             summary = measure(dataclasses.replace(config, k=k), search_prompts, size)
             ar_summary = ar_summary or summary
             points.append(_point(size, k, "search", summary))
             progress(f"B={size} K={k}: {_figure(summary)}")
-            if _pays(summary) and summary["speedup"] > best_speedup:
-                best_k, best_speedup = k, summary["speedup"]
+            if _pays(summary):
+                paying[k] = float(summary["speedup"])
         points.append(_point(size, 0, "search", ar_summary))
-        chosen[size] = best_k
-        _mark(points, size, best_k, "search")
+        top = max(paying.values(), default=None)
+        chosen[size] = min((k for k, v in paying.items() if v >= (1 - TIE) * top),
+                           default=0) if top is not None else 0
+        _mark(points, size, chosen[size], "search")
     notes: list[str] = []
     for size in batch_sizes:
         k = chosen[size]

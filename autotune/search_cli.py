@@ -275,6 +275,7 @@ def run_search_command(args: argparse.Namespace) -> int:
     prompts, held_out, held_source = split_prompts(args, categories, prompts_n)
     _check_schedule_args(args, len(prompts))
     fidelity = _fidelity(args, objective)          # refuses before any model loads
+    args.resolved_fidelity = fidelity              # the schedule stage screens by replay too
     in_engine = _engine_measures(args, target_engine, fidelity)   # likewise
 
     # Looked up when called: tests put a spy on autotune.models.loading.load_model.
@@ -512,7 +513,8 @@ def _run_study(args: argparse.Namespace, run_dir: Path, storage: str, runner: St
             from autotune.schedule_run import run_schedule
             run_schedule(runner.study, objective, runner.context, runner.space,
                          args.batch_sizes_parsed, args.schedule_ks, runner.context.prompts,
-                         held.prompts)
+                         held.prompts,
+                         run_dir if args.resolved_fidelity in ("multi", "replay") else None)
         except KeyboardInterrupt:
             reason = "interrupted"
             print("autotune: interrupted while tuning K per batch size; the search is "

@@ -279,3 +279,44 @@ def test_replayer_says_a_wide_dynamic_tree_is_approximate(replayer):
     # A static tree over the same draft is exact.
     static = replayer.summary(DecodeConfig(method="draft_model", tree_choices=STATIC_CHOICES))
     assert static["replay_exact"] is True
+
+
+# ------------------------------------------------------------------ batch size B
+def _synthetic_batch_points(curve):
+    """A batch profile whose B = 1 column is the loop's own curve and whose rows cost a
+    fifth of the first row each (a pass over b rows: (1 + (b - 1) / 5) x one row's)."""
+    from autotune.replay.costs import interpolate
+
+    return [{"batch_size": b, "tokens": n, "ms": interpolate(curve, n) * (1 + (b - 1) / 5)}
+            for b in (1, 2, 4, 8) for n in (1, 2, 3, 4, 5, 6, 8, 12)]
+
+
+@pytest.mark.parametrize("name", ["ngram_fixed", "draft_fixed"])
+def test_batch_replay_at_one_is_the_single_row_replay(cases, replayer, name):
+    from autotune.replay.batch import BatchCost, predict_batched
+
+    config = cases[name].config
+    cost = BatchCost(_synthetic_batch_points(replayer.parts.target_curve),
+                     replayer.parts.target_curve)
+    single = replayer.summary(config)
+    batched = predict_batched(replayer, cost, config, 1)
+    assert batched["speedup"] == pytest.approx(single["speedup"], rel=1e-9)
+    assert batched["mean_accepted_tokens"] == pytest.approx(single["mean_accepted_tokens"])
+
+
+def test_batch_replay_keeps_tau_and_charges_the_widest_row(cases, replayer):
+    from autotune.replay.batch import BatchCost, predict_batched
+
+    config = cases["ngram_fixed"].config
+    cost = BatchCost(_synthetic_batch_points(replayer.parts.target_curve),
+                     replayer.parts.target_curve)
+    one, four = (predict_batched(replayer, cost, config, b) for b in (1, 4))
+    # Acceptance is per row: τ over the same rows does not depend on the batch.
+    runs = replayer.replay(config).runs[: 4 * four["batches"]]
+    rounds = [t for r in runs for t in r.candidate.rounds]
+    assert four["mean_accepted_tokens"] == pytest.approx(
+        sum(t.emitted for t in rounds) / len(rounds))
+    # Rows share a pass that costs a fifth of a row per extra row: AR gains throughput...
+    assert four["ar_tokens_per_s"] > 2 * one["ar_tokens_per_s"]
+    # ...and every round pays for its widest draft, so speculation gains less than AR.
+    assert four["speedup"] < one["speedup"]

@@ -183,3 +183,10 @@ def test_search_with_batch_sizes_writes_a_schedule_and_a_rerun_measures_nothing_
     assert main(args) == 0
     assert "tuning K per batch size" not in capsys.readouterr().err
     assert json.loads((out / "best.json").read_text())["schedule"] == schedule
+
+
+def test_near_ties_go_to_the_smaller_k():
+    table = {("s", 1, 2): 1.40, ("s", 1, 4): 1.41, ("s", 1, 8): 1.30}
+    measure, _ = _fake(table)
+    out = tune(DecodeConfig(method="ngram", k=4), (1,), (2, 4, 8), ["s"], [], measure)
+    assert out["ranges"] == [{"start": 1, "end": 1, "k": 2}]
