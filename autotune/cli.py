@@ -196,8 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="context tokens prefilled before each timed forward (default 128)")
     pr.add_argument("--repeats", type=int, default=None, metavar="N",
                     help="round-robin passes over the sizes; median and min (default 3)")
+    pr.add_argument("--batch-sizes", default=None, metavar="B,B,...",
+                    help="also time one batched verify pass over B rows x n tokens per row "
+                         "(n: --sizes, default 1,2,3,4,5,6,8,10,12,16; B=1 and n=1 always "
+                         "added as the reference) and print it as a second table; the "
+                         "compact Llama-family forward only")
     pr.add_argument("-o", "--output", default=None, metavar="FILE",
-                    help="also write the profile as JSON")
+                    help="also write the profile as JSON (with --batch-sizes, under "
+                         "\"batch\" as a search stores it)")
     pr.set_defaults(run="autotune.profile_cli:run_profile_command")
 
     v = sub.add_parser("validate", help="check a frozen config, space, objective or config")

@@ -1,6 +1,9 @@
 """Verify cost on this hardware: what one forward of the target costs against the number
 of tokens it verifies in that pass (the run folder's hardware_profile.json), the range
-where extra draft tokens ride along almost for free, and where the best config sits."""
+where extra draft tokens ride along almost for free, and where the best config sits. When
+the profile also holds the batched verify pass ("batch": B rows x n tokens per row, from
+`autotune search --batch-sizes` or `autotune profile --batch-sizes`), a second pair of
+figures shows it and where batching stops amortising."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from typing import Any
 import optuna
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 
 from autotune.profile import FREE_FACTOR, PROFILE_FILE, free_tokens
 from autotune.report.objective import ObjectiveInfo
@@ -20,6 +24,7 @@ from autotune.report.trials import best_speculative, finite, metrics_of, pick
 
 FREE_TOLERANCE = FREE_FACTOR - 1    # "free": within 10 % of the cost of verifying one token
 _PROFILE_COLUMNS = ["tokens", "ms", "ms_min", "ms_per_token"]
+_BATCH_COLUMNS = ["batch_size", "tokens", "ms", "ms_min", "ms_per_row"]
 
 
 @dataclass
@@ -39,6 +44,12 @@ class Hardware:
     verified: float | None = None
     verified_number: int | None = None
     note: str | None = None
+    # The batched verify pass, only when the profile has "batch" (None otherwise, and the
+    # panel is drawn as without it): batch_size, tokens (per row), ms, ms_min, ms_per_row
+    # (ms / batch_size), by batch size then tokens; its own model/device/context info.
+    batch: pd.DataFrame | None = None
+    batch_info: dict[str, str] = field(default_factory=dict)
+    batch_note: str | None = None
 
 
 def profile_points(doc: Any) -> tuple[pd.DataFrame, int]:
@@ -60,6 +71,67 @@ def profile_points(doc: Any) -> tuple[pd.DataFrame, int]:
                      "ms_per_token": ms / tokens})
     frame = pd.DataFrame(rows, columns=_PROFILE_COLUMNS)
     return frame.sort_values("tokens", ignore_index=True), dropped
+
+
+def batch_points(batch: Any) -> tuple[pd.DataFrame, int]:
+    """The valid points of a profile's "batch" entry, by batch size then tokens, and how
+    many were left out (not an object, batch size or tokens not a positive integer, ms
+    not a positive finite number, a repeated (batch size, tokens) pair)."""
+    points = batch.get("batch_points") if isinstance(batch, dict) else None
+    rows, dropped, seen = [], 0, set()
+    for point in points if isinstance(points, list) else []:
+        size = point.get("batch_size") if isinstance(point, dict) else None
+        tokens = point.get("tokens") if isinstance(point, dict) else None
+        ms = finite(point.get("ms")) if isinstance(point, dict) else None
+        if (any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (size, tokens))
+                or (size, tokens) in seen or ms is None or ms <= 0):
+            dropped += 1
+            continue
+        seen.add((size, tokens))
+        ms_min = finite(point.get("ms_min"))
+        rows.append({"batch_size": size, "tokens": tokens, "ms": ms,
+                     "ms_min": ms_min if ms_min and ms_min > 0 else None,
+                     "ms_per_row": ms / size})
+    frame = pd.DataFrame(rows, columns=_BATCH_COLUMNS)
+    return frame.sort_values(["batch_size", "tokens"], ignore_index=True), dropped
+
+
+def _batch_summary(frame: pd.DataFrame) -> str:
+    """At the fewest tokens per row (1: a batched AR step), each batch size's pass against
+    one row's, and the first step up in batch size where the per-row cost falls by less
+    than FREE_TOLERANCE: past it, more rows cost about as much again as they bring."""
+    n = int(frame["tokens"].min())
+    at = frame[frame["tokens"] == n].set_index("batch_size")["ms"]
+    what = f"{n} token{'s' if n > 1 else ''} per row"
+    if 1 not in at.index or len(at) < 2:
+        return (f"At {what} there is no 1-row pass and another batch size to compare: the "
+                f"table of points is all there is.")
+    one = float(at[1])
+    sizes = [int(b) for b in at.index if b > 1]
+    costs = " / ".join(f"{at[b] / one:.2f}x" for b in sizes)
+    per_row = " / ".join(f"{at[b] / one / b:.2f}x" for b in sizes)
+    text = (f"At {what}, one pass over {' / '.join(map(str, sizes))} rows costs {costs} "
+            f"one row's ({per_row} per row).")
+    ordered = [int(b) for b in at.index]
+    for small, large in zip(ordered, ordered[1:]):
+        if at[large] / large > (1 - FREE_TOLERANCE) * at[small] / small:
+            return (text + f" From {small} to {large} rows the per-row cost falls by less "
+                           f"than {FREE_TOLERANCE:.0%}: batching stops amortising there.")
+    return text + f" The per-row cost still falls at every step up to {ordered[-1]} rows."
+
+
+def _batch(doc: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, str], str]:
+    """The "batch" entry as (points, its display info, the note under its figures)."""
+    batch = doc["batch"]
+    frame, dropped = batch_points(batch)
+    info = pick(batch, ("model", "device", "dtype", "context_tokens", "repeats"))
+    if frame.empty:
+        return frame, info, (f"{PROFILE_FILE} has a \"batch\" entry with no valid point "
+                             "(batch_size >= 1, tokens >= 1, ms > 0): nothing to plot.")
+    notes = [_batch_summary(frame)]
+    if dropped:
+        notes.append(f"{dropped} malformed batch point{'s' if dropped != 1 else ''} left out.")
+    return frame, info, " ".join(notes)
 
 
 def free_up_to(frame: pd.DataFrame, tolerance: float = FREE_TOLERANCE) -> int | None:
@@ -144,7 +216,48 @@ def data(doc: Any, study: optuna.Study | None = None, objective: ObjectiveInfo |
             notes.append(f"The best speculative config, #{best.number}, verifies {verified:.3g} "
                          f"tokens per pass on average{where}.")
     out.note = " ".join(notes) or None
+    if "batch" in doc:
+        out.batch, out.batch_info, out.batch_note = _batch(doc)
     return out
+
+
+def _batch_figures(hw: Hardware) -> str:
+    """The batched verify pass: ms per pass and ms per row against tokens per row, one
+    line per batch size, with the text that says what was (and was not) timed."""
+    assert hw.batch is not None
+    context = hw.batch_info.get("context_tokens", "?")
+    text = (f'Batched verify pass ({PROFILE_FILE}, "batch"): one batched target pass over B '
+            f"rows x n tokens, bare forward after {context} context tokens; the batched "
+            "decoder adds each row's drafting and bookkeeping. Left: ms per pass; right: ms "
+            "per row (ms / B). Where a larger B's line stops falling below a smaller one's "
+            "on the right, batching stops amortising.")
+    head = f'<p class="how">{esc(text)}</p>'
+
+    if hw.batch.empty:
+        return head + note(hw.batch_note)
+    b = hw.batch
+    sizes = sorted(int(x) for x in b["batch_size"].unique())
+    # Ordered colours (dark = few rows, light = many), stopping short of viridis' pale
+    # yellow, which is hard to see on white.
+    colors = sample_colorscale("Viridis", [0.85 * i / max(1, len(sizes) - 1)
+                                           for i in range(len(sizes))])
+    cost, per = go.Figure(), go.Figure()
+    for size, color in zip(sizes, colors):
+        part = b[b["batch_size"] == size]
+        for fig, column, what in ((cost, "ms", "ms per pass"), (per, "ms_per_row", "ms per row")):
+            fig.add_trace(go.Scatter(
+                x=part["tokens"], y=part[column], mode="lines+markers", name=f"B={size}",
+                line=dict(color=color, width=2), marker=dict(size=5),
+                hovertemplate=f"B={size}, %{{x}} tokens per row: %{{y:.3f}} {what}<extra></extra>"))
+    layout(cost, "tokens per row in one pass", "ms per batched target forward", SMALL_FIG_HEIGHT,
+           title="cost of one batched verify pass")
+    cost.update_yaxes(rangemode="tozero")
+    layout(per, "tokens per row in one pass", "ms per row (ms / B)", SMALL_FIG_HEIGHT,
+           title="cost per row")
+    per.update_yaxes(rangemode="tozero")
+    return (head + f'<div class="grid"><div class="cell">{figure(cost, "fig-hardware-batch")}'
+            f'</div><div class="cell">{figure(per, "fig-hardware-batch-per-row")}</div></div>'
+            + note(hw.batch_note))
 
 
 def render(hw: Hardware) -> str:
@@ -198,6 +311,9 @@ def render(hw: Hardware) -> str:
     head = f'<p class="how">Measured: {esc(measured)} ({esc(PROFILE_FILE)}).</p>' if measured else ""
     body = (head + f'<div class="grid"><div class="cell">{figure(cost, "fig-hardware")}</div>'
             f'<div class="cell">{figure(per, "fig-hardware-per-token")}</div></div>')
+    if hw.batch is not None:
+        # After the single-row note, so a page without "batch" reads exactly as before.
+        return section("hardware", title, how, body + note(hw.note) + _batch_figures(hw))
     return section("hardware", title, how, body + note(hw.note))
 
 
