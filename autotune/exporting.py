@@ -18,8 +18,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-# Used as `exports.export`, not imported by name, so that wrapping the module's function
-# (tests/phase_driver.py parks a run there) takes effect whenever it is wrapped.
 import autotune.exports as exports
 from autotune.errors import AutotuneError
 from autotune.frozen import Schedule, load_frozen, read_schedule
@@ -98,16 +96,22 @@ def write_exports(best_path: Path, out_dir: Path,
             (scratch / LAUNCH).write_text(text, encoding="utf-8")
             written.append(LAUNCH)
         (scratch / "README.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        old = None
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}-old-{os.getpid()}")
-            os.replace(out_dir, old)
-        os.replace(scratch, out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _swap_in(scratch, out_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return written
+
+
+def _swap_in(scratch: Path, out_dir: Path) -> None:
+    """Replace `out_dir` by the finished `scratch` folder (the previous one moved aside
+    first, then removed): a reader sees the old exports or the new ones, never a mix."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}-old-{os.getpid()}")
+        os.replace(out_dir, old)
+    os.replace(scratch, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _validation(doc: dict[str, Any]) -> dict[str, Any] | None:

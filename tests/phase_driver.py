@@ -15,7 +15,9 @@ Phases, each a real function of the search patched here and nowhere else:
   validation  measuring the finalists on the held-out prompts
            (`validation.measure_finalists`)
   report   rendering the report after the study (`report.render_report`)
-  exports  writing the exports after the report (`exports.export`)
+  exports  the exports written aside after the report, about to replace the run's
+           exports/ folder (`exporting._swap_in`; reached whatever the exports hold,
+           so also when no trial beat the AR baseline)
 """
 
 from __future__ import annotations
@@ -82,8 +84,8 @@ def _install(phase: str, nth: int, marker: Path) -> None:
         import autotune.report as module
         _wait_on_call(module, "render_report", nth, marker)
     elif phase == "exports":
-        import autotune.exports as module
-        _wait_on_call(module, "export", nth, marker)
+        import autotune.exporting as module
+        _wait_on_call(module, "_swap_in", nth, marker)
     else:
         raise SystemExit(f"phase_driver: unknown phase {phase!r}")
 

@@ -335,6 +335,12 @@ class LlamaForward:
         q, k, v = self._qkv(layer, step, self._rms(h, layer.input_norm))
         cache = step.cache
         end = self._store_kv(index, step, k, v)
+        if step.positions is not None:
+            # `_linear_cpu`'s output is transposed, so q's last dim is strided; SDPA's
+            # fused CPU kernel needs it dense and otherwise falls back to the math path,
+            # which copies K/V per head group (GQA): about 20x slower for 16 rows of long
+            # prompts. The single-row path keeps its kernel (and its numerics) as it was.
+            q = q.contiguous()
         out = F.scaled_dot_product_attention(
             q, cache.k[index, :, :, :end], cache.v[index, :, :, :end],
             attn_mask=step.mask, is_causal=step.causal, scale=self.scaling,
