@@ -58,23 +58,28 @@ def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
             for row in [head, *rows]]
 
 
+def _config_row(summary: dict[str, Any]) -> tuple[str, str]:
+    return "config", ", ".join(f"{k}={_fmt(v)}" for k, v in summary["config"].items())
+
+
+def _figure_rows(summary: dict[str, Any], keys: tuple[str, ...]) -> list[tuple[str, str]]:
+    """One (label, text) row per key; the speedup with its 90% interval."""
+    return [("speedup [90% CI]", _speedup_text(summary.get("speedup"),
+                                               summary.get("speedup_ci90")))
+            if key == "speedup" else (key, _fmt(summary.get(key))) for key in keys]
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The text of `autotune measure`: one `key  value` row per figure (speedup with its
     90% interval over prompts), then the speedup, τ and prompts per category."""
-    config = ", ".join(f"{k}={_fmt(v)}" for k, v in summary["config"].items())
-    rows = [("config", config)]
+    rows = [_config_row(summary)]
     if summary.get("measured_by_label"):
         rows.append(("measured in", str(summary["measured_by_label"])))
-    for key in ("model", "draft", "device", "dtype", "prompts", "tokens_generated",
-                "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup",
-                "prefill_ms", "mean_accepted_tokens", "acceptance_rate", "pos_acc",
-                "depth_acceptance", "mean_verified_tokens", "draft_time_share",
-                "peak_memory_mb", "lossless"):
-        if key == "speedup":
-            rows.append(("speedup [90% CI]",
-                         _speedup_text(summary.get("speedup"), summary.get("speedup_ci90"))))
-        else:
-            rows.append((key, _fmt(summary.get(key))))
+    rows += _figure_rows(summary, (
+        "model", "draft", "device", "dtype", "prompts", "tokens_generated",
+        "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup", "prefill_ms",
+        "mean_accepted_tokens", "acceptance_rate", "pos_acc", "depth_acceptance",
+        "mean_verified_tokens", "draft_time_share", "peak_memory_mb", "lossless"))
     if summary.get("mismatched_prompts"):
         rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
         if summary.get("lossless_binding") is False:
@@ -287,17 +292,11 @@ def _measure_batched(args: argparse.Namespace, config: Any, target: Any, draft: 
 
 def format_batched_summary(summary: dict[str, Any]) -> str:
     """The text of `autotune measure --batch-size`: one `key  value` row per figure."""
-    config = ", ".join(f"{k}={_fmt(v)}" for k, v in summary["config"].items())
-    rows = [("config", config)]
-    for key in ("batch_size", "batches", "prompts", "unused_prompts", "tokens_per_s",
-                "ar_tokens_per_s", "speedup", "latency_ms_per_token",
-                "baseline_latency_ms_per_token", "mean_accepted_tokens", "acceptance_rate",
-                "mean_verify_width", "lossless"):
-        if key == "speedup":
-            rows.append(("speedup [90% CI]",
-                         _speedup_text(summary.get("speedup"), summary.get("speedup_ci90"))))
-        else:
-            rows.append((key, _fmt(summary.get(key))))
+    rows = [_config_row(summary), *_figure_rows(summary, (
+        "batch_size", "batches", "prompts", "unused_prompts", "tokens_per_s",
+        "ar_tokens_per_s", "speedup", "latency_ms_per_token",
+        "baseline_latency_ms_per_token", "mean_accepted_tokens", "acceptance_rate",
+        "mean_verify_width", "lossless"))]
     if summary.get("mismatched_prompts"):
         rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
     width = max(len(k) for k, _ in rows)
