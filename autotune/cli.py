@@ -206,6 +206,28 @@ def build_parser() -> argparse.ArgumentParser:
                          "\"batch\" as a search stores it)")
     pr.set_defaults(run="autotune.profile_cli:run_profile_command")
 
+    t = sub.add_parser("train-draft", help="distil a draft head (EAGLE, Medusa) from the model",
+                       description="Distil a draft head from the target (its weights frozen) "
+                       "on the search part of a workload, split as `autotune search` splits "
+                       "it, from the target's own greedy continuations and features. Use the "
+                       "folder with --draft in search, measure and generate.")
+    _add_model_args(t, draft=False)
+    _add_workload_args(t, max_new_tokens=None)
+    t.add_argument("--kind", required=True, choices=("eagle", "medusa"),
+                   help="eagle: a one-layer feature head (EAGLE-1); medusa: heads that each "
+                        "guess one position further")
+    t.add_argument("--minutes", type=float, default=10.0,
+                   help="training time budget, summed over resumed runs (default 10)")
+    t.add_argument("--out", required=True, metavar="DIR",
+                   help="the drafter folder; an unfinished one is resumed")
+    t.add_argument("--validation", default="0.4", metavar="FRACTION|FILE",
+                   help="held out as `search` holds it out (same value and --seed): never "
+                        "trained on")
+    t.add_argument("--medusa-heads", type=int, default=4, metavar="N",
+                   help="medusa: number of heads (default 4)")
+    t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    t.set_defaults(run="autotune.train_cli:run_train_command")
+
     v = sub.add_parser("validate", help="check a frozen config, space, objective or config")
     v.add_argument("files", nargs="+", metavar="FILE")
     v.add_argument("--layers", type=int, default=32,

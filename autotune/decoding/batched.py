@@ -104,6 +104,10 @@ class BatchedDecoder:
         if config.is_tree:
             raise AutotuneError("batched decoding drafts chains only; a draft tree "
                                 "(tree_width > 0) runs at batch size 1")
+        if self.single.spec.reads_target_features:
+            raise AutotuneError(f"batched decoding does not run method={config.method} yet "
+                                "(its head reads per-row target features); it runs at "
+                                "batch size 1")
         if not isinstance(target.forward, LlamaForward):
             raise AutotuneError(
                 f"batched decoding needs the compact Llama-family forward; {target.name} "

@@ -34,7 +34,7 @@ from autotune.decoding.verify import (greedy_tree_verify, greedy_verify, match_s
                                       rejection_sample, tree_rejection_sample)
 from autotune.errors import AutotuneError
 from autotune.models.llama import KVCache
-from autotune.models.loading import LoadedModel, check_shared_vocabulary
+from autotune.models.loading import LoadedModel, check_shared_vocabulary, draft_model
 
 # HF's heuristic schedule grows K without bound; a cap keeps one runaway round from
 # drafting far past what any verify pass should carry.
@@ -126,6 +126,9 @@ class _Run:
     policy: ExitPolicy
     generator: torch.Generator | None
     clock: Callable[[], float]
+    # The drafter reads the target's features (EAGLE, Medusa): each target pass hands
+    # over those of the tokens it kept.
+    features: bool = False
 
 
 class SpeculativeDecoder:
@@ -141,6 +144,7 @@ class SpeculativeDecoder:
         if draft is not None:
             check_shared_vocabulary(target, draft)
         self.spec.require_draft(draft is not None)
+        self._check_trained(draft)
         self._check_layer_access()
         if config.is_tree:
             self._check_tree_forward()
@@ -159,8 +163,24 @@ class SpeculativeDecoder:
                 f"method={self.spec.name} needs layer access, which {stack.name} "
                 f"({stack.hf_model.config.model_type}) does not offer: only Llama-family "
                 "models run on the compact forward; use draft_model or ngram")
-        draft_layers = self.draft.n_layers if self.draft is not None else None
+        model = draft_model(self.draft)
+        draft_layers = model.n_layers if model is not None else None
         self.config.validate(n_layers=self.spec.stack_layers(self.target.n_layers, draft_layers))
+
+    def _check_trained(self, draft: LoadedModel | None) -> None:
+        """A trained head serves its own method only, and that method needs one."""
+        kind = draft.trained_kind if draft is not None else None
+        if self.spec.reads_target_features:
+            if kind != self.spec.name:
+                raise AutotuneError(f"method={self.spec.name} needs a trained {self.spec.name} "
+                                    f"drafter as --draft (autotune train-draft --kind "
+                                    f"{self.spec.name}), not {draft.name if draft else 'none'}")
+            if not self.target.forward.supports_layers:
+                raise AutotuneError(f"method={self.spec.name} reads the target's features, "
+                                    "which only the compact Llama-family forward gives")
+        elif kind is not None and self.spec.needs_draft:
+            raise AutotuneError(f"method={self.spec.name} needs a draft model; {draft.name} "
+                                f"is a trained {kind} head (it serves method={kind})")
 
     def _check_tree_forward(self) -> None:
         # Tree masks and per-node positions exist only in the compact forward.
@@ -221,12 +241,18 @@ class SpeculativeDecoder:
         draft_done = run.clock()
         verified_len = run.cache.length
         verify_ids = torch.cat((seq[:, -1:], draft.tokens), dim=1)
-        logits = self.target.forward.forward(verify_ids, run.cache, start=verified_len)
+        if run.features:
+            logits, features = self.target.forward.forward_features(verify_ids, run.cache,
+                                                                    start=verified_len)
+        else:
+            logits = self.target.forward.forward(verify_ids, run.cache, start=verified_len)
         forward_done = run.clock()
         n_accepted, next_token = self._verify(draft, logits, run.generator)
         run.cache.crop(verified_len + 1 + n_accepted)
         if draft.k:
             run.drafter.observe(n_accepted)
+        if run.features:
+            run.drafter.target_features(features[:, :1 + n_accepted])  # type: ignore[attr-defined]
         run.policy.update(draft.k, n_accepted, draft.confidences)
         return RoundResult(
             new_tokens=draft.tokens[0, :n_accepted].tolist() + [next_token],
@@ -245,9 +271,13 @@ class SpeculativeDecoder:
         base = cache.length
         verify_ids = torch.cat((seq[:, -1:], tree.tokens), dim=1)
         device = verify_ids.device
-        logits = self.target.forward.forward(
-            verify_ids, cache, start=base, tree_mask=tree.attention_mask(device),
-            position_ids=tree.position_ids(seq.shape[1] - 1, device))
+        pass_args = dict(start=base, tree_mask=tree.attention_mask(device),
+                         position_ids=tree.position_ids(seq.shape[1] - 1, device))
+        if run.features:
+            logits, features = self.target.forward.forward_features(verify_ids, cache,
+                                                                    **pass_args)
+        else:
+            logits = self.target.forward.forward(verify_ids, cache, **pass_args)
         forward_done = run.clock()
         children, node_tokens = tree.children(), tree.tokens[0].tolist()
         if self.config.greedy:
@@ -261,6 +291,8 @@ class SpeculativeDecoder:
             path, next_token = tree_rejection_sample(children, node_tokens, p_at,
                                                      run.generator)
         compact_cache(cache, base, path)
+        if run.features:
+            run.drafter.target_features(features[:, [0] + path])  # type: ignore[attr-defined]
         return RoundResult(
             new_tokens=tree.path_tokens(path) + [next_token], n_accepted=len(path),
             drafted=tree.size, verified=tree.size + 1, confidences=tree.probs,
@@ -290,7 +322,8 @@ class SpeculativeDecoder:
                               drafted_confidence=self.rules.drafted_token_confidence)
         drafter = self._drafter(cache, max_len, choose)
         tree_drafter = self._tree_drafter(drafter, device)
-        run = _Run(cache, drafter, tree_drafter, make_policy(config), generator, clock)
+        run = _Run(cache, drafter, tree_drafter, make_policy(config), generator, clock,
+                   features=self.spec.reads_target_features)
         draft_round = self._tree_round if tree_drafter is not None else self._chain_round
         # The sequence lives in one preallocated buffer; `seq` views its filled part.
         buffer = torch.zeros((1, max_len), dtype=torch.long, device=device)
@@ -298,7 +331,12 @@ class SpeculativeDecoder:
         length = len(prompt)
 
         start_time = clock()
-        logits = forward.forward(buffer[:, :length], cache, last_only=True)
+        if run.features:
+            logits, features = forward.forward_features(buffer[:, :length], cache,
+                                                        last_only=True)
+            drafter.target_features(features)  # type: ignore[attr-defined]
+        else:
+            logits = forward.forward(buffer[:, :length], cache, last_only=True)
         drafter.prefill(buffer[:, :length])
         first = int(self._target_token(logits[:, -1], generator)[0])
         buffer[0, length] = first

@@ -75,6 +75,9 @@ class MethodSpec:
     can_tree: its drafts come with distributions, so it can draft a tree (EAGLE-2).
     confident_drafts: every draft token carries confidence 1.0 (n-gram lookups), so a
         confidence exit rule never stops it: its effective policy is `fixed`.
+    reads_target_features: its drafter reads the target's features (trained heads:
+        EAGLE, Medusa); every target pass hands it those of the tokens kept
+        (`target_features(features [1, T, H])`), so the target needs the compact forward.
     drafter: the Drafter class (`build(context) -> Drafter`), or its "module:Class".
     scorer: the agreement proxy's scorer factory, `(target, config, draft) -> Scorer`,
         or its "module:function"; None when the method has no cheap proxy.
@@ -97,6 +100,7 @@ class MethodSpec:
     layer_stack: str | None = None
     can_tree: bool = False
     confident_drafts: bool = False
+    reads_target_features: bool = False
     scorer: Factory | None = None
     replay: Factory | None = None
     derived: tuple[DerivedKnob, ...] = ()
@@ -287,11 +291,27 @@ def _layer_skip_presets(n_layers: int) -> list[Preset]:
     ]
 
 
+def _eagle_presets(n_layers: int) -> list[Preset]:
+    # EAGLE-2's dynamic tree (as in layer_skip's eagle2_tree preset) over the trained
+    # head it was made for; the short chain is our starting point, not a published one.
+    return [Preset("eagle_chain", "EAGLE chain of 3 (a short chain, our starting point)",
+                   {"method": "eagle", "k": 3, "exit_policy": "fixed"}, rank=10),
+            Preset("eagle2_tree_head", "EAGLE-2 dynamic tree: top-k 10, depth 6, total "
+                   "tokens 60", {"method": "eagle", "exit_policy": "fixed", "tree_width": 10,
+                                 "tree_depth": 6, "tree_tokens": 60}, rank=11)]
+
+
+def _medusa_presets(n_layers: int) -> list[Preset]:
+    return [Preset("medusa_chain", "Medusa: one token per head (a chain of 3)",
+                   {"method": "medusa", "k": 3, "exit_policy": "fixed"}, rank=12)]
+
+
 _DRAFTERS = "autotune.decoding.drafters"
 _SCORERS = "autotune.agreement"
 _REPLAY = "autotune.replay.sources"
 
-BUILTIN_METHODS: tuple[str, ...] = ("none", "draft_model", "layer_skip", "sorted_exit", "ngram")
+BUILTIN_METHODS: tuple[str, ...] = ("none", "draft_model", "layer_skip", "sorted_exit", "ngram",
+                                    "eagle", "medusa")
 
 for _spec in (
     MethodSpec("none", label="AR baseline", color="#7f7f7f", drafts=False,
@@ -320,5 +340,12 @@ for _spec in (
                drafter=f"{_DRAFTERS}.ngram:NgramDrafter", scorer=f"{_SCORERS}:ngram_scorer",
                replay=f"{_REPLAY}:ngram_source",
                summary=_ngram_summary, presets=_ngram_presets),
+    # Trained heads (`autotune train-draft`), named by --draft DIR.
+    MethodSpec("eagle", label="eagle", color="#D55E00", needs_draft=True, uses_draft=True,
+               can_tree=True, reads_target_features=True,
+               drafter=f"{_DRAFTERS}.eagle:EagleDrafter", presets=_eagle_presets),
+    MethodSpec("medusa", label="medusa", color="#56B4E9", needs_draft=True, uses_draft=True,
+               can_tree=True, reads_target_features=True,
+               drafter=f"{_DRAFTERS}.medusa:MedusaDrafter", presets=_medusa_presets),
 ):
     register_method(_spec)

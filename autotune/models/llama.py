@@ -70,7 +70,7 @@ class KVCache:
 class _Layer:
     """One decoder layer's weights, as plain tensors (no module-call overhead)."""
 
-    input_norm: torch.Tensor
+    input_norm: torch.Tensor | None   # None: no norm before attention (EAGLE's layer 0)
     qkv_weight: torch.Tensor          # [(H + 2*Hkv)*D, hidden]
     qkv_bias: torch.Tensor | None
     o_weight: torch.Tensor
@@ -209,6 +209,17 @@ class LlamaForward:
         self.cos = (emb.cos() * scale).to(self.dtype)
         self.sin = (emb.sin() * scale).to(self.dtype)
 
+    @classmethod
+    def over_layers(cls, base: "LlamaForward", layers: list[_Layer]) -> "LlamaForward":
+        """A forward over `layers` that shares `base`'s embedding, final norm, LM head,
+        rotary tables and attention geometry (no copy): a trained draft head's decoder
+        layer(s) run with the target's own machinery (cache, tree masks, rows)."""
+        forward = cls.__new__(cls)
+        forward.__dict__.update(base.__dict__)
+        forward.layers = list(layers)
+        forward.n_layers = len(layers)
+        return forward
+
     # ----------------------------------------------------------------- cache
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         if max_len > self.cos.shape[0]:
@@ -312,6 +323,9 @@ class LlamaForward:
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * xf.to(x.dtype)
 
+    def _input(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
+        return h if layer.input_norm is None else self._rms(h, layer.input_norm)
+
     def _qkv(self, layer: _Layer, step: Step, x: torch.Tensor
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Project normed input x [B, T, hidden] to rotated q [B,H,T,D], k and v [B,Hkv,T,D]."""
@@ -332,7 +346,7 @@ class LlamaForward:
     def _attention(self, index: int, step: Step) -> None:
         layer = self.layers[index]
         h = step.hidden
-        q, k, v = self._qkv(layer, step, self._rms(h, layer.input_norm))
+        q, k, v = self._qkv(layer, step, self._input(layer, h))
         cache = step.cache
         end = self._store_kv(index, step, k, v)
         if step.positions is not None:
@@ -381,13 +395,32 @@ class LlamaForward:
         h = step.hidden
         for index in range(first, last):
             layer = self.layers[index]
-            _, k, v = self._qkv(layer, step, self._rms(h, layer.input_norm))
+            _, k, v = self._qkv(layer, step, self._input(layer, h))
             self._store_kv(index, step, k, v)
 
     def logits(self, step: Step, last_only: bool = False) -> torch.Tensor:
         """Final norm + LM head on the current hidden state: [B, T or 1, V]."""
         h = step.hidden[:, -1:] if last_only else step.hidden
-        return self._linear(self._rms(h, self.final_norm), self.lm_head, self.lm_head_bias)
+        return self.head_logits(self._rms(h, self.final_norm))
+
+    def head_logits(self, normed: torch.Tensor) -> torch.Tensor:
+        """The LM head alone on final-normed hidden states [B, T, hidden]: [B, T, V].
+        Trained draft heads predict such states (the target's features) and read them
+        through the target's own head."""
+        return self._linear(normed, self.lm_head, self.lm_head_bias)
+
+    def forward_features(self, input_ids: torch.Tensor, cache: KVCache, *,
+                         start: int | None = None, last_only: bool = False,
+                         tree_mask: torch.Tensor | None = None,
+                         position_ids: torch.Tensor | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward` that also returns the features: the final-normed hidden states
+        [B, T, hidden] the LM head reads (what EAGLE and Medusa heads draft from). The
+        logits are exactly `forward`'s: the same operations in the same order."""
+        step = self.begin(input_ids, cache, start, tree_mask, position_ids)
+        self.run_layers(step, 0, self.n_layers)
+        normed = self._rms(step.hidden, self.final_norm)
+        return self.head_logits(normed[:, -1:] if last_only else normed), normed
 
     # ------------------------------------------------------------ the whole
     def forward(self, input_ids: torch.Tensor, cache: KVCache, *, start: int | None = None,

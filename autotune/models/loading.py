@@ -49,6 +49,13 @@ class LoadedModel:
         return self.forward.n_layers
 
     @property
+    def trained_kind(self) -> str | None:
+        """None for a model; a trained drafter's kind (`eagle`, `medusa`) for a
+        `models.trained.TrainedDraft`."""
+        return None
+
+
+    @property
     def eos_token_ids(self) -> frozenset[int]:
         ids: set[int] = set()
         for source in (self.hf_model.generation_config, self.hf_model.config, self.tokenizer):
@@ -58,6 +65,12 @@ class LoadedModel:
             elif isinstance(eos, (list, tuple)):
                 ids.update(int(e) for e in eos)
         return frozenset(ids)
+
+
+def draft_model(draft: "LoadedModel | None") -> "LoadedModel | None":
+    """`--draft` when it is a model (one that drafts or whose layers exits index), None
+    when absent or a trained head (which reads the target's own features instead)."""
+    return draft if draft is not None and draft.trained_kind is None else None
 
 
 def cache_root() -> Path:

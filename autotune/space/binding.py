@@ -44,27 +44,35 @@ class SearchSpace:
     description: str
     _entries: tuple[Entry, ...] = field(default=(), repr=False)
 
-    def bind(self, n_layers: int, draft_layers: int | None = None) -> BoundSpace:
+    def bind(self, n_layers: int, draft_layers: int | None = None,
+             trained: str | None = None) -> BoundSpace:
         """Resolve layer candidates for a target of `n_layers` decoder layers and an
         optional draft model of `draft_layers`: each layer knob counts the layers of the
         stack its method indexes (`MethodSpec.stack_layers`: S2D exits run over the draft
-        when one is given). Without a draft, methods that need one are dropped."""
+        when one is given). `trained`: the kind of a trained drafter given as --draft
+        (eagle, medusa). Methods whose draft is not there are dropped."""
         if not is_int(n_layers) or n_layers < 1:
             raise AutotuneError(f"n_layers={n_layers!r} must be a positive integer")
         if draft_layers is not None and (not is_int(draft_layers) or draft_layers < 1):
             raise AutotuneError(f"draft_layers={draft_layers!r} must be a positive integer")
-        needs_draft = AutotuneError(f"space {self.name!r} needs a draft model: pass --draft")
+        what = f"a trained {trained} drafter" if trained else "a draft model"
+        needs_draft = AutotuneError(f"space {self.name!r} has no method that runs with "
+                                    f"{what}" if trained or draft_layers is not None else
+                                    f"space {self.name!r} needs a draft model: pass --draft")
+
+        def missing(method: Any) -> bool:
+            return _missing_draft(method, draft_layers is not None, trained)
         bound = []
         for entry in self._entries:
             spec = entry.spec
             if isinstance(spec, LayerSet):
                 depth = _stack_depth(entry.key, n_layers, draft_layers)
                 entry = dataclasses.replace(entry, spec=spec.resolve(depth, entry.where))
-            elif entry.key == "method" and draft_layers is None:
-                if isinstance(spec, Fixed) and _needs_draft(spec.value) and not entry.when:
+            elif entry.key == "method":
+                if isinstance(spec, Fixed) and missing(spec.value) and not entry.when:
                     raise needs_draft
                 if isinstance(spec, Choices):
-                    left = tuple(c for c in spec.choices if not _needs_draft(c))
+                    left = tuple(c for c in spec.choices if not missing(c))
                     if not left:
                         raise needs_draft
                     entry = dataclasses.replace(entry, spec=Choices(left))
@@ -82,9 +90,13 @@ def _stack_depth(key: str, n_layers: int, draft_layers: int | None) -> int:
     return n_layers
 
 
-def _needs_draft(method: Any) -> bool:
+def _missing_draft(method: Any, has_model: bool, trained: str | None) -> bool:
+    """Whether `method` needs a draft that is not there: a trained head of its own kind
+    (EAGLE, Medusa), or a draft model."""
     spec = find_method(method)
-    return spec is not None and spec.needs_draft
+    if spec is None or not spec.needs_draft:
+        return False
+    return trained != spec.name if spec.reads_target_features else not has_model
 
 
 def _reachable(entries: list[Entry]) -> list[Entry]:

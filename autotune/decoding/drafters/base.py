@@ -94,8 +94,11 @@ class TokenChooser:
 def stack_model(spec: "MethodSpec", target: "LoadedModel",
                 draft: "LoadedModel | None") -> "LoadedModel":
     """The model whose layers the method's layer-indexed keys (skip sets, exits) name:
-    the draft where `spec.stack_role` says so, else the target."""
-    return draft if draft is not None and spec.stack_role(True) == "draft" else target
+    the draft model where `spec.stack_role` says so, else the target (a trained head
+    has no layers to index)."""
+    if draft is not None and draft.trained_kind is None and spec.stack_role(True) == "draft":
+        return draft
+    return target
 
 
 @dataclass(frozen=True)

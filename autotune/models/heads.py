@@ -1,0 +1,198 @@
+"""Trainable draft heads over a frozen target: EAGLE's feature head, Medusa's heads.
+
+Both read the target's *features*: the final-normed hidden states its LM head reads
+(`LlamaForward.forward_features`), and both score tokens with the target's own LM head,
+so the target's weights are never trained and never copied.
+
+- `EagleHead` (EAGLE-1, Li et al., 2024): the pair (feature of position j, embedding of
+  token j+1) -> `fc` [2H -> H] -> one Llama decoder layer (no norm before its attention)
+  -> a predicted feature of position j+1, which the target's LM head turns into the
+  draft distribution of token j+2. Drafting feeds each predicted feature back in.
+- `MedusaHeads` (Cai et al., 2024): head i maps the feature of position j through a
+  residual block, x + SiLU(W x + b), and the target's LM head to a guess at token
+  j+2+i; no head reads another's token, so one root pass drafts every depth.
+
+Module and parameter names follow the checkpoints serving engines load (EAGLE:
+`fc.*`, `layers.0.*`; Medusa: `blocks.{i}.layers.0.*`), so `state_dict()` is the
+exported checkpoint. Shapes: B batch, T tokens, H hidden, D head size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autotune.models.llama import LlamaForward, _Layer, _rotate_half
+
+
+class RMSNorm(nn.Module):
+    """HF LlamaRMSNorm's arithmetic: normalise in float32, scale in the model dtype."""
+
+    def __init__(self, hidden: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class _Attention(nn.Module):
+    def __init__(self, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
+                 bias: bool) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
+        self.q_proj = nn.Linear(hidden, n_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, n_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, n_kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(n_heads * head_dim, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                scaling: float) -> torch.Tensor:
+        """Causal self-attention over x [B, T, H] with rotary tables cos, sin [T, D]."""
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling,
+                                             enable_gqa=self.n_heads != self.n_kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class _MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class _DecoderLayer(nn.Module):
+    """A Llama decoder layer without the norm before attention (EAGLE-1's layer 0: its
+    input is already the fused pair)."""
+
+    def __init__(self, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
+                 intermediate: int, eps: float, attention_bias: bool) -> None:
+        super().__init__()
+        self.self_attn = _Attention(hidden, n_heads, n_kv_heads, head_dim, attention_bias)
+        self.post_attention_layernorm = RMSNorm(hidden, eps)
+        self.mlp = _MLP(hidden, intermediate)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                scaling: float) -> torch.Tensor:
+        h = x + self.self_attn(x, cos, sin, scaling)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+def head_geometry(target: LlamaForward) -> dict[str, Any]:
+    """The attention geometry a head shares with its target (its rotary tables too)."""
+    config = target.config
+    return {"hidden": int(config.hidden_size), "n_heads": target.n_heads,
+            "n_kv_heads": target.n_kv_heads, "head_dim": target.head_dim,
+            "intermediate": int(config.intermediate_size), "eps": target.eps,
+            "attention_bias": bool(getattr(config, "attention_bias", False))}
+
+
+class EagleHead(nn.Module):
+    """fc + one decoder layer: (features [B, T, H], next tokens' embeddings [B, T, H])
+    -> predicted next features [B, T, H] (training: causal over the T pairs)."""
+
+    def __init__(self, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
+                 intermediate: int, eps: float, attention_bias: bool = False) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2 * hidden, hidden, bias=False)
+        self.layers = nn.ModuleList([_DecoderLayer(hidden, n_heads, n_kv_heads, head_dim,
+                                                   intermediate, eps, attention_bias)])
+
+    def forward(self, features: torch.Tensor, embeds: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor, scaling: float) -> torch.Tensor:
+        x = self.fc(torch.cat((embeds, features), dim=-1))
+        return self.layers[0](x, cos, sin, scaling)
+
+    def init_from(self, target: LlamaForward) -> None:
+        """Start from the target's last decoder layer, with fc passing the feature
+        through (plus a small share of the embedding): the head begins as 'the target's
+        top layer applied once more', which trains faster than noise on a small budget."""
+        last = target.layers[-1]
+        layer = self.layers[0]
+        h = target.config.hidden_size
+        d = target.head_dim
+        q, k, v = last.qkv_weight.split((target.n_heads * d, target.n_kv_heads * d,
+                                         target.n_kv_heads * d))
+        with torch.no_grad():
+            layer.self_attn.q_proj.weight.copy_(q)
+            layer.self_attn.k_proj.weight.copy_(k)
+            layer.self_attn.v_proj.weight.copy_(v)
+            layer.self_attn.o_proj.weight.copy_(last.o_weight)
+            layer.post_attention_layernorm.weight.copy_(last.post_norm)
+            gate, up = last.gate_up_weight.chunk(2)
+            layer.mlp.gate_proj.weight.copy_(gate)
+            layer.mlp.up_proj.weight.copy_(up)
+            layer.mlp.down_proj.weight.copy_(last.down_weight)
+            eye = torch.eye(h)
+            self.fc.weight.copy_(torch.cat((0.02 * torch.randn(h, h) / math.sqrt(h), eye), 1))
+
+    def inference_layer(self) -> _Layer:
+        """The decoder layer as the compact forward's plain tensors (q/k/v fused)."""
+        layer = self.layers[0]
+        attn = layer.self_attn
+        qkv_b = (torch.cat((attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias)).detach()
+                 if attn.q_proj.bias is not None else None)
+        return _Layer(
+            input_norm=None,
+            qkv_weight=torch.cat((attn.q_proj.weight, attn.k_proj.weight,
+                                  attn.v_proj.weight)).detach(),
+            qkv_bias=qkv_b, o_weight=attn.o_proj.weight.detach(), o_bias=None,
+            q_norm=None, k_norm=None, post_norm=layer.post_attention_layernorm.weight.detach(),
+            gate_up_weight=torch.cat((layer.mlp.gate_proj.weight,
+                                      layer.mlp.up_proj.weight)).detach(),
+            gate_up_bias=None, down_weight=layer.mlp.down_proj.weight.detach(), down_bias=None)
+
+
+class _ResBlock(nn.Module):
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)      # Medusa's init: the block starts as identity
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.silu(self.linear(x))
+
+
+class _MedusaBlock(nn.Module):
+    def __init__(self, hidden: int, n_layers: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([_ResBlock(hidden) for _ in range(n_layers)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class MedusaHeads(nn.Module):
+    """`n_heads` residual stacks: features [..., H] -> [..., n_heads, H], head i's
+    transformed feature for the token i+1 places past the next one."""
+
+    def __init__(self, hidden: int, n_heads: int, n_layers: int = 1) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([_MedusaBlock(hidden, n_layers) for _ in range(n_heads)])
+
+    @property
+    def n_heads(self) -> int:
+        return len(self.blocks)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.stack([block(features) for block in self.blocks], dim=-2)

@@ -1,0 +1,167 @@
+"""Trained drafter folders: what `autotune train-draft` writes and `--draft DIR` loads.
+
+A folder holds `drafter.json` (what it is: kind, the target it was distilled from, the
+prompts it was trained on, how training went), `heads.safetensors` (the head's weights,
+named as the engines' checkpoints name them) and the target's tokenizer. Loading one
+gives a `TrainedDraft`: a `LoadedModel` whose forward is the head over the *target's*
+embedding, LM head and rotary tables, so everything that passes a draft model around
+(`--draft`, the decoder, records) passes a trained drafter the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from autotune.errors import AutotuneError
+from autotune.models.heads import EagleHead, MedusaHeads
+from autotune.models.llama import LlamaForward
+from autotune.models.loading import LoadedModel
+
+DRAFTER_FILE = "drafter.json"
+WEIGHTS_FILE = "heads.safetensors"
+FORMAT = "autotune.drafter/v1"
+KINDS = ("eagle", "medusa")
+
+
+def is_drafter_folder(spec: str | None) -> bool:
+    return spec is not None and (Path(spec).expanduser() / DRAFTER_FILE).is_file()
+
+
+class DrafterConfig:
+    """What `LoadedModel.hf_model.config` answers for a trained drafter (fingerprints,
+    provenance records): its description as JSON, its kind as the model type."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        self.meta = meta
+        self.model_type = f"autotune_{meta['kind']}"
+
+    def to_json_string(self) -> str:
+        return json.dumps({k: self.meta[k] for k in ("format", "kind", "geometry", "target")},
+                          sort_keys=True)
+
+
+class HeadForward:
+    """A trained head ready to draft: `head` (EagleHead | MedusaHeads, eval, no grad)
+    and, for EAGLE, `layer_forward`: the compact forward over its one decoder layer,
+    sharing the target's embedding, LM head and rotary tables."""
+
+    supports_layers = True          # drafts trees through the compact forward
+
+    def __init__(self, kind: str, head: nn.Module, target: LlamaForward) -> None:
+        self.kind, self.head, self.target = kind, head, target
+        self.vocab_size = target.vocab_size
+        self.layer_forward: LlamaForward | None = None
+        if isinstance(head, EagleHead):
+            self.layer_forward = LlamaForward.over_layers(target, [head.inference_layer()])
+            self.fc_weight = head.fc.weight.detach()
+        self.n_layers = 1 if self.layer_forward is not None else 0
+
+    def nbytes(self) -> int:
+        """The head's own weights (the target's embedding and LM head are shared)."""
+        return sum(p.element_size() * p.nelement() for p in self.head.parameters())
+
+
+@dataclass
+class TrainedDraft(LoadedModel):
+    """A LoadedModel over a trained head; `kind` says which, `meta` is drafter.json."""
+
+    kind: str = "eagle"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trained_kind(self) -> str | None:
+        return self.kind
+
+
+def build_head(kind: str, geometry: dict[str, Any]) -> nn.Module:
+    if kind == "eagle":
+        return EagleHead(geometry["hidden"], geometry["n_heads"], geometry["n_kv_heads"],
+                         geometry["head_dim"], geometry["intermediate"], geometry["eps"],
+                         geometry.get("attention_bias", False))
+    if kind == "medusa":
+        return MedusaHeads(geometry["hidden"], geometry["medusa_heads"],
+                           geometry.get("medusa_layers", 1))
+    raise AutotuneError(f"drafter kind {kind!r} is not one of {', '.join(KINDS)}")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((folder / DRAFTER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AutotuneError(f"cannot read {folder / DRAFTER_FILE}: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise AutotuneError(f"{folder / DRAFTER_FILE} is not an autotune drafter "
+                            f"({FORMAT})")
+    if meta.get("kind") not in KINDS:
+        raise AutotuneError(f"{folder / DRAFTER_FILE}: kind {meta.get('kind')!r} is not "
+                            f"one of {', '.join(KINDS)}")
+    return meta
+
+
+def load_trained_draft(spec: str, target: LoadedModel) -> TrainedDraft:
+    """The drafter folder `spec`, checked against `target` (the model it was distilled
+    from: a head over another model's features drafts nonsense, so it is refused)."""
+    from safetensors.torch import load_file
+
+    from autotune.replay.reference import model_fingerprint
+
+    folder = Path(spec).expanduser()
+    meta = read_meta(folder)
+    if not isinstance(target.forward, LlamaForward):
+        raise AutotuneError(f"trained drafters read the target's features through the "
+                            f"compact Llama-family forward, which {target.name} "
+                            f"({target.hf_model.config.model_type}) does not run on")
+    fingerprint = model_fingerprint(target)
+    trained_for = (meta.get("target") or {}).get("fingerprint")
+    if trained_for != fingerprint:
+        raise AutotuneError(f"drafter {spec} was trained on {meta['target'].get('name')} "
+                            f"(fingerprint {trained_for}), not on {target.name} "
+                            f"({fingerprint}): train one with autotune train-draft")
+    head = build_head(meta["kind"], meta["geometry"])
+    weights = folder / WEIGHTS_FILE
+    try:
+        state = load_file(str(weights))
+        head.load_state_dict(state)
+    except Exception as exc:        # safetensors / torch raise many types for a bad file
+        raise AutotuneError(f"cannot load {weights}: {str(exc).splitlines()[0]}") from None
+    if meta.get("weights_sha256") and file_sha256(weights) != meta["weights_sha256"]:
+        raise AutotuneError(f"{weights} does not match the checksum in {DRAFTER_FILE}")
+    return trained_draft(head, meta, target, f"{meta['kind']}:{folder.name}", str(folder))
+
+
+def trained_draft(head: nn.Module, meta: dict[str, Any], target: LoadedModel, name: str,
+                  path: str) -> TrainedDraft:
+    """A TrainedDraft over `head` (moved to the target's device and dtype, frozen)."""
+    head.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False)
+    head.config = DrafterConfig(meta)        # type: ignore[assignment]
+    return TrainedDraft(name=name, path=path, hf_model=head, tokenizer=target.tokenizer,
+                        forward=HeadForward(meta["kind"], head, target.forward),  # type: ignore[arg-type]
+                        device=target.device, dtype=target.dtype, kind=meta["kind"], meta=meta)
+
+
+def load_draft(spec: str | None, target: LoadedModel, device: str = "auto",
+               dtype: str | None = None, trust_remote_code: bool = False
+               ) -> LoadedModel | None:
+    """`--draft`: None, a trained drafter folder (train-draft's output), or a model."""
+    from autotune.models.loading import load_model
+
+    if spec is None:
+        return None
+    if is_drafter_folder(spec):
+        return load_trained_draft(spec, target)
+    return load_model(spec, device, dtype, trust_remote_code)

@@ -1,0 +1,146 @@
+"""`autotune train-draft`: distil a draft head from the target on the search prompts.
+
+The workload is split exactly as `autotune search` splits it (same --validation and
+--seed), and only the search part is trained on: the held-out prompts a search later
+validates on are never seen (drafter.json lists a digest of every training prompt, and
+the search refuses a drafter that saw one of its held-out prompts). The folder is
+written atomically at the end (drafter.json last); a checkpoint inside it lets a killed
+run resume with the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError
+
+DEFAULT_MAX_NEW = 128
+DEFAULT_MEDUSA_HEADS = 4
+
+
+def _check(args: argparse.Namespace) -> Path:
+    if args.kind not in ("eagle", "medusa"):
+        raise AutotuneError(f"--kind must be eagle or medusa, not {args.kind!r}")
+    if not args.minutes > 0:
+        raise AutotuneError(f"--minutes must be positive, not {args.minutes}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 2:
+        raise AutotuneError("--max-new-tokens must be at least 2")
+    if args.prompts is not None and args.prompts < 2:
+        raise AutotuneError("--prompts must be at least 2 (one is held out for the "
+                            "agreement figure)")
+    if not 1 <= args.medusa_heads <= 16:
+        raise AutotuneError(f"--medusa-heads must lie in 1..16, not {args.medusa_heads}")
+    if not args.lr > 0:
+        raise AutotuneError(f"--lr must be positive, not {args.lr}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise AutotuneError(f"--out {out} exists and is not a folder")
+    from autotune.models.trained import DRAFTER_FILE
+    from autotune.training.loop import CHECKPOINT
+    if (out / DRAFTER_FILE).is_file() and not (out / CHECKPOINT).is_file():
+        raise AutotuneError(f"{out} already holds a trained drafter: choose another --out")
+    return out
+
+
+def run_train_command(args: argparse.Namespace) -> int:
+    out = _check(args)
+    from autotune.search_cli import split_prompts
+    categories = ([c for c in args.categories.split(",") if c] if args.categories else None)
+    # All search-split prompts unless --prompts limits them (round-robin by category).
+    args.validation_prompts = 10**9
+    prompts, held_out, _ = split_prompts(args, categories, args.prompts or 10**9)
+    if len(prompts) < 2:
+        raise AutotuneError(f"{args.workload} leaves {len(prompts)} prompt to train on after "
+                            "the held-out split; training needs at least 2")
+    max_new = args.max_new_tokens or DEFAULT_MAX_NEW
+
+    from autotune.models.llama import LlamaForward
+    from autotune.models.loading import load_model
+    print(f"autotune: loading {args.model}", file=sys.stderr, flush=True)
+    target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
+    if not isinstance(target.forward, LlamaForward):
+        raise AutotuneError(f"train-draft reads the target's features through the compact "
+                            f"Llama-family forward; {target.name} "
+                            f"({target.hf_model.config.model_type}) does not run on it "
+                            "(llama, mistral, qwen2, qwen3 do)")
+    return train(args, out, target, prompts, held_out, max_new)
+
+
+def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
+          held_out: list[Any], max_new: int) -> int:
+    import torch
+
+    from autotune.replay.reference import model_fingerprint
+    from autotune.training.data import describe, prompt_digest, training_sequences
+    from autotune.training.loop import (TrainSettings, new_head, progress_printer,
+                                        split_heldout, train_head)
+
+    started = time.perf_counter()
+    held_digests = {prompt_digest(p.text) for p in held_out}
+    assert not held_digests & {prompt_digest(p.text) for p in prompts}
+
+    def data_progress(done: int, total: int) -> None:
+        print(f"autotune: target continuations {done}/{total}", file=sys.stderr, flush=True)
+
+    print(f"autotune: {len(prompts)} training prompts ({len(held_out)} held out for the "
+          "search's validation, never trained on)", file=sys.stderr, flush=True)
+    sequences = training_sequences(target, prompts, max_new, data_progress)
+    data_s = time.perf_counter() - started
+    train_set, heldout = split_heldout(sequences, args.seed)
+    head, geometry = new_head(args.kind, target.forward, args.medusa_heads)
+    settings = TrainSettings(kind=args.kind, seconds=args.minutes * 60, lr=args.lr,
+                             seed=args.seed)
+    fingerprint = {"kind": args.kind, "target": model_fingerprint(target),
+                   "prompts": sorted(prompt_digest(p.text) for p in prompts),
+                   "max_new_tokens": max_new, "lr": args.lr, "seed": args.seed,
+                   "medusa_heads": args.medusa_heads if args.kind == "medusa" else None}
+    out.mkdir(parents=True, exist_ok=True)
+    result = train_head(head, args.kind, target.forward, train_set, heldout, settings, out,
+                        fingerprint, progress_printer())
+    meta = {
+        "format": "autotune.drafter/v1", "kind": args.kind, "geometry": geometry,
+        "target": {"name": target.name, "fingerprint": model_fingerprint(target),
+                   "path": target.path, "dtype": str(target.dtype).replace("torch.", "")},
+        "trained_on": describe(prompts, args.workload, max_new) | {
+            "validation": str(args.validation), "seed": args.seed},
+        "training": {"seconds": round(result.seconds, 1), "data_seconds": round(data_s, 1),
+                     "steps": result.steps, "loss": round(result.loss, 5),
+                     "heldout_top1": round(result.heldout_top1, 4),
+                     "heldout_positions": result.heldout_positions,
+                     "train_positions": result.train_positions, "lr": args.lr,
+                     "resumed": result.resumed,
+                     "torch": torch.__version__},
+    }
+    _write_folder(out, head, meta, target)
+    print(f"autotune: {args.kind} drafter written to {out} (held-out top-1 agreement "
+          f"{result.heldout_top1:.3f} over {result.heldout_positions} positions, "
+          f"{result.steps} steps in {result.seconds / 60:.1f} min); use it with "
+          f"--draft {out}", file=sys.stderr, flush=True)
+    return 0
+
+
+def _write_folder(out: Path, head: Any, meta: dict[str, Any], target: Any) -> None:
+    """Weights, tokenizer, then drafter.json last (a folder is a drafter only once
+    complete); the checkpoint goes once everything is in place."""
+    import os
+
+    from safetensors.torch import save_file
+
+    from autotune.files import write_atomically
+    from autotune.models.trained import DRAFTER_FILE, WEIGHTS_FILE, file_sha256
+    from autotune.training.loop import CHECKPOINT
+
+    weights = out / WEIGHTS_FILE
+    scratch = out / f".{WEIGHTS_FILE}.tmp"
+    state = {k: v.detach().to("cpu").contiguous() for k, v in head.state_dict().items()}
+    save_file(state, str(scratch))
+    os.replace(scratch, weights)
+    target.tokenizer.save_pretrained(out)
+    meta["weights_sha256"] = file_sha256(weights)
+    write_atomically(out / DRAFTER_FILE, json.dumps(meta, indent=2) + "\n")
+    (out / CHECKPOINT).unlink(missing_ok=True)
