@@ -117,9 +117,9 @@ def run_generate_command(args: argparse.Namespace) -> int:
     from autotune.models.loading import load_model
     from autotune.run_folder import describe
 
+    from autotune.models.trained import load_draft
     target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
-    draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)
-             if args.draft else None)
+    draft = load_draft(args.draft, target, args.device, args.dtype, args.trust_remote_code)
     decoder = SpeculativeDecoder(target, config, draft)
     ids = encode_prompt(target.tokenizer, Prompt(args.prompt, "cli", "prompt"))
     clock = Clock(target.device)

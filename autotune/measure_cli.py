@@ -224,9 +224,9 @@ def run_measure_command(args: argparse.Namespace) -> int:
         if reason is not None:
             raise AutotuneError(f"--replay: {reason}")
     from autotune.models.loading import load_model
+    from autotune.models.trained import load_draft
     target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
-    draft = (load_model(args.draft, args.device, args.dtype, args.trust_remote_code)
-             if args.draft else None)
+    draft = load_draft(args.draft, target, args.device, args.dtype, args.trust_remote_code)
     if args.replay:
         return _replay(args, config, target, draft, prompts)
     if batch_size is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 
-DEFAULT_MAX_NEW = 128
+DEFAULT_MAX_NEW = 96
 DEFAULT_MEDUSA_HEADS = 4
 
 

@@ -125,8 +125,8 @@ def _draft_q_ngram() -> torch.Tensor:
     return q
 
 
-def _run(target, config: DecodeConfig, n: int = N):
-    decoder = SpeculativeDecoder(target, config)
+def _run(target, config: DecodeConfig, n: int = N, draft=None):
+    decoder = SpeculativeDecoder(target, config, draft)
     counts = torch.zeros(V, V, dtype=torch.float64)
     first_rounds = []
     for i in range(n):

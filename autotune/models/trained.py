@@ -154,6 +154,21 @@ def trained_draft(head: nn.Module, meta: dict[str, Any], target: LoadedModel, na
                         device=target.device, dtype=target.dtype, kind=meta["kind"], meta=meta)
 
 
+def check_unseen(draft: LoadedModel | None, held_out: list[Any]) -> None:
+    """Refuse a trained drafter that was trained on one of the search's held-out
+    prompts: its validated figure would not be a held-out figure."""
+    if not isinstance(draft, TrainedDraft) or not held_out:
+        return
+    from autotune.training.data import prompt_digest
+
+    seen = set((draft.meta.get("trained_on") or {}).get("prompt_sha256") or [])
+    overlap = [p for p in held_out if prompt_digest(p.text) in seen]
+    if overlap:
+        raise AutotuneError(f"drafter {draft.path} was trained on {len(overlap)} of this "
+                            f"search's held-out prompts (e.g. {overlap[0].prompt_id}): train "
+                            "it with the same --workload, --validation and --seed as the search")
+
+
 def load_draft(spec: str | None, target: LoadedModel, device: str = "auto",
                dtype: str | None = None, trust_remote_code: bool = False
                ) -> LoadedModel | None:

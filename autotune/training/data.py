@@ -27,7 +27,7 @@ from autotune.models.loading import LoadedModel, cache_root
 from autotune.workloads import Prompt, encode_prompt, workload_digest
 
 FORMAT = "autotune.train-data/v1"
-GENERATION_BATCH = 8
+GENERATION_BATCH = 16
 
 
 @dataclass

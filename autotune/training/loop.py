@@ -49,6 +49,7 @@ class TrainSettings:
     seed: int = 0
     checkpoint_s: float = 30.0
     eval_s: float = 30.0
+    max_steps: int | None = None # stop after this many steps as well (tests: reproducible)
 
 
 @dataclass
@@ -259,7 +260,11 @@ def train_head(head: nn.Module, kind: str, target: LlamaForward, train: list[Seq
     last_save = last_eval = time.perf_counter()
     best = agreement()
     line(False)
-    while spent < settings.seconds:
+    def done() -> bool:
+        return spent >= settings.seconds or (settings.max_steps is not None
+                                             and step >= settings.max_steps)
+
+    while not done():
         for batch in _batches(train, settings.batch_tokens, rng):
             fraction = min(spent / settings.seconds, 1.0)
             lr = base_lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * fraction))
@@ -281,7 +286,7 @@ def train_head(head: nn.Module, kind: str, target: LlamaForward, train: list[Seq
                 save()
                 last_save = time.perf_counter()
             line(False)
-            if spent >= settings.seconds:
+            if done():
                 break
         if not train:
             break
