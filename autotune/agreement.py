@@ -178,3 +178,26 @@ def _no_grad(fn: Scorer) -> Scorer:
         with torch.inference_mode():
             return fn(ids)
     return wrapped
+
+
+def trained_head_scorer(target: LoadedModel, config: DecodeConfig,
+                        draft: LoadedModel | None) -> Scorer:
+    """A trained head's first draft at every position, teacher-forced on the target's
+    own features (what its drafter does for the first token of a round): index t
+    predicts token t+1 from the target's feature of position t-1 (EAGLE: with token t;
+    Medusa: head 0); index 0 has no feature before it (-1)."""
+    assert draft is not None and draft.trained_kind == config.method   # the decoder's check
+    forward, head, vocab = target.forward, draft.hf_model, _shared_vocab(target, draft)
+
+    def trained(ids: list[int]) -> list[int]:
+        x = torch.tensor([ids], dtype=torch.long, device=target.device)
+        _, features = forward.forward_features(x, forward.new_cache(1, len(ids)))
+        if config.method == "eagle":
+            t = len(ids) - 1
+            predicted = head(features[:, :-1], torch.nn.functional.embedding(
+                x[:, 1:], forward.embed), forward.cos[:t], forward.sin[:t], forward.scaling)
+        else:
+            predicted = head(features[:, :-1])[:, :, 0]
+        return [-1] + _top1(forward.head_logits(predicted), vocab)
+
+    return _no_grad(trained)

@@ -141,6 +141,8 @@ def _write_folder(out: Path, head: Any, meta: dict[str, Any], target: Any) -> No
     save_file(state, str(scratch))
     os.replace(scratch, weights)
     target.tokenizer.save_pretrained(out)
+    from autotune.exports.heads import write_engine_checkpoints
+    meta["engine_checkpoints"] = write_engine_checkpoints(out, meta["kind"], head, target)
     meta["weights_sha256"] = file_sha256(weights)
     write_atomically(out / DRAFTER_FILE, json.dumps(meta, indent=2) + "\n")
     (out / CHECKPOINT).unlink(missing_ok=True)

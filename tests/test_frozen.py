@@ -59,7 +59,7 @@ def test_a_hand_written_two_key_config_is_valid():
 @pytest.mark.parametrize("mutate, expected", [
     (lambda d: d["params"].update(k=0), "params.k: 0 is less than the minimum of 1"),
     (lambda d: d["params"].update(kk=3), "params: unknown key 'kk' (did you mean 'k'?)"),
-    (lambda d: d["params"].update(method="medusa"), "params.method: 'medusa' is not one of"),
+    (lambda d: d["params"].update(method="hydra"), "params.method: 'hydra' is not one of"),
     (lambda d: d.update(schema="autotune.frozen/v9"), "'autotune.frozen/v9' is not supported"),
     (lambda d: d.pop("params"), "'params' is a required property"),
     (lambda d: d["model"].update(sha256="xyz"), "model.sha256: 'xyz' does not match"),

@@ -85,8 +85,8 @@ def test_a_registered_method_validates(toy_method: str) -> None:
 
 
 def test_an_unknown_method_names_the_registered_ones(toy_method: str) -> None:
-    found = problems({"schema": SCHEMA, "params": {"method": "medusa"}})
-    assert found == ["params.method: 'medusa' is not one of "
+    found = problems({"schema": SCHEMA, "params": {"method": "hydra"}})
+    assert found == ["params.method: 'hydra' is not one of "
                      + ", ".join(repr(name) for name in (*BUILTIN_METHODS, toy_method))]
 
 

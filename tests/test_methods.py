@@ -41,7 +41,8 @@ def test_builtin_drafter_and_scorer_strings_resolve(name):
 def test_the_baseline_is_its_own_drafter():
     assert get_method("none").drafter_class() is NoDraft
     assert inspect.isabstract(Drafter)         # the base class no longer doubles as `none`
-    assert tree_method_names() == ("draft_model", "layer_skip", "sorted_exit")
+    assert tree_method_names() == ("draft_model", "layer_skip", "sorted_exit", "eagle",
+                                   "medusa")
 
 
 def test_a_registered_toy_drafter_decodes_losslessly(toy):
@@ -57,7 +58,7 @@ def test_a_registered_toy_drafter_decodes_losslessly(toy):
 
 def test_a_toy_without_tree_support_is_refused_a_tree(toy):
     with pytest.raises(AutotuneError, match="method=repeat_last cannot draft a tree: .*"
-                       "only draft_model, layer_skip, sorted_exit give"):
+                       "only draft_model, layer_skip, sorted_exit, eagle, medusa give"):
         DecodeConfig(method="repeat_last", tree_width=2, tree_depth=2).validate()
 
 
@@ -75,8 +76,8 @@ def test_a_toy_claiming_trees_without_hooks_is_refused():
 
 
 def test_unknown_method_lists_the_registered_ones(toy):
-    with pytest.raises(AutotuneError, match=r"method='medusa' is not one of none, .*repeat_last"):
-        DecodeConfig(method="medusa").validate()
+    with pytest.raises(AutotuneError, match=r"method='hydra' is not one of none, .*repeat_last"):
+        DecodeConfig(method="hydra").validate()
 
 
 def test_a_method_without_scorer_agrees_nowhere(toy):

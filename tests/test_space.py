@@ -56,8 +56,12 @@ def canonical(config: DecodeConfig) -> DecodeConfig:
 
 # ------------------------------------------------------------------ shipped spaces
 
+# The spaces of trained heads (train-draft): they bind only with such a --draft.
+TRAINED = ["eagle", "medusa"]
+
+
 def test_available_spaces_lists_shipped_files_but_not_fragments():
-    assert available_spaces() == SHIPPED
+    assert available_spaces() == sorted(SHIPPED + TRAINED)
     assert load_space("_policy").name == "_policy"          # fragments load by name
 
 
@@ -112,6 +116,27 @@ def test_draft_model_choice_dropped_without_draft():
         "ngram", "draft_model", "layer_skip", "sorted_exit"]
 
 
+@pytest.mark.parametrize("kind", TRAINED)
+def test_a_trained_head_brings_its_own_method_and_no_other_draft(kind):
+    """--draft DIR of a trained head: its method joins; draft_model (which needs a draft
+    model) stays out, and sorted_exit's exits index the target's layers."""
+    assert load_space("joint").bind(30, None, kind).knobs()[0]["choices"] == [
+        "ngram", "layer_skip", "sorted_exit", kind]
+    other = "medusa" if kind == "eagle" else "eagle"
+    with pytest.raises(AutotuneError, match=f"no method that runs with a trained {other}"):
+        load_space(kind).bind(30, None, other)
+    with pytest.raises(AutotuneError, match="needs a draft model: pass --draft"):
+        load_space(kind).bind(30)
+    bound = load_space(kind).bind(30, None, kind)
+    feasible = 0
+    for _, result in random_points(bound, 40):
+        if isinstance(result, InfeasibleConfig):
+            continue
+        feasible += 1
+        assert result.method == kind
+    assert feasible >= 15
+
+
 def test_sha256_covers_the_file_and_its_includes_in_order():
     space = load_space("layer_skip")
     folder = Path(space.path).parent
@@ -121,7 +146,7 @@ def test_sha256_covers_the_file_and_its_includes_in_order():
 
 
 def test_unknown_space_name_and_missing_file(tmp_path):
-    with pytest.raises(AutotuneError, match=r"did you mean 'layer_skip'\?.*available: draft_model, engine_hf"):
+    with pytest.raises(AutotuneError, match=r"did you mean 'layer_skip'\?.*available: draft_model, eagle, engine_hf"):
         load_space("layer_skp")
     with pytest.raises(AutotuneError, match="not found.*shipped spaces: draft_model"):
         load_space(str(tmp_path / "nope.yaml"))
@@ -517,8 +542,8 @@ BAD = {
             type: categorical
             choices:
               - ngram
-              - medusa
-        """, 6, "knobs.method.choices[1]", "method='medusa' is not one of"),
+              - hydra
+        """, 6, "knobs.method.choices[1]", "method='hydra' is not one of"),
     "when on unknown knob": ("""
         knobs:
           exit_policy: {type: categorical, choices: [fixed, adaptive]}

@@ -115,7 +115,8 @@ def test_joint_tree_branches_mirror_the_chain_branches():
     rows = {r["param"]: r for r in load_space("joint").bind(30, 10).knobs()}
     assert rows["draft_shape"]["type"] == "switch"
     assert rows["draft_shape"]["choices"] == ["chain", "tree"]
-    assert rows["draft_shape"]["when"] == "method in [draft_model, layer_skip, sorted_exit]"
+    assert rows["draft_shape"]["when"] == ("method in [draft_model, layer_skip, sorted_exit, "
+                                           "eagle, medusa]")
     assert rows["tree.tree_width"]["when"] == "draft_shape == tree"
     for method in ("layer_skip", "sorted_exit"):
         chain = {p.split(".", 1)[1]: r for p, r in rows.items() if p.startswith(f"{method}.")}
@@ -316,5 +317,5 @@ def test_validate_accepts_tree_spaces_and_configs_and_reports_tree_errors(tmp_pa
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (f"{bad}: method=ngram cannot draft a tree: a tree ranks children by "
                       "the draft's probabilities, which only draft_model, layer_skip, "
-                      "sorted_exit give")
+                      "sorted_exit, eagle, medusa give")
     assert err[1] == f"{bad}: invalid config (1 problem)"

@@ -343,9 +343,13 @@ for _spec in (
     # Trained heads (`autotune train-draft`), named by --draft DIR.
     MethodSpec("eagle", label="eagle", color="#D55E00", needs_draft=True, uses_draft=True,
                can_tree=True, reads_target_features=True,
-               drafter=f"{_DRAFTERS}.eagle:EagleDrafter", presets=_eagle_presets),
+               drafter=f"{_DRAFTERS}.eagle:EagleDrafter",
+               scorer=f"{_SCORERS}:trained_head_scorer", replay=f"{_REPLAY}:eagle_source",
+               presets=_eagle_presets),
     MethodSpec("medusa", label="medusa", color="#56B4E9", needs_draft=True, uses_draft=True,
                can_tree=True, reads_target_features=True,
-               drafter=f"{_DRAFTERS}.medusa:MedusaDrafter", presets=_medusa_presets),
+               drafter=f"{_DRAFTERS}.medusa:MedusaDrafter",
+               scorer=f"{_SCORERS}:trained_head_scorer", replay=f"{_REPLAY}:medusa_source",
+               presets=_medusa_presets),
 ):
     register_method(_spec)

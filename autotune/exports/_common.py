@@ -167,11 +167,15 @@ def effective_policy(src: Source) -> str:
     return src.cfg.exit_policy
 
 
-def method_loss(src: Source, supported: tuple[str, ...], why: str) -> Loss | None:
+def method_loss(src: Source, supported: tuple[str, ...], why: str,
+                heads: str | None = None) -> Loss | None:
     """A fatal loss when the engine has no equivalent of the method (any method not in
-    `supported`, a registered one the engine has never heard of included)."""
+    `supported`, a registered one the engine has never heard of included). `heads`:
+    the reason given for a trained head (EAGLE, Medusa) instead of `why`."""
     if src.cfg.method in supported:
         return None
+    if heads is not None and src.spec.reads_target_features:
+        why = heads
     return Loss(f"method={src.cfg.method}", method_knobs(src.spec), why, fatal=True)
 
 

@@ -91,7 +91,11 @@ def check(src: Source) -> list[Loss]:
     unsupported = method_loss(src, METHODS,
                               "transformers drafts with an assistant model, the target's own "
                               "first layers (early exit) or prompt lookup; it cannot skip "
-                              "single attention/MLP sublayers in an assistant pass")
+                              "single attention/MLP sublayers in an assistant pass",
+                              heads="transformers drafts with an assistant model, the "
+                                    "target's first layers or prompt lookup; a head over the "
+                                    "target's features is none of them (serve it with vLLM "
+                                    "or SGLang)")
     if unsupported is not None:
         return [unsupported]
     if src.spec.stack_role(src.draft is not None) == "draft":

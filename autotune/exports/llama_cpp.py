@@ -107,7 +107,9 @@ def check(src: Source) -> list[Loss]:
         method_loss(src, METHODS,
                     "llama-cpp-python speculates with prompt lookup only "
                     "(LlamaPromptLookupDecoding, its one draft model class): no separate "
-                    "draft model, no drafting with the target's own layers"),
+                    "draft model, no drafting with the target's own layers",
+                    heads="llama-cpp-python speculates with prompt lookup only; a trained "
+                          "head runs in vLLM (EAGLE, Medusa) or SGLang (EAGLE)"),
         fixed_k_policy_loss(src, ENGINE),
         chain_only_tree_loss(src, "llama-cpp-python's prompt lookup drafts one chain"),
     ]

@@ -70,6 +70,7 @@ from typing import Any
 import yaml
 
 from autotune.decoding.shape import DYNAMIC, STATIC, DraftShape
+from autotune.exports.heads import SGLANG_DIR
 from autotune.exports._common import (
     STATIC_TREE_NOTE,
     Loss,
@@ -89,7 +90,9 @@ FILE = "sglang/sglang.yaml"
 SHELL = "sglang/sglang.sh"
 # SGLang's speculative algorithms autotune measures: STANDALONE (a separate draft model),
 # NGRAM.
-METHODS = engine_methods("draft_model", "ngram")
+# EAGLE: a trained EAGLE-1 head (train-draft's `sglang/` checkpoint); SGLang has no
+# Medusa (exports/heads.py).
+METHODS = engine_methods("draft_model", "ngram", "eagle")
 
 
 def check(src: Source) -> list[Loss]:
@@ -98,7 +101,10 @@ def check(src: Source) -> list[Loss]:
     losses = [
         method_loss(src, METHODS,
                     "SGLang speculates with a draft model (STANDALONE/EAGLE) or n-grams, not "
-                    "with the target's own layers"),
+                    "with the target's own layers",
+                    heads="SGLang has no Medusa drafting (its SpeculativeAlgorithm: DFLASH, "
+                          "EAGLE, EAGLE3, FROZEN_KV_MTP, STANDALONE, NGRAM); serve Medusa "
+                          "heads with vLLM"),
         fixed_k_policy_loss(src, ENGINE),
     ]
     if cfg.method == "ngram":
@@ -112,7 +118,7 @@ def check(src: Source) -> list[Loss]:
                                f"speculative-ngram-max-trie-depth={_trie_depth(src)} "
                                "(ngram_max + k, so a longest match still leaves k draft "
                                "tokens), which also lets longer suffixes match"))
-    if cfg.method == "draft_model" and shape.kind == STATIC and not shape.one_path:
+    if cfg.method in ("draft_model", "eagle") and shape.kind == STATIC and not shape.one_path:
         steps, topk, nodes = _static_tree_shape(shape)
         label, knobs = shape.loss_label()
         losses.append(Loss(label, knobs,
@@ -166,11 +172,13 @@ def server_args(src: Source) -> dict[str, Any]:
     """ServerArgs field -> value for this config (model_path first)."""
     cfg = src.cfg
     args: dict[str, Any] = {"model_path": src.target}
-    if cfg.method == "draft_model":
+    if cfg.method in ("draft_model", "eagle"):
         steps, topk, nodes = _tree_shape(src.shape)
+        eagle = cfg.method == "eagle"
         args.update({
-            "speculative_algorithm": "STANDALONE",
-            "speculative_draft_model_path": src.draft,
+            # EAGLE: the head checkpoint train-draft wrote for SGLang (exports/heads.py).
+            "speculative_algorithm": "EAGLE" if eagle else "STANDALONE",
+            "speculative_draft_model_path": f"{src.draft}/{SGLANG_DIR}" if eagle else src.draft,
             "speculative_num_steps": steps,
             "speculative_eagle_topk": topk,
             # The verify pass: the root (last verified token) plus the kept tree nodes.

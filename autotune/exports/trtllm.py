@@ -113,7 +113,12 @@ def check(src: Source) -> list[Loss]:
     losses = [
         method_loss(src, METHODS,
                     "TensorRT-LLM's LLM API speculates with a draft model or n-grams, not "
-                    "with the target's own layers"),
+                    "with the target's own layers",
+                    heads="TensorRT-LLM builds EAGLE-1 and Medusa heads into an engine "
+                          "with its examples' convert_checkpoint.py (examples/eagle, "
+                          "examples/medusa), from the original repositories' checkpoints, "
+                          "which autotune does not write; serve the head with vLLM or "
+                          "SGLang (EAGLE)"),
         # draft_len_schedule changes K with the batch size, not with acceptance.
         fixed_k_policy_loss(src, ENGINE),
         chain_only_tree_loss(src, "TensorRT-LLM drafts trees only with EAGLE heads; its "

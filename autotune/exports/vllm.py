@@ -79,6 +79,7 @@ import json
 import shlex
 from typing import Any
 
+from autotune.exports.heads import VLLM_DIR
 from autotune.exports._common import (
     Loss,
     Source,
@@ -97,8 +98,10 @@ NAME = "vllm"
 ENGINE = "vLLM"
 RULES = "vllm"           # the engine rules (autotune/decoding/engines.py) vLLM follows
 FILE = "vllm.json"
-# vLLM's `method`s that autotune measures: a separate draft model, prompt lookup.
-METHODS = engine_methods("draft_model", "ngram")
+# vLLM's `method`s that autotune measures: a separate draft model, prompt lookup, and
+# trained heads (EAGLE-1, Medusa) from the `vllm/` checkpoint train-draft writes
+# (autotune/exports/heads.py says what vLLM's loaders want, read at which commit).
+METHODS = engine_methods("draft_model", "ngram", "eagle", "medusa")
 
 
 def check(src: Source) -> list[Loss]:
@@ -126,6 +129,12 @@ def speculative_config(src: Source, options: dict[str, Any]) -> dict[str, Any]:
         tp = options.get("draft_tensor_parallel_size")
         if tp is not None:
             spec["draft_tensor_parallel_size"] = tp
+    elif cfg.method in ("eagle", "medusa"):
+        # The head checkpoint train-draft wrote for vLLM; vLLM's Medusa drafts the top-1
+        # of each head (v1/spec_decode/medusa.py), as many as num_speculative_tokens.
+        spec = {"method": cfg.method, "model": f"{src.draft}/{VLLM_DIR}",
+                "num_speculative_tokens": src.shape.chain_length,
+                "draft_sample_method": "greedy"}
     else:
         spec = {"method": "ngram", "num_speculative_tokens": cfg.k,
                 "prompt_lookup_max": cfg.ngram_max, "prompt_lookup_min": cfg.ngram_min}

@@ -17,7 +17,10 @@ A `Track` is one prompt's draft along its reference:
   confidence or adaptive exit reads to decide how many more to draft) are taken from
   the following rows, an approximation that changes the drafted count (cost, and the
   adaptive policy's state), never the accepted one of that round.
-Trees (TableTrack only): a static tree (`tree_choices`) accepts along the reference as
+- `heads.AnchoredTrack` (trained heads: eagle, medusa) reads one small table per round
+  start instead: its draft along the reference from that start, as a `TableTrack`
+  over the reference shifted there.
+Trees (a `TreeTrack`: TableTrack, AnchoredTrack): a static tree (`tree_choices`) accepts along the reference as
 far as the path of the reference tokens' ranks is listed: exact where the table is. A
 dynamic tree (EAGLE-2) keeps a level's `width` best nodes by cumulative probability and
 reranks at the end; nodes off the reference path have no teacher-forced distribution,
@@ -28,7 +31,7 @@ so their children's probabilities are taken to be the on-path node's at the same
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Collection, Protocol
+from typing import Collection, Protocol, runtime_checkable
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS, chain_limit
@@ -67,7 +70,25 @@ class ChainDraft:
 
 
 class Track(Protocol):
+    """A prompt's draft along its reference. A track may also define `own_cache() ->
+    OwnCache`: how its drafter's own cache catches up (default: `OwnCache()`, a
+    draft model's)."""
+
     def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft: ...
+
+
+@runtime_checkable
+class TreeTrack(Protocol):
+    """A track that can also draft trees (see the module docstring): each returns
+    (nodes, accepted depth, levels drafted, tokens fed per level pass)."""
+
+    def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft: ...
+
+    def static_tree(self, g: int, choices: tuple[tuple[int, ...], ...], depth_limit: int
+                    ) -> tuple[int, int, int, list[int]]: ...
+
+    def dynamic_tree(self, g: int, width: int, depth: int, keep: int, depth_limit: int
+                     ) -> tuple[int, int, int, list[int]]: ...
 
 
 class NgramTrack:
@@ -208,11 +229,13 @@ def simulate(track: Track, config: DecodeConfig, ref: Reference, max_new_tokens:
     n = len(ref.tokens)
     g = 1
     rounds: list[ReplayRound] = []
-    own_cache = _OwnCache()
+    make_cache = getattr(track, "own_cache", None)
+    own_cache: OwnCache = make_cache() if make_cache is not None else OwnCache()
     while g < n:
         budget = max_new_tokens - g
         if shape.is_tree:
-            assert isinstance(track, TableTrack)
+            if not isinstance(track, TreeTrack):
+                raise TypeError(f"{type(track).__name__} cannot replay a draft tree")
             depth_limit = min(budget - 1, MAX_DRAFT_TOKENS)
             if shape.kind == STATIC:
                 nodes, accepted, depth, feeds = track.static_tree(g, shape.choices, depth_limit)
@@ -239,12 +262,21 @@ def simulate(track: Track, config: DecodeConfig, ref: Reference, max_new_tokens:
     return rounds
 
 
-class _OwnCache:
-    """Tokens fed per draft pass for a drafter with its own cache (draft_model): the
-    first pass of a round catches up on every token the draft has not seen."""
+class OwnCache:
+    """Tokens fed per draft pass for a drafter with its own cache: the first pass of a
+    round catches up on every token the draft has not seen.
 
-    def __init__(self) -> None:
-        self.seen = 0          # generated tokens whose keys/values the draft holds (+1 = pending)
+    `seen`: generated tokens whose entries the draft holds to start with (+1 = pending);
+    a draft model's prefill holds the prompt (0); EAGLE's head holds nothing before its
+    first round (1 - prompt length: its first catch-up covers the whole prompt).
+    `keeps_drafts`: the draft's cache keeps its accepted drafts' entries after a round
+    (a draft model); EAGLE crops back to the verified pairs (its drafts' entries were
+    built from predicted features), so its next round catches up on them again.
+    """
+
+    def __init__(self, seen: int = 0, keeps_drafts: bool = True) -> None:
+        self.seen = seen
+        self.keeps_drafts = keeps_drafts
 
     def chain(self, g: int, drafted: int, accepted: int) -> list[int]:
         if drafted == 0:
@@ -252,7 +284,7 @@ class _OwnCache:
         first = max(1, g - self.seen)
         # The cache holds the sequence and drafts 1..k-1; the verifier keeps the first
         # min(accepted, k-1) of them.
-        self.seen = g + min(accepted, drafted - 1)
+        self.seen = g + (min(accepted, drafted - 1) if self.keeps_drafts else 0)
         return [first] + [1] * (drafted - 1)
 
     def tree(self, g: int, drafts: bool) -> int:
@@ -261,4 +293,3 @@ class _OwnCache:
         first = max(1, g - self.seen)
         self.seen = g
         return first - 1
-

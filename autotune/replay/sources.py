@@ -2,20 +2,21 @@
 config, and what about its replay is exact.
 
 `source(target, draft) -> ReplaySource`; the source keeps what is shared between
-configs (a draft's table, the target's full keys/values, a stack's hidden states), so a
-search replays many configs of one method for the price of one pass per distinct
-table key.
+configs (a draft's table, the target's full keys/values, a stack's hidden states, a
+trained head's anchor tables), so a search replays many configs of one method for the
+price of one pass per distinct table key. Trained heads (`eagle`, `medusa`) draft from
+the round's start, not the position, so their sources live in heads.py.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autotune.decoding.shape import DYNAMIC, STATIC
+from autotune.decoding.shape import DYNAMIC
 from autotune.replay.reference import Reference
 from autotune.replay.simulate import ChainDraft, NgramTrack, TableTrack, Track
-from autotune.replay.tables import (DEFAULT_WIDTH, DraftModelSource, LayerSkipSource,
-                                    SortedExitSource, TableSource)
+from autotune.replay.tables import (DraftModelSource, LayerSkipSource, SortedExitSource,
+                                    TableSource, table_width)
 
 if TYPE_CHECKING:
     from autotune.decoding.config import DecodeConfig
@@ -71,10 +72,7 @@ class TableSourceAdapter:
         self._memo: dict[tuple[Any, ...], TableTrack] = {}
 
     def _width(self, config: "DecodeConfig") -> int:
-        shape = config.shape
-        if shape.kind == STATIC:
-            return max(DEFAULT_WIDTH, max(r for p in shape.choices for r in p) + 2)
-        return max(DEFAULT_WIDTH, shape.width)
+        return table_width(config)
 
     def prepare(self, config: "DecodeConfig", refs: list[Reference]) -> None:
         """Make the tables of every prompt not yet seen for this key, in one batch."""
@@ -143,3 +141,13 @@ def layer_skip_source(target: "LoadedModel", draft: "LoadedModel | None") -> Rep
 
 def sorted_exit_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
     return TableSourceAdapter(SortedExitSource(target, draft))
+
+
+def eagle_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
+    from autotune.replay.heads import EagleSource
+    return EagleSource(target, draft)
+
+
+def medusa_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
+    from autotune.replay.heads import MedusaSource
+    return MedusaSource(target, draft)

@@ -60,6 +60,18 @@ class Table:
         return self.ids.shape[1]
 
 
+def table_width(config: "DecodeConfig") -> int:
+    """Ids a table row keeps for `config`: DEFAULT_WIDTH, or more for a static tree that
+    lists deeper ranks (one past its deepest, so the reference token's rank is known
+    to be unlisted) or a wider dynamic tree."""
+    from autotune.decoding.shape import STATIC
+
+    shape = config.shape
+    if shape.kind == STATIC:
+        return max(DEFAULT_WIDTH, max(r for p in shape.choices for r in p) + 2)
+    return max(DEFAULT_WIDTH, shape.width)
+
+
 def table_from_logits(logits: torch.Tensor, vocab: int, width: int) -> Table:
     """A Table from draft logits [R, V] over the shared vocabulary."""
     logp = torch.log_softmax(logits[:, :vocab].float(), dim=-1)
