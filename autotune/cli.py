@@ -226,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--medusa-heads", type=int, default=4, metavar="N",
                    help="medusa: number of heads (default 4)")
     t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    t.add_argument("--checkpoint-every", type=float, default=30.0, metavar="SECONDS",
+                   help="write a resumable checkpoint this often (default 30)")
     t.set_defaults(run="autotune.train_cli:run_train_command")
 
     v = sub.add_parser("validate", help="check a frozen config, space, objective or config")

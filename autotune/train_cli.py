@@ -35,6 +35,8 @@ def _check(args: argparse.Namespace) -> Path:
                             "agreement figure)")
     if not 1 <= args.medusa_heads <= 16:
         raise AutotuneError(f"--medusa-heads must lie in 1..16, not {args.medusa_heads}")
+    if not args.checkpoint_every > 0:
+        raise AutotuneError(f"--checkpoint-every must be positive, not {args.checkpoint_every}")
     if not args.lr > 0:
         raise AutotuneError(f"--lr must be positive, not {args.lr}")
     out = Path(args.out)
@@ -94,7 +96,7 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
     train_set, heldout = split_heldout(sequences, args.seed)
     head, geometry = new_head(args.kind, target.forward, args.medusa_heads)
     settings = TrainSettings(kind=args.kind, seconds=args.minutes * 60, lr=args.lr,
-                             seed=args.seed)
+                             seed=args.seed, checkpoint_s=args.checkpoint_every)
     fingerprint = {"kind": args.kind, "target": model_fingerprint(target),
                    "prompts": sorted(prompt_digest(p.text) for p in prompts),
                    "max_new_tokens": max_new, "lr": args.lr, "seed": args.seed,

@@ -160,25 +160,21 @@ class EagleHead(nn.Module):
             gate_up_bias=None, down_weight=layer.mlp.down_proj.weight.detach(), down_bias=None)
 
 
-class _ResBlock(nn.Module):
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(hidden, hidden)
-        nn.init.zeros_(self.linear.weight)      # Medusa's init: the block starts as identity
-        nn.init.zeros_(self.linear.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + F.silu(self.linear(x))
-
-
 class _MedusaBlock(nn.Module):
+    """`n_layers` residual steps x + SiLU(W x + b); the linears sit directly in
+    `layers` so the parameters are named `layers.{j}.weight` as vLLM loads them."""
+
     def __init__(self, hidden: int, n_layers: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList([_ResBlock(hidden) for _ in range(n_layers)])
+        self.layers = nn.ModuleList([nn.Linear(hidden, hidden) for _ in range(n_layers)])
+        for linear in self.layers:
+            # Medusa's init: every block starts as the identity.
+            nn.init.zeros_(linear.weight)
+            nn.init.zeros_(linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
+        for linear in self.layers:
+            x = x + F.silu(linear(x))
         return x
 
 

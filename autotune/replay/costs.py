@@ -14,11 +14,19 @@ median of several runs, on this process's threads):
 - the draft model's forward by tokens (a separate draft);
 - a draft tree's per-node bookkeeping and its tree-masked verify pass against a chain's,
   from real tree rounds of a layer-skip draft;
+- a trained head's passes (`HeadParts`, with a trained `--draft`): EAGLE's fc + decoder
+  layer by tokens fed, the target's LM head by rows scored, Medusa's residual blocks;
 - per drafting method, the decoder's drafting time against the parts' prediction for the
   same rounds (passes inside the loop run slower than back to back).
 
 Prediction per round: the drafter's passes (per method, below) + the target's pass over
-the verified tokens + the loop's overhead. Latency per token = the rounds' sum ÷ the
+the verified tokens + the loop's overhead. EAGLE: a chain's first pass catches up on
+the pairs since its last round (the whole prompt in the first round), then one
+one-token pass per further draft, each pass = the head's layer over the tokens fed +
+the LM head over the last one + picking a token; a tree: the root's catch-up pass, then
+one pass per level over the nodes fed (the LM head over all of them). Medusa: one pass
+per round (every head's blocks + the LM head over n_heads rows), plus picking each
+chain draft. Latency per token = the rounds' sum ÷ the
 tokens decoded, as a measurement counts it.
 """
 
@@ -31,8 +39,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from autotune.errors import AutotuneError
 from autotune.files import write_atomically
-from autotune.replay.simulate import ReplayRound
+from autotune.replay.simulate import OwnCache, ReplayRound
 
 if TYPE_CHECKING:
     from autotune.decoding.config import DecodeConfig
@@ -72,6 +81,24 @@ class LayerParts:
 
 
 @dataclass
+class HeadParts:
+    """A trained head's passes, in ms. kind: "eagle" | "medusa"; layer: EAGLE's fc +
+    decoder layer over n pairs after the context's entries, [[n, ms], ...] (empty for
+    Medusa); logits: the target's LM head over n features [[n, ms], ...]; blocks:
+    Medusa's residual blocks of every head over one feature (0 for EAGLE); n_heads:
+    Medusa's heads (the LM head's rows in its one pass)."""
+
+    kind: str
+    layer: list[list[float]]
+    logits: list[list[float]]
+    blocks: float = 0.0
+    n_heads: int = 0
+
+
+HEAD_METHODS = ("eagle", "medusa")
+
+
+@dataclass
 class CostParts:
     """Every measured part, in ms (see the module docstring)."""
 
@@ -91,6 +118,9 @@ class CostParts:
     # the decoder loop runs slower than the same pass timed back to back (caches, the
     # Python between passes); per method for the drafter's passes.
     draft_factor: dict[str, float]
+    # A trained --draft's passes (None without one; files written before trained heads
+    # have no such key and read as None).
+    head: HeadParts | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,6 +131,8 @@ class CostParts:
         doc["target_layers"] = LayerParts(**doc["target_layers"])
         if doc.get("draft_layers") is not None:
             doc["draft_layers"] = LayerParts(**doc["draft_layers"])
+        if doc.get("head") is not None:
+            doc["head"] = HeadParts(**doc["head"])
         return cls(**doc)
 
 
@@ -166,6 +198,8 @@ class CostModel:
             return 0.0
         if self.method == "ngram":
             return self.parts.ngram_lookup / 1000
+        if self.method in HEAD_METHODS:
+            return self._head_seconds(r) / 1000
         total = 0.0
         if self.config.is_tree:
             if r.catch_up and self.method == "sorted_exit":
@@ -180,6 +214,36 @@ class CostModel:
             fed = tokens if self.method == "draft_model" else 1
             total += self._draft_pass(fed, exit_layer, self._exits_reached(exit_layer))
         return total / 1000
+
+    def _head_parts(self) -> HeadParts:
+        head = self.parts.head
+        if head is None or head.kind != self.method:
+            raise AutotuneError(f"the replay cost parts have no {self.method} head passes "
+                                f"(they were measured without a trained {self.method} "
+                                "--draft): delete them to measure again")
+        return head
+
+    def _head_seconds(self, r: ReplayRound) -> float:
+        """ms of a trained head's drafting in round r (module docstring)."""
+        head = self._head_parts()
+        factor = self.parts.draft_factor.get(self.method, 1.0)
+        choose = self.parts.target_layers.choose
+        tree = self.config.is_tree
+        nodes = self.parts.tree_node * r.drafted if tree else 0.0
+        if self.method == "medusa":
+            one = head.blocks + interpolate(head.logits, head.n_heads)
+            return one * factor + (nodes if tree else choose * r.drafted * factor)
+        total = 0.0
+        for i, tokens in enumerate(r.passes):
+            if tree:
+                # The root pass catches up and scores the pending token; a level's pass
+                # scores every node it feeds.
+                fed = tokens + r.catch_up if i == 0 else tokens
+                total += interpolate(head.layer, fed) + interpolate(head.logits, 1 if i == 0
+                                                                    else tokens)
+            else:
+                total += interpolate(head.layer, tokens) + interpolate(head.logits, 1) + choose
+        return total * factor + nodes
 
     def _stack_catch_up(self, tokens: int) -> float:
         """Tokens run through the whole draft stack without a head (S2D's own cache)."""
@@ -266,18 +330,24 @@ def _layer_parts(model: "LoadedModel", clock: Callable[[], float], context: int 
                       choose=choose_ms)
 
 
-def _decoder_rounds(target: "LoadedModel", config: "DecodeConfig", refs: list["Reference"],
-                    max_new: int, clock: Callable[[], float],
-                    draft: "LoadedModel | None" = None) -> list[Any]:
-    """The real decoder's rounds of `config` on the references' prompts (after a warm-up)."""
+def _decoder_generations(target: "LoadedModel", config: "DecodeConfig",
+                         refs: list["Reference"], max_new: int, clock: Callable[[], float],
+                         draft: "LoadedModel | None" = None) -> list[Any]:
+    """The real decoder's generations of `config` on the references' prompts (after a
+    warm-up)."""
     from autotune.decoding.decoder import SpeculativeDecoder
 
     decoder = SpeculativeDecoder(target, config, draft)
     decoder.generate(refs[0].prompt, min(8, max_new), clock)        # warm-up
-    rounds = []
-    for ref in refs:
-        rounds += decoder.generate(ref.prompt, max_new, clock).rounds
-    return rounds
+    return [decoder.generate(ref.prompt, max_new, clock) for ref in refs]
+
+
+def _decoder_rounds(target: "LoadedModel", config: "DecodeConfig", refs: list["Reference"],
+                    max_new: int, clock: Callable[[], float],
+                    draft: "LoadedModel | None" = None) -> list[Any]:
+    """The real decoder's rounds of `config` on the references' prompts (after a warm-up)."""
+    return [r for g in _decoder_generations(target, config, refs, max_new, clock, draft)
+            for r in g.rounds]
 
 
 def isotonic(values: list[float]) -> list[float]:
@@ -330,6 +400,60 @@ def pass_curve(model: "LoadedModel", sizes: tuple[int, ...], context: int,
                 times[n].append(run(n))
     medians = isotonic([1000 * statistics.median(times[n]) for n in sizes])
     return [[n, ms] for n, ms in zip(sizes, medians)]
+
+
+def _timed_curve(run: Callable[[int], Any], sizes: tuple[int, ...], clock: Callable[[], float],
+                 repeats: int = 5) -> list[list[float]]:
+    """[[n, ms], ...] of run(n), sizes visited round-robin `repeats` times after a
+    warm-up, the median per size, made monotone (as `pass_curve` times a forward)."""
+    def timed(n: int) -> float:
+        start = clock()
+        run(n)
+        return clock() - start
+
+    for n in (sizes[0], max(sizes)):
+        timed(n)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(repeats):
+        for n in sizes:
+            times[n].append(timed(n))
+    medians = isotonic([1000 * statistics.median(times[n]) for n in sizes])
+    return [[n, ms] for n, ms in zip(sizes, medians)]
+
+
+def _head_parts(target: "LoadedModel", draft: "LoadedModel", clock: Callable[[], float],
+                context: int) -> HeadParts:
+    """A trained head's passes (HeadParts) over random features and tokens: a pass's
+    time does not depend on the values."""
+    import torch
+
+    from autotune.replay.heads import _eagle_pass
+
+    head = draft.forward           # HeadForward
+    forward = target.forward
+    largest = max(DRAFT_SIZES)
+    context = max(1, min(context, forward.cos.shape[0] - largest))
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn((1, context + largest, forward.embed.shape[1]),
+                           generator=generator).to(target.device, target.dtype)
+    ids = torch.randint(forward.vocab_size, (1, context + largest),
+                        generator=generator).to(target.device)
+    with torch.inference_mode():
+        logits = _timed_curve(lambda n: forward.head_logits(features[:, :n]), DRAFT_SIZES,
+                              clock)
+        if head.kind == "medusa":
+            blocks = _median_ms(lambda: head.head(features[:, :1]), clock)
+            return HeadParts("medusa", [], logits, blocks, head.head.n_heads)
+        layer_forward, fc = head.layer_forward, head.fc_weight
+        cache = layer_forward.new_cache(1, context + largest)
+        _eagle_pass(layer_forward, fc, cache, features[:, :context], ids[:, :context])
+
+        def layer(n: int) -> None:
+            cache.crop(context)
+            _eagle_pass(layer_forward, fc, cache, features[:, context:context + n],
+                        ids[:, context:context + n])
+
+        return HeadParts("eagle", _timed_curve(layer, DRAFT_SIZES, clock), logits)
 
 
 def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
@@ -385,7 +509,11 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
     else:
         layers = LayerParts(target.n_layers, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     draft_curve = draft_layers = None
-    if draft is not None:
+    head = None
+    if draft is not None and draft.trained_kind is not None:
+        # A trained head has no stack and no forward of its own: its passes instead.
+        head = _head_parts(target, draft, clock, context)
+    elif draft is not None:
         dclock = Clock(draft.device)
         draft_layers = (_layer_parts(draft, dclock, context)
                         if draft.forward.supports_layers else None)
@@ -394,7 +522,7 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
         draft_curve = [[n, ms + choose]
                        for n, ms in pass_curve(draft, DRAFT_SIZES, context, True, dclock)]
     parts = CostParts(FORMAT, key, curve, ar_other, spec_other, lookup, tree_node,
-                      tree_other, tree_verify, layers, draft_curve, draft_layers, {})
+                      tree_other, tree_verify, layers, draft_curve, draft_layers, {}, head)
     parts.draft_factor = _draft_factors(parts, target, draft, sample, max_new, clock)
     return parts
 
@@ -405,13 +533,17 @@ def _calibration_configs(target: "LoadedModel", draft: "LoadedModel | None"
     from autotune.decoding.config import DecodeConfig
 
     configs: dict[str, DecodeConfig] = {}
-    if draft is not None:
+    trained = draft.trained_kind if draft is not None else None
+    if trained is not None:
+        # A trained head serves its own method only (the decoder refuses the others).
+        configs[trained] = DecodeConfig(method=trained, k=4)
+    elif draft is not None:
         configs["draft_model"] = DecodeConfig(method="draft_model", k=4)
     if target.forward.supports_layers:
         n = target.n_layers
         configs["layer_skip"] = DecodeConfig(method="layer_skip", k=4,
                                              attn_skip=tuple(range(n // 2, n - 1, 2)))
-    stack = draft if draft is not None else target
+    stack = draft if draft is not None and trained is None else target
     if stack.forward.supports_layers:
         n = stack.n_layers
         exits = tuple(sorted({max(1, n // 3), max(2, 2 * n // 3), n}))
@@ -433,20 +565,35 @@ def _draft_factors(parts: CostParts, target: "LoadedModel", draft: "LoadedModel 
             SpeculativeDecoder(target, config, draft)
         except Exception:  # noqa: BLE001 - a method these models cannot run: no factor
             continue
-        rounds = _decoder_rounds(target, config, sample, max_new, clock, draft)
+        generations = _decoder_generations(target, config, sample, max_new, clock, draft)
         model = CostModel(parts, config, target.n_layers)
         modelled = measured = 0.0
-        for r in rounds:
-            if not r.drafted:
-                continue
-            replayed = ReplayRound(r.drafted, r.accepted, r.emitted, r.verified,
-                                   r.draft_depth, r.confidences, passes=[1] * r.drafted,
-                                   exits=list(r.exit_layers))
-            modelled += model.draft_seconds(replayed)
-            measured += r.draft_s
+        for generation in generations:
+            for r, passes in zip(generation.rounds, _chain_passes(method, generation)):
+                if not r.drafted:
+                    continue
+                replayed = ReplayRound(r.drafted, r.accepted, r.emitted, r.verified,
+                                       r.draft_depth, r.confidences, passes=passes,
+                                       exits=list(r.exit_layers))
+                modelled += model.draft_seconds(replayed)
+                measured += r.draft_s
         if modelled > 0:
             factors[method] = measured / modelled
     return factors
+
+
+def _chain_passes(method: str, generation: Any) -> list[list[int]]:
+    """Tokens fed per draft pass of each chain round of a real generation: EAGLE's
+    first pass catches up as in the replay (`heads.EagleSource`: the whole prompt in
+    the first round, then 1 + the last round's accepted); one token each otherwise."""
+    if method != "eagle":
+        return [[1] * r.drafted for r in generation.rounds]
+    cache = OwnCache(seen=1 - generation.prompt_len, keeps_drafts=False)
+    out, g = [], 1
+    for r in generation.rounds:
+        out.append(cache.chain(g, r.drafted, r.accepted))
+        g += r.emitted
+    return out
 
 
 def parts_key(target: "LoadedModel", draft: "LoadedModel | None") -> dict[str, Any]:
@@ -456,11 +603,16 @@ def parts_key(target: "LoadedModel", draft: "LoadedModel | None") -> dict[str, A
     from autotune.replay.reference import model_fingerprint
 
     hardware = hardware_record(target.device)
-    return {"target": model_fingerprint(target),
-            "draft": model_fingerprint(draft) if draft is not None else None,
-            "device": str(target.device), "dtype": str(target.dtype),
-            "threads": torch.get_num_threads(),
-            "cpu": hardware.get("cpu"), "device_name": hardware.get("device_name")}
+    key = {"target": model_fingerprint(target),
+           "draft": model_fingerprint(draft) if draft is not None else None,
+           "device": str(target.device), "dtype": str(target.dtype),
+           "threads": torch.get_num_threads(),
+           "cpu": hardware.get("cpu"), "device_name": hardware.get("device_name")}
+    # A trained head's parts are its own passes, not a draft model's: the key says which
+    # drafter (added only then, so the keys of files measured without one still match).
+    if draft is not None and draft.trained_kind is not None:
+        key["drafter"] = draft.trained_kind
+    return key
 
 
 def load_or_measure_parts(path: Path, target: "LoadedModel", draft: "LoadedModel | None",

@@ -23,9 +23,11 @@ prompt tokens, the pending token of a round at anchor g sits at position P+g-1.
   reference token tokens[g+d-1] (while drafts are accepted they equal the reference).
   All anchors of a chunk step together in one head pass with a mask: each row sees the
   catch-up entries of its own round and its own earlier steps (the decoder's chain
-  pass sees exactly those, at the same rotary positions). An anchor near the end has
-  rows only while there are reference tokens to feed (its last row predicts past the
-  end, as a Table's last row does).
+  pass sees exactly those, at the same rotary positions). Past the reference's end
+  (after an EOS) an anchor is fed the head's own top-1 drafts, as the decoder's chain
+  is once every draft up to the end was accepted (their cost counts; none is emitted).
+  Tables are built at least MIN_DEPTH deep and deepened when a heuristic exit's K
+  outgrows them.
 
 Fidelity (greedy): medusa is exact for chains under every exit policy (no draft
 depends on another, so even the confidences after a rejection are the decoder's) and
@@ -34,14 +36,16 @@ eagle the accepted tokens of a chain are exact; a confidence or adaptive exit re
 after a rejection, the confidences of the draft along the reference where the decoder
 drafts on from its rejected token (the drafted count, and the adaptive policy's state);
 static trees are exact; a dynamic tree wider than 1 gives off-path nodes' children the
-on-path node's distribution at the same depth (frontier and rerank).
+on-path node's distribution at the same depth (frontier and rerank). As in the
+decoder, a Medusa chain drafts at most one token per head and a tree deeper than its
+heads is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -91,21 +95,26 @@ class AnchorTables:
                      self.conf[g - 1, :n].tolist())
 
 
-def _stack(per_depth: list[Table], anchors: int, depth: int) -> AnchorTables:
-    """AnchorTables from per-depth tables over every anchor's row ([C, W] each, depth
-    d's table at index d-1; a depth's table may cover only the first anchors)."""
-    width = per_depth[0].width
-    ids = torch.zeros((anchors, depth, width), dtype=torch.long)
-    logp = torch.full((anchors, depth, width), float("-inf"))
-    conf = torch.zeros((anchors, depth))
-    rows = [0] * anchors
-    for d, table in enumerate(per_depth):
-        n = table.rows
-        ids[:n, d], logp[:n, d] = table.ids.cpu(), table.logp.cpu()
-        conf[:n, d] = torch.tensor(table.conf)
-        for a in range(n):
-            rows[a] = d + 1
-    return AnchorTables(ids, logp, conf, rows)
+class _Rows:
+    """Collects top-W rows by (anchor index, depth index) into AnchorTables."""
+
+    def __init__(self, anchors: int, depth: int, width: int) -> None:
+        self.ids = torch.zeros((anchors, depth, width), dtype=torch.long)
+        self.logp = torch.full((anchors, depth, width), float("-inf"))
+        self.conf = torch.zeros((anchors, depth))
+        self.rows = [0] * anchors
+
+    def put(self, a0: int, d: int, table: Table) -> None:
+        """Rows a0.. of depth index d from a Table over [t, W]."""
+        a1 = a0 + table.rows
+        self.ids[a0:a1, d] = table.ids.cpu()
+        self.logp[a0:a1, d] = table.logp.cpu()
+        self.conf[a0:a1, d] = torch.tensor(table.conf)
+        for a in range(a0, a1):
+            self.rows[a] = max(self.rows[a], d + 1)
+
+    def done(self) -> AnchorTables:
+        return AnchorTables(self.ids, self.logp, self.conf, self.rows)
 
 
 # ------------------------------------------------------------------ the tables
@@ -122,14 +131,19 @@ def target_features(target: "LoadedModel", ref: Reference) -> torch.Tensor:
 @torch.inference_mode()
 def medusa_tables(head: "HeadForward", features: torch.Tensor, ref: Reference, vocab: int,
                   width: int) -> AnchorTables:
-    """Every anchor's n_heads rows: head d-1 over the feature of position P+g-2 [C, H]."""
-    first = len(ref.prompt) - 1
-    anchors = len(ref.tokens)
-    transformed = head.head(features[None, first:first + anchors])[0]   # [C, n_heads, H]
-    logits = head.target.head_logits(transformed)                       # [C, n_heads, V]
-    n_heads = logits.shape[1]
-    return _stack([table_from_logits(logits[:, d], vocab, width) for d in range(n_heads)],
-                  anchors, n_heads)
+    """Every anchor's n_heads rows: head d-1 over the feature of position P+g-2."""
+    chunk = CHUNK
+    first, anchors = len(ref.prompt) - 1, len(ref.tokens)
+    n_heads: int = head.head.n_heads            # type: ignore[union-attr]
+    out = _Rows(anchors, n_heads, width)
+    # By chunks of anchors: C x n_heads rows of logits over a large vocabulary are big.
+    for a0 in range(0, anchors, chunk):
+        a1 = min(a0 + chunk, anchors)
+        transformed = head.head(features[None, first + a0:first + a1])[0]  # [m, n_heads, H]
+        logits = head.target.head_logits(transformed)                       # [m, n_heads, V]
+        for d in range(n_heads):
+            out.put(a0, d, table_from_logits(logits[:, d], vocab, width))
+    return out.done()
 
 
 def _eagle_pass(forward: LlamaForward, fc: torch.Tensor, cache: KVCache, features: torch.Tensor,
@@ -145,10 +159,11 @@ def _eagle_pass(forward: LlamaForward, fc: torch.Tensor, cache: KVCache, feature
 
 @torch.inference_mode()
 def eagle_tables(head: "HeadForward", features: torch.Tensor, ref: Reference, vocab: int,
-                 width: int, depth: int, chunk: int = CHUNK) -> AnchorTables:
+                 width: int, depth: int) -> AnchorTables:
     """Every anchor's rows down to `depth` (module docstring): one catch-up pass over
-    the sequence's N-1 pairs, then per chunk of anchors depth-1 steps of one token
-    each."""
+    the sequence's N-1 pairs, then per chunk of CHUNK anchors depth-1 steps of one
+    token each."""
+    chunk = CHUNK
     forward, fc = head.layer_forward, head.fc_weight
     assert forward is not None
     device = features.device
@@ -161,48 +176,54 @@ def eagle_tables(head: "HeadForward", features: torch.Tensor, ref: Reference, vo
     caught_up = _eagle_pass(forward, fc, cache, features[None, :n - 1], seq[:, 1:])
     # Anchor g's predicted feature of its pending position (entry P+g-2): [C, H].
     predicted = caught_up[0, p - 1:]
-    per_depth: list[list[torch.Tensor]] = [[forward.head_logits(predicted[None])[0]]]
+    out = _Rows(anchors, depth, width)
     for a0 in range(0, anchors, chunk):
-        steps = _eagle_chunk(forward, fc, cache, seq, p, predicted[a0:a0 + chunk], a0,
-                             depth)
-        for d, logits in enumerate(steps, start=1):
-            if len(per_depth) <= d:
-                per_depth.append([])
-            per_depth[d].append(logits)
+        _eagle_chunk(forward, fc, cache, seq, p, predicted[a0:a0 + chunk], a0, depth,
+                     vocab, lambda d, logits: out.put(a0, d, table_from_logits(
+                         logits, vocab, width)))
         cache.crop(n - 1)
-    tables = [table_from_logits(torch.cat(parts), vocab, width) for parts in per_depth]
-    return _stack(tables, anchors, depth)
+    return out.done()
 
 
 def _eagle_chunk(forward: LlamaForward, fc: torch.Tensor, cache: KVCache, seq: torch.Tensor,
-                 p: int, predicted: torch.Tensor, a0: int, depth: int) -> list[torch.Tensor]:
-    """Steps 1..depth-1 of anchors a0.. (predicted: their depth-1 features [m, H]): per
-    step, the draft logits [t, V] of the first t anchors that still have a reference
-    token to feed (a prefix of the chunk: earlier anchors have more reference left)."""
+                 p: int, predicted: torch.Tensor, a0: int, depth: int, vocab: int,
+                 put: Callable[[int, torch.Tensor], None]) -> None:
+    """Depths 1..depth of anchors a0.. (predicted: their depth-1 features [m, H]):
+    `put(d - 1, logits [t, V])` per depth for the chunk's first t anchors.
+
+    Step i feeds each anchor's depth-i draft: the reference token tokens[g+i-1] while
+    the reference has one, past its end (after an EOS) the head's own top-1 draft, which
+    is what the decoder feeds once every draft up to the end was accepted. Rows stop
+    where the model's rotary positions end (the decoder could not draft there either).
+    """
     anchors = seq.shape[1] - p
+    positions_limit = forward.cos.shape[0]
     device = seq.device
     rows = torch.arange(predicted.shape[0], device=device)
     g = a0 + 1 + rows                                   # each row's anchor
     prefix = p + g - 1                                  # its verified entries 0..P+g-2
     bases: list[int] = []                               # scratch column of row 0, per step
     feature = predicted
-    out: list[torch.Tensor] = []
+    logits = forward.head_logits(feature[None])[0]      # depth 1
+    put(0, logits)
     for i in range(1, depth):
-        # Step i feeds tokens[g+i-1], which the reference has for g+i-1 < C.
-        t = int((g + i - 1 < anchors).sum())
+        position = p + g - 2 + i                        # entry P+g-2+i's rotary position
+        t = int((position < positions_limit).sum())     # a prefix: g grows along the rows
         if t == 0:
             break
         start = cache.length
         mask = torch.arange(start + t, device=device)[None, :] < prefix[:t, None]
         for base in bases + [start]:
             mask[rows[:t], base + rows[:t]] = True      # its own earlier steps and itself
-        tokens = seq[0, p + g[:t] + i - 1][None]        # tokens[g+i-1], [1, t]
-        positions = p + g[:t] - 2 + i                   # entry P+g-2+i's rotary position
+        wanted = g[:t] + i - 1                          # tokens[g+i-1]
+        on_reference = wanted < anchors
+        tokens = torch.where(on_reference, seq[0, p + wanted.clamp(max=anchors - 1)],
+                             logits[:t, :vocab].argmax(dim=-1))[None]          # [1, t]
         feature = _eagle_pass(forward, fc, cache, feature[None, :t], tokens, mask,
-                              positions)[0]
-        out.append(forward.head_logits(feature[None])[0])
+                              position[:t])[0]
+        logits = forward.head_logits(feature[None])[0]
+        put(i, logits)
         bases.append(start)
-    return out
 
 
 # ------------------------------------------------------------------ the track
@@ -210,12 +231,16 @@ def _eagle_chunk(forward: LlamaForward, fc: torch.Tensor, cache: KVCache, seq: t
 class AnchoredTrack:
     """A prompt's draft from its anchor tables: anchor g's table read by a TableTrack
     over the reference shifted to g. `max_chain` caps a chain's drafts (Medusa: one per
-    head); `own_cache` says how the drafter's cache catches up (the cost model's passes)."""
+    head); `own_cache` says how the drafter's cache catches up (the cost model's passes);
+    `deepen(depth)` gives deeper tables when a chain's limit outgrows these (a
+    heuristic exit's K grows with its acceptance)."""
 
     def __init__(self, ref: Reference, tables: AnchorTables, max_chain: int | None = None,
-                 own_cache: OwnCache | None = None) -> None:
+                 own_cache: OwnCache | None = None,
+                 deepen: Callable[[int], AnchorTables] | None = None) -> None:
         self.ref, self.tables, self.max_chain = ref, tables, max_chain
         self._own_cache = own_cache
+        self._deepen = deepen
         self._tracks: dict[int, TableTrack] = {}
 
     def own_cache(self) -> OwnCache:
@@ -234,6 +259,9 @@ class AnchoredTrack:
     def chain(self, g: int, limit: int, policy: "ExitPolicy") -> ChainDraft:
         if self.max_chain is not None:
             limit = min(limit, self.max_chain)
+        if limit > self.tables.depth and self._deepen is not None:
+            self.tables = self._deepen(limit)
+            self._tracks.clear()
         return self._at(g).chain(0, limit, policy)
 
     def static_tree(self, g: int, choices: tuple[tuple[int, ...], ...], depth_limit: int
@@ -277,9 +305,17 @@ class _HeadSource:
         raise NotImplementedError
 
     # shared
+    @staticmethod
+    def _key(ref: Reference) -> tuple[str, int]:
+        return ref.prompt_id, hash(tuple(ref.sequence))
+
     def _tables(self, config: "DecodeConfig", ref: Reference) -> AnchorTables:
-        key = (ref.prompt_id, hash(tuple(ref.sequence)))
-        width, depth = table_width(config), self._depth(config)
+        return self._at_least(ref, table_width(config), self._depth(config))
+
+    def _at_least(self, ref: Reference, width: int, depth: int) -> AnchorTables:
+        """ref's tables at least `width` wide and `depth` deep (memoised; rebuilt at the
+        widest and deepest asked for so far)."""
+        key = self._key(ref)
         tables = self._memo.get(key)
         if tables is None or tables.width < width or tables.depth < depth:
             if len(self._memo) >= MEMO_LIMIT:       # a long screen: bound memory
@@ -287,9 +323,8 @@ class _HeadSource:
                 self._features.clear()
             if tables is not None:
                 width, depth = max(width, tables.width), max(depth, tables.depth)
-            features = self._features.get(key)
-            if features is None:
-                features = self._features[key] = target_features(self.target, ref)
+            if key not in self._features:           # one target pass per prompt
+                self._features[key] = target_features(self.target, ref)
             tables = self._memo[key] = self._build(ref, width, depth)
         return tables
 
@@ -303,7 +338,7 @@ class _HeadSource:
         return self._track(ref, self._tables(config, ref))
 
     def _features_of(self, ref: Reference) -> torch.Tensor:
-        return self._features[(ref.prompt_id, hash(tuple(ref.sequence)))]
+        return self._features[self._key(ref)]
 
 
 def _head(draft: "LoadedModel | None", kind: str) -> "HeadForward":
@@ -324,12 +359,8 @@ class EagleSource(_HeadSource):
 
     def _depth(self, config: "DecodeConfig") -> int:
         shape = config.shape
-        if shape.is_tree:
-            needed = shape.levels
-        elif config.exit_policy == "heuristic":
-            needed = MAX_DRAFT_TOKENS        # its K grows; an anchor's rows stop at the end
-        else:
-            needed = config.k
+        # A heuristic exit starts at k; its track deepens the tables if K outgrows them.
+        needed = shape.levels if shape.is_tree else config.k
         return max(MIN_DEPTH, min(needed, MAX_DRAFT_TOKENS))
 
     def _build(self, ref: Reference, width: int, depth: int) -> AnchorTables:
@@ -338,8 +369,16 @@ class EagleSource(_HeadSource):
     def _track(self, ref: Reference, tables: AnchorTables) -> AnchoredTrack:
         # The head holds no entry before its first round, which catches up on the
         # whole prompt; each round crops back to the pairs of target features.
+        width = tables.width
+
+        def deepen(limit: int) -> AnchorTables:
+            # Doubling: a growing K rebuilds the tables a few times, not every round.
+            depth = min(max(limit, 2 * self._at_least(ref, width, 1).depth), MAX_DRAFT_TOKENS)
+            return self._at_least(ref, width, depth)
+
         return AnchoredTrack(ref, tables,
-                             own_cache=OwnCache(seen=1 - len(ref.prompt), keeps_drafts=False))
+                             own_cache=OwnCache(seen=1 - len(ref.prompt), keeps_drafts=False),
+                             deepen=deepen)
 
     def fidelity(self, config: "DecodeConfig") -> tuple[bool, list[str]]:
         shape = config.shape

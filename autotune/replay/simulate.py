@@ -20,12 +20,13 @@ A `Track` is one prompt's draft along its reference:
 - `heads.AnchoredTrack` (trained heads: eagle, medusa) reads one small table per round
   start instead: its draft along the reference from that start, as a `TableTrack`
   over the reference shifted there.
-Trees (a `TreeTrack`: TableTrack, AnchoredTrack): a static tree (`tree_choices`) accepts along the reference as
-far as the path of the reference tokens' ranks is listed: exact where the table is. A
-dynamic tree (EAGLE-2) keeps a level's `width` best nodes by cumulative probability and
-reranks at the end; nodes off the reference path have no teacher-forced distribution,
-so their children's probabilities are taken to be the on-path node's at the same depth
-(exact for width 1).
+Trees (a `TreeTrack`: TableTrack, AnchoredTrack): a static tree (`tree_choices`)
+accepts along the reference as far as the path of the reference tokens' ranks is
+listed: exact where the table is. A dynamic tree (EAGLE-2) keeps a level's `width` best
+nodes by cumulative probability and reranks at the end; nodes off the reference path
+have no teacher-forced distribution, so their children's probabilities are taken to be
+the on-path node's at the same depth (exact for width 1, and for Medusa, whose nodes at
+one depth all share one distribution).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class Track(Protocol):
 @runtime_checkable
 class TreeTrack(Protocol):
     """A track that can also draft trees (see the module docstring): each returns
-    (nodes, accepted depth, levels drafted, tokens fed per level pass)."""
+    (nodes, accepted depth, deepest level, tokens fed per level pass)."""
 
     def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft: ...
 
@@ -177,8 +178,10 @@ class TableTrack:
 
     def dynamic_tree(self, g: int, width: int, depth: int, keep: int, depth_limit: int
                      ) -> tuple[int, int, int, list[int]]:
-        """(nodes kept, accepted depth, levels drafted, tokens fed per level pass) of an
-        EAGLE-2 tree (see the module docstring for what is approximate)."""
+        """(nodes kept, accepted depth, deepest kept level, tokens fed per level pass) of
+        an EAGLE-2 tree (see the module docstring for what is approximate). The rerank
+        may keep no node of the last levels: the tree's depth is its deepest kept node's,
+        as the decoder's `DraftTree.depth`."""
         levels = min(depth, depth_limit)
         if levels < 1:
             return 0, 0, 0, []
@@ -217,7 +220,7 @@ class TableTrack:
                 accepted = level
             else:
                 break
-        return len(kept), accepted, levels, feeds
+        return len(kept), accepted, max((pool[i][1] for i in kept), default=0), feeds
 
 
 def simulate(track: Track, config: DecodeConfig, ref: Reference, max_new_tokens: int
