@@ -20,7 +20,7 @@ from autotune.errors import AutotuneError
 from autotune.models.trained import trained_draft
 from autotune.training.data import Sequence_
 from autotune.training.loop import TrainSettings, new_head, split_heldout, train_head
-from tiny import gpt2_model, one_thread, tiny_llama, tiny_loaded  # noqa: F401
+from tiny import one_thread, tiny_llama, tiny_loaded  # noqa: F401
 
 EOS = 52
 MAX_NEW = 24

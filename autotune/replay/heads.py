@@ -285,14 +285,15 @@ class _HeadSource:
         self.target = target
         self.head: HeadForward = _head(draft, self.kind)
         self.vocab = min(target.forward.vocab_size, self.head.vocab_size)
-        self._features: dict[tuple[str, int], torch.Tensor] = {}
         self._memo: dict[tuple[str, int], AnchorTables] = {}
 
     # per kind
     def _depth(self, config: "DecodeConfig") -> int:
         raise NotImplementedError
 
-    def _build(self, ref: Reference, width: int, depth: int) -> AnchorTables:
+    def _build(self, ref: Reference, features: torch.Tensor, width: int, depth: int
+               ) -> AnchorTables:
+        """ref's tables from the target's features [N, H] of its sequence."""
         raise NotImplementedError
 
     def _track(self, ref: Reference, tables: AnchorTables) -> AnchoredTrack:
@@ -320,12 +321,12 @@ class _HeadSource:
         if tables is None or tables.width < width or tables.depth < depth:
             if len(self._memo) >= MEMO_LIMIT:       # a long screen: bound memory
                 self._memo.clear()
-                self._features.clear()
             if tables is not None:
                 width, depth = max(width, tables.width), max(depth, tables.depth)
-            if key not in self._features:           # one target pass per prompt
-                self._features[key] = target_features(self.target, ref)
-            tables = self._memo[key] = self._build(ref, width, depth)
+            # The features are not kept ([N, H] per prompt is large for a real model):
+            # a rebuild, rare (a wider or deeper config), costs another target pass.
+            features = target_features(self.target, ref)
+            tables = self._memo[key] = self._build(ref, features, width, depth)
         return tables
 
     def prepare(self, config: "DecodeConfig", refs: list[Reference]) -> None:
@@ -336,9 +337,6 @@ class _HeadSource:
     def track(self, config: "DecodeConfig", ref: Reference) -> AnchoredTrack:
         self.check(config)
         return self._track(ref, self._tables(config, ref))
-
-    def _features_of(self, ref: Reference) -> torch.Tensor:
-        return self._features[self._key(ref)]
 
 
 def _head(draft: "LoadedModel | None", kind: str) -> "HeadForward":
@@ -363,8 +361,9 @@ class EagleSource(_HeadSource):
         needed = shape.levels if shape.is_tree else config.k
         return max(MIN_DEPTH, min(needed, MAX_DRAFT_TOKENS))
 
-    def _build(self, ref: Reference, width: int, depth: int) -> AnchorTables:
-        return eagle_tables(self.head, self._features_of(ref), ref, self.vocab, width, depth)
+    def _build(self, ref: Reference, features: torch.Tensor, width: int, depth: int
+               ) -> AnchorTables:
+        return eagle_tables(self.head, features, ref, self.vocab, width, depth)
 
     def _track(self, ref: Reference, tables: AnchorTables) -> AnchoredTrack:
         # The head holds no entry before its first round, which catches up on the
@@ -411,8 +410,9 @@ class MedusaSource(_HeadSource):
             raise AutotuneError(f"a tree of depth {shape.levels} needs as many Medusa "
                                 f"heads; this drafter has {self.n_heads}")
 
-    def _build(self, ref: Reference, width: int, depth: int) -> AnchorTables:
-        return medusa_tables(self.head, self._features_of(ref), ref, self.vocab, width)
+    def _build(self, ref: Reference, features: torch.Tensor, width: int, depth: int
+               ) -> AnchorTables:
+        return medusa_tables(self.head, features, ref, self.vocab, width)
 
     def _track(self, ref: Reference, tables: AnchorTables) -> AnchoredTrack:
         # A chain drafts at most one token per head (MedusaDrafter.propose).
