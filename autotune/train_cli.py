@@ -6,6 +6,9 @@ validates on are never seen (drafter.json lists a digest of every training promp
 the search refuses a drafter that saw one of its held-out prompts). The folder is
 written atomically at the end (drafter.json last); a checkpoint inside it lets a killed
 run resume with the same command.
+
+Kinds: `eagle` and `medusa` heads (their own methods), `exits`: S2D exit adapters at
+`--exit-layers` of rank `--exit-rank`, which `method=sorted_exit` reads over the target.
 """
 
 from __future__ import annotations
@@ -23,9 +26,32 @@ DEFAULT_MAX_NEW = 96
 DEFAULT_MEDUSA_HEADS = 4
 
 
+def _exit_layers(text: str | None) -> tuple[int, ...] | None:
+    """`--exit-layers 6,9,12` -> (6, 9, 12); its range is checked once the target's
+    depth is known (`training.loop.check_exit_layers`)."""
+    if text is None:
+        return None
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if not words:
+        raise AutotuneError(f"--exit-layers {text!r} names no layer; give e.g. 6,9,12")
+    try:
+        layers = tuple(int(w) for w in words)
+    except ValueError:
+        raise AutotuneError(f"--exit-layers {text!r} must be layer numbers separated by "
+                            "commas, e.g. 6,9,12") from None
+    if any(b <= a for a, b in zip(layers, layers[1:])):
+        raise AutotuneError(f"--exit-layers {text} must be increasing, each layer once")
+    return layers
+
+
 def _check(args: argparse.Namespace) -> Path:
-    if args.kind not in ("eagle", "medusa"):
-        raise AutotuneError(f"--kind must be eagle or medusa, not {args.kind!r}")
+    if args.kind not in ("eagle", "medusa", "exits"):
+        raise AutotuneError(f"--kind must be eagle, medusa or exits, not {args.kind!r}")
+    if args.kind != "exits" and (args.exit_layers is not None or args.exit_rank is not None):
+        raise AutotuneError("--exit-layers and --exit-rank apply to --kind exits only")
+    args.exit_layer_list = _exit_layers(args.exit_layers)
+    if args.exit_rank is not None and args.exit_rank < 1:
+        raise AutotuneError(f"--exit-rank must be positive, not {args.exit_rank}")
     if not args.minutes > 0:
         raise AutotuneError(f"--minutes must be positive, not {args.minutes}")
     if args.max_new_tokens is not None and args.max_new_tokens < 2:
@@ -79,28 +105,43 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
 
     from autotune.replay.reference import model_fingerprint
     from autotune.training.data import describe, prompt_digest, training_sequences
-    from autotune.training.loop import (TrainSettings, new_head, progress_printer,
+    from autotune.training.loop import (DEFAULT_EXIT_RANK, TrainSettings, check_exit_layers,
+                                        default_exit_layers, new_head, progress_printer,
                                         split_heldout, train_head)
 
+    exit_layers = exit_rank = None
+    if args.kind == "exits":
+        # Checked now that the depth is known, before the target's continuations.
+        n_layers = target.forward.n_layers
+        exit_layers = getattr(args, "exit_layer_list", None) or default_exit_layers(n_layers)
+        check_exit_layers(exit_layers, n_layers)
+        exit_rank = args.exit_rank or DEFAULT_EXIT_RANK
+        hidden = int(target.forward.config.hidden_size)
+        if exit_rank > hidden:
+            raise AutotuneError(f"--exit-rank must lie in 1..{hidden} (the hidden size), "
+                                f"not {exit_rank}")
     started = time.perf_counter()
     held_digests = {prompt_digest(p.text) for p in held_out}
     assert not held_digests & {prompt_digest(p.text) for p in prompts}
 
-    def data_progress(done: int, total: int) -> None:
-        print(f"autotune: target continuations {done}/{total}", file=sys.stderr, flush=True)
+    def data_progress(what: str, done: int, total: int) -> None:
+        print(f"autotune: target {what} {done}/{total}", file=sys.stderr, flush=True)
 
     print(f"autotune: {len(prompts)} training prompts ({len(held_out)} held out for the "
           "search's validation, never trained on)", file=sys.stderr, flush=True)
     sequences = training_sequences(target, prompts, max_new, data_progress)
     data_s = time.perf_counter() - started
     train_set, heldout = split_heldout(sequences, args.seed)
-    head, geometry = new_head(args.kind, target.forward, args.medusa_heads)
+    head, geometry = new_head(args.kind, target.forward, args.medusa_heads,
+                              exit_layers, exit_rank or DEFAULT_EXIT_RANK)
     settings = TrainSettings(kind=args.kind, seconds=args.minutes * 60, lr=args.lr,
                              seed=args.seed, checkpoint_s=args.checkpoint_every)
     fingerprint = {"kind": args.kind, "target": model_fingerprint(target),
                    "prompts": sorted(prompt_digest(p.text) for p in prompts),
                    "max_new_tokens": max_new, "lr": args.lr, "seed": args.seed,
                    "medusa_heads": args.medusa_heads if args.kind == "medusa" else None}
+    if exit_layers is not None:     # added only for exits: the other kinds' keys stay as they were
+        fingerprint |= {"exit_layers": list(exit_layers), "exit_rank": exit_rank}
     out.mkdir(parents=True, exist_ok=True)
     result = train_head(head, args.kind, target.forward, train_set, heldout, settings, out,
                         fingerprint, progress_printer())
@@ -118,11 +159,17 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
                      "resumed": result.resumed,
                      "torch": torch.__version__},
     }
+    if result.heldout_by_exit is not None:
+        # heldout_top1 is their mean; before training each is the plain exit's.
+        meta["training"]["heldout_top1_by_exit"] = {
+            str(e): round(rate, 4) for e, rate in result.heldout_by_exit.items()}
     _write_folder(out, head, meta, target)
-    print(f"autotune: {args.kind} drafter written to {out} (held-out top-1 agreement "
-          f"{result.heldout_top1:.3f} over {result.heldout_positions} positions, "
+    what = " (mean over exits)" if args.kind == "exits" else ""
+    use = " --set method=sorted_exit" if args.kind == "exits" else ""
+    print(f"autotune: {args.kind} drafter written to {out} (held-out top-1 agreement"
+          f"{what} {result.heldout_top1:.3f} over {result.heldout_positions} positions, "
           f"{result.steps} steps in {result.seconds / 60:.1f} min); use it with "
-          f"--draft {out}", file=sys.stderr, flush=True)
+          f"--draft {out}{use}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -144,7 +191,9 @@ def _write_folder(out: Path, head: Any, meta: dict[str, Any], target: Any) -> No
     os.replace(scratch, weights)
     target.tokenizer.save_pretrained(out)
     from autotune.exports.heads import write_engine_checkpoints
-    meta["engine_checkpoints"] = write_engine_checkpoints(out, meta["kind"], head, target)
+    # No engine loads exit adapters (they live inside the target's own stack).
+    meta["engine_checkpoints"] = ([] if meta["kind"] == "exits" else
+                                  write_engine_checkpoints(out, meta["kind"], head, target))
     meta["weights_sha256"] = file_sha256(weights)
     write_atomically(out / DRAFTER_FILE, json.dumps(meta, indent=2) + "\n")
     (out / CHECKPOINT).unlink(missing_ok=True)

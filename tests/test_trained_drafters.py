@@ -210,3 +210,26 @@ def test_wrong_drafts_are_refused_in_one_line(target, tmp_path):
                                 "exit_policy": "fixed"})
     with pytest.raises(AutotuneError, match="Medusa heads"):
         SpeculativeDecoder(target, deep, medusa).generate([1, 2], 8, time.perf_counter)
+
+
+def test_training_data_is_cached_with_its_features(target, tmp_path, monkeypatch):
+    """Continuations and features are made once; a second call reads them back (no
+    target pass) and a corrupted file is rebuilt with one warning line."""
+    import autotune.training.data as data
+    from autotune.workloads import Prompt
+
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    prompts = [Prompt(" ".join(f"t{(5 * i + j) % 60 + 1}" for j in range(5)), "c", f"p{i}")
+               for i in range(3)]
+    first = data.training_sequences(target, prompts, 8)
+    monkeypatch.setattr(data, "_features", lambda *a: (_ for _ in ()).throw(AssertionError))
+    again = data.training_sequences(target, prompts, 8)
+    for a, b in zip(first, again):
+        assert a.ids.tolist() == b.ids.tolist()
+        torch.testing.assert_close(a.features, b.features, rtol=0, atol=0)
+    (cached,) = (tmp_path / "train").glob("*.pt")
+    cached.write_bytes(b"not a torch file")
+    monkeypatch.undo()
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    rebuilt = data.training_sequences(target, prompts, 8)
+    assert [s.ids.tolist() for s in rebuilt] == [s.ids.tolist() for s in first]

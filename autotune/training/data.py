@@ -9,7 +9,8 @@ positions further. Only the target's outputs are used, never a label, so the dra
 learns the model as it runs here.
 
 Both are cached under $AUTOTUNE_CACHE/train/ per (model fingerprint, workload digest,
-max new tokens), written atomically; a file that does not load or match is rebuilt.
+max new tokens), written atomically (float32 features: about 2.3 KB per token for a
+576-wide model); a file that does not load or match is rebuilt.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from autotune.models.llama import LlamaForward
 from autotune.models.loading import LoadedModel, cache_root
 from autotune.workloads import Prompt, encode_prompt, workload_digest
 
-FORMAT = "autotune.train-data/v1"
+FORMAT = "autotune.train-data/v2"
+FORMAT_V1 = "autotune.train-data/v1"
 GENERATION_BATCH = 16
 
 
@@ -77,14 +79,18 @@ def _cache_path(target: LoadedModel, prompts: Sequence[Prompt], max_new_tokens: 
             f"{model_fingerprint(target)}-{workload_digest(list(prompts))}-{max_new_tokens}.pt")
 
 
-def _load(path: Path, ids: list[list[int]]) -> list[list[int]] | None:
+def _load(path: Path, ids: list[list[int]]) -> dict | None:
+    """The cached {continuations, features} of these prompts, or None (one line said)."""
     if not path.is_file():
         return None
     try:
         doc = torch.load(path, weights_only=True)
-        if doc.get("format") != FORMAT or doc.get("prompts") != ids:
+        # v1 files hold the continuations only: their features are computed and added.
+        if doc.get("format") not in (FORMAT, FORMAT_V1) or doc.get("prompts") != ids:
             raise ValueError("made for other prompts")
-        return [list(map(int, c)) for c in doc["continuations"]]
+        if len(doc["continuations"]) != len(ids) or len(doc.get("features", ids)) != len(ids):
+            raise ValueError("truncated")
+        return doc
     except Exception as exc:        # a truncated or foreign file: rebuild it
         print(f"autotune: warning: training cache {path.name} is unusable "
               f"({type(exc).__name__}); rebuilding it", file=sys.stderr, flush=True)
@@ -92,27 +98,36 @@ def _load(path: Path, ids: list[list[int]]) -> list[list[int]] | None:
 
 
 def training_sequences(target: LoadedModel, prompts: Sequence[Prompt], max_new_tokens: int,
-                       progress: Callable[[int, int], None] = lambda done, total: None
+                       progress: Callable[[str, int, int], None] = lambda what, done, total: None
                        ) -> list[Sequence_]:
-    """Every prompt's sequence with its target features (continuations cached)."""
+    """Every prompt's sequence with its target features, from the cache when it holds
+    them (a feature pass costs a prefill of the whole sequence: on a CPU, minutes for a
+    few hundred prompts), else computed now and cached."""
     forward = target.forward
     assert isinstance(forward, LlamaForward)
     ids = [encode_prompt(target.tokenizer, p) for p in prompts]
     path = _cache_path(target, prompts, max_new_tokens)
-    continuations = _load(path, ids)
-    if continuations is None:
-        continuations = _continuations(target, ids, max_new_tokens, progress)
+    doc = _load(path, ids)
+    if doc is None or "features" not in doc:
+        continuations = [list(map(int, c)) for c in doc["continuations"]] if doc else \
+            _continuations(target, ids, max_new_tokens,
+                           lambda done, total: progress("continuations", done, total))
+        features = []
+        for i, (p, c) in enumerate(zip(ids, continuations)):
+            features.append(_features(forward, p + c))
+            if (i + 1) % GENERATION_BATCH == 0 or i + 1 == len(ids):
+                progress("features", i + 1, len(ids))
+        doc = {"format": FORMAT, "prompts": ids, "continuations": continuations,
+               "features": features}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             scratch = path.with_suffix(".tmp")
-            torch.save({"format": FORMAT, "prompts": ids, "continuations": continuations},
-                       scratch)
+            torch.save(doc, scratch)
             scratch.replace(path)
         except OSError as exc:
             print(f"autotune: warning: training cache not written ({exc})", file=sys.stderr)
-    return [Sequence_(torch.tensor(p + c), _features(forward, p + c), len(p), q.category,
-                      q.prompt_id)
-            for p, c, q in zip(ids, continuations, prompts)]
+    return [Sequence_(torch.tensor(p + list(map(int, c))), f, len(p), q.category, q.prompt_id)
+            for p, c, f, q in zip(ids, doc["continuations"], doc["features"], prompts)]
 
 
 def describe(prompts: Sequence[Prompt], workload: str, max_new_tokens: int) -> dict:
