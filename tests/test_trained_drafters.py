@@ -213,8 +213,9 @@ def test_wrong_drafts_are_refused_in_one_line(target, tmp_path):
 
 
 def test_training_data_is_cached_with_its_features(target, tmp_path, monkeypatch):
-    """Continuations and features are made once; a second call reads them back (no
-    target pass) and a corrupted file is rebuilt with one warning line."""
+    """Continuations and features are made once (the features the generation's own
+    passes computed equal one full pass over the sequence); a second call reads them
+    back (no target pass) and a corrupted file is rebuilt."""
     import autotune.training.data as data
     from autotune.workloads import Prompt
 
@@ -222,7 +223,12 @@ def test_training_data_is_cached_with_its_features(target, tmp_path, monkeypatch
     prompts = [Prompt(" ".join(f"t{(5 * i + j) % 60 + 1}" for j in range(5)), "c", f"p{i}")
                for i in range(3)]
     first = data.training_sequences(target, prompts, 8)
-    monkeypatch.setattr(data, "_features", lambda *a: (_ for _ in ()).throw(AssertionError))
+    for seq in first:
+        with torch.inference_mode():
+            _, full = target.forward.forward_features(
+                seq.ids[None], target.forward.new_cache(1, seq.ids.shape[0]))
+        torch.testing.assert_close(seq.features, full[0], atol=1e-4, rtol=1e-4)
+    monkeypatch.setattr(data, "_generate", lambda *a: (_ for _ in ()).throw(AssertionError))
     again = data.training_sequences(target, prompts, 8)
     for a, b in zip(first, again):
         assert a.ids.tolist() == b.ids.tolist()

@@ -118,9 +118,15 @@ class BatchedDecoder:
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], max_new_tokens: int,
                  clock: Callable[[], float],
-                 generator: torch.Generator | None = None) -> BatchGeneration:
+                 generator: torch.Generator | None = None,
+                 on_features: Callable[[int, torch.Tensor], None] | None = None
+                 ) -> BatchGeneration:
         """Generate up to `max_new_tokens` after each prompt, each row stopping after
-        its EOS token; rows are independent (each equals its own single-row run)."""
+        its EOS token; rows are independent (each equals its own single-row run).
+
+        `on_features(row, features [T, H])`: the target's features of the positions
+        each pass kept for that row, in order (the prefill: every prompt position; a
+        round: the pending token and the accepted drafts): training data for free."""
         if max_new_tokens < 1:
             raise AutotuneError("max_new_tokens must be at least 1")
         if not prompts or any(not p for p in prompts):
@@ -143,7 +149,12 @@ class BatchedDecoder:
 
         start_time = clock()
         for row in rows:
-            logits = self.forward.forward(row.seq, row.cache, last_only=True)
+            if on_features is not None:
+                logits, features = self.forward.forward_features(row.seq, row.cache,
+                                                                 last_only=True)
+                on_features(row.index, features[0])
+            else:
+                logits = self.forward.forward(row.seq, row.cache, last_only=True)
             row.drafter.prefill(row.seq)
             self._append(row, [int(single._target_token(logits[:, -1], generator)[0])])
         decode_start = clock()
@@ -163,11 +174,18 @@ class BatchedDecoder:
                 ids[i, 0] = row.buffer[0, row.length - 1]
                 ids[i, 1:1 + d.k] = d.tokens[0]
             starts = [row.cache.length for row in active]
-            logits = self.forward.forward_rows(ids, batch_cache.rows(0, len(active)), starts)
+            verify_cache = batch_cache.rows(0, len(active))
+            if on_features is not None:
+                logits, features = self.forward.forward_rows_features(ids, verify_cache, starts)
+            else:
+                logits = self.forward.forward_rows(ids, verify_cache, starts)
             forward_done = clock()
             emitted = 0
             for i, (row, d) in enumerate(zip(active, drafts)):
-                emitted += self._accept(row, d, logits[i:i + 1, : d.k + 1], starts[i], generator)
+                kept = self._accept(row, d, logits[i:i + 1, : d.k + 1], starts[i], generator)
+                emitted += kept
+                if on_features is not None:
+                    on_features(row.index, features[i, :kept])
             still = [row for row in active if not self._done(row)]
             round_end = clock()
             for row in active:

@@ -447,3 +447,11 @@ class LlamaForward:
         self.run_layers(step, 0, self.n_layers if exit_layer is None else exit_layer,
                         attn_skip, mlp_skip)
         return self.logits(step)
+
+    def forward_rows_features(self, input_ids: torch.Tensor, cache: KVCache,
+                              starts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward_rows` with the features [B, T, hidden] (see `forward_features`)."""
+        step = self.begin_rows(input_ids, cache, starts)
+        self.run_layers(step, 0, self.n_layers)
+        normed = self._rms(step.hidden, self.final_norm)
+        return self.head_logits(normed), normed

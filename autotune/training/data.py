@@ -1,8 +1,10 @@
 """What a drafter is distilled from: the target's greedy continuations and features.
 
 For each training prompt the target continues greedily (batched AR, a few prompts at a
-time), then one target pass over prompt + continuation gives the features of every
-position: the final-normed hidden states its LM head reads. Features are the teacher:
+time), and the passes of that generation give the features of every position they ran
+over (the prompt's prefill, then one token per step): the final-normed hidden states
+its LM head reads, collected at no extra cost (a separate pass over prompt +
+continuation would cost a prefill of everything again). Features are the teacher:
 an EAGLE head regresses the next position's feature and matches the distribution the
 target's LM head gives there; Medusa head i matches the target's distribution i+1
 positions further. Only the target's outputs are used, never a label, so the drafter
@@ -28,7 +30,6 @@ from autotune.models.loading import LoadedModel, cache_root
 from autotune.workloads import Prompt, encode_prompt, workload_digest
 
 FORMAT = "autotune.train-data/v2"
-FORMAT_V1 = "autotune.train-data/v1"
 GENERATION_BATCH = 16
 
 
@@ -50,27 +51,28 @@ def prompt_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def _continuations(target: LoadedModel, ids: list[list[int]], max_new_tokens: int,
-                   progress: Callable[[int, int], None]) -> list[list[int]]:
-    """The target's greedy continuations, batched AR (rows leave when they end)."""
+def _generate(target: LoadedModel, ids: list[list[int]], max_new_tokens: int,
+              progress: Callable[[int, int], None]
+              ) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """The target's greedy continuations (batched AR; rows leave when they end) and
+    the features of prompt + continuation but its last token (the positions the passes
+    ran over: the last token is never fed), collected from those same passes."""
     from autotune.decoding.batched import BatchedDecoder
     from autotune.decoding.config import DecodeConfig
 
     decoder = BatchedDecoder(target, DecodeConfig())
-    out: list[list[int]] = []
+    continuations: list[list[int]] = []
+    features: list[torch.Tensor] = []
     for first in range(0, len(ids), GENERATION_BATCH):
         batch = ids[first:first + GENERATION_BATCH]
-        generation = decoder.generate(batch, max_new_tokens, lambda: 0.0)
-        out.extend(row.tokens for row in generation.rows)
-        progress(len(out), len(ids))
-    return out
-
-
-@torch.inference_mode()
-def _features(forward: LlamaForward, ids: list[int]) -> torch.Tensor:
-    x = torch.tensor([ids], dtype=torch.long, device=forward.device)
-    _, features = forward.forward_features(x, forward.new_cache(1, len(ids)))
-    return features[0].float().cpu()
+        parts: list[list[torch.Tensor]] = [[] for _ in batch]
+        generation = decoder.generate(batch, max_new_tokens, lambda: 0.0,
+                                      on_features=lambda row, f: parts[row].append(f.float().cpu()))
+        for prompt, row, part in zip(batch, generation.rows, parts):
+            continuations.append(row.tokens)
+            features.append(torch.cat(part)[: len(prompt) + len(row.tokens) - 1])
+        progress(len(continuations), len(ids))
+    return continuations, features
 
 
 def _cache_path(target: LoadedModel, prompts: Sequence[Prompt], max_new_tokens: int) -> Path:
@@ -85,10 +87,9 @@ def _load(path: Path, ids: list[list[int]]) -> dict | None:
         return None
     try:
         doc = torch.load(path, weights_only=True)
-        # v1 files hold the continuations only: their features are computed and added.
-        if doc.get("format") not in (FORMAT, FORMAT_V1) or doc.get("prompts") != ids:
+        if doc.get("format") != FORMAT or doc.get("prompts") != ids:
             raise ValueError("made for other prompts")
-        if len(doc["continuations"]) != len(ids) or len(doc.get("features", ids)) != len(ids):
+        if len(doc["continuations"]) != len(ids) or len(doc["features"]) != len(ids):
             raise ValueError("truncated")
         return doc
     except Exception as exc:        # a truncated or foreign file: rebuild it
@@ -108,15 +109,9 @@ def training_sequences(target: LoadedModel, prompts: Sequence[Prompt], max_new_t
     ids = [encode_prompt(target.tokenizer, p) for p in prompts]
     path = _cache_path(target, prompts, max_new_tokens)
     doc = _load(path, ids)
-    if doc is None or "features" not in doc:
-        continuations = [list(map(int, c)) for c in doc["continuations"]] if doc else \
-            _continuations(target, ids, max_new_tokens,
-                           lambda done, total: progress("continuations", done, total))
-        features = []
-        for i, (p, c) in enumerate(zip(ids, continuations)):
-            features.append(_features(forward, p + c))
-            if (i + 1) % GENERATION_BATCH == 0 or i + 1 == len(ids):
-                progress("features", i + 1, len(ids))
+    if doc is None:
+        continuations, features = _generate(
+            target, ids, max_new_tokens, lambda done, total: progress("continuations", done, total))
         doc = {"format": FORMAT, "prompts": ids, "continuations": continuations,
                "features": features}
         try:
@@ -126,7 +121,10 @@ def training_sequences(target: LoadedModel, prompts: Sequence[Prompt], max_new_t
             scratch.replace(path)
         except OSError as exc:
             print(f"autotune: warning: training cache not written ({exc})", file=sys.stderr)
-    return [Sequence_(torch.tensor(p + list(map(int, c))), f, len(p), q.category, q.prompt_id)
+    # A sequence is the prompt and the continuation but its last token (whose feature
+    # no pass computed).
+    return [Sequence_(torch.tensor((p + list(map(int, c)))[: f.shape[0]]), f, len(p),
+                      q.category, q.prompt_id)
             for p, c, f, q in zip(ids, doc["continuations"], doc["features"], prompts)]
 
 
