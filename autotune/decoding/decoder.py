@@ -35,6 +35,7 @@ from autotune.decoding.verify import (greedy_tree_verify, greedy_verify, match_s
 from autotune.errors import AutotuneError
 from autotune.models.llama import KVCache
 from autotune.models.loading import LoadedModel, check_shared_vocabulary, draft_model
+from autotune.models.trained import served_method
 
 # HF's heuristic schedule grows K without bound; a cap keeps one runaway round from
 # drafting far past what any verify pass should carry.
@@ -168,7 +169,9 @@ class SpeculativeDecoder:
         self.config.validate(n_layers=self.spec.stack_layers(self.target.n_layers, draft_layers))
 
     def _check_trained(self, draft: LoadedModel | None) -> None:
-        """A trained head serves its own method only, and that method needs one."""
+        """A trained drafter serves one method only (eagle, medusa: their own; exits:
+        sorted_exit), and eagle and medusa need theirs. Methods that never draft with
+        --draft (layer_skip, ngram, none) ignore it."""
         kind = draft.trained_kind if draft is not None else None
         if self.spec.reads_target_features:
             if kind != self.spec.name:
@@ -178,9 +181,18 @@ class SpeculativeDecoder:
             if not self.target.forward.supports_layers:
                 raise AutotuneError(f"method={self.spec.name} reads the target's features, "
                                     "which only the compact Llama-family forward gives")
-        elif kind is not None and self.spec.needs_draft:
+            return
+        if kind is None or not self.spec.uses_draft:
+            return
+        serves = served_method(kind)
+        if serves == self.spec.name:
+            return
+        assert draft is not None
+        if self.spec.needs_draft:
             raise AutotuneError(f"method={self.spec.name} needs a draft model; {draft.name} "
-                                f"is a trained {kind} head (it serves method={kind})")
+                                f"is a trained {kind} drafter (it serves method={serves})")
+        raise AutotuneError(f"method={self.spec.name} cannot draft with {draft.name}: a "
+                            f"trained {kind} head serves method={serves}")
 
     def _check_tree_forward(self) -> None:
         # Tree masks and per-node positions exist only in the compact forward.
@@ -252,7 +264,7 @@ class SpeculativeDecoder:
         if draft.k:
             run.drafter.observe(n_accepted)
         if run.features:
-            run.drafter.target_features(features[:, :1 + n_accepted])  # type: ignore[attr-defined]
+            run.drafter.target_features(features[:, :1 + n_accepted])
         run.policy.update(draft.k, n_accepted, draft.confidences)
         return RoundResult(
             new_tokens=draft.tokens[0, :n_accepted].tolist() + [next_token],
@@ -292,7 +304,7 @@ class SpeculativeDecoder:
                                                      run.generator)
         compact_cache(cache, base, path)
         if run.features:
-            run.drafter.target_features(features[:, [0] + path])  # type: ignore[attr-defined]
+            run.drafter.target_features(features[:, [0] + path])
         return RoundResult(
             new_tokens=tree.path_tokens(path) + [next_token], n_accepted=len(path),
             drafted=tree.size, verified=tree.size + 1, confidences=tree.probs,
@@ -334,7 +346,7 @@ class SpeculativeDecoder:
         if run.features:
             logits, features = forward.forward_features(buffer[:, :length], cache,
                                                         last_only=True)
-            drafter.target_features(features)  # type: ignore[attr-defined]
+            drafter.target_features(features)
         else:
             logits = forward.forward(buffer[:, :length], cache, last_only=True)
         drafter.prefill(buffer[:, :length])

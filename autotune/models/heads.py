@@ -11,10 +11,16 @@ so the target's weights are never trained and never copied.
 - `MedusaHeads` (Cai et al., 2024): head i maps the feature of position j through a
   residual block, x + SiLU(W x + b), and the target's LM head to a guess at token
   j+2+i; no head reads another's token, so one root pass drafts every depth.
+- `ExitAdapters` (S2D's early exits, Kavehzadeh et al., 2024, with the target frozen):
+  per exit layer e, a low-rank residual adapter on the *pre-norm* hidden state after
+  the target's first e layers, h + up(down(RMSNorm(h))), read by the target's own final
+  norm and LM head. S2D fine-tunes the whole stack so that every sub-model exits well;
+  a frozen target cannot move, so each exit learns a correction of its own instead.
 
 Module and parameter names follow the checkpoints serving engines load (EAGLE:
 `fc.*`, `layers.0.*`; Medusa: `blocks.{i}.layers.0.*`), so `state_dict()` is the
-exported checkpoint. Shapes: B batch, T tokens, H hidden, D head size, V vocabulary.
+exported checkpoint (exit adapters: `exits.{e}.norm|down|up.weight`; no engine loads
+them). Shapes: B batch, T tokens, H hidden, D head size, V vocabulary.
 """
 
 from __future__ import annotations
@@ -121,25 +127,20 @@ class EagleHead(nn.Module):
         return self.layers[0](x, cos, sin, scaling)
 
     def init_from(self, target: LlamaForward) -> None:
-        """Start from the target's last decoder layer, with fc passing the feature
-        through (plus a small share of the embedding): the head begins as 'the target's
-        top layer applied once more', which trains faster than noise on a small budget."""
-        last = target.layers[-1]
-        layer = self.layers[0]
+        """Start as the identity on the feature: fc passes it through (plus a small
+        share of the embedding) and the layer's residual branches (o_proj, down_proj)
+        start at zero, so the first prediction of feature j+1 is feature j and training
+        learns the correction. (The target's own last layer is no starting point: it
+        expects the un-normed residual stream, and on final-normed features its outputs
+        are 20x too large.)"""
         h = target.config.hidden_size
-        d = target.head_dim
-        q, k, v = last.qkv_weight.split((target.n_heads * d, target.n_kv_heads * d,
-                                         target.n_kv_heads * d))
+        layer = self.layers[0]
         with torch.no_grad():
-            layer.self_attn.q_proj.weight.copy_(q)
-            layer.self_attn.k_proj.weight.copy_(k)
-            layer.self_attn.v_proj.weight.copy_(v)
-            layer.self_attn.o_proj.weight.copy_(last.o_weight)
-            layer.post_attention_layernorm.weight.copy_(last.post_norm)
-            gate, up = last.gate_up_weight.chunk(2)
-            layer.mlp.gate_proj.weight.copy_(gate)
-            layer.mlp.up_proj.weight.copy_(up)
-            layer.mlp.down_proj.weight.copy_(last.down_weight)
+            for linear in (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                           layer.self_attn.v_proj, layer.mlp.gate_proj, layer.mlp.up_proj):
+                nn.init.normal_(linear.weight, std=0.02)
+            nn.init.zeros_(layer.self_attn.o_proj.weight)
+            nn.init.zeros_(layer.mlp.down_proj.weight)
             eye = torch.eye(h)
             self.fc.weight.copy_(torch.cat((0.02 * torch.randn(h, h) / math.sqrt(h), eye), 1))
 
@@ -192,3 +193,42 @@ class MedusaHeads(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return torch.stack([block(features) for block in self.blocks], dim=-2)
+
+
+class _ExitAdapter(nn.Module):
+    """h + up(down(RMSNorm(h))): hidden [..., H] -> [..., H], rank r in the middle.
+    `up` starts at zero, so an untrained adapter returns h itself (the plain exit)."""
+
+    def __init__(self, hidden: int, rank: int, eps: float) -> None:
+        super().__init__()
+        self.norm = RMSNorm(hidden, eps)
+        self.down = nn.Linear(hidden, rank, bias=False)
+        self.up = nn.Linear(rank, hidden, bias=False)
+        nn.init.zeros_(self.up.weight)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden + self.up(self.down(self.norm(hidden)))
+
+
+class ExitAdapters(nn.Module):
+    """One `_ExitAdapter` per exit layer e (an exit after the target's first e layers,
+    1 <= e < the target's depth), keyed by e: parameters `exits.{e}.norm.weight`,
+    `exits.{e}.down.weight` [r, H], `exits.{e}.up.weight` [H, r]."""
+
+    def __init__(self, hidden: int, layers: tuple[int, ...] | list[int], rank: int,
+                 eps: float) -> None:
+        super().__init__()
+        self.layers = tuple(int(e) for e in layers)
+        self.rank = rank
+        self.exits = nn.ModuleDict({str(e): _ExitAdapter(hidden, rank, eps)
+                                    for e in self.layers})
+
+    def adapt(self, layer: int, hidden: torch.Tensor) -> torch.Tensor:
+        """The hidden state [..., H] after `layer` layers as exit `layer`'s LM head
+        should read it (before the target's final norm): adapted where that exit has
+        an adapter, else unchanged (a plain exit)."""
+        key = str(layer)
+        return self.exits[key](hidden) if key in self.exits else hidden
+
+    def forward(self, layer: int, hidden: torch.Tensor) -> torch.Tensor:
+        return self.adapt(layer, hidden)

@@ -144,6 +144,12 @@ class Drafter(ABC):
     def observe(self, n_accepted: int) -> None:
         """The verifier accepted the first `n_accepted` tokens of the last proposal."""
 
+    def target_features(self, features: torch.Tensor) -> None:
+        """The target's features [B, T, H] (final-normed hidden states) of the next T
+        positions its last pass kept: the prompt after the prefill, then the pending
+        token and the accepted drafts after each round. Called only for methods whose
+        registry entry says `reads_target_features` (trained heads)."""
+
     def own_cache(self) -> Cache | None:
         """A cache the drafter holds besides the target's (counted in the memory a
         generation uses), or None."""
