@@ -39,6 +39,7 @@ from autotune.decoding.drafters.sorted_exit import first_confident_exit, top1_pr
 from autotune.decoding.methods import get_method
 from autotune.errors import AutotuneError
 from autotune.models.loading import LoadedModel
+from autotune.models.trained import exit_adapters
 
 Sequence = tuple[int, list[int]]      # (prompt length P, prompt + continuation ids)
 
@@ -139,17 +140,19 @@ def draft_model_scorer(target: LoadedModel, config: DecodeConfig,
 def sorted_exit_scorer(target: LoadedModel, config: DecodeConfig,
                        draft: LoadedModel | None) -> Scorer:
     """S2D's exit rule (`first_confident_exit`, the drafter's own) at every position, in
-    one pass through the stack: the top-1 of each position's exit."""
+    one pass through the stack: the top-1 of each position's exit (read through the
+    trained adapters of an `exits` drafter, as the drafter reads them)."""
     stack = stack_model(get_method(config.method), target, draft)    # what exits index
     vocab = _shared_vocab(target, draft)
     exits, thresholds = config.exits, config.exit_thresholds()
+    adapters = exit_adapters(draft)
 
     def sorted_exit(ids: list[int]) -> list[int]:
         forward = stack.forward
         x = torch.tensor([ids], dtype=torch.long, device=stack.device)
         state = forward.begin(x, forward.new_cache(1, len(ids)))
         choice = first_confident_exit(forward, state, exits, thresholds,
-                                      top1_probability(vocab))
+                                      top1_probability(vocab), adapters)
         probs = torch.softmax(choice.logits[:, :vocab].float(), dim=-1)
         return probs.max(dim=-1).indices.tolist()
 

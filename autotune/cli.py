@@ -206,16 +206,18 @@ def build_parser() -> argparse.ArgumentParser:
                          "\"batch\" as a search stores it)")
     pr.set_defaults(run="autotune.profile_cli:run_profile_command")
 
-    t = sub.add_parser("train-draft", help="distil a draft head (EAGLE, Medusa) from the model",
+    t = sub.add_parser("train-draft", help="distil a draft head (EAGLE, Medusa) or S2D exit "
+                       "adapters from the model",
                        description="Distil a draft head from the target (its weights frozen) "
                        "on the search part of a workload, split as `autotune search` splits "
                        "it, from the target's own greedy continuations and features. Use the "
                        "folder with --draft in search, measure and generate.")
     _add_model_args(t, draft=False)
     _add_workload_args(t, max_new_tokens=None)
-    t.add_argument("--kind", required=True, choices=("eagle", "medusa"),
+    t.add_argument("--kind", required=True, choices=("eagle", "medusa", "exits"),
                    help="eagle: a one-layer feature head (EAGLE-1); medusa: heads that each "
-                        "guess one position further")
+                        "guess one position further; exits: adapters that make the target's "
+                        "early exits draft (method=sorted_exit)")
     t.add_argument("--minutes", type=float, default=10.0,
                    help="training time budget, summed over resumed runs (default 10)")
     t.add_argument("--out", required=True, metavar="DIR",
@@ -225,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "trained on")
     t.add_argument("--medusa-heads", type=int, default=4, metavar="N",
                    help="medusa: number of heads (default 4)")
+    t.add_argument("--exit-layers", default=None, metavar="E1,E2,...",
+                   help="exits: the layers (after how many of the target's layers) that get "
+                        "an adapter (default every 3rd from n/4 to n-1)")
+    t.add_argument("--exit-rank", type=int, default=None, metavar="R",
+                   help="exits: each adapter's rank (default 64)")
     t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
     t.add_argument("--checkpoint-every", type=float, default=30.0, metavar="SECONDS",
                    help="write a resumable checkpoint this often (default 30)")

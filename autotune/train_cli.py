@@ -105,9 +105,9 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
 
     from autotune.replay.reference import model_fingerprint
     from autotune.training.data import describe, prompt_digest, training_sequences
-    from autotune.training.loop import (DEFAULT_EXIT_RANK, TrainSettings, check_exit_layers,
-                                        default_exit_layers, new_head, progress_printer,
-                                        split_heldout, train_head)
+    from autotune.training.loop import (DEFAULT_EXIT_RANK, EXIT_BATCH_TOKENS, TrainSettings,
+                                        check_exit_layers, default_exit_layers, new_head,
+                                        progress_printer, split_heldout, train_head)
 
     exit_layers = exit_rank = None
     if args.kind == "exits":
@@ -134,8 +134,10 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
     train_set, heldout = split_heldout(sequences, args.seed)
     head, geometry = new_head(args.kind, target.forward, args.medusa_heads,
                               exit_layers, exit_rank or DEFAULT_EXIT_RANK)
+    batch_tokens = EXIT_BATCH_TOKENS if args.kind == "exits" else TrainSettings.batch_tokens
     settings = TrainSettings(kind=args.kind, seconds=args.minutes * 60, lr=args.lr,
-                             seed=args.seed, checkpoint_s=args.checkpoint_every)
+                             batch_tokens=batch_tokens, seed=args.seed,
+                             checkpoint_s=args.checkpoint_every)
     fingerprint = {"kind": args.kind, "target": model_fingerprint(target),
                    "prompts": sorted(prompt_digest(p.text) for p in prompts),
                    "max_new_tokens": max_new, "lr": args.lr, "seed": args.seed,

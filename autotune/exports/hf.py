@@ -99,10 +99,14 @@ def check(src: Source) -> list[Loss]:
     if unsupported is not None:
         return [unsupported]
     if src.spec.stack_role(src.draft is not None) == "draft":
-        # assistant_early_exit truncates the target itself, never a separate draft model.
+        # assistant_early_exit truncates the target itself, never a separate draft model;
+        # and it reads the target's own final norm and LM head, so trained exit adapters
+        # (a --draft folder of `train-draft --kind exits`) are lost too. The Source names
+        # the draft only by its path, so one line covers both.
         return [Loss(f"method={cfg.method}", (*method_knobs(src.spec), "draft"),
                      "transformers' early exit runs the target's own first layers, not a "
-                     "separate draft model", fatal=True)]
+                     "separate draft model, and reads the target's own head, not trained "
+                     "exit adapters", fatal=True)]
     if cfg.method == "sorted_exit" and len(cfg.exits) > 1:
         losses.append(Loss(f"exits={list(cfg.exits)}", ("thresholds",),
                            "transformers exits at one layer only; exported "

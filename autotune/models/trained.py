@@ -6,6 +6,10 @@ named as the engines' checkpoints name them) and the target's tokenizer. Loading
 gives a `TrainedDraft`: a `LoadedModel` whose forward is the head over the *target's*
 embedding, LM head and rotary tables, so everything that passes a draft model around
 (`--draft`, the decoder, records) passes a trained drafter the same way.
+
+Kinds and the method each serves (`SERVES`): `eagle` and `medusa` heads draft as
+methods of their own name; `exits` (trained S2D exit adapters) serve `sorted_exit`,
+which then runs on the target's own stack and reads each exit through its adapter.
 """
 
 from __future__ import annotations
@@ -19,14 +23,17 @@ from typing import Any
 from torch import nn
 
 from autotune.errors import AutotuneError
-from autotune.models.heads import EagleHead, MedusaHeads
+from autotune.models.heads import EagleHead, ExitAdapters, MedusaHeads
 from autotune.models.llama import LlamaForward
 from autotune.models.loading import LoadedModel
 
 DRAFTER_FILE = "drafter.json"
 WEIGHTS_FILE = "heads.safetensors"
 FORMAT = "autotune.drafter/v1"
-KINDS = ("eagle", "medusa")
+KINDS = ("eagle", "medusa", "exits")
+# The method a drafter of each kind serves (the decoder refuses it to every other
+# method that would draft with it).
+SERVES = {"eagle": "eagle", "medusa": "medusa", "exits": "sorted_exit"}
 
 
 def is_drafter_folder(spec: str | None) -> bool:
@@ -47,9 +54,11 @@ class DrafterConfig:
 
 
 class HeadForward:
-    """A trained head ready to draft: `head` (EagleHead | MedusaHeads, eval, no grad)
-    and, for EAGLE, `layer_forward`: the compact forward over its one decoder layer,
-    sharing the target's embedding, LM head and rotary tables."""
+    """A trained head ready to draft: `head` (EagleHead | MedusaHeads | ExitAdapters,
+    eval, no grad) and, for EAGLE, `layer_forward`: the compact forward over its one
+    decoder layer, sharing the target's embedding, LM head and rotary tables. Exit
+    adapters run inside the target's own stack, so their `n_layers` is the target's
+    (layer-indexed keys are checked against it)."""
 
     supports_layers = True          # drafts trees through the compact forward
 
@@ -60,7 +69,10 @@ class HeadForward:
         if isinstance(head, EagleHead):
             self.layer_forward = LlamaForward.over_layers(target, [head.inference_layer()])
             self.fc_weight = head.fc.weight.detach()
-        self.n_layers = 1 if self.layer_forward is not None else 0
+        if isinstance(head, ExitAdapters):
+            self.n_layers = target.n_layers
+        else:
+            self.n_layers = 1 if self.layer_forward is not None else 0
 
     def nbytes(self) -> int:
         """The head's own weights (the target's embedding and LM head are shared)."""
@@ -87,6 +99,9 @@ def build_head(kind: str, geometry: dict[str, Any]) -> nn.Module:
     if kind == "medusa":
         return MedusaHeads(geometry["hidden"], geometry["medusa_heads"],
                            geometry.get("medusa_layers", 1))
+    if kind == "exits":
+        return ExitAdapters(geometry["hidden"], geometry["exit_layers"], geometry["exit_rank"],
+                            geometry["eps"])
     raise AutotuneError(f"drafter kind {kind!r} is not one of {', '.join(KINDS)}")
 
 
@@ -131,7 +146,15 @@ def load_trained_draft(spec: str, target: LoadedModel) -> TrainedDraft:
         raise AutotuneError(f"drafter {spec} was trained on {meta['target'].get('name')} "
                             f"(fingerprint {trained_for}), not on {target.name} "
                             f"({fingerprint}): train one with autotune train-draft")
-    head = build_head(meta["kind"], meta["geometry"])
+    try:
+        head = build_head(meta["kind"], meta["geometry"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AutotuneError(f"{folder / DRAFTER_FILE}: its geometry is incomplete or "
+                            f"malformed ({type(exc).__name__}: {exc})") from None
+    if isinstance(head, ExitAdapters) and not all(1 <= e < target.n_layers
+                                                  for e in head.layers):
+        raise AutotuneError(f"{folder / DRAFTER_FILE}: exit layers {list(head.layers)} do "
+                            f"not all lie in 1..{target.n_layers - 1} of {target.name}")
     weights = folder / WEIGHTS_FILE
     try:
         state = load_file(str(weights))
@@ -151,6 +174,21 @@ def trained_draft(head: nn.Module, meta: dict[str, Any], target: LoadedModel, na
     return TrainedDraft(name=name, path=path, hf_model=head, tokenizer=target.tokenizer,
                         forward=HeadForward(meta["kind"], head, target.forward),  # type: ignore[arg-type]
                         device=target.device, dtype=target.dtype, kind=meta["kind"], meta=meta)
+
+
+def served_method(kind: str) -> str:
+    """The method a trained drafter of `kind` drafts for."""
+    return SERVES[kind]
+
+
+def exit_adapters(draft: LoadedModel | None) -> ExitAdapters | None:
+    """The trained exit adapters when `draft` is an `exits` drafter, else None (a
+    plain exit reads the stack's final norm and LM head directly)."""
+    if isinstance(draft, TrainedDraft) and draft.kind == "exits":
+        head = draft.forward.head                     # type: ignore[attr-defined]
+        assert isinstance(head, ExitAdapters)
+        return head
+    return None
 
 
 def check_unseen(draft: LoadedModel | None, held_out: list[Any]) -> None:

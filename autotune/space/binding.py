@@ -45,12 +45,17 @@ class SearchSpace:
     _entries: tuple[Entry, ...] = field(default=(), repr=False)
 
     def bind(self, n_layers: int, draft_layers: int | None = None,
-             trained: str | None = None) -> BoundSpace:
+             trained: str | None = None,
+             exit_layers: tuple[int, ...] | None = None) -> BoundSpace:
         """Resolve layer candidates for a target of `n_layers` decoder layers and an
         optional draft model of `draft_layers`: each layer knob counts the layers of the
         stack its method indexes (`MethodSpec.stack_layers`: S2D exits run over the draft
         when one is given). `trained`: the kind of a trained drafter given as --draft
-        (eagle, medusa). Methods whose draft is not there are dropped."""
+        (eagle, medusa, exits). Methods whose draft is not there, or that the trained
+        drafter does not serve, are dropped. `exit_layers`: the layers a trained `exits`
+        drafter has adapters at; they replace the space's exit candidates (an exit
+        elsewhere would read the target's untrained head), the space's exit counts kept
+        where that many candidates remain."""
         if not is_int(n_layers) or n_layers < 1:
             raise AutotuneError(f"n_layers={n_layers!r} must be a positive integer")
         if draft_layers is not None and (not is_int(draft_layers) or draft_layers < 1):
@@ -67,6 +72,8 @@ class SearchSpace:
             spec = entry.spec
             if isinstance(spec, LayerSet):
                 depth = _stack_depth(entry.key, n_layers, draft_layers)
+                if spec.kind == "exits" and exit_layers:
+                    spec = _adapter_exits(spec, exit_layers)
                 entry = dataclasses.replace(entry, spec=spec.resolve(depth, entry.where))
             elif entry.key == "method":
                 if isinstance(spec, Fixed) and missing(spec.value) and not entry.when:
@@ -90,11 +97,26 @@ def _stack_depth(key: str, n_layers: int, draft_layers: int | None) -> int:
     return n_layers
 
 
+def _adapter_exits(spec: LayerSet, exit_layers: tuple[int, ...]) -> LayerSet:
+    """The exits knob with the trained adapters' layers as its candidates."""
+    layers = tuple(sorted(set(exit_layers)))
+    return dataclasses.replace(spec, listed=layers, never=(),
+                               min_count=min(spec.min_count, len(layers)))
+
+
 def _missing_draft(method: Any, has_model: bool, trained: str | None) -> bool:
-    """Whether `method` needs a draft that is not there: a trained head of its own kind
-    (EAGLE, Medusa), or a draft model."""
+    """Whether `method` cannot run with the draft given: it drafts with --draft and a
+    trained drafter is there that serves another method (`models.trained.SERVES`), or
+    it needs a draft that is not there (a trained head of its own kind, a draft model)."""
     spec = find_method(method)
-    if spec is None or not spec.needs_draft:
+    if spec is None:
+        return False
+    if trained is not None and spec.uses_draft:
+        # Imported here: binding stays torch-free unless a trained drafter is loaded.
+        from autotune.models.trained import served_method
+        if served_method(trained) != spec.name:
+            return True
+    if not spec.needs_draft:
         return False
     return trained != spec.name if spec.reads_target_features else not has_model
 

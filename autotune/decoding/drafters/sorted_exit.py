@@ -3,10 +3,15 @@
 `first_confident_exit` is THE exit rule, shared by the chain drafter, the tree hooks and
 the agreement proxy: each token takes the distribution of the first exit whose top-1
 probability reaches that exit's threshold; the deepest exit always emits.
+
+`exit_logits` is THE read-out of an exit: the stack's final norm + LM head on the hidden
+state after e layers, through the trained adapter of exit e when `--draft` is a trained
+`exits` drafter (`autotune train-draft --kind exits`; the stack is then the target's).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -15,7 +20,9 @@ import torch
 from autotune.decoding.drafters.base import (Cache, Draft, DraftContext, Drafter, TokenChooser,
                                              TreeHooks, draft_chain)
 from autotune.decoding.policies import ExitPolicy
+from autotune.models.heads import ExitAdapters
 from autotune.models.llama import KVCache, LlamaForward, Step
+from autotune.models.trained import exit_adapters
 
 # Exit logits [T, V] -> each token's top-1 probability [T].
 Confidence = Callable[[torch.Tensor], list[float]]
@@ -40,8 +47,21 @@ def top1_probability(vocab_size: int) -> Confidence:
     return confidence
 
 
+def exit_logits(forward: LlamaForward, state: Step, layer: int,
+                adapters: ExitAdapters | None = None) -> torch.Tensor:
+    """Exit `layer`'s logits [B, T, V] for the hidden state [B, T, H] of `state`, which
+    has run the stack's first `layer` layers: the final norm and LM head read it as it
+    is, or as exit `layer`'s trained adapter makes it (the stack's state itself is left
+    alone: deeper layers and the keys/values of an early exit use the plain state)."""
+    if adapters is None or layer not in adapters.layers:
+        return forward.logits(state)
+    adapted = adapters.adapt(layer, state.hidden)
+    return forward.logits(dataclasses.replace(state, hidden=adapted))
+
+
 def first_confident_exit(forward: LlamaForward, state: Step, exits: tuple[int, ...],
-                         thresholds: tuple[float, ...], confidence: Confidence) -> ExitChoice:
+                         thresholds: tuple[float, ...], confidence: Confidence,
+                         adapters: ExitAdapters | None = None) -> ExitChoice:
     """Run the T tokens begun in `state` exit by exit (each exit continues from the
     previous one's hidden state, so no layer runs twice): a token takes the first exit
     where `confidence` of its logits reaches that exit's threshold, the deepest exit
@@ -49,7 +69,7 @@ def first_confident_exit(forward: LlamaForward, state: Step, exits: tuple[int, .
     that left early still get real deeper keys/values while another goes on.
 
     `confidence` is called at every exit the pass reaches, in order (a sampling drafter
-    draws its token there)."""
+    draws its token there). `adapters`: trained exit adapters (`exit_logits`)."""
     t = state.hidden.shape[1]
     rows: list[torch.Tensor | None] = [None] * t
     exit_layers = [0] * t
@@ -57,7 +77,7 @@ def first_confident_exit(forward: LlamaForward, state: Step, exits: tuple[int, .
     for exit_layer, threshold in zip(exits, thresholds):
         forward.run_layers(state, done, exit_layer)
         done = exit_layer
-        logits = forward.logits(state)[0]
+        logits = exit_logits(forward, state, exit_layer, adapters)[0]
         scores = confidence(logits)
         deepest = exit_layer == exits[-1]
         for i in range(t):
@@ -77,14 +97,17 @@ class SortedExitDrafter(Drafter, TreeHooks):
 
     With the target as the stack it shares the target's cache (scratch past the verified
     prefix, cut back before verification). With a separate draft model it keeps its own
-    cache and only ever keeps the full-stack keys/values of verified tokens.
+    cache and only ever keeps the full-stack keys/values of verified tokens. With a
+    trained `exits` drafter the stack is the target and each exit reads through its
+    adapter (`adapters`).
     """
 
     def __init__(self, forward: LlamaForward, cache: KVCache, exits: tuple[int, ...],
                  thresholds: tuple[float, ...], choose: TokenChooser,
-                 owns_cache: bool = False) -> None:
+                 owns_cache: bool = False, adapters: ExitAdapters | None = None) -> None:
         self.forward, self.cache, self.choose = forward, cache, choose
         self.exits, self.thresholds = exits, thresholds
+        self.adapters = adapters
         self.depth = exits[-1]
         self.owns_cache = owns_cache
         self.verified = 0
@@ -96,7 +119,7 @@ class SortedExitDrafter(Drafter, TreeHooks):
         cache = stack.forward.new_cache(1, context.max_len) if own else context.target_cache
         config = context.config
         return cls(stack.forward, cache, config.exits, config.exit_thresholds(), context.choose,
-                   owns_cache=own)
+                   owns_cache=own, adapters=exit_adapters(context.draft))
 
     def own_cache(self) -> Cache | None:
         return self.cache if self.owns_cache else None
@@ -114,7 +137,7 @@ class SortedExitDrafter(Drafter, TreeHooks):
         """The exit rule over the tokens begun in `state`, then keys/values for the
         layers below the deepest exit run."""
         choice = first_confident_exit(self.forward, state, self.exits, self.thresholds,
-                                      confidence)
+                                      confidence, self.adapters)
         if choice.layers_run < self.depth:
             self.forward.fill_kv(state, choice.layers_run, self.depth)
         return choice
