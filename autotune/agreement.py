@@ -69,8 +69,9 @@ def teacher_forced_agreement(target: LoadedModel, config: DecodeConfig,
     """
     # The decoder's own checks: a valid config, a draft where one is needed, layer
     # access for layer methods, a shared vocabulary, layer indices inside the model.
-    SpeculativeDecoder(target, config, draft)
-    scorer = _scorer(target, config, draft)
+    # Its draft: the member a per-category folder's `drafter` names (sequences carry no
+    # category, so `routed` is scored with the `all` member).
+    scorer = _scorer(target, config, SpeculativeDecoder(target, config, draft).draft)
     agreements = positions = 0
     for prompt_len, ids in sequences:
         if prompt_len < 1:

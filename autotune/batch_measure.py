@@ -139,7 +139,9 @@ def measure_batched(target: LoadedModel, config: DecodeConfig, prompts: list[Pro
     runs: list[BatchRun] = []
     for index, (batch, ids) in enumerate(zip(batches, encoded)):
         first, second = (baseline, candidate) if index % 2 == 0 else (candidate, baseline)
-        outs = {id(d): d.generate(ids, max_new_tokens, clock, generator(index))
+        categories = [p.category for p in batch]
+        outs = {id(d): d.generate(ids, max_new_tokens, clock, generator(index),
+                                  categories=categories)
                 for d in (first, second)}
         run = BatchRun(batch, outs[id(baseline)], outs[id(candidate)])
         runs.append(run)

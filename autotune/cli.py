@@ -225,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--validation", default="0.4", metavar="FRACTION|FILE",
                    help="held out as `search` holds it out (same value and --seed): never "
                         "trained on")
+    t.add_argument("--per-category", action="store_true",
+                   help="one drafter per workload category (with at least 4 search-split "
+                        "prompts) and one on all of them, each for --minutes, in one folder; "
+                        "the search's `drafter` knob picks which drafts, or routes each "
+                        "prompt to its category's")
     t.add_argument("--medusa-heads", type=int, default=4, metavar="N",
                    help="medusa: number of heads (default 4)")
     t.add_argument("--exit-layers", default=None, metavar="E1,E2,...",

@@ -293,7 +293,7 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
         # Warm-up: first calls pay for allocator growth, kernel selection and lazy imports.
         for runner in runners.values():
             runner.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock,
-                            generator(0, 0))
+                            generator(0, 0), category=prompts[0].category)
 
         arms = list(runners)
         step = 0
@@ -305,8 +305,9 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
                 for name in arms[shift:] + arms[:shift]:
                     if cuda and name != "baseline":
                         torch.cuda.reset_peak_memory_stats(device)
-                    results[name] = runners[name].generate(ids, max_new_tokens, clock,
-                                                           generator(index, repeat))
+                    results[name] = runners[name].generate(
+                        ids, max_new_tokens, clock, generator(index, repeat),
+                        category=prompts[index].category)
                     weight = weights.get(name)
                     if name != "baseline" and weight is not None:
                         peaks[name] = max(peaks[name] or 0,

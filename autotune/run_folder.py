@@ -56,6 +56,9 @@ def describe(config: dict[str, Any]) -> str:
     parts = [str(method), shape.label() if shape is not None else f"k={config.get('k')}"]
     if spec is not None and spec.summary is not None:
         parts.append(spec.summary(config))
+    drafter = config.get("drafter", _DEFAULTS.drafter)      # a per-category folder's member
+    if drafter != _DEFAULTS.drafter and spec is not None and spec.uses_draft:
+        parts.append(f"drafter={drafter}")
     policy = config.get("exit_policy", _DEFAULTS.exit_policy)     # a tree always runs `fixed`
     if policy in _GAMMA_POLICIES:
         parts.append(f"{policy} γ={config.get('gamma'):.2f}")

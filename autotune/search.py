@@ -160,6 +160,11 @@ def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
         elif key in ("pos_acc", "depth_acceptance", "mismatched_prompts", "speedup_ci90",
                      "replay_notes"):
             keep[key] = list(value)[:64]
+        elif key == "by_category" and isinstance(value, dict):
+            # Each category's speedup only (the report's per-category drafter panel).
+            keep["speedup_by_category"] = {
+                str(c): (v.get("speedup") if isinstance(v, dict) else None)
+                for c, v in list(value.items())[:64]}
     return keep
 
 

@@ -283,13 +283,14 @@ def run_search_command(args: argparse.Namespace) -> int:
     print(f"autotune: loading {args.model}" + (f" and draft {args.draft}" if args.draft else ""),
           file=sys.stderr, flush=True)
     from autotune.models.loading import draft_model
-    from autotune.models.trained import check_unseen, load_draft
+    from autotune.models.trained import check_unseen, load_draft, trained_space_args
     target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
     draft = load_draft(args.draft, target, args.device, args.dtype, args.trust_remote_code)
     check_unseen(draft, held_out)        # a trained head must never have seen them
     layered = draft_model(draft)
     bound = space.bind(target.n_layers, layered.n_layers if layered is not None else None,
-                       draft.trained_kind if draft is not None else None)
+                       draft.trained_kind if draft is not None else None,
+                       **trained_space_args(draft))
     bound = bound.for_engine(target_engine, refusal(target_engine, draft is not None))
     engine_backend = (_open_engine_backend(args, target_engine, target, draft,
                                            [*prompts, *held_out], max_new)

@@ -24,6 +24,8 @@ from autotune.errors import AutotuneError
 
 DEFAULT_MAX_NEW = 96
 DEFAULT_MEDUSA_HEADS = 4
+# --per-category: the fewest search-split prompts a category needs for its own member.
+MIN_MEMBER_PROMPTS = 4
 
 
 def _exit_layers(text: str | None) -> tuple[int, ...] | None:
@@ -72,6 +74,9 @@ def _check(args: argparse.Namespace) -> Path:
     from autotune.training.loop import CHECKPOINT
     if (out / DRAFTER_FILE).is_file() and not (out / CHECKPOINT).is_file():
         raise AutotuneError(f"{out} already holds a trained drafter: choose another --out")
+    from autotune.models.trained import SET_FILE
+    if (out / SET_FILE).is_file():
+        raise AutotuneError(f"{out} already holds per-category drafters: choose another --out")
     return out
 
 
@@ -101,14 +106,78 @@ def run_train_command(args: argparse.Namespace) -> int:
 
 def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
           held_out: list[Any], max_new: int) -> int:
-    import torch
+    """One drafter in `out`, or with --per-category one per category and `all` (a
+    DrafterSet folder), each trained for --minutes on the target's continuations of
+    its prompts (generated once for all of them)."""
+    from autotune.training.data import training_sequences
 
-    from autotune.replay.reference import model_fingerprint
-    from autotune.training.data import describe, prompt_digest, training_sequences
-    from autotune.training.loop import (DEFAULT_EXIT_RANK, EXIT_BATCH_TOKENS, TrainSettings,
-                                        check_exit_layers, default_exit_layers, new_head,
-                                        progress_printer, split_heldout, train_head)
+    # Both checked before the target's continuations.
+    exits = _exit_settings(args, target)
+    members = _category_members(prompts) if getattr(args, "per_category", False) else None
+    started = time.perf_counter()
 
+    def data_progress(what: str, done: int, total: int) -> None:
+        print(f"autotune: target {what} {done}/{total}", file=sys.stderr, flush=True)
+
+    print(f"autotune: {len(prompts)} training prompts ({len(held_out)} held out for the "
+          "search's validation, never trained on)", file=sys.stderr, flush=True)
+    sequences = training_sequences(target, prompts, max_new, data_progress)
+    data_s = time.perf_counter() - started
+    if members is None:
+        return _train_one(args, out, target, prompts, sequences, held_out, max_new, data_s,
+                          exits)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, chosen in members.items():
+        folder = out / name
+        if (folder / "drafter.json").is_file() and not _resumable(folder):
+            print(f"autotune: member {name} already trained ({folder})", file=sys.stderr)
+            continue
+        print(f"autotune: training member {name} on {len(chosen)} prompts",
+              file=sys.stderr, flush=True)
+        keep = {id(p) for p in chosen}
+        subset = [seq for p, seq in zip(prompts, sequences) if id(p) in keep]
+        _train_one(args, folder, target, chosen, subset, held_out, max_new, data_s, exits)
+    from autotune.files import write_atomically
+    from autotune.models.trained import SET_FILE, SET_FORMAT
+    index = {"format": SET_FORMAT, "kind": args.kind,
+             "members": {name: name for name in members},
+             "categories": {name: len(chosen) for name, chosen in members.items()}}
+    write_atomically(out / SET_FILE, json.dumps(index, indent=2) + "\n")
+    print(f"autotune: per-category {args.kind} drafters ({', '.join(members)}) written to "
+          f"{out}; the search tunes which drafts with the `drafter` knob: --draft {out}",
+          file=sys.stderr, flush=True)
+    return 0
+
+
+def _resumable(folder: Path) -> bool:
+    from autotune.training.loop import CHECKPOINT
+    return (folder / CHECKPOINT).is_file()
+
+
+def _category_members(prompts: list[Any]) -> dict[str, list[Any]]:
+    """`all` (every prompt) and one member per category with at least MIN_MEMBER_PROMPTS
+    prompts (fewer hold too little to distil from and nothing aside for the held-out
+    agreement); refused when no category has that many."""
+    by_category: dict[str, list[Any]] = {}
+    for prompt in prompts:
+        by_category.setdefault(prompt.category, []).append(prompt)
+    members = {c: ps for c, ps in sorted(by_category.items()) if len(ps) >= MIN_MEMBER_PROMPTS}
+    if not members:
+        raise AutotuneError(f"--per-category needs a category with at least "
+                            f"{MIN_MEMBER_PROMPTS} training prompts; the search part has "
+                            + ", ".join(f"{c}: {len(ps)}" for c, ps in sorted(by_category.items())))
+    from autotune.models.trained import GENERAL, ROUTED
+    clash = {GENERAL, ROUTED} & set(members)
+    if clash:
+        raise AutotuneError(f"a category named {sorted(clash)[0]!r} clashes with the "
+                            "drafter knob's own values; rename it in the workload")
+    return {GENERAL: list(prompts), **members}
+
+
+def _exit_settings(args: argparse.Namespace, target: Any) -> tuple[Any, Any]:
+    """(exit layers, rank) for --kind exits, checked against the target; else (None, None)."""
+    from autotune.training.loop import (DEFAULT_EXIT_RANK, check_exit_layers,
+                                        default_exit_layers)
     exit_layers = exit_rank = None
     if args.kind == "exits":
         # Checked now that the depth is known, before the target's continuations.
@@ -120,17 +189,23 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
         if exit_rank > hidden:
             raise AutotuneError(f"--exit-rank must lie in 1..{hidden} (the hidden size), "
                                 f"not {exit_rank}")
-    started = time.perf_counter()
+    return exit_layers, exit_rank
+
+
+def _train_one(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
+               sequences: list[Any], held_out: list[Any], max_new: int, data_s: float,
+               exits: tuple[Any, Any]) -> int:
+    """Train one drafter on `sequences` (those of `prompts`) and write its folder."""
+    import torch
+
+    from autotune.replay.reference import model_fingerprint
+    from autotune.training.data import describe, prompt_digest
+    from autotune.training.loop import (DEFAULT_EXIT_RANK, EXIT_BATCH_TOKENS, TrainSettings,
+                                        new_head, progress_printer, split_heldout, train_head)
+
+    exit_layers, exit_rank = exits
     held_digests = {prompt_digest(p.text) for p in held_out}
     assert not held_digests & {prompt_digest(p.text) for p in prompts}
-
-    def data_progress(what: str, done: int, total: int) -> None:
-        print(f"autotune: target {what} {done}/{total}", file=sys.stderr, flush=True)
-
-    print(f"autotune: {len(prompts)} training prompts ({len(held_out)} held out for the "
-          "search's validation, never trained on)", file=sys.stderr, flush=True)
-    sequences = training_sequences(target, prompts, max_new, data_progress)
-    data_s = time.perf_counter() - started
     train_set, heldout = split_heldout(sequences, args.seed)
     head, geometry = new_head(args.kind, target.forward, args.medusa_heads,
                               exit_layers, exit_rank or DEFAULT_EXIT_RANK)

@@ -121,7 +121,7 @@ def test_bad_file_values(values):
 # ------------------------------------------------------------------ validate
 
 @pytest.mark.parametrize("kwargs,n_layers,match", [
-    (dict(method="medusa"), None, "method='medusa' is not one of"),
+    (dict(method="medusae"), None, "method='medusae' is not one of"),
     (dict(exit_policy="greedy"), None, "exit_policy='greedy' is not one of"),
     (dict(k=0), None, "k=0 must be at least 1"),
     (dict(gamma=1.5), None, "gamma=1.5 must lie in"),

@@ -31,11 +31,12 @@ class Runner(Protocol):
     """One config, ready to generate in its engine."""
 
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,
-                 generator: Any = None) -> "Generation":
+                 generator: Any = None, *, category: str | None = None) -> "Generation":
         """Generate up to `max_new_tokens` after the token ids `prompt` (stopping after an
         EOS), reading `clock()` where the prefill phase ends and where decoding ends.
         `generator` is a seeded torch.Generator for sampling (engines that seed
-        differently derive their seed from it)."""
+        differently derive their seed from it). `category`: the prompt's workload
+        category (our decoder routes a per-category drafter by it; engines ignore it)."""
         ...
 
 

@@ -65,7 +65,8 @@ class HFRunner:
 
     @torch.no_grad()
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,
-                 generator: torch.Generator | None = None) -> Generation:
+                 generator: torch.Generator | None = None, *,
+                 category: str | None = None) -> Generation:
         model = self.backend.target.hf_model
         ids = torch.tensor([prompt], device=model.device)
         mask = torch.ones_like(ids)

@@ -105,7 +105,7 @@ class LlamaCppRunner:
         return bool(self.lib.llama_vocab_is_eog(self.vocab, token))
 
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,
-                 generator: Any = None) -> "Generation":
+                 generator: Any = None, *, category: str | None = None) -> "Generation":
         from autotune.decoding.decoder import Generation
         config = self.config
         if len(prompt) + max_new_tokens + config.k + 1 > self.llm.n_ctx():

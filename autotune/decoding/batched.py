@@ -119,14 +119,16 @@ class BatchedDecoder:
     def generate(self, prompts: list[list[int]], max_new_tokens: int,
                  clock: Callable[[], float],
                  generator: torch.Generator | None = None,
-                 on_features: Callable[[int, torch.Tensor], None] | None = None
-                 ) -> BatchGeneration:
+                 on_features: Callable[[int, torch.Tensor], None] | None = None,
+                 categories: list[str] | None = None) -> BatchGeneration:
         """Generate up to `max_new_tokens` after each prompt, each row stopping after
         its EOS token; rows are independent (each equals its own single-row run).
 
         `on_features(row, features [T, H])`: the target's features of the positions
         each pass kept for that row, in order (the prefill: every prompt position; a
-        round: the pending token and the accepted drafts): training data for free."""
+        round: the pending token and the accepted drafts): training data for free.
+        `categories`: each prompt's workload category (`drafter=routed` drafts each row
+        with its own category's member of a per-category folder)."""
         if max_new_tokens < 1:
             raise AutotuneError("max_new_tokens must be at least 1")
         if not prompts or any(not p for p in prompts):
@@ -144,7 +146,9 @@ class BatchedDecoder:
             cache = batch_cache.rows(index, index + 1)
             buffer = torch.zeros((1, max_len), dtype=torch.long, device=device)
             buffer[0, : len(prompt)] = torch.tensor(prompt, dtype=torch.long)
-            rows.append(_Row(index, len(prompt), cache, single._drafter(cache, max_len, choose),
+            draft = single.draft_for(categories[index] if categories else None)
+            rows.append(_Row(index, len(prompt), cache,
+                             single._drafter(cache, max_len, choose, draft),
                              make_policy(config), buffer, len(prompt), max_new_tokens))
 
         start_time = clock()

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-from autotune.decoding.knobs import (ALL, DRAFTING, KNOB_METADATA_KEY, SHAPE, WORKLOAD,
-                                     Knob, knob, method_owner, policy_owner)
+from autotune.decoding.knobs import (ALL, DRAFT, DRAFTING, KNOB_METADATA_KEY, SHAPE,
+                                     WORKLOAD, Knob, knob, method_owner, policy_owner)
 from autotune.decoding.engines import ENGINES
 from autotune.decoding.methods import get_method, tree_method_names
 from autotune.decoding.shape import DraftShape
@@ -23,6 +24,8 @@ from autotune.errors import AutotuneError
 from autotune.yaml_source import did_you_mean
 
 EXIT_POLICIES = ("fixed", "confidence", "adaptive", "heuristic")
+# `drafter` values: all, routed, or a workload category (a per-category folder's member).
+DRAFTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # One verify pass carries the root plus at most this many tree nodes.
 MAX_TREE_NODES = 255
 
@@ -75,6 +78,11 @@ class DecodeConfig:
         "int", method_owner("ngram"), "shortest prompt-lookup n-gram", low=1))
     ngram_max: int = field(default=3, metadata=knob(
         "int", method_owner("ngram"), "longest prompt-lookup n-gram", low=1))
+    drafter: str = field(default="all", metadata=knob(
+        "str", DRAFT,
+        "which member of a per-category `--draft` folder drafts: `all` (the drafter "
+        "trained on every category), a category's specialist, or `routed` (each prompt "
+        "its own category's specialist, `all` where it has none)"))
     temperature: float = field(default=0.0, metadata=knob(
         "float", WORKLOAD, "0 = greedy; sampling uses Leviathan rejection sampling", low=0.0))
     top_p: float = field(default=1.0, metadata=knob(
@@ -132,6 +140,9 @@ class DecodeConfig:
             raise AutotuneError("top_p=0 keeps no token; use temperature=0 for greedy")
         for name in ("epsilon", "temperature"):
             self._check_bounds(name)
+        if not DRAFTER_NAME.fullmatch(self.drafter):
+            raise AutotuneError(f"drafter={self.drafter!r} must be all, routed or a "
+                                "category name (letters, digits, _ and -)")
         if not KNOBS["ngram_min"].low <= self.ngram_min <= self.ngram_max:
             raise AutotuneError(
                 f"ngram_min={self.ngram_min}, ngram_max={self.ngram_max}: need 1 <= min <= max")

@@ -35,7 +35,7 @@ from autotune.decoding.verify import (greedy_tree_verify, greedy_verify, match_s
 from autotune.errors import AutotuneError
 from autotune.models.llama import KVCache
 from autotune.models.loading import LoadedModel, check_shared_vocabulary, draft_model
-from autotune.models.trained import served_method
+from autotune.models.trained import pick_drafter, served_method
 
 # HF's heuristic schedule grows K without bound; a cap keeps one runaway round from
 # drafting far past what any verify pass should carry.
@@ -138,8 +138,13 @@ class SpeculativeDecoder:
     def __init__(self, target: LoadedModel, config: DecodeConfig,
                  draft: LoadedModel | None = None) -> None:
         config.validate()
-        self.target, self.draft, self.config = target, draft, config
         self.spec: MethodSpec = get_method(config.method)
+        # A per-category --draft folder: the member the `drafter` knob names drafts
+        # (`routed`: chosen per prompt in `generate`; `all` stands in for the checks).
+        self.drafters = draft
+        if self.spec.uses_draft:
+            draft = pick_drafter(draft, config.drafter)
+        self.target, self.draft, self.config = target, draft, config
         # The engine whose drafting/verification rules this run follows (`--target`).
         self.rules: EngineRules = engine_rules(config.engine)
         if draft is not None:
@@ -204,8 +209,16 @@ class SpeculativeDecoder:
                     f"({model.name}, {model.hf_model.config.model_type}); use a chain "
                     "(tree_width=0) with this model")
 
-    def _drafter(self, target_cache: KVCache, max_len: int, choose: TokenChooser) -> Drafter:
-        context = DraftContext(target=self.target, draft=self.draft, config=self.config,
+    def draft_for(self, category: str | None) -> LoadedModel | None:
+        """The draft that drafts a prompt of `category` (differs from `self.draft` only
+        under `drafter=routed` with a per-category folder)."""
+        if not self.spec.uses_draft:
+            return self.draft
+        return pick_drafter(self.drafters, self.config.drafter, category)
+
+    def _drafter(self, target_cache: KVCache, max_len: int, choose: TokenChooser,
+                 draft: LoadedModel | None) -> Drafter:
+        context = DraftContext(target=self.target, draft=draft, config=self.config,
                                target_cache=target_cache, max_len=max_len, choose=choose,
                                vocab_size=self.vocab_size, spec=self.spec)
         return self.spec.drafter_class().build(context)
@@ -314,11 +327,14 @@ class SpeculativeDecoder:
     @torch.inference_mode()
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Callable[[], float],
                  generator: torch.Generator | None = None,
-                 on_tokens: Callable[[list[int]], None] | None = None) -> Generation:
+                 on_tokens: Callable[[list[int]], None] | None = None,
+                 category: str | None = None) -> Generation:
         """Generate up to `max_new_tokens` after `prompt`, stopping after an EOS token.
 
         `on_tokens(ids)` is called with each round's new tokens (the first one, from
         the prefill, included) for streaming; its time counts as the round's `other_s`.
+        `category`: the prompt's workload category (it picks the drafter under
+        `drafter=routed`).
         """
         if max_new_tokens < 1:
             raise AutotuneError("max_new_tokens must be at least 1")
@@ -332,7 +348,7 @@ class SpeculativeDecoder:
         choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
                               greedy_drafts=self.rules.greedy_model_drafts,
                               drafted_confidence=self.rules.drafted_token_confidence)
-        drafter = self._drafter(cache, max_len, choose)
+        drafter = self._drafter(cache, max_len, choose, self.draft_for(category))
         tree_drafter = self._tree_drafter(drafter, device)
         run = _Run(cache, drafter, tree_drafter, make_policy(config), generator, clock,
                    features=self.spec.reads_target_features)

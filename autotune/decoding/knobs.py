@@ -30,6 +30,8 @@ ALL = "all"                  # every method (method itself, and the exit-policy 
 DRAFTING = "drafting"        # every drafting method (k)
 SHAPE = "shape"              # the draft shape (tree knobs), any tree-capable method
 WORKLOAD = "workload"        # sampling settings: inputs of a study, not tuned
+DRAFT = "draft"              # which member of a per-category --draft folder drafts (any
+                             # method that drafts with --draft; no method's own key)
 
 
 def method_owner(name: str) -> str:
@@ -44,7 +46,7 @@ def policy_owner(*names: str) -> str:
 class Knob:
     """kind: a key of SPACE_TYPES. low/high: inclusive bounds of the value (of each item
     for lists), None when open. choices: allowed strings (None: any, or a registry's
-    names). owner: ALL, DRAFTING, SHAPE, WORKLOAD, `method:NAME` or `policy:A,B`.
+    names). owner: ALL, DRAFTING, SHAPE, WORKLOAD, DRAFT, `method:NAME` or `policy:A,B`.
     doc: one line for the README table and `--help`. default_doc: how the README shows
     the default when `str(default)` would not read well."""
 

@@ -142,6 +142,9 @@ class MethodSpec:
     def require_draft(self, has_draft: bool) -> None:
         """Refuse, in one line, to run a method that needs `--draft` without one."""
         if self.needs_draft and not has_draft:
+            if self.reads_target_features:
+                raise AutotuneError(f"method={self.name} needs a trained {self.name} drafter: "
+                                    f"pass --draft DIR (autotune train-draft --kind {self.name})")
             raise AutotuneError(f"method={self.name} needs a draft model: pass --draft")
 
     # -- the code behind it (imported on first use) --------------------------------------

@@ -36,7 +36,7 @@ from autotune.decoding.config import DecodeConfig
 from autotune.decoding.engines import engine_rules
 from autotune.errors import AutotuneError
 from autotune.exports import dv, hf, llama_cpp, sglang, trtllm, vllm
-from autotune.exports._common import Loss, Source, read_frozen
+from autotune.exports._common import Loss, Source, read_frozen, routing_loss
 from autotune.yaml_source import did_you_mean
 
 FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv", "llama_cpp")
@@ -90,7 +90,14 @@ def _check_options(options: dict | None) -> dict[str, Any]:
 
 
 def _losses(src: Source) -> dict[str, list[Loss]]:
-    return {fmt: _MODULES[fmt].check(src) for fmt in FORMATS}
+    return {fmt: _checked(fmt, src) for fmt in FORMATS}
+
+
+def _checked(fmt: str, src: Source) -> list[Loss]:
+    """The format's own losses, after the one every format shares: a routed
+    per-category drafter (an engine loads one draft per server)."""
+    routed = routing_loss(src)
+    return ([routed] if routed is not None else []) + _MODULES[fmt].check(src)
 
 
 def _either(formats: list[str]) -> str:
@@ -162,7 +169,7 @@ def engine_losses(config: DecodeConfig, fmt: str, has_draft: bool) -> list[str]:
                  model_id="TARGET")
     if not src.spec.drafts:
         return []
-    return [loss.summary() for loss in _MODULES[fmt].check(src)]
+    return [loss.summary() for loss in _checked(fmt, src)]
 
 
 def approximation(frozen_or_config: Any, fmt: str) -> str | None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from autotune.decoding.config import KNOBS, DecodeConfig
@@ -141,6 +142,40 @@ def model_ref(model: Mapping[str, Any], role: str) -> str:
     raise AutotuneError(f"frozen config's {role} model has neither a usable spec nor a path")
 
 
+# A per-category drafter folder (`train-draft --per-category`): its index names each
+# member's sub-folder (models/trained.py writes it; read here without torch).
+DRAFTER_SET_FILE = "drafters.json"
+
+
+def member_draft(draft: str | None, drafter: str) -> str | None:
+    """The draft an engine loads for `drafter`: the named member's folder when `draft`
+    is a per-category folder, else `draft` itself (`routed` keeps the folder: no
+    single member serves it, `routing_loss` names that)."""
+    if draft is None or drafter == "routed":
+        return draft
+    index = Path(draft).expanduser() / DRAFTER_SET_FILE
+    if not index.is_file():
+        return draft
+    try:
+        members = json.loads(index.read_text(encoding="utf-8"))["members"]
+        return str(Path(draft) / members[drafter])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AutotuneError(f"{index} names no member {drafter!r} "
+                            f"({type(exc).__name__})") from None
+
+
+def routing_loss(src: Source) -> Loss | None:
+    """`drafter=routed`: each category's prompts draft with their own specialist. No
+    engine routes requests to drafters by category; every one loads one draft per
+    server, so the routed answer is one server per category, each exported from a
+    config with `drafter=<category>`."""
+    if src.cfg.drafter != "routed" or not src.spec.uses_draft:
+        return None
+    why = ("engines load one draft per server: export a config with drafter=<category> "
+           "per category and route each category's requests to its own server")
+    return Loss("drafter=routed", ("draft",), why, fatal=True, note=why)
+
+
 def read_frozen(frozen: Any) -> Source:
     """A frozen-config document (`autotune.frozen.read_parts` checks it) as a Source; an
     engine also needs the target model's record."""
@@ -151,7 +186,8 @@ def read_frozen(frozen: Any) -> Source:
     return Source(
         cfg=parts.config,
         target=model_ref(model, "target"),
-        draft=model_ref(draft, "draft") if draft is not None else None,
+        draft=(member_draft(model_ref(draft, "draft"), parts.config.drafter)
+               if draft is not None else None),
         model_id=str(model.get("id") or model_ref(model, "target")),
         target_spec=model.get("spec") if isinstance(model.get("spec"), str) else None,
         schedule=parts.schedule,

@@ -102,6 +102,9 @@ FILE = "vllm.json"
 # trained heads (EAGLE-1, Medusa) from the `vllm/` checkpoint train-draft writes
 # (autotune/exports/heads.py says what vLLM's loaders want, read at which commit).
 METHODS = engine_methods("draft_model", "ngram", "eagle", "medusa")
+# Those of METHODS whose per-batch-size K Model Runner V1 keeps (vllm/config/vllm.py
+# L1088-1108, above): medusa's falls back to a static num_speculative_tokens there.
+SCHEDULE_METHODS = engine_methods("draft_model", "ngram", "eagle")
 
 
 def check(src: Source) -> list[Loss]:
@@ -115,8 +118,19 @@ def check(src: Source) -> list[Loss]:
         chain_only_tree_loss(src, "vLLM drafts a chain of num_speculative_tokens (its "
                                   "SpeculativeConfig has no draft-tree field)"),
         rules_loss(src, RULES),
+        _schedule_loss(src),
     ]
     return [loss for loss in losses if loss is not None]
+
+
+def _schedule_loss(src: Source) -> Loss | None:
+    """A K schedule for a method whose proposer on Model Runner V1 takes no per-step K."""
+    if src.schedule is None or src.cfg.method in SCHEDULE_METHODS:
+        return None
+    return Loss("schedule", (), f"vLLM's Model Runner V1 keeps a per-batch-size K only for "
+                f"{', '.join(SCHEDULE_METHODS)} (and methods autotune does not measure); "
+                f"method={src.cfg.method} drafts num_speculative_tokens="
+                f"{src.schedule.max_k} at every batch size there")
 
 
 def speculative_config(src: Source, options: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,10 @@ gives a `TrainedDraft`: a `LoadedModel` whose forward is the head over the *targ
 embedding, LM head and rotary tables, so everything that passes a draft model around
 (`--draft`, the decoder, records) passes a trained drafter the same way.
 
+A per-category folder (`train-draft --per-category`, `drafters.json`) holds one drafter
+per category and `all`; it loads as a `DrafterSet`, and the `drafter` knob picks the
+member that drafts (`pick_drafter`; `routed`: each prompt its own category's).
+
 Kinds and the method each serves (`SERVES`): `eagle` and `medusa` heads draft as
 methods of their own name; `exits` (trained S2D exit adapters) serve `sorted_exit`,
 which then runs on the target's own stack and reads each exit through its adapter.
@@ -14,6 +18,7 @@ which then runs on the target's own stack and reads each exit through its adapte
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -176,6 +181,104 @@ def trained_draft(head: nn.Module, meta: dict[str, Any], target: LoadedModel, na
                         device=target.device, dtype=target.dtype, kind=meta["kind"], meta=meta)
 
 
+SET_FILE = "drafters.json"
+SET_FORMAT = "autotune.drafter-set/v1"
+GENERAL = "all"          # the member trained on every category
+ROUTED = "routed"        # `drafter=routed`: each prompt's own category's member
+
+
+def is_drafter_set(spec: str | None) -> bool:
+    return spec is not None and (Path(spec).expanduser() / SET_FILE).is_file()
+
+
+@dataclass
+class DrafterSet(TrainedDraft):
+    """A per-category folder (`train-draft --per-category`): one drafter of one kind per
+    category plus `all`, trained on every category. As a LoadedModel it *is* its `all`
+    member (kind, forward, fingerprint checks), so it passes wherever one drafter does;
+    `pick_drafter` gives the member a config's `drafter` knob names."""
+
+    members: dict[str, TrainedDraft] = field(default_factory=dict)
+
+    @property
+    def specialists(self) -> tuple[str, ...]:
+        return tuple(sorted(m for m in self.members if m != GENERAL))
+
+    def drafter_choices(self) -> tuple[str, ...]:
+        """The `drafter` knob's values: all, each specialist, routed."""
+        return (GENERAL, *self.specialists, ROUTED)
+
+
+def pick_drafter(draft: LoadedModel | None, drafter: str, category: str | None = None
+                 ) -> LoadedModel | None:
+    """The draft that drafts under `drafter` (the config's knob) for a prompt of
+    `category`: a DrafterSet's member (`routed`: the category's own, `all` where it has
+    none or no category is known), else `draft` itself, which only `all` may name."""
+    if not isinstance(draft, DrafterSet):
+        if drafter != GENERAL:
+            raise AutotuneError(f"drafter={drafter} names a member of a per-category drafter "
+                                "folder: pass --draft DIR from autotune train-draft "
+                                "--per-category")
+        return draft
+    if drafter == ROUTED:
+        return draft.members.get(category or GENERAL, draft.members[GENERAL])
+    if drafter not in draft.members:
+        raise AutotuneError(f"drafter={drafter} is not in {draft.path} (it holds "
+                            f"{', '.join(draft.drafter_choices())})")
+    return draft.members[drafter]
+
+
+def load_drafter_set(spec: str, target: LoadedModel) -> DrafterSet:
+    """The per-category folder `spec`: its index, then every member (each checked as
+    one drafter is), all of one kind."""
+    folder = Path(spec).expanduser()
+    try:
+        index = json.loads((folder / SET_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AutotuneError(f"cannot read {folder / SET_FILE}: {exc}") from None
+    members_doc = index.get("members") if isinstance(index, dict) else None
+    if (not isinstance(index, dict) or index.get("format") != SET_FORMAT
+            or not isinstance(members_doc, dict) or GENERAL not in members_doc):
+        raise AutotuneError(f"{folder / SET_FILE} is not an autotune per-category drafter "
+                            f"folder ({SET_FORMAT} with an {GENERAL!r} member)")
+    members: dict[str, TrainedDraft] = {}
+    for name, sub in sorted(members_doc.items()):
+        if not isinstance(sub, str) or Path(sub).is_absolute() or ".." in Path(sub).parts:
+            raise AutotuneError(f"{folder / SET_FILE}: member {name!r} must name a "
+                                "sub-folder")
+        members[name] = load_trained_draft(str(folder / sub), target)
+    kinds = {m.kind for m in members.values()}
+    if len(kinds) != 1:
+        raise AutotuneError(f"{folder / SET_FILE}: its members are of several kinds "
+                            f"({', '.join(sorted(kinds))}); a set holds one kind")
+    general = members[GENERAL]
+    values = {f.name: getattr(general, f.name) for f in dataclasses.fields(TrainedDraft)}
+    values.update(name=f"{general.kind}:{folder.name} (per category)", path=str(folder))
+    return DrafterSet(**values, members=members)
+
+
+def trained_prompt_digests(draft: LoadedModel | None) -> set[str]:
+    """Every prompt digest a trained drafter (each member of a set) was trained on."""
+    parts = list(draft.members.values()) if isinstance(draft, DrafterSet) else [draft]
+    seen: set[str] = set()
+    for part in parts:
+        if isinstance(part, TrainedDraft):
+            seen.update((part.meta.get("trained_on") or {}).get("prompt_sha256") or [])
+    return seen
+
+
+def trained_space_args(draft: LoadedModel | None) -> dict[str, Any]:
+    """What `SearchSpace.bind` takes from a trained --draft besides its kind: the exit
+    layers of trained adapters, the members of a per-category folder."""
+    args: dict[str, Any] = {}
+    adapters = exit_adapters(draft)
+    if adapters is not None:
+        args["exit_layers"] = tuple(adapters.layers)
+    if isinstance(draft, DrafterSet):
+        args["drafters"] = draft.drafter_choices()
+    return args
+
+
 def served_method(kind: str) -> str:
     """The method a trained drafter of `kind` drafts for."""
     return SERVES[kind]
@@ -198,7 +301,7 @@ def check_unseen(draft: LoadedModel | None, held_out: list[Any]) -> None:
         return
     from autotune.training.data import prompt_digest
 
-    seen = set((draft.meta.get("trained_on") or {}).get("prompt_sha256") or [])
+    seen = trained_prompt_digests(draft)
     overlap = [p for p in held_out if prompt_digest(p.text) in seen]
     if overlap:
         raise AutotuneError(f"drafter {draft.path} was trained on {len(overlap)} of this "
@@ -214,6 +317,8 @@ def load_draft(spec: str | None, target: LoadedModel, device: str = "auto",
 
     if spec is None:
         return None
+    if is_drafter_set(spec):
+        return load_drafter_set(spec, target)
     if is_drafter_folder(spec):
         return load_trained_draft(spec, target)
     return load_model(spec, device, dtype, trust_remote_code)

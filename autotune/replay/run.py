@@ -22,6 +22,7 @@ from autotune.decoding.methods import get_method
 from autotune.errors import AutotuneError
 from autotune.measure import Measurement, PromptRun
 from autotune.models.loading import LoadedModel
+from autotune.models.trained import pick_drafter
 from autotune.replay import replay_refusal
 from autotune.replay.costs import CostModel, CostParts, load_or_measure_parts
 from autotune.replay.reference import Reference, reference_set
@@ -44,17 +45,23 @@ class Replayer:
                                                          reference_dir)
         self.parts: CostParts = load_or_measure_parts(parts_path, target, draft,
                                                       self.references, max_new_tokens)
-        self._sources: dict[str, ReplaySource] = {}
+        self._sources: dict[tuple[str, str | None], ReplaySource] = {}
 
     def can_replay(self, config: DecodeConfig) -> str | None:
         """None, or why `config` cannot be replayed (one line)."""
         return replay_refusal(config)
 
-    def _source(self, method: str) -> ReplaySource:
-        if method not in self._sources:
-            factory = get_method(method).replay_factory()
-            self._sources[method] = factory(self.target, self.draft)
-        return self._sources[method]
+    def _source(self, config: DecodeConfig, category: str | None = None) -> ReplaySource:
+        """The method's source over the draft that drafts a prompt of `category` (one
+        per member of a per-category folder: `drafter` picks it, `routed` per prompt)."""
+        draft = self.draft
+        if get_method(config.method).uses_draft:
+            draft = pick_drafter(self.draft, config.drafter, category)
+        key = (config.method, draft.name if draft is not None else None)
+        if key not in self._sources:
+            factory = get_method(config.method).replay_factory()
+            self._sources[key] = factory(self.target, draft)
+        return self._sources[key]
 
     def _generation(self, ref: Reference, traces: list[RoundTrace], prefill_s: float
                     ) -> Generation:
@@ -71,15 +78,17 @@ class Replayer:
         # The decoder's own checks: a valid config, a draft where needed, layer access,
         # layer indices inside the stack, a tree-capable forward.
         SpeculativeDecoder(self.target, config, self.draft)
-        source = self._source(config.method)
-        prepare = getattr(source, "prepare", None)
-        if prepare is not None:
-            prepare(config, self.references)
+        for category in {ref.category for ref in self.references}:
+            source = self._source(config, category)
+            prepare = getattr(source, "prepare", None)
+            if prepare is not None:
+                prepare(config, [r for r in self.references if r.category == category])
         cost = CostModel(self.parts, config, self.target.n_layers)
         baseline_cost = CostModel(self.parts, DecodeConfig(), self.target.n_layers)
         ar_verify, ar_other = baseline_cost.ar_round_seconds()
         runs = []
         for ref in self.references:
+            source = self._source(config, ref.category)
             rounds = simulate(source.track(config, ref), config, ref, self.max_new_tokens)
             traces = []
             for r in rounds:
@@ -109,7 +118,7 @@ class Replayer:
         """`autotune measure`'s keys for the prediction, plus `fidelity`, `replay_exact`
         (whether τ is exact for this config) and `replay_notes` (what is approximate)."""
         out = self.replay(config).summary()
-        exact, notes = self._source(config.method).fidelity(config)
+        exact, notes = self._source(config).fidelity(config)
         out.update(fidelity=FIDELITY, replay_exact=exact, replay_notes=notes,
                    lossless=None, mismatched_prompts=[])
         return out

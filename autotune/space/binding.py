@@ -20,8 +20,8 @@ import optuna
 from autotune.decoding.config import KNOBS, DecodeConfig, config_from_mapping
 from autotune.decoding.methods import find_method, get_method
 from autotune.errors import AutotuneError
-from autotune.space.entries import (SWITCH, WORKLOAD_KEYS, BoundSet, Choices, Entry, Fixed,
-                                    LayerSet, Range, Spec, active, is_int)
+from autotune.space.entries import (SWITCH, WORKLOAD_KEYS, BoundSet, Choices, Cond, Entry,
+                                    Fixed, LayerSet, Range, Spec, active, is_int)
 
 __all__ = ["BoundSpace", "InfeasibleConfig", "SearchSpace"]
 
@@ -46,7 +46,8 @@ class SearchSpace:
 
     def bind(self, n_layers: int, draft_layers: int | None = None,
              trained: str | None = None,
-             exit_layers: tuple[int, ...] | None = None) -> BoundSpace:
+             exit_layers: tuple[int, ...] | None = None,
+             drafters: tuple[str, ...] | None = None) -> BoundSpace:
         """Resolve layer candidates for a target of `n_layers` decoder layers and an
         optional draft model of `draft_layers`: each layer knob counts the layers of the
         stack its method indexes (`MethodSpec.stack_layers`: S2D exits run over the draft
@@ -55,7 +56,9 @@ class SearchSpace:
         drafter does not serve, are dropped. `exit_layers`: the layers a trained `exits`
         drafter has adapters at; they replace the space's exit candidates (an exit
         elsewhere would read the target's untrained head), the space's exit counts kept
-        where that many candidates remain."""
+        where that many candidates remain. `drafters`: the members of a per-category
+        --draft folder (`DrafterSet.drafter_choices`): a categorical `drafter` knob over
+        them joins the space wherever the method it serves is chosen."""
         if not is_int(n_layers) or n_layers < 1:
             raise AutotuneError(f"n_layers={n_layers!r} must be a positive integer")
         if draft_layers is not None and (not is_int(draft_layers) or draft_layers < 1):
@@ -84,7 +87,27 @@ class SearchSpace:
                         raise needs_draft
                     entry = dataclasses.replace(entry, spec=Choices(left))
             bound.append(entry)
+            if drafters and trained and entry.key == "method" and not entry.when:
+                bound.extend(_drafter_knob(entry, trained, drafters))
         return BoundSpace(self, n_layers, draft_layers, tuple(_reachable(bound)))
+
+
+def _drafter_knob(method: Entry, trained: str, drafters: tuple[str, ...]) -> list[Entry]:
+    """The `drafter` knob over a per-category folder's members, active where the root
+    `method` entry picks the method that the folder's kind serves (none if it cannot)."""
+    from autotune.models.trained import served_method
+    serves = served_method(trained)
+    spec = method.spec
+    if isinstance(spec, Fixed):
+        if spec.value != serves:
+            return []
+        when: tuple[Cond, ...] = ()
+    elif isinstance(spec, Choices) and serves in spec.choices:
+        when = (Cond(ref=method.id, values=(serves,)),)
+    else:
+        return []
+    return [Entry(id="drafter", key="drafter", type="categorical", spec=Choices(drafters),
+                  when=when, where=method.where, when_where=method.where)]
 
 
 def _stack_depth(key: str, n_layers: int, draft_layers: int | None) -> int:
