@@ -290,3 +290,41 @@ def test_the_report_shows_the_best_drafter_per_category():
     baseline(plain)
     add(plain, 10.0, config("eagle"), {"latency_ms_per_token": 10.0})
     assert P.drafters.data(plain, LATENCY) is None
+
+
+def test_batched_rows_draft_with_their_own_categorys_exit_adapters(tmp_path):
+    """Exit adapters run batched: under `routed` each row drafts with its category's
+    member, and every row equals its own greedy AR output."""
+    import dataclasses as dc
+
+    from autotune.decoding.batched import BatchedDecoder
+    from autotune.models.trained import TrainedDraft
+    from test_trained_exits import ADAPTED, _exits, _peaked
+    from tiny import tiny_loaded
+
+    target = tiny_loaded(_peaked())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "c").mkdir()
+    members = {"all": _exits(target, 0, tmp_path / "a"),
+               "code": _exits(target, 40, tmp_path / "c")}
+    general = members["all"]
+    values = {f.name: getattr(general, f.name) for f in dc.fields(TrainedDraft)}
+    draft = DrafterSet(**values, members=members)
+    config = config_from_mapping({"method": "sorted_exit", "exits": ADAPTED,
+                                  "thresholds": (0.3, 0.0), "k": 3, "drafter": "routed"})
+    prompts = [[1, 2, 3, 4, 1, 2], [7, 8, 9], [30, 31, 32, 33]]
+    categories = ["code", "chat", "code"]
+    batch = BatchedDecoder(target, config, draft).generate(
+        prompts, MAX_NEW, time.perf_counter, categories=categories)
+    ar = SpeculativeDecoder(target, DecodeConfig())
+    for prompt, category, row in zip(prompts, categories, batch.rows):
+        assert row.tokens == ar.generate(prompt, MAX_NEW, time.perf_counter).tokens
+        own = SpeculativeDecoder(target, dc.replace(config, drafter="all" if category == "chat"
+                                                    else "code"), draft)
+        single = own.generate(prompt, MAX_NEW, time.perf_counter)
+        assert [r.accepted for r in row.rounds] == [r.accepted for r in single.rounds]
+    # The check has teeth: the two members draft some code row differently.
+    plain = SpeculativeDecoder(target, dc.replace(config, drafter="all"), draft)
+    assert any([r.accepted for r in row.rounds]
+               != [r.accepted for r in plain.generate(p, MAX_NEW, time.perf_counter).rounds]
+               for p, c, row in zip(prompts, categories, batch.rows) if c == "code")

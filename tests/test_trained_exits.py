@@ -363,3 +363,31 @@ def test_batched_sorted_exit_with_adapters_equals_greedy_ar(target, drafter):
                                                              time.perf_counter)
     for prompt, row in zip(PROMPTS, batch.rows):
         assert row.tokens == _greedy(target, DecodeConfig(), None, prompt).tokens
+
+
+@pytest.mark.parametrize("knobs", [dict(exits=ADAPTED, thresholds=(0.3, 0.0), k=3),
+                                   dict(exits=ADAPTED[-1:], k=4)], ids=["two", "one"])
+def test_the_replay_reads_the_exits_through_their_adapters(target, drafter, knobs):
+    """The replay's tables read each exit as the drafter does (through its adapter):
+    its rounds equal the decoder's round by round, and differ from the plain exits'."""
+    from autotune.decoding.methods import get_method
+    from autotune.replay.reference import Reference
+    from autotune.replay.simulate import simulate
+
+    config = config_from_mapping({"method": "sorted_exit", "exit_policy": "fixed", **knobs})
+    ar = SpeculativeDecoder(target, DecodeConfig())
+    refs = [Reference(f"p{i}", "c", p, ar.generate(p, MAX_NEW, time.perf_counter).tokens)
+            for i, p in enumerate(PROMPTS)]
+
+    def replayed(draft):
+        source = get_method("sorted_exit").replay_factory()(target, draft)
+        source.prepare(config, refs)
+        return [[(r.drafted, r.accepted) for r in simulate(source.track(config, ref), config,
+                                                           ref, MAX_NEW)] for ref in refs]
+
+    decoder = SpeculativeDecoder(target, config, drafter)
+    real = [[(r.drafted, r.accepted) for r in decoder.generate(
+        ref.prompt, MAX_NEW, time.perf_counter).rounds] for ref in refs]
+    assert replayed(drafter) == real
+    assert sum(a for rows in real for _, a in rows) > 0
+    assert replayed(None) != real          # the adapters matter to the replay

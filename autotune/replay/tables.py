@@ -220,8 +220,15 @@ class SortedExitSource(TableSource):
     exact_depth = 1
 
     def __init__(self, target: "LoadedModel", draft: "LoadedModel | None") -> None:
-        self.stack = draft if draft is not None else target
-        self.vocab = _vocab(target, draft)
+        from autotune.models.loading import draft_model
+        from autotune.models.trained import exit_adapters
+
+        # A draft model's stack, else the target's (a trained `exits` drafter runs on the
+        # target's own stack and reads each exit through its adapter, as the drafter does).
+        model = draft_model(draft)
+        self.stack = model if model is not None else target
+        self.adapters = exit_adapters(draft)
+        self.vocab = _vocab(target, model)
         self._hidden: dict[str, Any] = {}      # prompt id -> (sequence, {layer: [R, hidden]})
         self._layer_tables: dict[tuple[str, int, int], Table] = {}
 
@@ -249,6 +256,8 @@ class SortedExitSource(TableSource):
         key = (ref.prompt_id, layer, width)
         if key not in self._layer_tables:
             hidden = self._hidden_states(ref)[layer]
+            if self.adapters is not None:
+                hidden = self.adapters.adapt(layer, hidden)
             forward = self.stack.forward
             logits = forward._linear(forward._rms(hidden, forward.final_norm),
                                      forward.lm_head, forward.lm_head_bias)[0]
