@@ -87,6 +87,7 @@ def run_train_command(args: argparse.Namespace) -> int:
     # All search-split prompts unless --prompts limits them (round-robin by category).
     args.validation_prompts = 10**9
     prompts, held_out, _ = split_prompts(args, categories, args.prompts or 10**9)
+    prompts = _without_held_out_texts(prompts, held_out)
     if len(prompts) < 2:
         raise AutotuneError(f"{args.workload} leaves {len(prompts)} prompt to train on after "
                             "the held-out split; training needs at least 2")
@@ -147,6 +148,19 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
           f"{out}; the search tunes which drafts with the `drafter` knob: --draft {out}",
           file=sys.stderr, flush=True)
     return 0
+
+
+def _without_held_out_texts(prompts: list[Any], held_out: list[Any]) -> list[Any]:
+    """The training prompts less those whose text is also a held-out prompt's (a
+    workload that repeats a prompt under two ids): the search refuses a drafter that
+    saw any held-out text, so it is never trained on one."""
+    from autotune.training.data import prompt_digest
+    held = {prompt_digest(p.text) for p in held_out}
+    kept = [p for p in prompts if prompt_digest(p.text) not in held]
+    if len(kept) < len(prompts):
+        print(f"autotune: {len(prompts) - len(kept)} training prompts repeat a held-out "
+              "prompt's text and are left out", file=sys.stderr, flush=True)
+    return kept
 
 
 def _resumable(folder: Path) -> bool:

@@ -25,44 +25,17 @@ from autotune.errors import AutotuneError
 from autotune.models.heads import ExitAdapters
 from autotune.models.trained import exit_adapters, trained_draft
 from autotune.space import load_space
-from autotune.training.data import Sequence_
 from autotune.training.loop import (TrainSettings, _Objective, _Teacher, default_exit_layers,
                                     new_head, split_heldout, train_head)
+from test_trained_drafters import POLICIES, PROMPTS, TREES, _sequences
 from tiny import llama_model, one_thread, save_tiny, tiny_loaded  # noqa: F401
 
 EOS = 52
 MAX_NEW = 24
 LAYERS = 6
 ADAPTED = (2, 4)              # adapter layers of the tests' drafter (of 6)
-PROMPTS = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [7, 8, 9], [30, 31, 32, 33, 34, 35, 30, 31]]
 # Exits at both adapter layers, and one (5) without an adapter: a plain exit.
 EXITS = dict(exits=(2, 4, 5), thresholds=(0.5, 0.4))
-POLICIES = {
-    "fixed": dict(exit_policy="fixed", k=3),
-    "confidence": dict(exit_policy="confidence", k=5, gamma=0.4),
-    "adaptive": dict(exit_policy="adaptive", k=6, gamma=0.5),
-    "heuristic": dict(exit_policy="heuristic", k=2),
-}
-TREES = {
-    "dynamic": dict(exit_policy="fixed", tree_width=3, tree_depth=3, tree_tokens=8),
-    "static": dict(exit_policy="fixed", tree_choices=[[0], [1], [0, 0], [0, 1], [1, 0],
-                                                      [0, 0, 0]]),
-}
-
-
-def _sequences(target, n: int = 16, new: int = 30) -> list[Sequence_]:
-    """Greedy continuations of seeded random prompts with their target features."""
-    gen = torch.Generator().manual_seed(0)
-    decoder = SpeculativeDecoder(target, DecodeConfig())
-    out = []
-    for i in range(n):
-        prompt = torch.randint(1, 60, (6,), generator=gen).tolist()
-        ids = prompt + decoder.generate(prompt, new, time.perf_counter).tokens
-        with torch.inference_mode():
-            _, features = target.forward.forward_features(
-                torch.tensor([ids]), target.forward.new_cache(1, len(ids)))
-        out.append(Sequence_(torch.tensor(ids), features[0].clone(), len(prompt), "c", str(i)))
-    return out
 
 
 def _exits(target, steps: int, tmp: Path, layers: tuple[int, ...] = ADAPTED, rank: int = 8):
