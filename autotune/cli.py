@@ -41,7 +41,9 @@ def _add_model_args(p: argparse.ArgumentParser, model: str | None = "default",
                    help="default | HF folder | hub id in the local HF cache | file.gguf"
                         + ("" if model else " (default: the --config's model, else default)"))
     if draft:
-        p.add_argument("--draft", default=None, help="draft model (draft_model, sorted_exit)")
+        p.add_argument("--draft", default=None,
+                       help="a draft model (draft_model) or a train-draft folder (eagle, "
+                            "medusa, sorted_exit adapters; a --per-category set)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="default: float32 on CPU, bfloat16 on CUDA")
