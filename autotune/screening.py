@@ -7,7 +7,7 @@ workers over PostgreSQL), over the same space and objective, with every timed me
 predicted by `autotune.replay` (`EvalContext.fidelity = "replay"`). The documented
 defaults are screened like any config. The measured study then starts with the AR
 baseline and the screen's best distinct configs (the best of each method x shape family
-predicted faster than AR first, then by rank; the best-screened documented default
+predicted faster than AR first, then the best of every other method, then by rank; the best-screened documented default
 among them, so validation can compare against it), each carrying its prediction
 (`screen` user attribute) for the report's predicted-against-measured panel.
 """
@@ -113,7 +113,8 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
                    ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(params, user attrs) of up to `n` screened configs to measure: first the best of
     each family (method x chain/tree) that replay predicts better than the AR baseline, so
-    the measurement sees more than near-copies of one winner, then the best of the rest by
+    the measurement sees more than near-copies of one winner, then the best of each method
+    not yet among them (even one predicted slower than AR), then the best of the rest by
     rank; the best-screened documented default always among them (it replaces the last).
     Configs that replay saw decode alike (`_behaviour`) are measured once."""
     ranked = ranking.ranked(screen.study, objective)
@@ -142,6 +143,15 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
         family = _family(trial.user_attrs["config"])
         if family not in families and beats_baseline(trial):
             families.add(family)
+            picked.append(trial)
+    # Then the best of each method replay predicts slower than AR: measured once, so the
+    # report sets every method of the space (a trained head too) beside the others on
+    # measured figures, and replay's verdict on a loser is checked, not taken on trust.
+    methods = {_family(t.user_attrs["config"])[0] for t in picked}
+    for trial in distinct:
+        method = _family(trial.user_attrs["config"])[0]
+        if method not in methods:
+            methods.add(method)
             picked.append(trial)
     picked = picked[:n]
     picked += [t for t in distinct if t not in picked][: n - len(picked)]

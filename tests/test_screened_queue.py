@@ -1,0 +1,60 @@
+"""Which screened configs the multi-fidelity search measures (`screening.screened_queue`)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import create_trial
+
+from autotune.objectives import load_objective
+from autotune.samplers import BASELINE, BASELINE_ATTR
+from autotune.screening import screened_queue
+
+METRIC_KEYS = ("mean_accepted_tokens", "mean_drafted_tokens", "mean_verified_tokens",
+               "rounds", "latency_ms_per_token")
+
+
+def _screen(rows: list[tuple[str, dict[str, Any], float]]) -> SimpleNamespace:
+    """A screen study: (name, config, predicted speedup) per trial, the AR baseline first."""
+    study = optuna.create_study(direction="maximize")
+    for i, (name, config, speedup) in enumerate([("baseline", {"method": "none"}, 1.0), *rows]):
+        attrs: dict[str, Any] = {"config": config, "name": name, "metrics": {
+            **{k: float(i) for k in METRIC_KEYS}, "speedup": speedup}}
+        if name == "baseline":
+            attrs[BASELINE_ATTR] = BASELINE
+        study.add_trial(create_trial(
+            params={"name": name}, distributions={"name": CategoricalDistribution([name])},
+            value=speedup, user_attrs=attrs))
+    return SimpleNamespace(study=study)
+
+
+def _names(queue: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+    return [params["name"] for params, _ in queue]
+
+
+NGRAM = [(f"ngram{i}", {"method": "ngram", "k": i}, 1.10 - i / 100) for i in range(1, 7)]
+EAGLE = [("eagle_chain", {"method": "eagle", "k": 1}, 0.80),
+         ("eagle_tree", {"method": "eagle", "tree_width": 2, "tree_depth": 2}, 0.65),
+         ("eagle_chain_2", {"method": "eagle", "k": 2}, 0.70)]
+SKIP = [("layer_skip", {"method": "layer_skip", "k": 4, "attn_skip": [1]}, 0.66)]
+
+
+def test_every_method_is_measured_once_even_when_replay_predicts_it_slower_than_ar():
+    queue = screened_queue(_screen([*NGRAM, *EAGLE, *SKIP]), load_objective("speedup"), 5)
+    names = _names(queue)
+    # The winner's family first; the best of each losing method (not its other configs,
+    # not its other shape family) once; then the rest by predicted rank.
+    assert names == ["ngram1", "ngram2", "ngram3", "eagle_chain", "layer_skip"]
+    predicted = {params["name"]: attrs["screen"]["predicted"]["speedup"]
+                 for params, attrs in queue}
+    assert predicted["eagle_chain"] == 0.80
+
+
+def test_the_winners_come_before_the_losing_methods_when_slots_are_few():
+    queue = screened_queue(_screen([*NGRAM, *EAGLE, *SKIP]), load_objective("speedup"), 2)
+    assert _names(queue) == ["ngram1", "eagle_chain"]
+    queue = screened_queue(_screen([*NGRAM, *EAGLE, *SKIP]), load_objective("speedup"), 1)
+    assert _names(queue) == ["ngram1"]
