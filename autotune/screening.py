@@ -154,11 +154,16 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
             methods.add(method)
             picked.append(trial)
     picked = picked[:n]
+    representatives = list(picked)
     picked += [t for t in distinct if t not in picked][: n - len(picked)]
-    picked.sort(key=distinct.index)
     default = next((t for t in distinct if t.user_attrs.get(BASELINE_ATTR)), None)
     if n > 0 and default is not None and default not in picked:
-        picked = picked[: n - 1] + [default]
+        # The default takes the place of the last config picked by rank alone, else of
+        # the last representative.
+        fillers = [t for t in picked if t not in representatives]
+        picked.remove(fillers[-1] if fillers else picked[-1])
+        picked.append(default)
+    picked.sort(key=distinct.index)
     out = []
     for trial in picked:
         metrics = trial.user_attrs.get("metrics", {})

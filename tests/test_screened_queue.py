@@ -17,14 +17,18 @@ METRIC_KEYS = ("mean_accepted_tokens", "mean_drafted_tokens", "mean_verified_tok
                "rounds", "latency_ms_per_token")
 
 
-def _screen(rows: list[tuple[str, dict[str, Any], float]]) -> SimpleNamespace:
-    """A screen study: (name, config, predicted speedup) per trial, the AR baseline first."""
+def _screen(rows: list[tuple[str, dict[str, Any], float]],
+            presets: dict[str, str] | None = None) -> SimpleNamespace:
+    """A screen study: (name, config, predicted speedup) per trial, the AR baseline first;
+    `presets`: trial name -> the documented default it is."""
     study = optuna.create_study(direction="maximize")
     for i, (name, config, speedup) in enumerate([("baseline", {"method": "none"}, 1.0), *rows]):
         attrs: dict[str, Any] = {"config": config, "name": name, "metrics": {
             **{k: float(i) for k in METRIC_KEYS}, "speedup": speedup}}
         if name == "baseline":
             attrs[BASELINE_ATTR] = BASELINE
+        if name in (presets or {}):
+            attrs[BASELINE_ATTR] = (presets or {})[name]
         study.add_trial(create_trial(
             params={"name": name}, distributions={"name": CategoricalDistribution([name])},
             value=speedup, user_attrs=attrs))
@@ -58,3 +62,16 @@ def test_the_winners_come_before_the_losing_methods_when_slots_are_few():
     assert _names(queue) == ["ngram1", "eagle_chain"]
     queue = screened_queue(_screen([*NGRAM, *EAGLE, *SKIP]), load_objective("speedup"), 1)
     assert _names(queue) == ["ngram1"]
+
+
+def test_the_documented_default_takes_a_rank_slot_not_a_methods_only_one():
+    default = ("vllm_default", {"method": "ngram", "k": 5, "ngram_min": 5}, 1.02)
+    rows = [*NGRAM, default, *EAGLE, *SKIP]
+    screen = _screen(rows, {"vllm_default": "vllm_ngram"})
+    queue = screened_queue(screen, load_objective("speedup"), 5)
+    assert _names(queue) == ["ngram1", "ngram2", "vllm_default", "eagle_chain", "layer_skip"]
+    attrs = {params["name"]: attrs for params, attrs in queue}
+    assert attrs["vllm_default"][BASELINE_ATTR] == "vllm_ngram"
+    # With no slot for anything but the representatives, the default replaces the last.
+    queue = screened_queue(screen, load_objective("speedup"), 3)
+    assert _names(queue) == ["ngram1", "vllm_default", "eagle_chain"]
