@@ -7,9 +7,10 @@ workers over PostgreSQL), over the same space and objective, with every timed me
 predicted by `autotune.replay` (`EvalContext.fidelity = "replay"`). The documented
 defaults are screened like any config. The measured study then starts with the AR
 baseline and the screen's best distinct configs (the best of each method x shape family
-predicted faster than AR first, then the best of every other method, then by rank; the best-screened documented default
-among them, so validation can compare against it), each carrying its prediction
-(`screen` user attribute) for the report's predicted-against-measured panel.
+predicted faster than AR first, then the best of every other method, measured on every
+prompt (never pruned), then by rank; the best-screened documented default among them,
+so validation can compare against it), each carrying its prediction (`screen` user
+attribute) for the report's predicted-against-measured panel.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from autotune import ranking
 from autotune.files import write_atomically
 from autotune.objectives import EvalContext, Objective
 from autotune.samplers import BASELINE, BASELINE_ATTR
-from autotune.search import SearchSettings, StudyRunner, TrialEvent
+from autotune.search import UNPRUNED_ATTR, SearchSettings, StudyRunner, TrialEvent
 from autotune.space import BoundSpace
 
 SCREEN_SUFFIX = ".screen"
@@ -148,11 +149,13 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
     # report sets every method of the space (a trained head too) beside the others on
     # measured figures, and replay's verdict on a loser is checked, not taken on trust.
     methods = {_family(t.user_attrs["config"])[0] for t in picked}
+    losers: list[FrozenTrial] = []
     for trial in distinct:
         method = _family(trial.user_attrs["config"])[0]
         if method not in methods:
             methods.add(method)
             picked.append(trial)
+            losers.append(trial)
     picked = picked[:n]
     representatives = list(picked)
     picked += [t for t in distinct if t not in picked][: n - len(picked)]
@@ -172,6 +175,9 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
             "predicted": {k: metrics.get(k) for k in PREDICTED_KEYS}}}
         if trial.user_attrs.get(BASELINE_ATTR):
             attrs[BASELINE_ATTR] = trial.user_attrs[BASELINE_ATTR]
+        if trial in losers:
+            # Pruning would leave a method the report compares with a prompt or two.
+            attrs[UNPRUNED_ATTR] = True
         out.append((dict(trial.params), attrs))
     return out
 

@@ -52,6 +52,9 @@ __all__ = ["MAX_INFEASIBLE_PER_TRIAL", "SearchSettings", "StudyRunner", "TrialEv
 MAX_INFEASIBLE_PER_TRIAL = 20
 # Study user attr: how many screened configs a multi-fidelity search queued (once).
 SCREENED_ATTR = "screened_queued"
+# Trial user attr: measure this enqueued config on every prompt, never prune it (a
+# method's only measured config: its figures are what the report compares).
+UNPRUNED_ATTR = "unpruned"
 
 
 def presets(n_layers: int, engine: str = "autotune") -> list[Preset]:
@@ -387,7 +390,8 @@ class StudyRunner:
         if self._on_start is not None:
             self._on_start(config.to_dict())
         report = self._reporter(trial) if (self.settings.prune and not self.objective.multi
-                                           and preset is None) else None
+                                           and preset is None
+                                           and not trial.user_attrs.get(UNPRUNED_ATTR)) else None
         try:
             with _deadline(self.settings.trial_timeout_s):
                 metrics = self.objective.evaluate(self.context, config, report)

@@ -12,6 +12,7 @@ from optuna.trial import create_trial
 from autotune.objectives import load_objective
 from autotune.samplers import BASELINE, BASELINE_ATTR
 from autotune.screening import screened_queue
+from autotune.search import UNPRUNED_ATTR
 
 METRIC_KEYS = ("mean_accepted_tokens", "mean_drafted_tokens", "mean_verified_tokens",
                "rounds", "latency_ms_per_token")
@@ -55,6 +56,9 @@ def test_every_method_is_measured_once_even_when_replay_predicts_it_slower_than_
     predicted = {params["name"]: attrs["screen"]["predicted"]["speedup"]
                  for params, attrs in queue}
     assert predicted["eagle_chain"] == 0.80
+    # A losing method's only config is measured on every prompt, the others may be pruned.
+    unpruned = {params["name"] for params, attrs in queue if attrs.get(UNPRUNED_ATTR)}
+    assert unpruned == {"eagle_chain", "layer_skip"}
 
 
 def test_the_winners_come_before_the_losing_methods_when_slots_are_few():

@@ -15,7 +15,8 @@ from autotune.errors import AutotuneError
 from autotune.objectives import EvalContext, load_objective
 from autotune.run_folder import best_document, top_table, trials_frame, write_run_files
 from autotune.samplers import BayesOptSampler, make_sampler
-from autotune.search import SearchSettings, StudyRunner, counted_trials, presets
+from autotune.search import (UNPRUNED_ATTR, SearchSettings, StudyRunner, counted_trials,
+                             presets)
 from autotune.space import load_space
 from autotune.workloads import Prompt
 
@@ -182,6 +183,26 @@ def test_median_pruner_prunes_slow_trials_and_no_prune_does_not(tmp_path, target
                   if t.state == TrialState.PRUNED and not t.user_attrs.get("infeasible")]
         assert bool(pruned) == prune
         assert all(t.intermediate_values for t in pruned)
+
+
+def test_an_unpruned_trial_is_measured_on_every_prompt(tmp_path, target, monkeypatch):
+    """A screened method's only config (`UNPRUNED_ATTR`) runs every prompt however slow;
+    the same config without the flag is pruned."""
+    runner = _runner(tmp_path, target, "ngram", trials=8, prune=True)
+    slow = {"now": False}
+    _fake_latency(monkeypatch, runner, lambda c: 100.0 if slow["now"] else 10.0)
+    runner.run()
+    params = next(t.params for t in runner.study.get_trials(deepcopy=False)
+                  if t.state == TrialState.COMPLETE and t.params)
+    slow["now"] = True
+    runner.study.enqueue_trial(params, user_attrs={UNPRUNED_ATTR: True}, skip_if_exists=False)
+    runner.study.enqueue_trial(params, skip_if_exists=False)
+    runner.settings.trials = 10
+    runner.run()
+    flagged, plain = runner.study.get_trials(deepcopy=False)[-2:]
+    assert flagged.user_attrs.get(UNPRUNED_ATTR) and flagged.state == TrialState.COMPLETE
+    assert flagged.values == [100.0] and len(flagged.intermediate_values) == 0
+    assert not plain.user_attrs.get(UNPRUNED_ATTR) and plain.state == TrialState.PRUNED
 
 
 def test_resume_counts_finished_trials_toward_the_budget(tmp_path, target):
