@@ -53,15 +53,21 @@ def _sequences(target, n: int = 16, new: int = 30) -> list[Sequence_]:
     return out
 
 
+def train_steps(head, kind: str, target, train: list[Sequence_], held: list[Sequence_],
+                tmp: Path, steps: int, lr: float):
+    """`steps` optimiser steps of 256 positions, no time limit in play, no checkpoint."""
+    return train_head(head, kind, target.forward, train, held,
+                      TrainSettings(kind, seconds=600, lr=lr, batch_tokens=256,
+                                    max_steps=steps, eval_s=1e9, checkpoint_s=1e9),
+                      tmp, {"kind": kind}, lambda line, final: None)
+
+
 def _trained(target, kind: str, steps: int, tmp: Path):
     """A head trained for `steps` steps (partly trained: it drafts well, not perfectly)."""
     head, geometry = new_head(kind, target.forward, 3)
     if steps:
         train, held = split_heldout(_sequences(target), 0)
-        train_head(head, kind, target.forward, train, held,
-                   TrainSettings(kind, seconds=600, lr=3e-3, batch_tokens=256,
-                                 max_steps=steps, eval_s=1e9, checkpoint_s=1e9),
-                   tmp, {"kind": kind}, lambda line, final: None)
+        train_steps(head, kind, target, train, held, tmp, steps, lr=3e-3)
     meta = {"format": "autotune.drafter/v1", "kind": kind, "geometry": geometry,
             "target": {"name": target.name}}
     return trained_draft(head, meta, target, f"{kind}:test", str(tmp))
@@ -126,10 +132,7 @@ def test_training_lowers_the_loss_and_raises_agreement(target, tmp_path, monkeyp
     before = objective.top1_agreement(train)
     with torch.no_grad():
         loss_before = float(objective.loss(train))
-    result = train_head(head, "eagle", target.forward, train, held,
-                        TrainSettings("eagle", 600, lr=3e-3, batch_tokens=256, max_steps=60,
-                                      eval_s=1e9, checkpoint_s=1e9),
-                        tmp_path, {"k": 1}, lambda line, final: None)
+    result = train_steps(head, "eagle", target, train, held, tmp_path, 60, lr=3e-3)
     with torch.no_grad():
         assert float(objective.loss(train)) < 0.95 * loss_before
     after = objective.top1_agreement(train)

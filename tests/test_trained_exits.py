@@ -25,9 +25,9 @@ from autotune.errors import AutotuneError
 from autotune.models.heads import ExitAdapters
 from autotune.models.trained import exit_adapters, trained_draft
 from autotune.space import load_space
-from autotune.training.loop import (TrainSettings, _Objective, _Teacher, default_exit_layers,
-                                    new_head, split_heldout, train_head)
-from test_trained_drafters import POLICIES, PROMPTS, TREES, _sequences
+from autotune.training.loop import (_Objective, _Teacher, default_exit_layers, new_head,
+                                    split_heldout)
+from test_trained_drafters import POLICIES, PROMPTS, TREES, _sequences, train_steps
 from tiny import llama_model, one_thread, save_tiny, tiny_loaded  # noqa: F401
 
 EOS = 52
@@ -43,10 +43,7 @@ def _exits(target, steps: int, tmp: Path, layers: tuple[int, ...] = ADAPTED, ran
     head, geometry = new_head("exits", target.forward, 0, layers, rank)
     if steps:
         train, held = split_heldout(_sequences(target), 0)
-        train_head(head, "exits", target.forward, train, held,
-                   TrainSettings("exits", seconds=600, lr=1e-2, batch_tokens=256,
-                                 max_steps=steps, eval_s=1e9, checkpoint_s=1e9),
-                   tmp, {"kind": "exits"}, lambda line, final: None)
+        train_steps(head, "exits", target, train, held, tmp, steps, lr=1e-2)
     meta = {"format": "autotune.drafter/v1", "kind": "exits", "geometry": geometry,
             "target": {"name": target.name}}
     return trained_draft(head, meta, target, "exits:test", str(tmp))
@@ -162,10 +159,7 @@ def test_training_lowers_the_loss_and_raises_agreement(target, tmp_path):
     before = objective.top1_agreement(held)
     with torch.no_grad():
         loss_before = float(objective.loss(train))
-    result = train_head(head, "exits", target.forward, train, held,
-                        TrainSettings("exits", 600, lr=1e-2, batch_tokens=256, max_steps=60,
-                                      eval_s=1e9, checkpoint_s=1e9),
-                        tmp_path, {"k": 1}, lambda line, final: None)
+    result = train_steps(head, "exits", target, train, held, tmp_path, 60, lr=1e-2)
     with torch.no_grad():
         assert float(objective.loss(train)) < 0.9 * loss_before
     assert result.heldout_top1 > before[0] / before[1]
