@@ -27,7 +27,7 @@ from autotune.models.trained import exit_adapters, trained_draft
 from autotune.space import load_space
 from autotune.training.loop import (_Objective, _Teacher, default_exit_layers, new_head,
                                     split_heldout)
-from test_trained_drafters import POLICIES, PROMPTS, TREES, _sequences, train_steps
+from test_trained_drafters import POLICIES, PROMPTS, TREES, _greedy, _sequences, train_steps
 from tiny import llama_model, one_thread, save_tiny, tiny_loaded  # noqa: F401
 
 EOS = 52
@@ -66,11 +66,6 @@ def target(request):
 @pytest.fixture(scope="module")
 def drafter(target, tmp_path_factory):
     return _exits(target, 40, tmp_path_factory.mktemp("exits"))
-
-
-def _greedy(target, config, draft, prompt):
-    return SpeculativeDecoder(target, config, draft).generate(prompt, MAX_NEW,
-                                                              time.perf_counter)
 
 
 @pytest.mark.parametrize("shape", [*POLICIES, *TREES])
