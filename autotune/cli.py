@@ -239,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "an adapter (default every 3rd from n/4 to n-1)")
     t.add_argument("--exit-rank", type=int, default=None, metavar="R",
                    help="exits: each adapter's rank (default 64)")
+    t.add_argument("--max-steps", type=int, default=None, metavar="N",
+                   help="stop after N optimiser steps as well (per drafter): a run "
+                        "that does not depend on the machine's speed")
     t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
     t.add_argument("--checkpoint-every", type=float, default=30.0, metavar="SECONDS",
                    help="write a resumable checkpoint this often (default 30)")

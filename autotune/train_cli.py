@@ -63,6 +63,8 @@ def _check(args: argparse.Namespace) -> Path:
                             "agreement figure)")
     if not 1 <= args.medusa_heads <= 16:
         raise AutotuneError(f"--medusa-heads must lie in 1..16, not {args.medusa_heads}")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise AutotuneError(f"--max-steps must be at least 1, not {args.max_steps}")
     if not args.checkpoint_every > 0:
         raise AutotuneError(f"--checkpoint-every must be positive, not {args.checkpoint_every}")
     if not args.lr > 0:
@@ -70,9 +72,7 @@ def _check(args: argparse.Namespace) -> Path:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise AutotuneError(f"--out {out} exists and is not a folder")
-    from autotune.models.trained import DRAFTER_FILE
-    from autotune.training.loop import CHECKPOINT
-    if (out / DRAFTER_FILE).is_file() and not (out / CHECKPOINT).is_file():
+    if _finished(out):
         raise AutotuneError(f"{out} already holds a trained drafter: choose another --out")
     from autotune.models.trained import SET_FILE
     if (out / SET_FILE).is_file():
@@ -130,7 +130,7 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
     out.mkdir(parents=True, exist_ok=True)
     for name, chosen in members.items():
         folder = out / name
-        if (folder / "drafter.json").is_file() and not _resumable(folder):
+        if _finished(folder):
             print(f"autotune: member {name} already trained ({folder})", file=sys.stderr)
             continue
         print(f"autotune: training member {name} on {len(chosen)} prompts",
@@ -163,9 +163,12 @@ def _without_held_out_texts(prompts: list[Any], held_out: list[Any]) -> list[Any
     return kept
 
 
-def _resumable(folder: Path) -> bool:
+def _finished(folder: Path) -> bool:
+    """Whether `folder` holds a trained drafter (its drafter.json, no checkpoint left:
+    a checkpoint beside it means a killed run that the same command resumes)."""
+    from autotune.models.trained import DRAFTER_FILE
     from autotune.training.loop import CHECKPOINT
-    return (folder / CHECKPOINT).is_file()
+    return (folder / DRAFTER_FILE).is_file() and not (folder / CHECKPOINT).is_file()
 
 
 def _category_members(prompts: list[Any]) -> dict[str, list[Any]]:
@@ -226,7 +229,7 @@ def _train_one(args: argparse.Namespace, out: Path, target: Any, prompts: list[A
     batch_tokens = EXIT_BATCH_TOKENS if args.kind == "exits" else TrainSettings.batch_tokens
     settings = TrainSettings(kind=args.kind, seconds=args.minutes * 60, lr=args.lr,
                              batch_tokens=batch_tokens, seed=args.seed,
-                             checkpoint_s=args.checkpoint_every)
+                             checkpoint_s=args.checkpoint_every, max_steps=args.max_steps)
     fingerprint = {"kind": args.kind, "target": model_fingerprint(target),
                    "prompts": sorted(prompt_digest(p.text) for p in prompts),
                    "max_new_tokens": max_new, "lr": args.lr, "seed": args.seed,

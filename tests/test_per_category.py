@@ -40,8 +40,9 @@ def trained(tmp_path_factory):
     workload.write_text("\n".join(lines) + "\n")
     out = root / "set"
     code = main(["train-draft", "--model", str(model), "--device", "cpu", "--workload",
-                 str(workload), "--kind", "eagle", "--minutes", "0.03", "--out", str(out),
-                 "--max-new-tokens", "16", "--validation", "0.25", "--per-category"])
+                 str(workload), "--kind", "eagle", "--minutes", "10", "--max-steps", "40",
+                 "--out", str(out), "--max-new-tokens", "16", "--validation", "0.25",
+                 "--per-category"])
     assert code == 0
     return model, workload, out
 

@@ -110,6 +110,7 @@ def test_a_killed_run_resumes_from_its_checkpoint(folder, tmp_path):
     (["--medusa-heads", "0"], "--medusa-heads must lie in 1..16"),
     (["--prompts", "1"], "--prompts must be at least 2"),
     (["--checkpoint-every", "-1"], "--checkpoint-every must be positive"),
+    (["--max-steps", "0"], "--max-steps must be at least 1"),
 ])
 def test_bad_arguments_are_one_line(folder, tmp_path, capsys, extra, message):
     root, model, workload = folder

@@ -26,6 +26,8 @@ from autotune.yaml_source import did_you_mean
 EXIT_POLICIES = ("fixed", "confidence", "adaptive", "heuristic")
 # `drafter` values: all, routed, or a workload category (a per-category folder's member).
 DRAFTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+GENERAL_DRAFTER = "all"       # the member trained on every category (the default)
+ROUTED_DRAFTER = "routed"     # each prompt drafts with its own category's member
 # One verify pass carries the root plus at most this many tree nodes.
 MAX_TREE_NODES = 255
 
@@ -78,7 +80,7 @@ class DecodeConfig:
         "int", method_owner("ngram"), "shortest prompt-lookup n-gram", low=1))
     ngram_max: int = field(default=3, metadata=knob(
         "int", method_owner("ngram"), "longest prompt-lookup n-gram", low=1))
-    drafter: str = field(default="all", metadata=knob(
+    drafter: str = field(default=GENERAL_DRAFTER, metadata=knob(
         "str", DRAFT,
         "which member of a per-category `--draft` folder drafts: `all` (the drafter "
         "trained on every category), a category's specialist, or `routed` (each prompt "

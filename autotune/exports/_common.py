@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from autotune.decoding.config import KNOBS, DecodeConfig
+from autotune.decoding.config import KNOBS, ROUTED_DRAFTER, DecodeConfig
 from autotune.decoding.engines import describe_rule, differences, engine_rules, relevant
 from autotune.decoding.methods import MethodSpec, get_method
 from autotune.decoding.shape import STATIC, DraftShape
@@ -151,7 +151,7 @@ def member_draft(draft: str | None, drafter: str) -> str | None:
     """The draft an engine loads for `drafter`: the named member's folder when `draft`
     is a per-category folder, else `draft` itself (`routed` keeps the folder: no
     single member serves it, `routing_loss` names that)."""
-    if draft is None or drafter == "routed":
+    if draft is None or drafter == ROUTED_DRAFTER:
         return draft
     index = Path(draft).expanduser() / DRAFTER_SET_FILE
     if not index.is_file():
@@ -169,7 +169,7 @@ def routing_loss(src: Source) -> Loss | None:
     engine routes requests to drafters by category; every one loads one draft per
     server, so the routed answer is one server per category, each exported from a
     config with `drafter=<category>`."""
-    if src.cfg.drafter != "routed" or not src.spec.uses_draft:
+    if src.cfg.drafter != ROUTED_DRAFTER or not src.spec.uses_draft:
         return None
     why = ("engines load one draft per server: export a config with drafter=<category> "
            "per category and route each category's requests to its own server")

@@ -27,6 +27,7 @@ from typing import Any
 
 from torch import nn
 
+from autotune.decoding.config import GENERAL_DRAFTER, ROUTED_DRAFTER
 from autotune.errors import AutotuneError
 from autotune.models.heads import EagleHead, ExitAdapters, MedusaHeads
 from autotune.models.llama import LlamaForward
@@ -183,8 +184,8 @@ def trained_draft(head: nn.Module, meta: dict[str, Any], target: LoadedModel, na
 
 SET_FILE = "drafters.json"
 SET_FORMAT = "autotune.drafter-set/v1"
-GENERAL = "all"          # the member trained on every category
-ROUTED = "routed"        # `drafter=routed`: each prompt's own category's member
+GENERAL = GENERAL_DRAFTER      # the member trained on every category
+ROUTED = ROUTED_DRAFTER        # `drafter=routed`: each prompt's own category's member
 
 
 def is_drafter_set(spec: str | None) -> bool:

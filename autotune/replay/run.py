@@ -78,11 +78,16 @@ class Replayer:
         # The decoder's own checks: a valid config, a draft where needed, layer access,
         # layer indices inside the stack, a tree-capable forward.
         SpeculativeDecoder(self.target, config, self.draft)
-        for category in {ref.category for ref in self.references}:
-            source = self._source(config, category)
+        # One prepare per source, over every prompt it drafts: its tables are made in one
+        # batch (only `drafter=routed` with a per-category folder has several sources).
+        by_source: dict[int, tuple[ReplaySource, list[Reference]]] = {}
+        for ref in self.references:
+            source = self._source(config, ref.category)
+            by_source.setdefault(id(source), (source, []))[1].append(ref)
+        for source, refs in by_source.values():
             prepare = getattr(source, "prepare", None)
             if prepare is not None:
-                prepare(config, [r for r in self.references if r.category == category])
+                prepare(config, refs)
         cost = CostModel(self.parts, config, self.target.n_layers)
         baseline_cost = CostModel(self.parts, DecodeConfig(), self.target.n_layers)
         ar_verify, ar_other = baseline_cost.ar_round_seconds()

@@ -3,7 +3,8 @@
 Each module has `data(...)` (its tables, checked by tests on hand-built studies),
 `render(data)` (one HTML section) and `PANEL` (both, with how to read its arguments off
 the report's inputs). A new panel is a module here plus its entry in `PANELS`. An
-optional panel (batch size, drafter per category) is on the page only when the run folder has its data.
+optional panel (batch size, drafter per category) is on the page only when the run
+folder has its data.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from autotune.report.panels.base import Inputs, Panel
 
 PANELS: tuple[Panel, ...] = (
     header.PANEL, finalists.PANEL, batch_size.PANEL, drafters.PANEL, top.PANEL, history.PANEL,
-    knobs.PANEL,
-    parallel.PANEL, importance.PANEL, layers.PANEL, tree.PANEL, pos_acc.PANEL, time_split.PANEL,
-    hardware.PANEL, predicted.PANEL, pareto.PANEL,
+    knobs.PANEL, parallel.PANEL, importance.PANEL, layers.PANEL, tree.PANEL, pos_acc.PANEL,
+    time_split.PANEL, hardware.PANEL, predicted.PANEL, pareto.PANEL,
 )
 
 # Ids of the panels on every page, in page order (`panel-<id>`); a test and the
@@ -28,5 +28,4 @@ OPTIONAL_PANEL_IDS: tuple[str, ...] = tuple(panel.id for panel in PANELS if pane
 
 __all__ = ["PANELS", "PANEL_IDS", "OPTIONAL_PANEL_IDS", "Inputs", "Panel", "batch_size",
            "drafters", "finalists", "hardware", "header", "history", "importance", "knobs",
-           "layers",
-           "parallel", "pareto", "pos_acc", "predicted", "time_split", "top", "tree"]
+           "layers", "parallel", "pareto", "pos_acc", "predicted", "time_split", "top", "tree"]

@@ -15,12 +15,11 @@ import optuna
 import pandas as pd
 import plotly.graph_objects as go
 
+from autotune.decoding.config import GENERAL_DRAFTER as GENERAL, ROUTED_DRAFTER as ROUTED
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, note, num, section
 from autotune.report.trials import config_of, finite, metrics_of, ranked, trial_label
-
-GENERAL = "all"
 
 
 @dataclass
@@ -73,8 +72,8 @@ def render(d: Drafters) -> str:
     if d.frame.empty:
         return section("drafters", "Drafter per category", how, note(d.note))
     grid = d.frame.pivot(index="drafter", columns="category", values="speedup")
-    order = [GENERAL] + sorted(x for x in grid.index if x not in (GENERAL, "routed")) + \
-        (["routed"] if "routed" in grid.index else [])
+    order = [GENERAL] + sorted(x for x in grid.index if x not in (GENERAL, ROUTED)) + \
+        ([ROUTED] if ROUTED in grid.index else [])
     grid = grid.reindex([x for x in order if x in grid.index])
     fig = go.Figure(go.Heatmap(
         z=grid.values, x=list(grid.columns), y=list(grid.index), colorscale="RdYlGn",
