@@ -2,7 +2,7 @@
 
 The public API is small on purpose: load a model, describe a candidate, measure it.
 
-Its names are imported on first use (PEP 562), so that `import autotune.cli` (and so
+Its names are imported on first use (PEP 562), so that `import autotune.cli.main` (and so
 `autotune --help`, `autotune validate`) or the report loads neither torch nor
 transformers: a submodule import runs this file first.
 """
@@ -13,9 +13,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from autotune.common.errors import AutotuneError
     from autotune.decoding.config import DecodeConfig
     from autotune.decoding.decoder import SpeculativeDecoder
-    from autotune.errors import AutotuneError
     from autotune.models.loading import LoadedModel, load_model
 
 __all__ = ["AutotuneError", "DecodeConfig", "LoadedModel", "SpeculativeDecoder", "load_model"]
@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _HOMES = {
-    "AutotuneError": "autotune.errors",
+    "AutotuneError": "autotune.common.errors",
     "DecodeConfig": "autotune.decoding.config",
     "LoadedModel": "autotune.models.loading",
     "SpeculativeDecoder": "autotune.decoding.decoder",

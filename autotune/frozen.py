@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from autotune import __version__
+from autotune.common.errors import AutotuneError
+from autotune.common.files import write_atomically
+from autotune.common.yaml_source import did_you_mean
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.methods import find_method, method_names
-from autotune.errors import AutotuneError
-from autotune.files import write_atomically
-from autotune.yaml_source import did_you_mean
 
 SCHEMA = "autotune.frozen/v3"
 SCHEMA_PREFIX = "autotune.frozen/"
@@ -387,7 +387,7 @@ def problems(doc: Any) -> list[str]:
     """Everything wrong with a document, one `key.path: message` line each (empty if
     it is valid). Structure first (the JSON Schema); then, if that holds, the knobs'
     meaning (`read_parts`)."""
-    import jsonschema          # ~90 ms, and only validation needs it (not the report)
+    import jsonschema  # ~90 ms, and only validation needs it (not the report)
 
     if not isinstance(doc, dict):
         return ["a frozen config must be a JSON object"]

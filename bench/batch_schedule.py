@@ -3,7 +3,7 @@
 On the default model (float32) and the Spec-Bench prompts split by category (seeded)
 into a tune part and a bench part that the tuning never sees:
 
-1. Tune: `autotune.schedule.tune` for prompt lookup (ngram, n-gram sizes 1..3) over the
+1. Tune: `autotune.search.schedule.tune` for prompt lookup (ngram, n-gram sizes 1..3) over the
    candidate K values at every batch size, each measured with the batched decoder
    against batched AR on the tune part (no held-out step inside: the bench part is the
    held-out check). The best single K at batch size 1 is the K of highest speedup at
@@ -12,7 +12,7 @@ into a tune part and a bench part that the tuning never sees:
    batched AR, every fixed K, and vLLM's documented n-gram default (K = 5, n = 5..5),
    all arms interleaved per batch (the order rotating), in one process. Each arm's
    speedup is the paired tokens/s ratio against batched AR over the same batches, with
-   a 90% bootstrap interval over batches (`autotune.paired`). The schedule's figure at
+   a 90% bootstrap interval over batches (`autotune.measure.paired`). The schedule's figure at
    B is the arm of its chosen K (batched AR where K = 0).
 3. Overhead: batched AR at B = 8 against HF `generate` with batch 8 (left-padded,
    greedy) on the same bench prompts, interleaved, tokens counted per row up to its
@@ -39,14 +39,20 @@ from typing import Any
 
 import torch
 
-from autotune import paired
-from autotune.batch_measure import measure_batched
 from autotune.decoding.batched import BatchedDecoder
 from autotune.decoding.config import DecodeConfig
-from autotune.measure import WARMUP_TOKENS, Clock
+from autotune.measure import paired
+from autotune.measure.batched import measure_batched
+from autotune.measure.measurement import WARMUP_TOKENS, Clock
 from autotune.models.loading import LoadedModel, load_model
-from autotune.schedule import parse_batch_sizes, parse_ks, tune
-from autotune.workloads import Prompt, encode_prompt, load_workload, round_robin, split_workload
+from autotune.search.schedule import parse_batch_sizes, parse_ks, tune
+from autotune.workloads.prompts import (
+    Prompt,
+    encode_prompt,
+    load_workload,
+    round_robin,
+    split_workload,
+)
 
 WORKLOAD = Path(__file__).resolve().parents[1].parent / "shared" / "workloads" / \
     "spec_bench_question.jsonl"

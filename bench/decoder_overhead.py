@@ -27,7 +27,7 @@ as kwargs as well.
 Interleaving: for prompt i and pair j, ours runs first when i + j is even, HF first
 otherwise; both sides of every pair are warmed up (untimed) before anything is timed.
 
-Timing (perf_counter behind a device sync: autotune.measure.Clock), the same definition
+Timing (perf_counter behind a device sync: autotune.measure.measurement.Clock), the same definition
 on both sides:
   total ms/token  = wall time of the whole generate call (prompt ids in, new ids out,
                     prefill included) / new tokens. The headline ratio.
@@ -66,9 +66,9 @@ from _draft import truncated_draft  # noqa: E402
 
 from autotune.decoding.config import DecodeConfig  # noqa: E402
 from autotune.decoding.decoder import Generation, SpeculativeDecoder  # noqa: E402
-from autotune.measure import Clock  # noqa: E402
+from autotune.measure.measurement import Clock  # noqa: E402
 from autotune.models.loading import LoadedModel, load_model  # noqa: E402
-from autotune.workloads import BUILTIN, encode_prompt, load_workload  # noqa: E402
+from autotune.workloads.prompts import BUILTIN, encode_prompt, load_workload  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_BENCH = REPO.parent / "shared" / "workloads" / "spec_bench_question.jsonl"

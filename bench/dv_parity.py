@@ -28,10 +28,10 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.models.loading import load_model
-from autotune.objectives import EvalContext, load_objective
-from autotune.search import SearchSettings, StudyRunner, counted_trials
+from autotune.search.objectives import EvalContext, load_objective
+from autotune.search.study import SearchSettings, StudyRunner, counted_trials
 from autotune.space import load_space
-from autotune.workloads import load_workload
+from autotune.workloads.prompts import load_workload
 
 SPACE = Path(__file__).resolve().parent / "spaces" / "dv_bits.yaml"
 
@@ -109,7 +109,7 @@ def main() -> None:
 
 def multi(args: argparse.Namespace) -> None:
     """The replay screen for `--screen-s` seconds, then `--measure` masks measured."""
-    from autotune.screening import run_screen, screened_queue
+    from autotune.search.screening import run_screen, screened_queue
 
     began = time.monotonic()
     target = load_model("default", "cpu", "float32")

@@ -38,7 +38,7 @@ DEFAULT_PRESET = {"hf": "hf_prompt_lookup", "llama_cpp": "llama_cpp_prompt_looku
 
 def split_files(out: Path, fraction: float, seed: int) -> tuple[Path, Path]:
     """(search part, bench part) of Spec-Bench as JSONL files in `out` (same format)."""
-    from autotune.workloads import load_workload, split_workload
+    from autotune.workloads.prompts import load_workload, split_workload
     prompts = load_workload(str(WORKLOAD))
     search, bench = split_workload(prompts, fraction, seed)
     rows = {str(json.loads(line)["question_id"]): line
@@ -66,7 +66,7 @@ def search(engine: str, run: Path, workload: Path, max_new: int, extra: list[str
 
 def answer(run: Path) -> tuple[str, dict[str, Any] | None]:
     """(label, params or None for "do not speculate") of a run's best.json."""
-    from autotune.run_folder import describe
+    from autotune.decoding.label import describe
     best = json.loads((run / "best.json").read_text())
     params = best.get("params") or {}
     if params.get("method", "none") == "none":
@@ -85,9 +85,9 @@ def bench_engine(engine: str, out: Path, search_file: Path, bench_file: Path,
     from autotune.backends import open_backend
     from autotune.decoding.config import config_from_mapping
     from autotune.decoding.methods import all_methods
-    from autotune.measure import measure_arms
+    from autotune.measure.measurement import measure_arms
     from autotune.models.loading import load_model
-    from autotune.workloads import load_workload, round_robin
+    from autotune.workloads.prompts import load_workload, round_robin
 
     common = ["--prompts", str(args.prompts)]
     if not args.skip_search:

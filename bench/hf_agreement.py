@@ -22,14 +22,14 @@ from pathlib import Path
 
 import torch
 
+from autotune.backends.hf_assisted import run_assisted
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.exports import export
 from autotune.frozen import SCHEMA
-from autotune.hf_assisted import run_assisted
 from autotune.models.llama import LlamaForward
 from autotune.models.loading import LoadedModel, load_model
-from autotune.workloads import encode_prompt, load_workload, round_robin
+from autotune.workloads.prompts import encode_prompt, load_workload, round_robin
 
 CONFIGS = {
     "prompt lookup k=4 n<=3": dict(method="ngram", k=4, ngram_max=3),

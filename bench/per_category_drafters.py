@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune.decoding.config import config_from_mapping
-from autotune.measure import measure_arms
+from autotune.measure.measurement import measure_arms
 from autotune.models.loading import load_model
 from autotune.models.trained import load_draft
-from autotune.workloads import load_workload, round_robin, split_workload
+from autotune.workloads.prompts import load_workload, round_robin, split_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_BENCH = ROOT.parent / "shared/workloads/spec_bench_question.jsonl"
@@ -46,7 +46,7 @@ def train(args: argparse.Namespace, folder: Path) -> float | None:
     if (folder / "drafters.json").is_file():
         return None
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "autotune.cli", "train-draft", "--kind", args.kind,
+    subprocess.run([sys.executable, "-m", "autotune.cli.main", "train-draft", "--kind", args.kind,
                     "--per-category", "--categories", args.categories,
                     "--minutes", str(args.minutes), "--workload", args.workload,
                     "--validation", str(args.validation), "--seed", str(args.seed),

@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _draft import truncated_draft  # noqa: E402
 
 from autotune.decoding.config import DecodeConfig  # noqa: E402
-from autotune.measure import measure_arms  # noqa: E402
+from autotune.measure.measurement import measure_arms  # noqa: E402
 from autotune.models.loading import load_model  # noqa: E402
 from autotune.replay.run import Replayer  # noqa: E402
-from autotune.workloads import load_workload, round_robin  # noqa: E402
+from autotune.workloads.prompts import load_workload, round_robin  # noqa: E402
 
 SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared/workloads/spec_bench_question.jsonl"
 

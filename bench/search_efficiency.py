@@ -31,10 +31,10 @@ import pandas as pd
 import torch
 
 from autotune.models.loading import load_model
-from autotune.objectives import EvalContext, load_objective
-from autotune.samplers import make_sampler
+from autotune.search.objectives import EvalContext, load_objective
+from autotune.search.samplers import make_sampler
 from autotune.space import InfeasibleConfig, load_space
-from autotune.workloads import load_workload
+from autotune.workloads.prompts import load_workload
 
 HERE = Path(__file__).resolve().parent
 SPACE = HERE / "spaces" / "ngram_grid.yaml"

@@ -7,14 +7,14 @@ Per seed:
    put in one seeded order, and each part takes prompts round-robin over that order, so
    the three parts draw on the same categories (the search's, being smallest, are a
    subset of the others') and never share a prompt.
-2. Run the real CLI, `python -m autotune.cli search --workload SEARCH --validation VALID
+2. Run the real CLI, `python -m autotune.cli.main search --workload SEARCH --validation VALID
    ...`, and read the run's best.json: the chosen config, the search's own figure for
    it (`metrics.speedup`) and the validated one (`validation.speedup`, `ci90`).
 3. Re-measure in this process with the product's own `measure_arms`: the chosen config
    and vLLM's default n-gram (the `vllm_ngram` preset of the method registry) as two
    arms against one interleaved AR baseline, repeats pooled, (a) on the validation
    prompts again and (b) on the fresh prompts. The figure and its 90% interval are
-   `autotune.paired`'s (`Measurement.summary()`). A "do not speculate" answer is the AR
+   `autotune.measure.paired`'s (`Measurement.summary()`). A "do not speculate" answer is the AR
    baseline: its speedup is 1.0 by definition, so only vLLM's default is measured.
 
 Goals (printed as PASS/FAIL lines with the numbers):
@@ -55,9 +55,9 @@ import torch
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.methods import get_method
 from autotune.frozen import load_frozen, read_parts
-from autotune.measure import measure_arms
+from autotune.measure.measurement import measure_arms
 from autotune.models.loading import LoadedModel, load_model
-from autotune.workloads import load_workload
+from autotune.workloads.prompts import load_workload
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO.parent / "shared" / "workloads" / "spec_bench_question.jsonl"
@@ -100,7 +100,7 @@ def run_search(args: argparse.Namespace, seed: int, files: dict[str, Path],
                run_dir: Path) -> dict[str, Any]:
     """The CLI's search on the search file, validated on the validation file; best.json.
     Its output goes to stderr, so stdout holds only this bench's figures."""
-    command = [sys.executable, "-m", "autotune.cli", "search",
+    command = [sys.executable, "-m", "autotune.cli.main", "search",
                "--workload", str(files["search"]), "--validation", str(files["validation"]),
                "--prompts", str(args.search_prompts),
                "--validation-prompts", str(args.validation_prompts),

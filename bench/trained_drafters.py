@@ -35,10 +35,10 @@ from typing import Any
 import torch
 
 from autotune.decoding.config import DecodeConfig, config_from_mapping
-from autotune.measure import measure_arms
+from autotune.measure.measurement import measure_arms
 from autotune.models.loading import load_model
 from autotune.models.trained import load_draft
-from autotune.workloads import load_workload, round_robin, split_workload
+from autotune.workloads.prompts import load_workload, round_robin, split_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_BENCH = ROOT.parent / "shared/workloads/spec_bench_question.jsonl"
@@ -55,7 +55,7 @@ def train(kind: str, args: argparse.Namespace, folder: Path) -> float | None:
     if (folder / "drafter.json").is_file():
         return None
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "autotune.cli", "train-draft", "--kind", kind,
+    subprocess.run([sys.executable, "-m", "autotune.cli.main", "train-draft", "--kind", kind,
                     "--minutes", str(args.minutes), "--workload", args.workload,
                     "--validation", str(args.validation), "--seed", str(args.seed),
                     "--max-new-tokens", str(args.train_new_tokens), "--out", str(folder)],

@@ -4,7 +4,7 @@ On the default model and real prompts, for each budget B of drafted tokens per r
   chains  k in CHAIN_KS with k <= B (fixed policy: exactly k drafted per round)
   trees   EAGLE-2 dynamic trees, width w x depth d, keeping tree_tokens = B nodes
           (only shapes that draft at least B nodes before the rerank)
-Each candidate is measured by `autotune.measure.measure` (the project's one timing
+Each candidate is measured by `autotune.measure.measurement.measure` (the project's one timing
 path: untimed warm-up, device sync, perf_counter, tokens as generated, the AR baseline
 interleaved prompt by prompt in the same process), greedy, float32, so every run is
 also checked lossless. The table gives, per budget, the best chain and the best tree by
@@ -12,7 +12,7 @@ speedup over their own interleaved baselines, with τ (tokens per round), ms/tok
 the verify pass size; the last column is the ratio tree / chain of those speedups.
 
 Before the candidates the target's forward cost for n tokens in one pass is printed
-(autotune.profile), which is what decides whether verifying B + 1 tokens is nearly as
+(autotune.measure.profile), which is what decides whether verifying B + 1 tokens is nearly as
 cheap as verifying one on this hardware.
 
 Drafter: by default a separate draft model, the default model's first D layers
@@ -36,10 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _draft import truncated_draft  # noqa: E402
 
-from autotune.decoding.config import DecodeConfig, config_from_mapping, parse_assignments  # noqa: E402
-from autotune.measure import measure  # noqa: E402
+from autotune.decoding.config import (  # noqa: E402
+    DecodeConfig,
+    config_from_mapping,
+    parse_assignments,
+)
+from autotune.measure.measurement import measure  # noqa: E402
 from autotune.models.loading import load_model  # noqa: E402
-from autotune.workloads import load_workload  # noqa: E402
+from autotune.workloads.prompts import load_workload  # noqa: E402
 
 SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared/workloads/spec_bench_question.jsonl"
 CHAIN_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -83,7 +87,7 @@ def main() -> None:
           f"{args.max_new_tokens} tokens, greedy float32", flush=True)
 
     try:
-        from autotune.profile import forward_cost_profile
+        from autotune.measure.profile import forward_cost_profile
         profile = forward_cost_profile(target)
         one = profile["points"][0]["ms"]
         print("target forward cost, n tokens in one pass: " + ", ".join(

@@ -10,7 +10,7 @@ import torch
 
 from autotune.models.llama import LlamaForward
 from autotune.models.loading import LoadedModel, load_model
-from autotune.workloads import Prompt, load_workload
+from autotune.workloads.prompts import Prompt, load_workload
 
 SPEC_BENCH = Path(__file__).resolve().parents[1].parent / "shared/workloads/spec_bench_question.jsonl"
 

@@ -69,22 +69,22 @@ def _wait_on_call(owner: Any, name: str, nth: int, marker: Path) -> None:
 
 def _install(phase: str, nth: int, marker: Path) -> None:
     if phase == "profile":
-        import autotune.profile as module
+        import autotune.measure.profile as module
         _wait_on_call(module, "forward_cost_profile", nth, marker)
     elif phase == "trial":
-        from autotune.objectives import Objective
+        from autotune.search.objectives import Objective
         _wait_on_call(Objective, "evaluate", nth, marker)
     elif phase == "between":
-        import autotune.run_folder as module
+        import autotune.runs.folder as module
         _wait_on_call(module, "write_run_files", nth, marker)
     elif phase == "validation":
-        import autotune.validation as module
+        import autotune.search.finalists as module
         _wait_on_call(module, "measure_finalists", nth, marker)
     elif phase == "report":
         import autotune.report as module
         _wait_on_call(module, "render_report", nth, marker)
     elif phase == "exports":
-        import autotune.exporting as module
+        import autotune.runs.exports_folder as module
         _wait_on_call(module, "_swap_in", nth, marker)
     else:
         raise SystemExit(f"phase_driver: unknown phase {phase!r}")
@@ -97,5 +97,5 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)
     phase, nth, marker, *cli_args = sys.argv[1:]
     _install(phase, int(nth), Path(marker))
-    from autotune.cli import main
+    from autotune.cli.main import main
     sys.exit(main(cli_args))

@@ -21,19 +21,19 @@ import random
 import time
 
 import pytest
+from conftest import real_prompts
+from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
 
 from autotune.backends import BackendUnavailable, open_backend, unavailable
 from autotune.backends.embedded import EmbeddedBackend
 from autotune.backends.hf import HFBackend
 from autotune.backends.llama_cpp import installed as llama_cpp_installed
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.drafters.ngram import ngram_proposal
-from autotune.errors import AutotuneError
-from autotune.measure import measure_arms
+from autotune.measure.measurement import measure_arms
 from autotune.models.loading import LoadedModel
-from autotune.workloads import Prompt, encode_prompt, round_robin
-from conftest import real_prompts
-from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
+from autotune.workloads.prompts import Prompt, encode_prompt, round_robin
 
 needs_llama_cpp = pytest.mark.skipif(
     not llama_cpp_installed() and not os.environ.get("AUTOTUNE_REQUIRE_LLAMA_CPP"),

@@ -8,14 +8,14 @@ from __future__ import annotations
 import time
 
 import pytest
+import test_sampling_e2e as e2e
 import torch
+from tiny import gpt2_model, tiny_llama, tiny_loaded
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.batched import BatchedDecoder
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.errors import AutotuneError
-import test_sampling_e2e as e2e
-from tiny import gpt2_model, tiny_llama, tiny_loaded
 
 EOS = 52      # ends row 3 at its prefill token and row 1 mid-way (seed 3, scale 4)
 MAX_NEW = 24

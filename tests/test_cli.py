@@ -11,12 +11,11 @@ import re
 
 import pytest
 import torch
+from tiny import gpt2_model, llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
 import autotune.models.loading as loading
-from autotune.cli import main
-from autotune.measure_cli import format_summary
-
-from tiny import gpt2_model, llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+from autotune.cli.main import main
+from autotune.cli.measure import format_summary
 
 
 @pytest.fixture
@@ -28,7 +27,7 @@ def no_loading(monkeypatch):
         raise AssertionError(f"load_model reached with {args}")
 
     monkeypatch.setattr(loading, "load_model", spy)
-    monkeypatch.setattr("autotune.cli.load_model", spy, raising=False)   # if imported at top
+    monkeypatch.setattr("autotune.cli.main.load_model", spy, raising=False)   # if imported at top
     return calls
 
 
@@ -79,13 +78,15 @@ def test_input_errors_fail_fast_without_loading(name, capsys, no_loading):
 
 def test_search_help_lists_every_sampler():
     # cli.py restates the names so that `--help` does not load optuna.
-    from autotune import cli, samplers
+    from autotune.cli import main as cli
+    from autotune.search import samplers
     assert cli._SAMPLERS == samplers.SAMPLERS
 
 
 def test_cli_lists_the_same_targets_and_backends_as_the_registries():
     # cli.py restates them so that `--help` loads nothing.
-    from autotune import backends, cli
+    from autotune import backends
+    from autotune.cli import main as cli
     from autotune.decoding.engines import ENGINES
     assert cli._TARGETS == tuple(ENGINES)
     assert cli._BACKENDS == ("autotune", *backends.ENGINE_BACKENDS)

@@ -6,15 +6,23 @@ import json
 import time
 
 import pytest
-
-from autotune.decoding.config import (DecodeConfig, config_from_mapping, load_config_file,
-                                      parse_assignments)
-from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.policies import (AdaptivePolicy, ConfidencePolicy, ExitPolicy,
-                                        HeuristicPolicy, make_policy)
-from autotune.errors import AutotuneError
-
 from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
+
+from autotune.common.errors import AutotuneError
+from autotune.decoding.config import (
+    DecodeConfig,
+    config_from_mapping,
+    load_config_file,
+    parse_assignments,
+)
+from autotune.decoding.decoder import SpeculativeDecoder
+from autotune.decoding.policies import (
+    AdaptivePolicy,
+    ConfidencePolicy,
+    ExitPolicy,
+    HeuristicPolicy,
+    make_policy,
+)
 
 
 def _from_sets(*items: str, base: DecodeConfig | None = None) -> DecodeConfig:

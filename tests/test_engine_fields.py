@@ -15,15 +15,15 @@ import shlex
 from collections import Counter
 from typing import Any
 
+import engine_fields as pins
 import pytest
 import yaml
+from test_exports import DRAFT, frozen
 
-import engine_fields as pins
+from autotune.common.errors import AutotuneError
 from autotune.decoding.engines import ENGINES
-from autotune.errors import AutotuneError
 from autotune.exports import FORMATS, export, launch, schema
 from autotune.exports._common import read_frozen
-from test_exports import DRAFT, frozen
 
 # ---------------------------------------------------------------- the configs
 

@@ -10,19 +10,22 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
+from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
-from autotune.cli import main
+from autotune.cli.main import main
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.drafters.base import TokenChooser
 from autotune.decoding.drafters.ngram import MatchPool, lookup, ngram_proposal
 from autotune.decoding.engines import ENGINES, engine_rules
-from autotune.decoding.policies import (ConfidencePolicy, ExitPolicy, RocConfidencePolicy,
-                                        make_policy)
+from autotune.decoding.policies import (
+    ConfidencePolicy,
+    ExitPolicy,
+    RocConfidencePolicy,
+    make_policy,
+)
 from autotune.exports import engine_losses
+from autotune.search.targets import TARGETS, default_space, refusal
 from autotune.space import InfeasibleConfig, load_space
-from autotune.targets import TARGETS, default_space, refusal
-
-from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
 # The suffix [1, 2] occurs at 0 (followed by 7) and at 4 (followed by 8).
 SEQ = [1, 2, 7, 9, 1, 2, 8, 9, 1, 2]
@@ -75,9 +78,11 @@ def test_trtllm_pool_files_continuations_as_first_seen() -> None:
 @pytest.mark.parametrize("engine", list(ENGINES))
 @pytest.mark.parametrize("method", ["ngram", "draft_model"])
 def test_every_engines_rules_are_lossless_under_greedy(engine: str, method: str) -> None:
-    from autotune.decoding.decoder import SpeculativeDecoder
     import time
+
     from tiny import tiny_loaded
+
+    from autotune.decoding.decoder import SpeculativeDecoder
     target = tiny_loaded(llama_model(seed=2, layers=4, scale=3.0))
     draft = tiny_loaded(llama_model(seed=9, layers=2, scale=3.0)) if method == "draft_model" \
         else None
@@ -247,7 +252,7 @@ def test_the_report_says_whose_rules_measured_the_answer_and_what_is_approximate
 
 
 def test_a_target_queues_only_its_own_engines_documented_defaults() -> None:
-    from autotune.search import presets
+    from autotune.search.study import presets
     every = [p.name for p in presets(30)]
     assert {"vllm_ngram", "hf_assisted", "dv_default"} <= set(every)
     # Some engines' defaults are queued only when tuning for that engine.

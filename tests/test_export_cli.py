@@ -8,10 +8,10 @@ import shlex
 import pytest
 import yaml
 
-from autotune.cli import main
-from autotune.exporting import write_exports
+from autotune.cli.main import main
 from autotune.exports import schema
 from autotune.frozen import frozen_document
+from autotune.runs.exports_folder import write_exports
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -17,15 +17,22 @@ from typing import Any
 
 import jsonschema
 import pytest
-
-from autotune.cli import main
-from autotune.decoding.config import DecodeConfig
-from autotune.exporting import write_exports
-from autotune.exports import FORMATS, approximation, engine_losses, export, expressible, launch
-from autotune.exports import llama_cpp as lcp
-from autotune.exports import schema
-from autotune.frozen import frozen_document
 from test_exports import DRAFT, TARGET, error_of, frozen
+
+from autotune.cli.main import main
+from autotune.decoding.config import DecodeConfig
+from autotune.exports import (
+    FORMATS,
+    approximation,
+    engine_losses,
+    export,
+    expressible,
+    launch,
+    schema,
+)
+from autotune.exports import llama_cpp as lcp
+from autotune.frozen import frozen_document
+from autotune.runs.exports_folder import write_exports
 
 GGUF = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL = dict(TARGET, spec=GGUF)
@@ -394,7 +401,7 @@ def test_run_exports_write_the_llama_cpp_folder(tmp_path) -> None:
 
 
 def test_llama_cpp_is_a_format_and_a_target() -> None:
-    from autotune.cli import _TARGETS
+    from autotune.cli.main import _TARGETS
 
     assert "llama_cpp" in FORMATS and "llama_cpp" in _TARGETS
 

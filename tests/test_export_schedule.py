@@ -13,19 +13,19 @@ import json
 from bisect import bisect_left, bisect_right
 from typing import Any
 
+import engine_fields as pins
 import jsonschema
 import pytest
 import yaml
+from test_engine_fields import check_trtllm, check_vllm
+from test_exports import DRAFT, frozen
 
-import engine_fields as pins
-from autotune.cli import main
-from autotune.errors import AutotuneError
-from autotune.exporting import refusal_reason, write_exports
+from autotune.cli.main import main
+from autotune.common.errors import AutotuneError
 from autotune.exports import export, expressible, launch, schema
 from autotune.exports import vllm as vllm_export
 from autotune.frozen import SCHEMA, frozen_document, problems, read_parts
-from test_engine_fields import check_trtllm, check_vllm
-from test_exports import DRAFT, frozen
+from autotune.runs.exports_folder import refusal_reason, write_exports
 
 # 1: K=4, 2-3: K=3, 4-8: K=0 (tuned at 1, 2, 4, 8).
 RANGES = [{"start": 1, "end": 1, "k": 4}, {"start": 2, "end": 3, "k": 3},

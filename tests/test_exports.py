@@ -18,11 +18,19 @@ import jsonschema
 import pytest
 import yaml
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.methods import MethodSpec, register_method, unregister_method
-from autotune.errors import AutotuneError
-from autotune.exports import (FORMATS, Export, approximation, engine_losses, export,
-                              expressible, launch, schema)
+from autotune.exports import (
+    FORMATS,
+    Export,
+    approximation,
+    engine_losses,
+    export,
+    expressible,
+    launch,
+    schema,
+)
 
 TARGET = {"id": "SmolLM2-135M-Instruct", "spec": "default", "path": "/models/smollm2-135m",
           "sha256": "0" * 64, "hash_of": "weights", "dtype": "float32", "n_layers": 30,

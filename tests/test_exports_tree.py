@@ -13,10 +13,10 @@ import shlex
 import pytest
 import yaml
 
-from autotune.cli import main
-from autotune.exporting import write_exports
+from autotune.cli.main import main
 from autotune.exports import export, expressible
 from autotune.frozen import frozen_document
+from autotune.runs.exports_folder import write_exports
 from tests.test_exports import DRAFT, error_of, frozen, load_hf, valid
 
 # A dynamic tree: 2 children per node, 3 levels, the best 6 of the 2 + 2*2*2 = 10 drafted.

@@ -4,17 +4,23 @@ the HF fallback forward (HFForward) on a non-Llama architecture."""
 from __future__ import annotations
 
 import pytest
-
-from autotune.errors import AutotuneError
 import torch
+from tiny import (  # noqa: F401
+    gpt2_model,
+    llama_model,
+    mistral_model,
+    one_thread,
+    qwen2_model,
+    qwen3_model,
+    save_tiny,
+    tiny_loaded,
+)
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from autotune.common.errors import AutotuneError
 from autotune.models.hf_forward import HFForward
 from autotune.models.llama import LlamaForward
 from autotune.models.loading import load_model
-
-from tiny import (gpt2_model, llama_model, mistral_model, one_thread, qwen2_model,  # noqa: F401
-                  qwen3_model, save_tiny, tiny_loaded)
 
 ATOL = 1e-5
 

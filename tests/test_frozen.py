@@ -9,16 +9,22 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
-
-from autotune.cli import main
-from autotune.frozen import (SCHEMA, content_hash, describe_environment_change,
-                             frozen_document, hardware_record, load_frozen, model_record,
-                             problems)
-from autotune.objectives import load_objective
-from autotune.run_folder import best_document
-from autotune.workloads import load_workload, workload_digest
-
 from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401  (autouse fixture)
+
+from autotune.cli.main import main
+from autotune.frozen import (
+    SCHEMA,
+    content_hash,
+    describe_environment_change,
+    frozen_document,
+    hardware_record,
+    load_frozen,
+    model_record,
+    problems,
+)
+from autotune.runs.folder import best_document
+from autotune.search.objectives import load_objective
+from autotune.workloads.prompts import load_workload, workload_digest
 
 
 def _context(n_layers: int = 4) -> dict:
@@ -185,7 +191,7 @@ def test_load_frozen_is_one_line_with_a_pointer_to_validate(tmp_path):
     doc = _doc()
     doc["params"].update(k=0, gamma=3)
     path = _write(tmp_path, "best.json", doc)
-    from autotune.errors import AutotuneError
+    from autotune.common.errors import AutotuneError
     with pytest.raises(AutotuneError, match=r"params.gamma: 3 is greater.*\(and 1 more; run "
                                             r"autotune validate"):
         load_frozen(path)

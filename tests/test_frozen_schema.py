@@ -9,8 +9,12 @@ from typing import Any, Iterator
 import pytest
 
 from autotune.decoding.config import KNOBS, MAX_TREE_NODES
-from autotune.decoding.methods import (BUILTIN_METHODS, MethodSpec, register_method,
-                                       unregister_method)
+from autotune.decoding.methods import (
+    BUILTIN_METHODS,
+    MethodSpec,
+    register_method,
+    unregister_method,
+)
 from autotune.frozen import SCHEMA, problems, read_parts, shipped_schema
 
 PARAMS = shipped_schema()["properties"]["params"]

@@ -25,15 +25,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import real_prompts
 
+from autotune.backends.hf_assisted import run_assisted
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.exports import export
 from autotune.frozen import SCHEMA
-from autotune.hf_assisted import run_assisted
 from autotune.models.loading import LoadedModel
-from autotune.workloads import encode_prompt, round_robin
-from conftest import real_prompts
+from autotune.workloads.prompts import encode_prompt, round_robin
 
 MAX_NEW = 20
 N_PROMPTS = 3

@@ -26,16 +26,16 @@ def _imported(code: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:
 
 
 def test_importing_the_cli_loads_no_model_library():
-    names, done = _imported("import autotune.cli")
+    names, done = _imported("import autotune.cli.main")
     assert done.returncode == 0, done.stderr[-2000:]
     assert not names & set(HEAVY), sorted(names & set(HEAVY))
 
 
-@pytest.mark.parametrize("path,kind", [("search_spaces/joint.yaml", "search space"),
-                                       ("search_spaces/tree.yaml", "search space"),
-                                       ("objectives/latency_memory.yaml", "objective")])
+@pytest.mark.parametrize("path,kind", [("autotune/space/presets/joint.yaml", "search space"),
+                                       ("autotune/space/presets/tree.yaml", "search space"),
+                                       ("autotune/search/objective_presets/latency_memory.yaml", "objective")])
 def test_validating_a_space_or_objective_loads_no_model_library(path, kind):
-    names, done = _imported("import sys; from autotune.cli import main; "
+    names, done = _imported("import sys; from autotune.cli.main import main; "
                             f"sys.exit(main(['validate', {str(ROOT / path)!r}]))")
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"valid {kind}" in done.stdout
@@ -43,7 +43,7 @@ def test_validating_a_space_or_objective_loads_no_model_library(path, kind):
 
 
 def test_help_loads_no_model_library():
-    names, done = _imported("import sys; from autotune.cli import main; "
+    names, done = _imported("import sys; from autotune.cli.main import main; "
                             "sys.exit(main(['search', '--help']))")
     assert done.returncode == 0 and "--sampler" in done.stdout
     assert not names & set(HEAVY), sorted(names & set(HEAVY))

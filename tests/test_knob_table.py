@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.decoding.config import KNOBS
-from autotune.knob_table import TABLE_HEADER, readme_keys, row, table
+from autotune.decoding.knob_table import TABLE_HEADER, readme_keys, row, table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

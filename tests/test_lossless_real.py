@@ -7,13 +7,13 @@ import time
 
 import pytest
 import torch
+from conftest import real_prompts
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.models.hf_forward import HFForward
 from autotune.models.loading import LoadedModel
-from autotune.workloads import encode_prompt
-from conftest import real_prompts
+from autotune.workloads.prompts import encode_prompt
 
 MAX_NEW = 16
 N_PROMPTS = 20
@@ -98,7 +98,7 @@ def test_hf_fallback_lossless(default_model, truncated_draft, prompt_ids, baseli
 
 
 def test_layer_methods_refused_on_hf_fallback(default_model):
-    from autotune.errors import AutotuneError
+    from autotune.common.errors import AutotuneError
 
     hf_target = LoadedModel(**{**vars(default_model), "forward": HFForward(default_model.hf_model)})
     with pytest.raises(AutotuneError, match="layer access"):

@@ -1,4 +1,4 @@
-"""The measurement core (`autotune.measure`) itself, on tiny random-weight models:
+"""The measurement core (`autotune.measure.measurement`) itself, on tiny random-weight models:
 the order runs are made in (interleaving, alternation, warm-up), what a per-token latency
 divides (prefill apart, tokens as generated after the EOS cut), τ after the EOS cut, the
 `lossless: false` path reached by a real token mismatch, sampling with a draft model and
@@ -14,17 +14,16 @@ from typing import Any
 
 import pytest
 import torch
+from tiny import llama_model, one_thread, tiny_llama, tiny_loaded  # noqa: F401  (autouse fixture)
 
 import autotune.decoding.decoder as decoder_module
-import autotune.measure as measure_module
-from autotune import paired
+import autotune.measure.measurement as measure_module
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.measure import WARMUP_TOKENS, measure, measure_arms
+from autotune.measure import paired
+from autotune.measure.measurement import WARMUP_TOKENS, measure, measure_arms
 from autotune.models.loading import LoadedModel
-from autotune.workloads import Prompt, encode_prompt
-
-from tiny import llama_model, one_thread, tiny_llama, tiny_loaded  # noqa: F401  (autouse fixture)
+from autotune.workloads.prompts import Prompt, encode_prompt
 
 # Seed 0 of the tiny Llama at scale 2 has peaked, token-specific continuations (greedy
 # outputs of these prompts are listed where a test relies on them).

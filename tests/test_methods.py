@@ -8,18 +8,23 @@ import inspect
 import time
 
 import pytest
+from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
+from toy_drafter import RepeatLast, toy  # noqa: F401  (fixture)
 
-from autotune.agreement import teacher_forced_agreement
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafters.base import Drafter, TreeHooks
 from autotune.decoding.drafters.none import NoDraft
-from autotune.decoding.methods import (BUILTIN_METHODS, MethodSpec, get_method,
-                                       register_method, tree_method_names, unregister_method)
-from autotune.errors import AutotuneError
-
-from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
-from toy_drafter import RepeatLast, toy  # noqa: F401  (fixture)
+from autotune.decoding.methods import (
+    BUILTIN_METHODS,
+    MethodSpec,
+    get_method,
+    register_method,
+    tree_method_names,
+    unregister_method,
+)
+from autotune.measure.agreement import teacher_forced_agreement
 
 
 @pytest.mark.parametrize("name", BUILTIN_METHODS)

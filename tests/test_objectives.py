@@ -15,13 +15,16 @@ import torch
 from conftest import real_prompts
 from tiny import tiny_llama
 
-from autotune.agreement import reference_continuations, teacher_forced_agreement
+from autotune.common.errors import AutotuneError
+from autotune.common.yaml_source import did_you_mean, load_yaml
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafters.ngram import lookup
-from autotune.errors import AutotuneError
-from autotune.measure import Measurement
-from autotune.objectives import (
+from autotune.decoding.reference import reference_continuations
+from autotune.measure.agreement import teacher_forced_agreement
+from autotune.measure.measurement import Measurement
+from autotune.search.evaluation import evaluate
+from autotune.search.objectives import (
     CONSTRAINT_METRICS,
     METRICS,
     Constraint,
@@ -29,8 +32,7 @@ from autotune.objectives import (
     available_objectives,
     load_objective,
 )
-from autotune.workloads import Prompt
-from autotune.yaml_source import did_you_mean, load_yaml
+from autotune.workloads.prompts import Prompt
 
 SUMMARY_KEYS_WITHOUT_AGREEMENT = set(METRICS) - {"agreement"}
 
@@ -50,7 +52,7 @@ def test_registry_directions_and_units():
 
 
 def test_registry_names_are_summary_keys(tiny_ctx):
-    summary = load_objective("latency").evaluate(tiny_ctx, DecodeConfig(method="ngram"))
+    summary = evaluate(load_objective("latency"), tiny_ctx, DecodeConfig(method="ngram"))
     assert SUMMARY_KEYS_WITHOUT_AGREEMENT | {"lossless"} <= set(summary)
 
 
@@ -194,7 +196,7 @@ def tiny_ctx(tiny_model):
 
 
 def test_evaluate_reports_partial_summary_each_prompt(tiny_ctx, monkeypatch):
-    from autotune import objectives
+    from autotune.search import objectives
     partials: list[float] = []
     real_summary = Measurement.summary
 
@@ -206,7 +208,7 @@ def test_evaluate_reports_partial_summary_each_prompt(tiny_ctx, monkeypatch):
     monkeypatch.setattr(Measurement, "summary", spy)
     reports: list[tuple[int, float]] = []
     obj = objectives.load_objective("latency")
-    metrics = obj.evaluate(tiny_ctx, DecodeConfig(method="layer_skip", attn_skip=(1,)),
+    metrics = evaluate(obj, tiny_ctx, DecodeConfig(method="layer_skip", attn_skip=(1,)),
                            report=lambda step, value: reports.append((step, value)))
     assert [s for s, _ in reports] == [0, 1, 2]
     # Three partial summaries (one per prompt), then the final one.
@@ -230,7 +232,7 @@ def test_evaluate_repeats_are_pooled(tiny_ctx, monkeypatch):
     monkeypatch.setattr(Measurement, "summary", spy)
     obj = dataclasses.replace(load_objective("latency"), repeats=3)
     reports: list[tuple[int, float]] = []
-    metrics = obj.evaluate(tiny_ctx, DecodeConfig(method="ngram"),
+    metrics = evaluate(obj, tiny_ctx, DecodeConfig(method="ngram"),
                            report=lambda s, v: reports.append((s, v)))
     runs = seen[-1].runs
     assert len(runs) == 9 and [r.prompt_id for r in runs[:3]] == [r.prompt_id for r in runs[3:6]]
@@ -251,19 +253,18 @@ def test_report_raising_pruned_propagates(tiny_ctx):
         raise optuna.TrialPruned()
 
     with pytest.raises(optuna.TrialPruned):
-        load_objective("speedup").evaluate(tiny_ctx, DecodeConfig(method="ngram"), report=prune)
+        evaluate(load_objective("speedup"), tiny_ctx, DecodeConfig(method="ngram"), report=prune)
     assert calls == [0]
 
 
 def test_multi_objective_does_not_report(tiny_ctx):
     reports = []
-    metrics = load_objective("latency_memory").evaluate(
-        tiny_ctx, DecodeConfig(), report=lambda s, v: reports.append(v))
+    metrics = evaluate(load_objective("latency_memory"), tiny_ctx, DecodeConfig(), report=lambda s, v: reports.append(v))
     assert reports == [] and len(load_objective("latency_memory").values(metrics)) == 2
 
 
 def test_agreement_objective_does_not_decode_candidates(tiny_ctx, monkeypatch):
-    from autotune import evaluation, objectives
+    from autotune.search import evaluation, objectives
 
     def no_measure(*args, **kwargs):
         raise AssertionError("agreement must not call measure")
@@ -271,14 +272,14 @@ def test_agreement_objective_does_not_decode_candidates(tiny_ctx, monkeypatch):
     monkeypatch.setattr(evaluation, "measure_arms", no_measure)
     obj = objectives.load_objective("agreement")
     reports = []
-    out = obj.evaluate(tiny_ctx, DecodeConfig(method="layer_skip"),
+    out = evaluate(obj, tiny_ctx, DecodeConfig(method="layer_skip"),
                        report=lambda s, v: reports.append((s, v)))
     assert out["agreement"] == 1.0 and out["agreement_positions"] == 3 * 11
     assert out["config"]["method"] == "layer_skip"
     assert [s for s, _ in reports] == [0, 1, 2] and reports[-1][1] == 1.0
     memo = dict(tiny_ctx.memo)
     assert len(memo) == 1                               # reference decoded once, reused
-    obj.evaluate(tiny_ctx, DecodeConfig(method="ngram"))
+    evaluate(obj, tiny_ctx, DecodeConfig(method="ngram"))
     assert tiny_ctx.memo.keys() == memo.keys()
 
 
@@ -386,8 +387,8 @@ def test_agreement_on_default_model(default_model):
     ctx = EvalContext(target=default_model, draft=None, prompts=real_prompts(2),
                       max_new_tokens=16)
     obj = load_objective("agreement")
-    light = obj.evaluate(ctx, DecodeConfig(method="layer_skip", attn_skip=(12,)))
-    heavy = obj.evaluate(ctx, DecodeConfig(method="layer_skip", attn_skip=tuple(range(1, 21))))
+    light = evaluate(obj, ctx, DecodeConfig(method="layer_skip", attn_skip=(12,)))
+    heavy = evaluate(obj, ctx, DecodeConfig(method="layer_skip", attn_skip=tuple(range(1, 21))))
     assert light["agreement_positions"] == heavy["agreement_positions"] > 20
     assert 0.5 <= light["agreement"] <= 1.0
     assert heavy["agreement"] < light["agreement"]

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.paired import PromptPair, by_category, interval, pool, speedup, tau
+from autotune.measure.paired import (
+    PromptPair,
+    by_category,
+    interval,
+    pool,
+    speedup,
+    tau,
+)
 
 
 def pair(pid: str, base_s: float, cand_s: float, tokens: int = 10, category: str = "c",

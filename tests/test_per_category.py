@@ -12,14 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny import llama_model, one_thread, save_tiny  # noqa: F401
 
-from autotune.cli import main
+from autotune.cli.main import main
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.errors import AutotuneError
+from autotune.decoding.drafter_choice import pick_drafter
 from autotune.models.loading import load_model
-from autotune.models.trained import DrafterSet, load_draft, pick_drafter
-from tiny import llama_model, one_thread, save_tiny  # noqa: F401
+from autotune.models.trained import DrafterSet, load_draft
 
 MAX_NEW = 16
 
@@ -126,7 +127,7 @@ def test_routing_drafts_a_prompt_as_its_category_member_does(loaded):
 
 def test_the_replay_drafts_each_prompt_with_the_decoders_member(loaded, tmp_path):
     from autotune.replay.run import Replayer
-    from autotune.workloads import Prompt
+    from autotune.workloads.prompts import Prompt
 
     target, draft = loaded
     prompts = [Prompt("t5 t6 t7 t8 t9", "code", "a"), Prompt("t35 t36 t37 t38", "chat", "b")]
@@ -145,7 +146,7 @@ def test_the_replay_drafts_each_prompt_with_the_decoders_member(loaded, tmp_path
 def test_the_space_tunes_the_drafter_where_its_method_is_chosen(loaded):
     import optuna
 
-    from autotune.models.trained import trained_space_args
+    from autotune.space.binding import trained_space_args
     from autotune.space.loading import load_space
 
     target, draft = loaded
@@ -261,9 +262,9 @@ def test_a_half_written_folder_is_not_a_drafter_set(trained, loaded, tmp_path):
 
 def test_the_report_shows_the_best_drafter_per_category():
     from optuna.distributions import CategoricalDistribution
+    from test_report_data import LATENCY, add, baseline, config, new_study
 
     from autotune.report import panels as P
-    from test_report_data import LATENCY, add, baseline, config, new_study
 
     study = new_study()
     baseline(study)
@@ -298,10 +299,11 @@ def test_batched_rows_draft_with_their_own_categorys_exit_adapters(tmp_path):
     member, and every row equals its own greedy AR output."""
     import dataclasses as dc
 
-    from autotune.decoding.batched import BatchedDecoder
-    from autotune.models.trained import TrainedDraft
     from test_trained_exits import ADAPTED, _exits, _peaked
     from tiny import tiny_loaded
+
+    from autotune.decoding.batched import BatchedDecoder
+    from autotune.models.trained import TrainedDraft
 
     target = tiny_loaded(_peaked())
     (tmp_path / "a").mkdir()

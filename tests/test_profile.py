@@ -9,15 +9,20 @@ import json
 from pathlib import Path
 
 import pytest
-
-import autotune.models.loading as loading
-import autotune.profile as profile_module
-from autotune.cli import main
-from autotune.errors import AutotuneError
-from autotune.profile import (DEFAULT_SIZES, PROFILE_FILE, check_sizes, format_profile,
-                              forward_cost_profile, free_tokens)
-
 from tiny import gpt2_model, llama_model, one_thread, save_tiny, tiny_llama, tiny_loaded  # noqa: F401
+
+import autotune.measure.profile as profile_module
+import autotune.models.loading as loading
+from autotune.cli.main import main
+from autotune.common.errors import AutotuneError
+from autotune.measure.profile import (
+    DEFAULT_SIZES,
+    PROFILE_FILE,
+    check_sizes,
+    format_profile,
+    forward_cost_profile,
+    free_tokens,
+)
 
 KEYS = {"model", "device", "dtype", "context_tokens", "repeats", "points"}
 

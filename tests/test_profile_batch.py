@@ -13,17 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import autotune.models.loading as loading
-import autotune.profile_cli as profile_cli
-from autotune.cli import main
-from autotune.profile import DEFAULT_ROW_SIZES, DEFAULT_SIZES, PROFILE_FILE
-from autotune.profile_cli import format_batch_profile, parse_batch_sizes
-from autotune.report import build_report, render_report
-from autotune.report import panels as P
 from test_report_render import check_page, make_run
 from test_report_tree import curve
 from tiny import gpt2_model, llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+
+import autotune.cli.profile as profile_cli
+import autotune.models.loading as loading
+from autotune.cli.main import main
+from autotune.cli.profile import format_batch_profile, parse_batch_sizes
+from autotune.measure.profile import DEFAULT_ROW_SIZES, DEFAULT_SIZES, PROFILE_FILE
+from autotune.report import build_report, render_report
+from autotune.report import panels as P
 
 BATCH_KEYS = {"model", "device", "dtype", "context_tokens", "repeats", "batch_points"}
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend
-
-from autotune import ranking
-from autotune.objectives import Objective, load_objective
-from autotune.report import collect
-from autotune.run_folder import best_document, best_trial, ranked_documents, top_table
 from test_report_data import add, config
+
+from autotune.report import collect
+from autotune.runs.folder import best_document, best_trial, ranked_documents, top_table
+from autotune.search import ranking
+from autotune.search.objectives import Objective, load_objective
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

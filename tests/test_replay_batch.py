@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from autotune.errors import AutotuneError
-from autotune.profile import batch_forward_profile
-from autotune.replay.batch import BatchCost
 from tiny import gpt2_model, one_thread, tiny_llama, tiny_loaded  # noqa: F401  (autouse fixture)
+
+from autotune.common.errors import AutotuneError
+from autotune.measure.profile import batch_forward_profile
+from autotune.replay.batch import BatchCost
 
 
 def _points(ms):

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
+from conftest import real_prompts
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation, SpeculativeDecoder
@@ -33,8 +34,7 @@ from autotune.models.loading import LoadedModel
 from autotune.replay.costs import CostParts, LayerParts
 from autotune.replay.reference import Reference, reference_set
 from autotune.replay.simulate import ReplayRound, simulate
-from autotune.workloads import encode_prompt
-from conftest import real_prompts
+from autotune.workloads.prompts import encode_prompt
 
 pytestmark = pytest.mark.slow
 
@@ -243,7 +243,7 @@ def replayer(default_model, truncated_draft, refs, reference_folder, tmp_path_fa
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(run_module, "load_or_measure_parts", lambda *args, **kwargs: parts)
         # Not rebuilt: the references come from the folder the `refs` fixture filled.
-        patch.setattr("autotune.agreement.reference_continuations", _no_decoding)
+        patch.setattr("autotune.measure.agreement.reference_continuations", _no_decoding)
         made = run_module.Replayer(default_model, truncated_draft, prompts, MAX_NEW,
                                    folder / "replay_costs.json",
                                    reference_dir=reference_folder)

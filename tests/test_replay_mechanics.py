@@ -15,24 +15,31 @@ import pandas as pd
 import pytest
 import torch
 from optuna.trial import TrialState
+from test_search_cli import _journal_trials, _parked
+from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401  (autouse fixture)
 
-import autotune.agreement as agreement
+import autotune.measure.agreement as agreement
 import autotune.models.loading as loading
-from autotune.cli import main
+from autotune.cli.main import main
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.methods import get_method
-from autotune.objectives import Objective
 from autotune.replay import costs
-from autotune.replay.costs import (FORMAT, CostModel, CostParts, LayerParts, interpolate,
-                                   isotonic, load_or_measure_parts, pass_curve)
+from autotune.replay.costs import (
+    FORMAT,
+    CostModel,
+    CostParts,
+    LayerParts,
+    interpolate,
+    isotonic,
+    load_or_measure_parts,
+    pass_curve,
+)
 from autotune.replay.reference import Reference, reference_set
 from autotune.replay.simulate import ReplayRound, simulate
-from autotune.search import counted_trials
-from autotune.workloads import Prompt
-
-from test_search_cli import _journal_trials, _parked
-from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401  (autouse fixture)
+from autotune.search.objectives import Objective
+from autotune.search.study import counted_trials
+from autotune.workloads.prompts import Prompt
 
 # Repetitive prompts so n-gram drafts get accepted on a random model too.
 WORKLOAD = "t1 t2 t3 t4 t5 t1 t2 t3 t4 t5 t1 t2\nt7 t8 t9 t7 t8 t9 t7 t8\n"

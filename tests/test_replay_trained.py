@@ -22,18 +22,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_trained_drafters import _trained
+from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401 (autouse fixture)
 
-from autotune.cli import main
+from autotune.cli.main import main
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.methods import get_method
-from autotune.errors import AutotuneError
 from autotune.replay import heads
 from autotune.replay.costs import FORMAT, CostModel, CostParts, HeadParts, LayerParts
 from autotune.replay.reference import Reference
 from autotune.replay.simulate import ReplayRound, simulate
-from test_trained_drafters import _trained
-from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401 (autouse fixture)
 
 EOS = 52
 MAX_NEW = 24
@@ -278,8 +278,8 @@ def _drafter_folder(draft, target, folder: Path) -> Path:
     """What train-draft writes that `--draft DIR` reads: drafter.json and the weights."""
     from safetensors.torch import save_file
 
-    from autotune.models.trained import DRAFTER_FILE, WEIGHTS_FILE
-    from autotune.replay.reference import model_fingerprint
+    from autotune.models.drafter_folder import DRAFTER_FILE, WEIGHTS_FILE
+    from autotune.models.fingerprint import model_fingerprint
 
     folder.mkdir()
     save_file({k: v.contiguous() for k, v in draft.hf_model.state_dict().items()},

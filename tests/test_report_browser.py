@@ -9,12 +9,11 @@ import json
 import os
 
 import pytest
-
-from autotune.cli import main
-from autotune.frozen import problems
-
 from browser import check_page, find_browser
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+
+from autotune.cli.main import main
+from autotune.frozen import problems
 
 REQUIRED = os.environ.get("AUTOTUNE_REQUIRE_BROWSER") == "1"
 

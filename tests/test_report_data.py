@@ -6,7 +6,11 @@ from typing import Any
 
 import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import (
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.trial import TrialState
 
 from autotune.report import collect

@@ -10,16 +10,16 @@ from typing import Any
 import optuna
 import pytest
 from optuna.trial import TrialState
+from test_report_data import add, baseline, config
+from test_report_render import parse
+from test_report_validation import validated
 
+from autotune.decoding.label import describe
 from autotune.report import collect, render_report
 from autotune.report import panels as P
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.style import method_color
-from autotune.run_folder import describe
-from autotune.validation import VALIDATION_ATTR, Finalist, judge
-from test_report_data import add, baseline, config
-from test_report_render import parse
-from test_report_validation import validated
+from autotune.search.finalists import VALIDATION_ATTR, Finalist, judge
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -15,10 +15,10 @@ import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend
 from plotly.offline import get_plotlyjs
-
-from autotune.errors import AutotuneError
-from autotune.report import PANEL_IDS, build_report, render_report, write_report
 from test_report_data import add, baseline, config, layer_skip, ngram
+
+from autotune.common.errors import AutotuneError
+from autotune.report import PANEL_IDS, build_report, render_report, write_report
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_report_render import check_page, make_run, parse
 
 from autotune.report import OPTIONAL_PANEL_IDS, PANEL_IDS, build_report, render_report
 from autotune.report.panels import batch_size as B
 from autotune.report.schedule import read_schedule, schedule_line
-from test_report_render import check_page, make_run, parse
 
 
 def point(b: int, k: int, speedup: float | None, split: str = "search", chosen: bool = False,

@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.storages.journal import JournalFileBackend
+from test_report_data import LATENCY, add, baseline, config, new_study, ngram
+from test_report_render import STUDY, check_page, make_run
 
 from autotune.decoding.shape import CHAIN, DYNAMIC, STATIC, DraftShape
 from autotune.report import build_report, render_report
 from autotune.report import panels as P
 from autotune.report.trials import shape_of
-from test_report_data import LATENCY, add, baseline, config, new_study, ngram
-from test_report_render import STUDY, check_page, make_run
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -11,15 +11,15 @@ from typing import Any
 import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend
+from test_report_data import add, config
+from test_report_render import STUDY, check_page, make_run
 
+from autotune.decoding.label import describe
 from autotune.report import build_report, render_report, write_report
 from autotune.report import panels as P
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.trials import best_speculative
-from autotune.run_folder import describe
-from autotune.validation import DO_NOT_SPECULATE, SPECULATE, VALIDATION_ATTR
-from test_report_data import add, config
-from test_report_render import STUDY, check_page, make_run
+from autotune.search.finalists import DO_NOT_SPECULATE, SPECULATE, VALIDATION_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -24,12 +24,11 @@ from collections import Counter
 
 import pytest
 import torch
+from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401  (autouse fixture)
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafters.ngram import lookup
-
-from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401  (autouse fixture)
 
 V = 6
 PROMPT = list(range(V)) + [0]   # every token occurs with a continuation: ngram always drafts

@@ -8,12 +8,18 @@ import json
 from pathlib import Path
 
 import pytest
-
-from autotune.cli import main
-from autotune.decoding.config import DecodeConfig
-from autotune.errors import AutotuneError
-from autotune.schedule import (candidate_ks, parse_batch_sizes, parse_ks, ranges, tune)
 from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401  (autouse fixture)
+
+from autotune.cli.main import main
+from autotune.common.errors import AutotuneError
+from autotune.decoding.config import DecodeConfig
+from autotune.search.schedule import (
+    candidate_ks,
+    parse_batch_sizes,
+    parse_ks,
+    ranges,
+    tune,
+)
 
 
 def test_ranges_cover_from_one_and_merge_equal_neighbours():
@@ -115,8 +121,8 @@ def test_too_few_search_prompts_for_the_largest_batch():
 def test_tune_over_real_batched_measurements_is_consistent():
     """The rule over real `measure_batched` summaries of a tiny model: a point per
     (B, K), each lossless, and a chosen K > 0 only where its measured speedup is > 1."""
-    from autotune.batch_measure import measure_batched
-    from autotune.workloads import Prompt
+    from autotune.measure.batched import measure_batched
+    from autotune.workloads.prompts import Prompt
 
     target = tiny_llama(seed=5, layers=4, scale=4.0)
     prompts = [Prompt(f"p{i}", "c", " ".join(f"t{(i + j) % 7 + 1}" for j in range(9)))

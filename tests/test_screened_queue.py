@@ -9,10 +9,10 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import create_trial
 
-from autotune.objectives import load_objective
-from autotune.samplers import BASELINE, BASELINE_ATTR
-from autotune.screening import screened_queue
-from autotune.search import UNPRUNED_ATTR
+from autotune.search.objectives import load_objective
+from autotune.search.samplers import BASELINE, BASELINE_ATTR
+from autotune.search.screening import screened_queue
+from autotune.search.study import UNPRUNED_ATTR
 
 METRIC_KEYS = ("mean_accepted_tokens", "mean_drafted_tokens", "mean_verified_tokens",
                "rounds", "latency_ms_per_token")

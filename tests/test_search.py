@@ -9,18 +9,22 @@ import time
 import optuna
 import pytest
 from optuna.trial import TrialState
-
-from autotune.decoding.config import DecodeConfig
-from autotune.errors import AutotuneError
-from autotune.objectives import EvalContext, load_objective
-from autotune.run_folder import best_document, top_table, trials_frame, write_run_files
-from autotune.samplers import BayesOptSampler, make_sampler
-from autotune.search import (UNPRUNED_ATTR, SearchSettings, StudyRunner, counted_trials,
-                             presets)
-from autotune.space import load_space
-from autotune.workloads import Prompt
-
 from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
+
+from autotune.common.errors import AutotuneError
+from autotune.decoding.config import DecodeConfig
+from autotune.runs.folder import best_document, top_table, trials_frame, write_run_files
+from autotune.search.objectives import EvalContext, load_objective
+from autotune.search.samplers import BayesOptSampler, make_sampler
+from autotune.search.study import (
+    UNPRUNED_ATTR,
+    SearchSettings,
+    StudyRunner,
+    counted_trials,
+    presets,
+)
+from autotune.space import load_space
+from autotune.workloads.prompts import Prompt
 
 PROMPTS = [Prompt(text="t1 t2 t3 t4 t5 t1 t2 t3 t4", category="a", prompt_id="p0"),
            Prompt(text="t7 t8 t9 t7 t8 t9 t7", category="b", prompt_id="p1")]
@@ -325,7 +329,7 @@ class _Stubborn(optuna.samplers.BaseSampler):
 
 
 def test_guarded_sampler_moves_on_from_exhausted_points():
-    from autotune.samplers import MAX_REPEATS, GuardedSampler
+    from autotune.search.samplers import MAX_REPEATS, GuardedSampler
 
     def measured(trial):
         trial.suggest_int("x", 0, 50), trial.suggest_int("y", 0, 50)
@@ -378,7 +382,7 @@ def test_ctrl_c_inside_a_trial_marks_it_interrupted_and_queues_it(tmp_path, targ
 
 
 def test_storage_passwords_never_reach_files_or_messages():
-    from autotune.storage import masked_storage
+    from autotune.search.storage import masked_storage
     assert masked_storage("postgresql://me:s3cret@db.example:5432/x") == \
         "postgresql://me:***@db.example:5432/x"
     assert masked_storage("postgresql://me@db/x") == "postgresql://me@db/x"

@@ -18,13 +18,12 @@ import optuna
 import pandas as pd
 import pytest
 from optuna.trial import TrialState
-
-import autotune.models.loading as loading
-from autotune.cli import main
-from autotune.search import counted_trials
-
 from phase_driver import release_file
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+
+import autotune.models.loading as loading
+from autotune.cli.main import main
+from autotune.search.study import counted_trials
 
 # Repetitive prompts so n-gram drafts get accepted on a random model too.
 WORKLOAD = "t1 t2 t3 t4 t5 t1 t2 t3 t4 t5 t1 t2\nt7 t8 t9 t7 t8 t9 t7 t8\n"
@@ -40,7 +39,7 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 def _cli(*args: str, **kwargs) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], env=env,
+    return subprocess.Popen([sys.executable, "-m", "autotune.cli.main", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 

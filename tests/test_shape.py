@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-
-from autotune.decoding.config import DecodeConfig
+from autotune.decoding.config import DecodeConfig, shape_of_mapping
 from autotune.decoding.shape import CHAIN, DYNAMIC, STATIC, DraftShape
 
 STATIC_PATHS = ((0,), (1,), (0, 0), (0, 0, 0))
@@ -90,6 +89,6 @@ def test_static_tree():
 def test_of_mapping_reads_canonical_keys():
     stored = {"method": "layer_skip", "k": 3, "tree_width": 2, "tree_depth": 2,
               "tree_tokens": None, "attn_skip": [1]}
-    assert DraftShape.of_mapping(stored) == DraftShape(DYNAMIC, k=3, width=2, depth=2)
-    assert DraftShape.of_mapping({"k": 5}) == DraftShape(CHAIN, k=5)
-    assert DraftShape.of_mapping({"tree_width": "wide"}) is None
+    assert shape_of_mapping(stored) == DraftShape(DYNAMIC, k=3, width=2, depth=2)
+    assert shape_of_mapping({"k": 5}) == DraftShape(CHAIN, k=5)
+    assert shape_of_mapping({"tree_width": "wide"}) is None

@@ -11,9 +11,8 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
-from autotune.errors import AutotuneError
-from autotune.space import loading as space_loading
 from autotune.space import (
     BoundSpace,
     InfeasibleConfig,
@@ -21,6 +20,7 @@ from autotune.space import (
     available_spaces,
     load_space,
 )
+from autotune.space import loading as space_loading
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -669,7 +669,7 @@ def test_bad_input_is_one_line_with_file_line_and_key(tmp_path, case):
 
 
 def test_paths_in_messages_are_relative_to_the_cwd(tmp_path, monkeypatch):
-    # as shipped files read `search_spaces/<name>.yaml:LINE:` from the repository root
+    # as shipped files read `autotune/space/presets/<name>.yaml:LINE:` from the repository root
     write(tmp_path, "knobs:\n  gama: {type: float, low: 0.1, high: 0.9}\n", "sub/s.yaml")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(AutotuneError, match=r"^sub/s.yaml:2: knobs.gama: unknown knob"):

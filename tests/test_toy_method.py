@@ -9,18 +9,18 @@ import json
 
 import pandas as pd
 import pytest
-
-from autotune.cli import main
-from autotune.errors import AutotuneError
-from autotune.exports import FORMATS, export
-from autotune.frozen import problems
-from autotune.objectives import load_objective
-from autotune.report import build_report
-from autotune.run_folder import ranked_documents
-from autotune.storage import open_storage
-
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 from toy_drafter import TOY, toy  # noqa: F401  (fixture)
+
+from autotune.cli.main import main
+from autotune.common.errors import AutotuneError
+from autotune.exports import FORMATS, export
+from autotune.frozen import problems
+from autotune.report import build_report
+from autotune.runs.folder import ranked_documents
+from autotune.search.objectives import load_objective
+from autotune.search.storage import open_storage
+
 
 @pytest.fixture
 def files(tmp_path):

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
-
-from autotune.cli import main
 from tiny import gpt2_model, llama_model, one_thread, save_tiny  # noqa: F401
+
+from autotune.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +79,7 @@ def test_a_killed_run_resumes_from_its_checkpoint(folder, tmp_path):
     root, model, workload = folder
     out = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "autotune.cli",
+    command = [sys.executable, "-m", "autotune.cli.main",
                *_args(model, workload, out, "medusa", minutes="5"), "--checkpoint-every", "0.5"]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
@@ -96,7 +96,7 @@ def test_a_killed_run_resumes_from_its_checkpoint(folder, tmp_path):
     assert not (out / "drafter.json").exists()          # nothing half-written
     # The same run with a budget of about what its checkpoint has spent: it resumes
     # (the budget is not part of a run's identity) and finishes at once.
-    again = [sys.executable, "-m", "autotune.cli",
+    again = [sys.executable, "-m", "autotune.cli.main",
              *_args(model, workload, out, "medusa", minutes="0.01")]
     done = subprocess.run(again, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)

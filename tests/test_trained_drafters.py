@@ -9,18 +9,18 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-
 import test_sampling_e2e as e2e
+import torch
+from tiny import one_thread, tiny_llama, tiny_loaded  # noqa: F401
+
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.drafters.eagle import EagleDrafter
 from autotune.decoding.drafters.base import TokenChooser
-from autotune.errors import AutotuneError
+from autotune.decoding.drafters.eagle import EagleDrafter
 from autotune.models.trained import trained_draft
 from autotune.training.data import Sequence_
 from autotune.training.loop import TrainSettings, new_head, split_heldout, train_head
-from tiny import one_thread, tiny_llama, tiny_loaded  # noqa: F401
 
 EOS = 52
 MAX_NEW = 24
@@ -224,7 +224,7 @@ def test_training_data_is_cached_with_its_features(target, tmp_path, monkeypatch
     passes computed equal one full pass over the sequence); a second call reads them
     back (no target pass) and a corrupted file is rebuilt."""
     import autotune.training.data as data
-    from autotune.workloads import Prompt
+    from autotune.workloads.prompts import Prompt
 
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     prompts = [Prompt(" ".join(f"t{(5 * i + j) % 60 + 1}" for j in range(5)), "c", f"p{i}")

@@ -14,21 +14,36 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_trained_drafters import (
+    POLICIES,
+    PROMPTS,
+    TREES,
+    _greedy,
+    _sequences,
+    train_steps,
+)
+from tiny import llama_model, one_thread, save_tiny, tiny_loaded  # noqa: F401
 
-from autotune.agreement import teacher_forced_agreement
-from autotune.cli import main
+from autotune.cli.main import main
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.drafters.sorted_exit import exit_logits, first_confident_exit, \
-    top1_probability
-from autotune.errors import AutotuneError
+from autotune.decoding.drafters.sorted_exit import (
+    exit_logits,
+    first_confident_exit,
+    top1_probability,
+)
+from autotune.measure.agreement import teacher_forced_agreement
 from autotune.models.heads import ExitAdapters
 from autotune.models.trained import exit_adapters, trained_draft
 from autotune.space import load_space
-from autotune.training.loop import (_Objective, _Teacher, default_exit_layers, new_head,
-                                    split_heldout)
-from test_trained_drafters import POLICIES, PROMPTS, TREES, _greedy, _sequences, train_steps
-from tiny import llama_model, one_thread, save_tiny, tiny_loaded  # noqa: F401
+from autotune.training.loop import (
+    _Objective,
+    _Teacher,
+    default_exit_layers,
+    new_head,
+    split_heldout,
+)
 
 EOS = 52
 MAX_NEW = 24
@@ -226,8 +241,8 @@ def test_the_space_keeps_sorted_exit_on_the_adapter_layers():
 
 
 def test_the_hf_export_names_the_loss_of_trained_exits():
-    from autotune.exports.hf import check
     from autotune.exports._common import Source
+    from autotune.exports.hf import check
     cfg = DecodeConfig(method="sorted_exit", exits=(10,), k=4, exit_policy="fixed")
     losses = check(Source(cfg=cfg, target="T", draft="/runs/exits", model_id="T"))
     assert any(loss.fatal and "trained exit adapters" in loss.why for loss in losses)

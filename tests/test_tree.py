@@ -10,18 +10,20 @@ import time
 
 import pytest
 import torch
+from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401  (autouse fixture)
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.tree import DraftTree, compact_cache
-from autotune.decoding.verify import (candidate_acceptance, greedy_tree_verify,
-                                      tree_rejection_sample)
-from autotune.errors import AutotuneError
+from autotune.decoding.verify import (
+    candidate_acceptance,
+    greedy_tree_verify,
+    tree_rejection_sample,
+)
 from autotune.models.hf_forward import HFForward
 from autotune.models.llama import KVCache
 from autotune.models.loading import LoadedModel
-
-from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401  (autouse fixture)
 
 #        root(0)
 #       /      \

@@ -10,14 +10,13 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
-
-from autotune.cli import main
-from autotune.decoding.config import config_from_mapping
-from autotune.objectives import load_objective
-from autotune.run_folder import ranked_documents
-from autotune.storage import open_storage
-
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+
+from autotune.cli.main import main
+from autotune.decoding.config import config_from_mapping
+from autotune.runs.folder import ranked_documents
+from autotune.search.objectives import load_objective
+from autotune.search.storage import open_storage
 
 WORKLOAD = "t1 t2 t3 t4 t5 t1 t2 t3 t4 t5 t1 t2\nt7 t8 t9 t7 t8 t9 t7 t8\n"
 

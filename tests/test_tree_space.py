@@ -10,12 +10,12 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.cli import main
+from autotune.cli.main import main
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.methods import get_method
 from autotune.decoding.shape import DraftShape
-from autotune.errors import AutotuneError
-from autotune.samplers import make_sampler
+from autotune.search.samplers import make_sampler
 from autotune.space import InfeasibleConfig, load_space
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)

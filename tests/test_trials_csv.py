@@ -8,8 +8,8 @@ import math
 import optuna
 import pandas as pd
 
-from autotune.objectives import load_objective
-from autotune.run_folder import TRIALS_FILE, trials_frame, write_run_files
+from autotune.runs.folder import TRIALS_FILE, trials_frame, write_run_files
+from autotune.search.objectives import load_objective
 
 
 def _study() -> optuna.Study:

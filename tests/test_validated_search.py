@@ -12,11 +12,11 @@ import pytest
 from test_search_cli import _ctrl_c, _journal_trials, _parked, _stray_temporaries
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
-from autotune.cli import main
-from autotune.errors import AutotuneError
-from autotune.search import counted_trials
-from autotune.search_cli import split_prompts
-from autotune.workloads import load_workload
+from autotune.cli.main import main
+from autotune.cli.search import split_prompts
+from autotune.common.errors import AutotuneError
+from autotune.search.study import counted_trials
+from autotune.workloads.prompts import load_workload
 
 # Two categories of repetitive prompts (the n-gram drafter finds matches in them).
 LINES = [{"category": "rep", "prompt": f"a{i} b{i} c{i} a{i} b{i} c{i} a{i} b{i}"} for i in range(6)]

@@ -12,14 +12,26 @@ import optuna
 import pytest
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
-
 from test_exports import TARGET
 
-from autotune.exporting import refusal_reason, write_exports
-from autotune.objectives import load_objective
-from autotune.run_folder import best_document, ranked_documents, top_table, validation_table
-from autotune.validation import (DO_NOT_SPECULATE, SPECULATE, VALIDATION_ATTR, answer,
-                                 current_record, finalist_view, judge, pick_finalists)
+from autotune.runs.exports_folder import refusal_reason, write_exports
+from autotune.runs.folder import (
+    best_document,
+    ranked_documents,
+    top_table,
+    validation_table,
+)
+from autotune.search.finalists import (
+    DO_NOT_SPECULATE,
+    SPECULATE,
+    VALIDATION_ATTR,
+    answer,
+    current_record,
+    finalist_view,
+    judge,
+    pick_finalists,
+)
+from autotune.search.objectives import load_objective
 
 SPEEDUP = load_objective("speedup")
 
@@ -174,7 +186,7 @@ def test_exports_never_write_a_config_not_shown_faster(tmp_path):
 
 
 def test_the_export_command_refuses_a_do_not_speculate_answer(tmp_path, capsys):
-    from autotune.cli import main
+    from autotune.cli.main import main
     study = _study()
     record = _record(study, [_finalist(4, 1.2, [1.1, 1.3]), _finalist(5, 0.9, [0.8, 1.0])])
     path = _frozen(tmp_path, finalist_view(record, 5))

@@ -6,8 +6,12 @@ import pytest
 import torch
 
 from autotune.decoding.sampling import probabilities
-from autotune.decoding.verify import (acceptance_probability, greedy_verify,
-                                      rejection_sample, residual_distribution)
+from autotune.decoding.verify import (
+    acceptance_probability,
+    greedy_verify,
+    rejection_sample,
+    residual_distribution,
+)
 
 V = 7
 

@@ -1,4 +1,4 @@
-"""Tests for autotune.workloads: loading prompt sets and encoding prompts."""
+"""Tests for autotune.workloads.prompts: loading prompt sets and encoding prompts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import AutotuneError
-from autotune.workloads import Prompt, encode_prompt, load_workload
+from autotune.common.errors import AutotuneError
+from autotune.workloads.prompts import Prompt, encode_prompt, load_workload
 
 SPEC_BENCH = Path(__file__).resolve().parents[1].parent / "shared/workloads/spec_bench_question.jsonl"
 
@@ -206,7 +206,7 @@ def test_encode_prompt_without_chat_template() -> None:
 
 
 def test_split_is_stratified_seeded_and_disjoint() -> None:
-    from autotune.workloads import split_workload
+    from autotune.workloads.prompts import split_workload
     prompts = load_workload("builtin")
     search, held = split_workload(prompts, 0.4, seed=0)
     assert len(search) + len(held) == len(prompts)

@@ -16,9 +16,19 @@ from typing import Any
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast,
-                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from autotune.models.hf_forward import HFForward
 from autotune.models.llama import SUPPORTED_MODEL_TYPES, LlamaForward

@@ -6,7 +6,7 @@
   'autotune[llama_cpp]'`), on the GGUF file itself;
 - `vllm`, `sglang`: the same interface, refused on a machine without them.
 
-`autotune.measure.measure_arms(..., backend=...)` times any of them the same way. The
+`autotune.measure.measurement.measure_arms(..., backend=...)` times any of them the same way. The
 engine of a `--target` search measures its finalists where its backend runs here
 (`engine_backend`), and every trial with `--fidelity engine`.
 """
@@ -20,7 +20,7 @@ from autotune.backends.base import Backend, BackendUnavailable, Runner
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
-    from autotune.workloads import Prompt
+    from autotune.workloads.prompts import Prompt
 
 __all__ = ["Backend", "BackendUnavailable", "ENGINE_BACKENDS", "Runner", "input_error",
            "open_backend", "unavailable"]
@@ -45,7 +45,7 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
         return HFBackend(target, draft)
     if engine == "llama_cpp":
         from autotune.backends.llama_cpp import LlamaCppBackend
-        from autotune.workloads import encode_prompt
+        from autotune.workloads.prompts import encode_prompt
         longest = max((len(encode_prompt(target.tokenizer, p)) for p in prompts), default=1)
         return LlamaCppBackend.for_model(model_spec, target, draft, longest, max_new_tokens)
     if engine in ("vllm", "sglang"):

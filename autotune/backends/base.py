@@ -1,4 +1,4 @@
-"""The measurement-backend interface: what `autotune.measure` times a config through.
+"""The measurement-backend interface: what `autotune.measure.measurement` times a config through.
 
 A backend runs a DecodeConfig in one engine and hands back a `Generation` per prompt;
 `measure.measure_arms` does everything else (warm-up, interleaving the engine's own
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from autotune.errors import AutotuneError
+from autotune.common.errors import AutotuneError
 
 if TYPE_CHECKING:
     from autotune.decoding.config import DecodeConfig

@@ -4,7 +4,7 @@ Both would run in-process through their offline Python APIs — vLLM's `LLM(mode
 speculative_config=...)`, SGLang's `sglang.Engine(model_path=..., speculative_*=...)` —
 with one engine instance per config (its own no-speculation instance for the baseline),
 reused across prompts, its `generate` driven one prompt at a time so that the clock, the
-interleaving and the paired statistics stay `autotune.measure`'s. Neither runs on this
+interleaving and the paired statistics stay `autotune.measure.measurement`'s. Neither runs on this
 kind of machine (CPU only, no CUDA), and a backend that has never run is not offered: on
 a machine without the package or a GPU, opening one fails with a one-line error that
 says what is missing; where both are present it says the backend is not built yet. No

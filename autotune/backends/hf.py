@@ -28,11 +28,11 @@ import transformers
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from autotune.backends.base import BackendUnavailable, Clock
+from autotune.backends.hf_assisted import applied, recording
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation, RoundTrace
 from autotune.decoding.methods import get_method
-from autotune.errors import AutotuneError
-from autotune.hf_assisted import applied, recording
 from autotune.models.loading import LoadedModel
 
 NAME = "hf"

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.backends.base import BackendUnavailable, Clock
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
-from autotune.errors import AutotuneError
 
 if TYPE_CHECKING:
     from autotune.decoding.decoder import Generation

@@ -28,12 +28,18 @@ from typing import Callable
 
 import torch
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
-from autotune.decoding.decoder import (MAX_DRAFT_TOKENS, Generation, RoundTrace,
-                                       SpeculativeDecoder, _through_first, chain_limit)
+from autotune.decoding.decoder import (
+    MAX_DRAFT_TOKENS,
+    Generation,
+    RoundTrace,
+    SpeculativeDecoder,
+    _through_first,
+    chain_limit,
+)
 from autotune.decoding.drafters.base import Draft, Drafter, TokenChooser
 from autotune.decoding.policies import ExitPolicy, make_policy
-from autotune.errors import AutotuneError
 from autotune.models.llama import KVCache, LlamaForward
 from autotune.models.loading import LoadedModel
 

@@ -15,19 +15,30 @@ from typing import Any, Mapping
 
 import yaml
 
-from autotune.decoding.knobs import (ALL, DRAFT, DRAFTING, KNOB_METADATA_KEY, SHAPE,
-                                     WORKLOAD, Knob, knob, method_owner, policy_owner)
+from autotune.common.errors import AutotuneError
+from autotune.common.yaml_source import did_you_mean
 from autotune.decoding.engines import ENGINES
-from autotune.decoding.methods import get_method, tree_method_names
+from autotune.decoding.knobs import (
+    ALL,
+    DRAFT,
+    DRAFTING,
+    KNOB_METADATA_KEY,
+    SHAPE,
+    WORKLOAD,
+    Knob,
+    knob,
+    method_owner,
+    policy_owner,
+)
+from autotune.decoding.methods import MethodSpec, get_method, tree_method_names
 from autotune.decoding.shape import DraftShape
-from autotune.errors import AutotuneError
-from autotune.yaml_source import did_you_mean
+from autotune.models.drafter_folder import GENERAL, ROUTED
 
 EXIT_POLICIES = ("fixed", "confidence", "adaptive", "heuristic")
 # `drafter` values: all, routed, or a workload category (a per-category folder's member).
 DRAFTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-GENERAL_DRAFTER = "all"       # the member trained on every category (the default)
-ROUTED_DRAFTER = "routed"     # each prompt drafts with its own category's member
+# The `drafter` knob's values besides a category (the per-category folder format's names).
+GENERAL_DRAFTER, ROUTED_DRAFTER = GENERAL, ROUTED
 # One verify pass carries the root plus at most this many tree nodes.
 MAX_TREE_NODES = 255
 
@@ -286,6 +297,30 @@ _EXPECTED = {
     "float_list": "a comma-separated list of numbers",
     "paths": "a list of paths like [[0], [0, 0], [1]] or 0;0,0;1",
 }
+
+
+def own_keys(method: MethodSpec | str) -> tuple[str, ...]:
+    """The config keys only `method` reads: the DecodeConfig fields whose knob metadata
+    names it as owner (beyond k and the exit policy's)."""
+    name = method if isinstance(method, str) else method.name
+    return tuple(key for key, knob_ in KNOBS.items() if name in knob_.methods)
+
+
+def method_keys(method: MethodSpec) -> tuple[str, ...]:
+    """The canonical config keys `method` reads (the exit policy's own knobs aside)."""
+    return ("k", *own_keys(method), "exit_policy") if method.drafts else ()
+
+
+def shape_of_mapping(values: Mapping[str, Any]) -> DraftShape | None:
+    """The draft shape of a config given as canonical keys (a trial's stored config);
+    None when its shape keys do not parse (a hand-edited config)."""
+    keys = ("k", "tree_width", "tree_depth", "tree_tokens", "tree_choices")
+    try:
+        config = config_from_mapping({key: values[key] for key in keys
+                                      if values.get(key) is not None})
+    except AutotuneError:
+        return None
+    return DraftShape.of(config)
 
 
 def _unknown_key(key: str) -> AutotuneError:

@@ -10,7 +10,7 @@ The method's drafter comes from the registry (`get_method(name).drafter_class()
 .build(context)`), so the decoder names no method. The same loop runs the AR baseline
 (`NoDraft` proposes nothing, so every round is one target step) and every speculative
 method, so the baseline pays exactly the loop's own overhead and nothing else. The loop
-does not time itself: it reads a clock handed in by `autotune.measure`, the one module
+does not time itself: it reads a clock handed in by `autotune.measure.measurement`, the one module
 that times anything.
 """
 
@@ -21,21 +21,33 @@ from typing import Callable
 
 import torch
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
-from autotune.decoding.drafters.base import (Draft, DraftContext, Drafter, TokenChooser,
-                                             TreeHooks, stack_model)
+from autotune.decoding.drafter_choice import pick_drafter
+from autotune.decoding.drafters.base import (
+    Draft,
+    DraftContext,
+    Drafter,
+    TokenChooser,
+    TreeHooks,
+    stack_model,
+)
 from autotune.decoding.engines import EngineRules, engine_rules
 from autotune.decoding.methods import MethodSpec, get_method
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.sampling import probabilities
 from autotune.decoding.tree import compact_cache
 from autotune.decoding.tree_drafting import TreeDrafter
-from autotune.decoding.verify import (greedy_tree_verify, greedy_verify, match_sample,
-                                      rejection_sample, tree_rejection_sample)
-from autotune.errors import AutotuneError
+from autotune.decoding.verify import (
+    greedy_tree_verify,
+    greedy_verify,
+    match_sample,
+    rejection_sample,
+    tree_rejection_sample,
+)
+from autotune.models.drafter_folder import served_method
 from autotune.models.llama import KVCache
 from autotune.models.loading import LoadedModel, check_shared_vocabulary, draft_model
-from autotune.models.trained import pick_drafter, served_method
 
 # HF's heuristic schedule grows K without bound; a cap keeps one runaway round from
 # drafting far past what any verify pass should carry.

@@ -14,13 +14,9 @@ separate draft model under a confidence policy.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
 
-from autotune.errors import AutotuneError
-from autotune.yaml_source import did_you_mean
-
-if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+from autotune.common.errors import AutotuneError
+from autotune.common.yaml_source import did_you_mean
 
 # n-gram match rules: which earlier occurrence of the matched suffix gives the draft.
 LATEST = "latest"        # the most recent one (ours, the original prompt-lookup script)
@@ -159,18 +155,20 @@ def engine_rules(name: str) -> EngineRules:
                             f"{', '.join(ENGINES)}") from None
 
 
-def relevant(config: "DecodeConfig", model_drafter: bool, separate_draft: bool) -> list[str]:
-    """The EngineRules fields that change what `config` does: the n-gram rules for
-    n-gram drafting, the sampling rules for a model drafter under sampling, the threshold
-    rule for a separate draft model under a confidence-type policy."""
+def relevant(method: str, greedy: bool, exit_policy: str, model_drafter: bool,
+             separate_draft: bool) -> list[str]:
+    """The EngineRules fields that change what a config (`method`, greedy or sampling,
+    `exit_policy`) does: the n-gram rules for n-gram drafting, the sampling rules for a
+    model drafter under sampling, the threshold rule for a separate draft model under a
+    confidence-type policy."""
     out: list[str] = []
-    if config.method == "ngram":
+    if method == "ngram":
         out += ["ngram_match", "ngram_pool", "ngram_stops_at_eos", "ngram_ignores_budget"]
-    if model_drafter and not config.greedy:
+    if model_drafter and not greedy:
         out += ["greedy_model_drafts", "match_verification"]
-    if separate_draft and config.exit_policy in ("confidence", "adaptive"):
+    if separate_draft and exit_policy in ("confidence", "adaptive"):
         out.append("roc_threshold")
-    if model_drafter and not config.greedy and config.exit_policy in ("confidence", "adaptive"):
+    if model_drafter and not greedy and exit_policy in ("confidence", "adaptive"):
         out.append("drafted_token_confidence")
     return out
 

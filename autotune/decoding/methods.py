@@ -21,8 +21,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
-from autotune.errors import AutotuneError
-from autotune.yaml_source import did_you_mean
+from autotune.common.errors import AutotuneError
+from autotune.common.yaml_source import did_you_mean
 
 # Where a method's layer-indexed knobs (skip sets, exits) point.
 TARGET_STACK = "target"                  # the target's layers (layer_skip)
@@ -64,8 +64,8 @@ class MethodSpec:
 
     name: the `method` value in configs, spaces and frozen configs.
     label / color: legend name and colour on every report figure.
-    own_keys (derived): the config keys only this method reads, i.e. the DecodeConfig
-        fields whose knob metadata names it as owner (beyond k and the exit policy's).
+    (The config keys a method reads come from the knobs' metadata:
+        `decoding.config.own_keys` / `method_keys`.)
     drafts: False only for the AR baseline (`none`): it reads no k, no policy.
     needs_draft: runs only with a separate draft model (`--draft`).
     uses_draft: runs over the draft model when one is given (its cache, its layers).
@@ -108,16 +108,6 @@ class MethodSpec:
     presets: Callable[[int], list[Preset]] = field(default=lambda n_layers: [])
 
     # -- what the method reads ----------------------------------------------------------
-
-    @property
-    def own_keys(self) -> tuple[str, ...]:
-        from autotune.decoding.config import KNOBS     # config imports this module
-        return tuple(name for name, knob in KNOBS.items() if self.name in knob.methods)
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """The canonical config keys the method reads (the exit policy's own knobs aside)."""
-        return ("k", *self.own_keys, "exit_policy") if self.drafts else ()
 
     @property
     def needs_layers(self) -> bool:
@@ -310,7 +300,7 @@ def _medusa_presets(n_layers: int) -> list[Preset]:
 
 
 _DRAFTERS = "autotune.decoding.drafters"
-_SCORERS = "autotune.agreement"
+_SCORERS = "autotune.measure.agreement"
 _REPLAY = "autotune.replay.sources"
 
 BUILTIN_METHODS: tuple[str, ...] = ("none", "draft_model", "layer_skip", "sorted_exit", "ngram",

@@ -113,7 +113,7 @@ class RocConfidencePolicy(ConfidencePolicy):
         if excess > 0:
             del self.probs[-excess:]
         if len(self.probs) > 5 and {0, 1}.issubset(self.matches):
-            from sklearn.metrics import roc_curve      # a dependency; slow to import
+            from sklearn.metrics import roc_curve  # a dependency; slow to import
             fpr, tpr, thresholds = roc_curve(self.matches, self.probs)
             costs = fpr + 3 * (1 - tpr)
             self.gamma = float(thresholds[int(costs.argmin())])

@@ -10,14 +10,19 @@ Torch-free.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
-
-from autotune.errors import AutotuneError
-
-if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+from typing import Protocol
 
 CHAIN, DYNAMIC, STATIC = "chain", "tree", "static"
+
+
+class ShapeKeys(Protocol):
+    """The knobs a shape is read from (a DecodeConfig has them)."""
+
+    k: int
+    tree_width: int
+    tree_depth: int
+    tree_tokens: int
+    tree_choices: tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -34,26 +39,13 @@ class DraftShape:
     choices: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
-    def of(cls, config: "DecodeConfig") -> "DraftShape":
+    def of(cls, config: "ShapeKeys") -> "DraftShape":
         if config.tree_choices:
             return cls(STATIC, k=config.k, choices=tuple(config.tree_choices))
         if config.tree_width > 0:
             return cls(DYNAMIC, k=config.k, width=config.tree_width, depth=config.tree_depth,
                        tokens=config.tree_tokens)
         return cls(CHAIN, k=config.k)
-
-    @classmethod
-    def of_mapping(cls, config: Mapping[str, Any]) -> "DraftShape | None":
-        """The shape of a config given as canonical keys (a trial's stored config); None
-        when its shape keys do not parse (a hand-edited config)."""
-        from autotune.decoding.config import config_from_mapping   # config imports this module
-        keys = ("k", "tree_width", "tree_depth", "tree_tokens", "tree_choices")
-        try:
-            cfg = config_from_mapping({key: config[key] for key in keys
-                                       if config.get(key) is not None})
-        except AutotuneError:
-            return None
-        return cls.of(cfg)
 
     @property
     def is_tree(self) -> bool:

@@ -32,12 +32,12 @@ from importlib import resources
 from types import ModuleType
 from typing import Any, Mapping
 
+from autotune.common.errors import AutotuneError
+from autotune.common.yaml_source import did_you_mean
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.engines import engine_rules
-from autotune.errors import AutotuneError
 from autotune.exports import dv, hf, llama_cpp, sglang, trtllm, vllm
 from autotune.exports._common import Loss, Source, read_frozen, routing_loss
-from autotune.yaml_source import did_you_mean
 
 FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv", "llama_cpp")
 _MODULES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang, "hf": hf,

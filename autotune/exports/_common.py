@@ -31,7 +31,7 @@ Per-batch-size K (a frozen config's optional `schedule`, issue 17; `Source.sched
 the search measured which K the method runs at each batch size (K = 0: not at all).
 vLLM and TensorRT-LLM take such a schedule (their modules say how and with what
 limits); SGLang has none, so there it is a loss. A schedule that never speculates is
-refused before any format is asked (`autotune.exporting.refusal_reason`).
+refused before any format is asked (`autotune.runs.exports_folder.refusal_reason`).
 `schedule_paragraph` is the shared launch.md text: which batch sizes were measured and
 what the engine does beyond the largest one.
 
@@ -48,11 +48,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from autotune.decoding.config import KNOBS, ROUTED_DRAFTER, DecodeConfig
+from autotune.common.errors import AutotuneError
+from autotune.decoding.config import KNOBS, ROUTED_DRAFTER, DecodeConfig, own_keys
 from autotune.decoding.engines import describe_rule, differences, engine_rules, relevant
 from autotune.decoding.methods import MethodSpec, get_method
 from autotune.decoding.shape import STATIC, DraftShape
-from autotune.errors import AutotuneError
 from autotune.frozen import Schedule, read_parts
 
 
@@ -67,7 +67,7 @@ def engine_methods(*names: str) -> tuple[str, ...]:
 def method_knobs(spec: MethodSpec) -> tuple[str, ...]:
     """What goes missing with a method an engine cannot run: the keys only it reads, and
     the draft model when it needs one (an error line names them all)."""
-    return spec.own_keys + (("draft",) if spec.needs_draft else ())
+    return own_keys(spec) + (("draft",) if spec.needs_draft else ())
 
 
 def policy_knobs(policy: str) -> tuple[str, ...]:
@@ -250,7 +250,7 @@ def rules_loss(src: Source, engine: str) -> Loss | None:
     lookups, not the baseline), separate_draft = it needs a separate draft model."""
     cfg, spec = src.cfg, src.spec
     measured, rules = engine_rules(cfg.engine), engine_rules(engine)
-    names = relevant(cfg, model_drafter=spec.drafts and not spec.confident_drafts,
+    names = relevant(cfg.method, cfg.greedy, cfg.exit_policy, model_drafter=spec.drafts and not spec.confident_drafts,
                      separate_draft=spec.needs_draft)
     diff = differences(measured, rules, names)
     if not diff:

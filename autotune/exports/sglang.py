@@ -70,7 +70,6 @@ from typing import Any
 import yaml
 
 from autotune.decoding.shape import DYNAMIC, STATIC, DraftShape
-from autotune.exports.heads import SGLANG_DIR
 from autotune.exports._common import (
     STATIC_TREE_NOTE,
     Loss,
@@ -82,6 +81,7 @@ from autotune.exports._common import (
     request_parameters,
     rules_loss,
 )
+from autotune.exports.heads import SGLANG_DIR
 
 NAME = "sglang"
 ENGINE = "SGLang"

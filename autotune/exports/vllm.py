@@ -79,12 +79,10 @@ import json
 import shlex
 from typing import Any
 
-from autotune.exports.heads import VLLM_DIR
 from autotune.exports._common import (
     Loss,
     Source,
     chain_only_tree_loss,
-    schedule_paragraph,
     dump_json,
     engine_methods,
     fenced,
@@ -92,7 +90,9 @@ from autotune.exports._common import (
     method_loss,
     request_parameters,
     rules_loss,
+    schedule_paragraph,
 )
+from autotune.exports.heads import VLLM_DIR
 
 NAME = "vllm"
 ENGINE = "vLLM"

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import torch
 
-from autotune.errors import AutotuneError
+from autotune.common.errors import AutotuneError
 from autotune.models.hf_forward import HFForward
 from autotune.models.llama import SUPPORTED_MODEL_TYPES, LlamaForward
 

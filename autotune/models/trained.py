@@ -1,25 +1,16 @@
-"""Trained drafter folders: what `autotune train-draft` writes and `--draft DIR` loads.
+"""Loading trained drafter folders (their format: `models.drafter_folder`).
 
-A folder holds `drafter.json` (what it is: kind, the target it was distilled from, the
-prompts it was trained on, how training went), `heads.safetensors` (the head's weights,
-named as the engines' checkpoints name them) and the target's tokenizer. Loading one
-gives a `TrainedDraft`: a `LoadedModel` whose forward is the head over the *target's*
+Loading one gives a `TrainedDraft`: a `LoadedModel` whose forward is the head over the *target's*
 embedding, LM head and rotary tables, so everything that passes a draft model around
 (`--draft`, the decoder, records) passes a trained drafter the same way.
 
-A per-category folder (`train-draft --per-category`, `drafters.json`) holds one drafter
-per category and `all`; it loads as a `DrafterSet`, and the `drafter` knob picks the
-member that drafts (`pick_drafter`; `routed`: each prompt its own category's).
-
-Kinds and the method each serves (`SERVES`): `eagle` and `medusa` heads draft as
-methods of their own name; `exits` (trained S2D exit adapters) serve `sorted_exit`,
-which then runs on the target's own stack and reads each exit through its adapter.
+A per-category folder loads as a `DrafterSet`, and the `drafter` knob picks the member
+that drafts (`decoding.drafter_choice.pick_drafter`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,36 +18,24 @@ from typing import Any
 
 from torch import nn
 
-from autotune.decoding.config import GENERAL_DRAFTER, ROUTED_DRAFTER
-from autotune.errors import AutotuneError
+from autotune.common.errors import AutotuneError
+from autotune.models.drafter_folder import (
+    DRAFTER_FILE,
+    GENERAL,
+    KINDS,
+    ROUTED,
+    SET_FILE,
+    SET_FORMAT,
+    WEIGHTS_FILE,
+    DrafterConfig,
+    file_sha256,
+    is_drafter_folder,
+    is_drafter_set,
+    read_meta,
+)
 from autotune.models.heads import EagleHead, ExitAdapters, MedusaHeads
 from autotune.models.llama import LlamaForward
 from autotune.models.loading import LoadedModel
-
-DRAFTER_FILE = "drafter.json"
-WEIGHTS_FILE = "heads.safetensors"
-FORMAT = "autotune.drafter/v1"
-KINDS = ("eagle", "medusa", "exits")
-# The method a drafter of each kind serves (the decoder refuses it to every other
-# method that would draft with it).
-SERVES = {"eagle": "eagle", "medusa": "medusa", "exits": "sorted_exit"}
-
-
-def is_drafter_folder(spec: str | None) -> bool:
-    return spec is not None and (Path(spec).expanduser() / DRAFTER_FILE).is_file()
-
-
-class DrafterConfig:
-    """What `LoadedModel.hf_model.config` answers for a trained drafter (fingerprints,
-    provenance records): its description as JSON, its kind as the model type."""
-
-    def __init__(self, meta: dict[str, Any]) -> None:
-        self.meta = meta
-        self.model_type = f"autotune_{meta['kind']}"
-
-    def to_json_string(self) -> str:
-        return json.dumps({k: self.meta[k] for k in ("format", "kind", "geometry", "target")},
-                          sort_keys=True)
 
 
 class HeadForward:
@@ -96,6 +75,12 @@ class TrainedDraft(LoadedModel):
     def trained_kind(self) -> str | None:
         return self.kind
 
+    @property
+    def exit_layers(self) -> tuple[int, ...] | None:
+        """The exit layers of trained exit adapters (None for other kinds)."""
+        adapters = exit_adapters(self)
+        return tuple(adapters.layers) if adapters is not None else None
+
 
 def build_head(kind: str, geometry: dict[str, Any]) -> nn.Module:
     if kind == "eagle":
@@ -111,34 +96,12 @@ def build_head(kind: str, geometry: dict[str, Any]) -> nn.Module:
     raise AutotuneError(f"drafter kind {kind!r} is not one of {', '.join(KINDS)}")
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def read_meta(folder: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads((folder / DRAFTER_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise AutotuneError(f"cannot read {folder / DRAFTER_FILE}: {exc}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise AutotuneError(f"{folder / DRAFTER_FILE} is not an autotune drafter "
-                            f"({FORMAT})")
-    if meta.get("kind") not in KINDS:
-        raise AutotuneError(f"{folder / DRAFTER_FILE}: kind {meta.get('kind')!r} is not "
-                            f"one of {', '.join(KINDS)}")
-    return meta
-
-
 def load_trained_draft(spec: str, target: LoadedModel) -> TrainedDraft:
     """The drafter folder `spec`, checked against `target` (the model it was distilled
     from: a head over another model's features drafts nonsense, so it is refused)."""
     from safetensors.torch import load_file
 
-    from autotune.replay.reference import model_fingerprint
+    from autotune.models.fingerprint import model_fingerprint
 
     folder = Path(spec).expanduser()
     meta = read_meta(folder)
@@ -182,15 +145,6 @@ def trained_draft(head: nn.Module, meta: dict[str, Any], target: LoadedModel, na
                         device=target.device, dtype=target.dtype, kind=meta["kind"], meta=meta)
 
 
-SET_FILE = "drafters.json"
-SET_FORMAT = "autotune.drafter-set/v1"
-GENERAL = GENERAL_DRAFTER      # the member trained on every category
-ROUTED = ROUTED_DRAFTER        # `drafter=routed`: each prompt's own category's member
-
-
-def is_drafter_set(spec: str | None) -> bool:
-    return spec is not None and (Path(spec).expanduser() / SET_FILE).is_file()
-
 
 @dataclass
 class DrafterSet(TrainedDraft):
@@ -208,25 +162,6 @@ class DrafterSet(TrainedDraft):
     def drafter_choices(self) -> tuple[str, ...]:
         """The `drafter` knob's values: all, each specialist, routed."""
         return (GENERAL, *self.specialists, ROUTED)
-
-
-def pick_drafter(draft: LoadedModel | None, drafter: str, category: str | None = None
-                 ) -> LoadedModel | None:
-    """The draft that drafts under `drafter` (the config's knob) for a prompt of
-    `category`: a DrafterSet's member (`routed`: the category's own, `all` where it has
-    none or no category is known), else `draft` itself, which only `all` may name."""
-    if not isinstance(draft, DrafterSet):
-        if drafter != GENERAL:
-            raise AutotuneError(f"drafter={drafter} names a member of a per-category drafter "
-                                "folder: pass --draft DIR from autotune train-draft "
-                                "--per-category")
-        return draft
-    if drafter == ROUTED:
-        return draft.members.get(category or GENERAL, draft.members[GENERAL])
-    if drafter not in draft.members:
-        raise AutotuneError(f"drafter={drafter} is not in {draft.path} (it holds "
-                            f"{', '.join(draft.drafter_choices())})")
-    return draft.members[drafter]
 
 
 def load_drafter_set(spec: str, target: LoadedModel) -> DrafterSet:
@@ -268,23 +203,6 @@ def trained_prompt_digests(draft: LoadedModel | None) -> set[str]:
     return seen
 
 
-def trained_space_args(draft: LoadedModel | None) -> dict[str, Any]:
-    """What `SearchSpace.bind` takes from a trained --draft besides its kind: the exit
-    layers of trained adapters, the members of a per-category folder."""
-    args: dict[str, Any] = {}
-    adapters = exit_adapters(draft)
-    if adapters is not None:
-        args["exit_layers"] = tuple(adapters.layers)
-    if isinstance(draft, DrafterSet):
-        args["drafters"] = draft.drafter_choices()
-    return args
-
-
-def served_method(kind: str) -> str:
-    """The method a trained drafter of `kind` drafts for."""
-    return SERVES[kind]
-
-
 def exit_adapters(draft: LoadedModel | None) -> ExitAdapters | None:
     """The trained exit adapters when `draft` is an `exits` drafter, else None (a
     plain exit reads the stack's final norm and LM head directly)."""
@@ -293,21 +211,6 @@ def exit_adapters(draft: LoadedModel | None) -> ExitAdapters | None:
         assert isinstance(head, ExitAdapters)
         return head
     return None
-
-
-def check_unseen(draft: LoadedModel | None, held_out: list[Any]) -> None:
-    """Refuse a trained drafter that was trained on one of the search's held-out
-    prompts: its validated figure would not be a held-out figure."""
-    if not isinstance(draft, TrainedDraft) or not held_out:
-        return
-    from autotune.training.data import prompt_digest
-
-    seen = trained_prompt_digests(draft)
-    overlap = [p for p in held_out if prompt_digest(p.text) in seen]
-    if overlap:
-        raise AutotuneError(f"drafter {draft.path} was trained on {len(overlap)} of this "
-                            f"search's held-out prompts (e.g. {overlap[0].prompt_id}): train "
-                            "it with the same --workload, --validation and --seed as the search")
 
 
 def load_draft(spec: str | None, target: LoadedModel, device: str = "auto",

@@ -1,6 +1,6 @@
 """The replay tier's cost model: predicted time of a round from measured parts only.
 
-Parts (`measure_parts`, all timed with `autotune.measure.Clock` after a warm-up, the
+Parts (`measure_parts`, all timed with `autotune.measure.measurement.Clock` after a warm-up, the
 median of several runs, on this process's threads):
 - the target's forward over n tokens (all logits, as a verify pass) after as many
   cached tokens as the workload's rounds see (the hardware profile's curve, made
@@ -39,8 +39,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from autotune.errors import AutotuneError
-from autotune.files import write_atomically
+from autotune.common.errors import AutotuneError
+from autotune.common.files import write_atomically
 from autotune.replay.simulate import OwnCache, ReplayRound
 
 if TYPE_CHECKING:
@@ -460,7 +460,7 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
                   refs: list["Reference"], max_new: int, key: dict[str, Any]) -> CostParts:
     """Measure every part on this machine now (about 10-30 s for a small model)."""
     from autotune.decoding.config import DecodeConfig
-    from autotune.measure import Clock
+    from autotune.measure.measurement import Clock
 
     clock = Clock(target.device)
     sample = refs[: min(2, len(refs))]
@@ -600,7 +600,7 @@ def parts_key(target: "LoadedModel", draft: "LoadedModel | None") -> dict[str, A
     import torch
 
     from autotune.frozen import hardware_record
-    from autotune.replay.reference import model_fingerprint
+    from autotune.models.fingerprint import model_fingerprint
 
     hardware = hardware_record(target.device)
     key = {"target": model_fingerprint(target),

@@ -49,9 +49,9 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS
 from autotune.decoding.shape import DYNAMIC
-from autotune.errors import AutotuneError
 from autotune.models.llama import KVCache, LlamaForward
 from autotune.replay.reference import Reference
 from autotune.replay.simulate import ChainDraft, OwnCache, TableTrack

@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from autotune.files import write_atomically
+from autotune.common.files import write_atomically
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
-    from autotune.workloads import Prompt
+    from autotune.workloads.prompts import Prompt
 
 FORMAT = "autotune.reference/v1"
 
@@ -39,26 +39,6 @@ class Reference:
     @property
     def sequence(self) -> list[int]:
         return self.prompt + self.tokens
-
-
-def model_fingerprint(model: "LoadedModel") -> str:
-    """A short hash of what decides a model's greedy output here: its name, path, config,
-    dtype, device type and a checksum of its embedding, first and last layer and head
-    weights (an in-memory model, e.g. a truncated copy, differs in its config)."""
-    import torch
-
-    digest = hashlib.sha256()
-    config = getattr(model.hf_model, "config", None)
-    digest.update(json.dumps([model.name, model.path, str(model.dtype), model.device.type,
-                              config.to_json_string() if config is not None else ""]).encode())
-    with torch.inference_mode():
-        tensors = [p for _, p in list(model.hf_model.named_parameters())[:3]]
-        tensors += [p for _, p in list(model.hf_model.named_parameters())[-3:]]
-        for tensor in tensors:
-            flat = tensor.detach().float().flatten()
-            digest.update(f"{flat.sum().item():.6e}:{flat.abs().sum().item():.6e}:"
-                          f"{flat[:16].tolist()}".encode())
-    return digest.hexdigest()[:16]
 
 
 def cache_dir() -> Path:
@@ -97,8 +77,9 @@ def reference_set(target: "LoadedModel", prompts: Sequence["Prompt"], max_new_to
                   directory: Path | None = None) -> list[Reference]:
     """Each prompt's greedy continuation by the AR baseline, from the cache when a valid
     entry exists, else decoded now and cached."""
-    from autotune.agreement import reference_continuations
-    from autotune.workloads import encode_prompt, workload_digest
+    from autotune.decoding.reference import reference_continuations
+    from autotune.models.fingerprint import model_fingerprint
+    from autotune.workloads.prompts import encode_prompt, workload_digest
 
     ids = [encode_prompt(target.tokenizer, p) for p in prompts]
     key = {"model": model_fingerprint(target), "workload": workload_digest(list(prompts)),

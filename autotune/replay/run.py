@@ -16,19 +16,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation, RoundTrace, SpeculativeDecoder
+from autotune.decoding.drafter_choice import pick_drafter
 from autotune.decoding.methods import get_method
-from autotune.errors import AutotuneError
-from autotune.measure import Measurement, PromptRun
+from autotune.measure.measurement import Measurement, PromptRun
 from autotune.models.loading import LoadedModel
-from autotune.models.trained import pick_drafter
 from autotune.replay import replay_refusal
 from autotune.replay.costs import CostModel, CostParts, load_or_measure_parts
 from autotune.replay.reference import Reference, reference_set
 from autotune.replay.simulate import simulate
 from autotune.replay.sources import ReplaySource
-from autotune.workloads import Prompt
+from autotune.workloads.prompts import Prompt
 
 FIDELITY = "replay"
 

@@ -36,8 +36,8 @@ from typing import Collection, Protocol, runtime_checkable
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS, chain_limit
-from autotune.decoding.engines import engine_rules
 from autotune.decoding.drafters.ngram import NgramProposer
+from autotune.decoding.engines import engine_rules
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.shape import DYNAMIC, STATIC
 from autotune.replay.reference import Reference

@@ -15,8 +15,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from autotune.decoding.shape import DYNAMIC
 from autotune.replay.reference import Reference
 from autotune.replay.simulate import ChainDraft, NgramTrack, TableTrack, Track
-from autotune.replay.tables import (DraftModelSource, LayerSkipSource, SortedExitSource,
-                                    TableSource, table_width)
+from autotune.replay.tables import (
+    DraftModelSource,
+    LayerSkipSource,
+    SortedExitSource,
+    TableSource,
+    table_width,
+)
 
 if TYPE_CHECKING:
     from autotune.decoding.config import DecodeConfig

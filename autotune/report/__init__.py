@@ -18,12 +18,12 @@ from typing import Any
 import optuna
 from optuna.storages.journal import JournalFileBackend
 
-from autotune.errors import AutotuneError
-from autotune.files import write_atomically
-from autotune.profile import PROFILE_FILE
+from autotune.common.errors import AutotuneError
+from autotune.common.files import write_atomically
+from autotune.measure.profile import PROFILE_FILE
 from autotune.report.page import ReportData, collect, render_report
 from autotune.report.panels import OPTIONAL_PANEL_IDS, PANEL_IDS, PANELS
-from autotune.storage import JOURNAL_NAME, masked_storage, open_storage
+from autotune.search.storage import JOURNAL_NAME, masked_storage, open_storage
 
 __all__ = ["PANELS", "PANEL_IDS", "OPTIONAL_PANEL_IDS", "ReportData", "build_report", "collect", "render_report",
            "write_report", "REPORT_FILE", "JOURNAL_FILE"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import optuna
 
-from autotune import ranking
+from autotune.search import ranking
 
 # Display units of metrics the report names on axes (objectives.METRICS says "x").
 _UNITS = {
@@ -67,7 +67,7 @@ def objective_info(study: optuna.Study, run: dict[str, Any] | None = None,
 def _preset_metrics(name_or_path: Any) -> list[str] | None:
     if not name_or_path:
         return None
-    from autotune.objectives import load_objective
+    from autotune.search.objectives import load_objective
     try:
         return list(load_objective(str(name_or_path)).metrics)
     except Exception:   # a moved or edited file: fall back to the study's names

@@ -1,6 +1,6 @@
 """What the panels read off a trial: its config, metrics, method, label and draft shape,
-the knob counts derived from them, which trials rank best in the search (`autotune.ranking`)
-and which config the run recommends (`autotune.validation.answer`, the rule `best.json`
+the knob counts derived from them, which trials rank best in the search (`autotune.search.ranking`)
+and which config the run recommends (`autotune.search.finalists.answer`, the rule `best.json`
 follows, so the report and the run folder never disagree).
 
 Conventions shared by every panel:
@@ -23,14 +23,14 @@ import optuna
 from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.trial import FrozenTrial
 
-from autotune import ranking
-from autotune.decoding.config import DecodeConfig
+from autotune.decoding.config import DecodeConfig, shape_of_mapping
+from autotune.decoding.label import describe
 from autotune.decoding.methods import all_methods, find_method
 from autotune.decoding.shape import DYNAMIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
-from autotune.run_folder import describe
-from autotune.samplers import BASELINE_ATTR
-from autotune.validation import answer
+from autotune.search import ranking
+from autotune.search.finalists import answer
+from autotune.search.samplers import BASELINE_ATTR
 
 # A config without `method` is DecodeConfig's default: the AR baseline.
 DEFAULT_METHOD: str = DecodeConfig().method
@@ -126,7 +126,7 @@ def shape_of(config: dict[str, Any]) -> DraftShape | None:
     shape keys that do not parse (a hand-edited config)."""
     if not config or not drafts(str(config.get("method") or DEFAULT_METHOD)):
         return None
-    return DraftShape.of_mapping(config)
+    return shape_of_mapping(config)
 
 
 def derived_titles() -> dict[str, str]:
@@ -176,7 +176,7 @@ def pareto_numbers(study: optuna.Study, objective: ObjectiveInfo) -> set[int]:
 
 
 def ranked(study: optuna.Study, objective: ObjectiveInfo) -> list[FrozenTrial]:
-    """Complete trials best first, as `autotune.ranking` orders them."""
+    """Complete trials best first, as `autotune.search.ranking` orders them."""
     return ranking.ranked(study, objective)
 
 
@@ -184,7 +184,7 @@ def best_trial(study: optuna.Study, objective: ObjectiveInfo) -> FrozenTrial | N
     """The config the run recommends, the one best.json holds (`validation.answer`): the
     validated winner, the AR baseline's trial when validation said "do not speculate"
     (None when the study has no baseline trial), else the search's best by
-    `autotune.ranking`. None when no trial has completed."""
+    `autotune.search.ranking`. None when no trial has completed."""
     return answer(study, objective).trial
 
 

@@ -1,6 +1,6 @@
 """What the run recommends, in words: the header's headline and the finalists' evidence.
 
-`autotune.validation.answer` decides (the one rule `best.json` and the exports follow);
+`autotune.search.finalists.answer` decides (the one rule `best.json` and the exports follow);
 this module only says it. Four cases:
 - validated: the winner's validated speedup with its 90% interval on the held-out
   prompts, beside the search's own figure for the same config;
@@ -21,10 +21,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune import ranking
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.trials import finite, metrics_of
-from autotune.validation import DO_NOT_SPECULATE, VALIDATION_ATTR, answer
+from autotune.search import ranking
+from autotune.search.finalists import DO_NOT_SPECULATE, VALIDATION_ATTR, answer
 
 VALIDATED = "validated"
 NOT_VALIDATED = "not_validated"

@@ -4,7 +4,7 @@ Two steps, one module each: `loading` reads a space file and its includes into c
 entries (one per fixed key or knob, `entries`); `binding` resolves them against a
 model's depth and turns trials into configs and back.
 
-A space file (`search_spaces/*.yaml`, shipped as package data of `autotune.search_spaces`)
+A space file (`autotune/space/presets/*.yaml`, package data of `autotune.space.presets`)
 names the knobs to tune, their ranges and when each one applies. `load_space` parses and
 checks it: every mistake is one AutotuneError line with `file:line: key: problem`.
 `SearchSpace.bind` resolves layer candidates against a model's depth, and the resulting

@@ -17,11 +17,23 @@ from typing import Any, Callable
 
 import optuna
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import KNOBS, DecodeConfig, config_from_mapping
 from autotune.decoding.methods import find_method, get_method
-from autotune.errors import AutotuneError
-from autotune.space.entries import (SWITCH, WORKLOAD_KEYS, BoundSet, Choices, Cond, Entry,
-                                    Fixed, LayerSet, Range, Spec, active, is_int)
+from autotune.space.entries import (
+    SWITCH,
+    WORKLOAD_KEYS,
+    BoundSet,
+    Choices,
+    Cond,
+    Entry,
+    Fixed,
+    LayerSet,
+    Range,
+    Spec,
+    active,
+    is_int,
+)
 
 __all__ = ["BoundSpace", "InfeasibleConfig", "SearchSpace"]
 
@@ -95,7 +107,7 @@ class SearchSpace:
 def _drafter_knob(method: Entry, trained: str, drafters: tuple[str, ...]) -> list[Entry]:
     """The `drafter` knob over a per-category folder's members, active where the root
     `method` entry picks the method that the folder's kind serves (none if it cannot)."""
-    from autotune.models.trained import served_method
+    from autotune.models.drafter_folder import served_method
     serves = served_method(trained)
     spec = method.spec
     if isinstance(spec, Fixed):
@@ -136,7 +148,7 @@ def _missing_draft(method: Any, has_model: bool, trained: str | None) -> bool:
         return False
     if trained is not None and spec.uses_draft:
         # Imported here: binding stays torch-free unless a trained drafter is loaded.
-        from autotune.models.trained import served_method
+        from autotune.models.drafter_folder import served_method
         if served_method(trained) != spec.name:
             return True
     if not spec.needs_draft:
@@ -400,3 +412,17 @@ def _threshold_depths(exits: Entry | None) -> Iterator[tuple[int, str]]:
     elif isinstance(exits.spec, Fixed):
         for d in sorted(exits.spec.value)[:-1]:
             yield d, f"exit {d} (fixed)"
+
+
+def trained_space_args(draft: Any) -> dict[str, Any]:
+    """What `SearchSpace.bind` takes from a trained --draft besides its kind: the exit
+    layers of trained adapters, the members of a per-category folder. (Read off the
+    drafter's attributes, so that the space loads no model code.)"""
+    args: dict[str, Any] = {}
+    exit_layers = getattr(draft, "exit_layers", None)
+    if exit_layers is not None:
+        args["exit_layers"] = tuple(exit_layers)
+    drafter_choices = getattr(draft, "drafter_choices", None)
+    if drafter_choices is not None:
+        args["drafters"] = drafter_choices()
+    return args

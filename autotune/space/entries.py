@@ -16,9 +16,9 @@ from typing import Any
 import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import KNOBS
 from autotune.decoding.knobs import WORKLOAD
-from autotune.errors import AutotuneError
 
 SWITCH = "switch"           # a knob type that chooses a branch and sets no config key
 # Sampling settings describe the workload a config is tuned for, so a space cannot vary them.

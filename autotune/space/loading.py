@@ -19,13 +19,26 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from autotune.decoding.config import KNOBS, config_from_mapping
+from autotune.common.errors import AutotuneError
+from autotune.common.yaml_source import did_you_mean, display_path, dotted, load_yaml
+from autotune.decoding.config import KNOBS, config_from_mapping, own_keys
 from autotune.decoding.methods import find_method, tree_method_names
-from autotune.errors import AutotuneError
 from autotune.space.binding import SearchSpace
-from autotune.space.entries import (SWITCH, WORKLOAD_KEYS, BoundSet, Choices, Cond, Entry, Fixed,
-                                    LayerSet, Range, Spec, Where, is_int, is_number)
-from autotune.yaml_source import did_you_mean, display_path, dotted, load_yaml
+from autotune.space.entries import (
+    SWITCH,
+    WORKLOAD_KEYS,
+    BoundSet,
+    Choices,
+    Cond,
+    Entry,
+    Fixed,
+    LayerSet,
+    Range,
+    Spec,
+    Where,
+    is_int,
+    is_number,
+)
 
 __all__ = ["available_spaces", "load_space"]
 
@@ -65,7 +78,7 @@ def _article(kind: str) -> str:
 
 def _own_keys(method: Any) -> tuple[str, ...]:
     spec = find_method(method)
-    return spec.own_keys if spec is not None else ()
+    return own_keys(spec) if spec is not None else ()
 
 
 def _canon(key: str, value: Any) -> Any:
@@ -131,7 +144,7 @@ class _Doc:
 def _shipped_dir() -> Path:
     # setuptools installs package data as plain files (never zipped), so a Path is safe
     # and relative includes can be resolved against it like against any other folder.
-    return Path(str(files("autotune.search_spaces")))
+    return Path(str(files("autotune.space.presets")))
 
 
 def _shipped_names() -> list[str]:

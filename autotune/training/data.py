@@ -17,7 +17,6 @@ max new tokens), written atomically (float32 features: about 2.3 KB per token fo
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,12 @@ import torch
 
 from autotune.models.llama import LlamaForward
 from autotune.models.loading import LoadedModel, cache_root
-from autotune.workloads import Prompt, encode_prompt, workload_digest
+from autotune.workloads.prompts import (
+    Prompt,
+    encode_prompt,
+    prompt_digest,
+    workload_digest,
+)
 
 FORMAT = "autotune.train-data/v2"
 GENERATION_BATCH = 16
@@ -43,12 +47,6 @@ class Sequence_:
     prompt_len: int
     category: str
     prompt_id: str
-
-
-def prompt_digest(text: str) -> str:
-    """A prompt's identity in drafter.json (the search checks its held-out prompts
-    against these: a drafter must never have seen a validation prompt)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _generate(target: LoadedModel, ids: list[list[int]], max_new_tokens: int,
@@ -76,7 +74,7 @@ def _generate(target: LoadedModel, ids: list[list[int]], max_new_tokens: int,
 
 
 def _cache_path(target: LoadedModel, prompts: Sequence[Prompt], max_new_tokens: int) -> Path:
-    from autotune.replay.reference import model_fingerprint
+    from autotune.models.fingerprint import model_fingerprint
     return (cache_root() / "train" /
             f"{model_fingerprint(target)}-{workload_digest(list(prompts))}-{max_new_tokens}.pt")
 

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.errors import AutotuneError
+from autotune.common.errors import AutotuneError
 from autotune.models.heads import EagleHead, ExitAdapters, MedusaHeads
 from autotune.models.llama import LlamaForward
 from autotune.training.data import Sequence_

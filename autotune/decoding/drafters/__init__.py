@@ -4,7 +4,12 @@ The method registry (`autotune.decoding.methods`) names each method's drafter cl
 "module:Class"; the decoder builds it with `spec.drafter_class().build(context)`.
 """
 
-from autotune.decoding.drafters.base import (Draft, DraftContext, Drafter, TokenChooser,
-                                             TreeHooks)
+from autotune.decoding.drafters.base import (
+                                             Draft,
+                                             DraftContext,
+                                             Drafter,
+                                             TokenChooser,
+                                             TreeHooks,
+)
 
 __all__ = ["Draft", "DraftContext", "Drafter", "TokenChooser", "TreeHooks"]

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from autotune.decoding.drafters.base import (Cache, Draft, DraftContext, Drafter, TokenChooser,
-                                             TreeHooks, draft_chain)
+from autotune.decoding.drafters.base import (
+    Cache,
+    Draft,
+    DraftContext,
+    Drafter,
+    TokenChooser,
+    TreeHooks,
+    draft_chain,
+)
 from autotune.decoding.policies import ExitPolicy
 from autotune.models.hf_forward import HFForward
 from autotune.models.llama import LlamaForward

@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import torch
 
-from autotune.decoding.drafters.base import (Cache, Draft, DraftContext, Drafter, TokenChooser,
-                                             TreeHooks, draft_chain)
+from autotune.common.errors import AutotuneError
+from autotune.decoding.drafters.base import (
+    Cache,
+    Draft,
+    DraftContext,
+    Drafter,
+    TokenChooser,
+    TreeHooks,
+    draft_chain,
+)
 from autotune.decoding.policies import ExitPolicy
-from autotune.errors import AutotuneError
 from autotune.models.llama import KVCache, LlamaForward
 from autotune.models.trained import HeadForward, TrainedDraft
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from autotune.decoding.drafters.base import (Draft, DraftContext, Drafter, TokenChooser,
-                                             TreeHooks, draft_chain)
+from autotune.decoding.drafters.base import (
+    Draft,
+    DraftContext,
+    Drafter,
+    TokenChooser,
+    TreeHooks,
+    draft_chain,
+)
 from autotune.decoding.policies import ExitPolicy
 from autotune.models.llama import KVCache, LlamaForward
 

@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import torch
 
-from autotune.decoding.drafters.base import Draft, DraftContext, Drafter, TokenChooser, TreeHooks
+from autotune.common.errors import AutotuneError
+from autotune.decoding.drafters.base import (
+    Draft,
+    DraftContext,
+    Drafter,
+    TokenChooser,
+    TreeHooks,
+)
 from autotune.decoding.drafters.eagle import trained_head
 from autotune.decoding.policies import ExitPolicy
-from autotune.errors import AutotuneError
 from autotune.models.trained import HeadForward
 
 

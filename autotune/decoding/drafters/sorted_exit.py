@@ -17,8 +17,15 @@ from typing import Callable
 
 import torch
 
-from autotune.decoding.drafters.base import (Cache, Draft, DraftContext, Drafter, TokenChooser,
-                                             TreeHooks, draft_chain)
+from autotune.decoding.drafters.base import (
+    Cache,
+    Draft,
+    DraftContext,
+    Drafter,
+    TokenChooser,
+    TreeHooks,
+    draft_chain,
+)
 from autotune.decoding.policies import ExitPolicy
 from autotune.models.heads import ExitAdapters
 from autotune.models.llama import KVCache, LlamaForward, Step

@@ -9,9 +9,24 @@ folder has its data.
 
 from __future__ import annotations
 
-from autotune.report.panels import (batch_size, drafters, finalists, hardware, header,
-                                    history, importance, knobs, layers, parallel, pareto,
-                                    pos_acc, predicted, time_split, top, tree)
+from autotune.report.panels import (
+                                    batch_size,
+                                    drafters,
+                                    finalists,
+                                    hardware,
+                                    header,
+                                    history,
+                                    importance,
+                                    knobs,
+                                    layers,
+                                    parallel,
+                                    pareto,
+                                    pos_acc,
+                                    predicted,
+                                    time_split,
+                                    top,
+                                    tree,
+)
 from autotune.report.panels.base import Inputs, Panel
 
 PANELS: tuple[Panel, ...] = (

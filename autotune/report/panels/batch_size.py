@@ -21,9 +21,25 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from autotune.report.panels.base import Panel
-from autotune.report.schedule import (HELD_OUT, SEARCH, Point, Schedule, read_schedule,
-                                      schedule_line, span)
-from autotune.report.style import BEST_COLOR, esc, figure, layout, note, num, parity_line, section
+from autotune.report.schedule import (
+    HELD_OUT,
+    SEARCH,
+    Point,
+    Schedule,
+    read_schedule,
+    schedule_line,
+    span,
+)
+from autotune.report.style import (
+    BEST_COLOR,
+    esc,
+    figure,
+    layout,
+    note,
+    num,
+    parity_line,
+    section,
+)
 from autotune.report.verdict import plural
 
 PANEL_ID = "batch-size"

@@ -22,7 +22,7 @@ from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, note, num, parity_line, section
 from autotune.report.trials import finite
 from autotune.report.verdict import plural, stale_reason
-from autotune.validation import current_record, measured_in
+from autotune.search.finalists import current_record, measured_in
 
 ALL = "all"
 # One colour per finalist, in the record's order (Okabe-Ito, colour-blind safe): two

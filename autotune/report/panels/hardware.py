@@ -15,11 +15,18 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from autotune.profile import FREE_FACTOR, PROFILE_FILE, free_tokens
+from autotune.measure.profile import FREE_FACTOR, PROFILE_FILE, free_tokens
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
-from autotune.report.style import (BEST_COLOR, SMALL_FIG_HEIGHT, esc, figure, layout, note,
-                                   section)
+from autotune.report.style import (
+    BEST_COLOR,
+    SMALL_FIG_HEIGHT,
+    esc,
+    figure,
+    layout,
+    note,
+    section,
+)
 from autotune.report.trials import best_speculative, finite, metrics_of, pick
 
 FREE_TOLERANCE = FREE_FACTOR - 1    # "free": within 10 % of the cost of verifying one token

@@ -12,9 +12,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.decoding.config import KNOBS
+from autotune.decoding.config import KNOBS, method_keys
 from autotune.decoding.engines import ENGINES
 from autotune.decoding.knobs import WORKLOAD
+from autotune.decoding.label import describe
 from autotune.decoding.methods import find_method
 from autotune.decoding.shape import STATIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
@@ -22,12 +23,20 @@ from autotune.report.panels.base import Panel
 from autotune.report.panels.batch_size import PANEL_ID as BATCH_SIZE_PANEL
 from autotune.report.schedule import read_schedule, schedule_line
 from autotune.report.style import esc, note, num
-from autotune.report.trials import (DEFAULT_METHOD, complete_trials, config_of, finite,
-                                    metrics_of, pick, shape_of, trial_label, trial_preset)
+from autotune.report.trials import (
+    DEFAULT_METHOD,
+    complete_trials,
+    config_of,
+    finite,
+    metrics_of,
+    pick,
+    shape_of,
+    trial_label,
+    trial_preset,
+)
 from autotune.report.verdict import DO_NOT_SPECULATE, Verdict, verdict
-from autotune.run_folder import describe
-from autotune.samplers import BASELINE
-from autotune.validation import measured_in
+from autotune.search.finalists import measured_in
+from autotune.search.samplers import BASELINE
 
 # The keys a tree's shape is given by, in the header's order (replacing k and the policy).
 _DYNAMIC_KEYS = ("tree_width", "tree_depth", "tree_tokens")
@@ -83,7 +92,7 @@ def method_params(config: dict[str, Any]) -> dict[str, Any]:
     spec = find_method(method)
     if spec is None:
         return {k: v for k, v in config.items() if not (k in KNOBS and KNOBS[k].owner == WORKLOAD)}
-    keys = spec.keys
+    keys = method_keys(spec)
     if keys:
         keys += policy_keys(str(config.get("exit_policy")))
     shape: DraftShape | None = shape_of(config)

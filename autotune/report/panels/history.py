@@ -15,8 +15,13 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.report.objective import ObjectiveInfo, metric_title
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, method_scatter, note, section
-from autotune.report.trials import (best_trial, complete_trials, trial_label, trial_method,
-                                    trial_preset)
+from autotune.report.trials import (
+    best_trial,
+    complete_trials,
+    trial_label,
+    trial_method,
+    trial_preset,
+)
 
 
 @dataclass

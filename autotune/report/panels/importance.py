@@ -10,16 +10,33 @@ from typing import Any
 import optuna
 import pandas as pd
 import plotly.graph_objects as go
-from optuna.distributions import (BaseDistribution, CategoricalDistribution,
-                                  FloatDistribution, IntDistribution)
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 
 from autotune.decoding.methods import find_method
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
-from autotune.report.style import (SMALL_FIG_HEIGHT, esc, figure, layout, method_color, note,
-                                   section)
-from autotune.report.trials import (INDEXED, complete_trials, derived_values, drafts, leaf,
-                                    trial_method)
+from autotune.report.style import (
+    SMALL_FIG_HEIGHT,
+    esc,
+    figure,
+    layout,
+    method_color,
+    note,
+    section,
+)
+from autotune.report.trials import (
+    INDEXED,
+    complete_trials,
+    derived_values,
+    drafts,
+    leaf,
+    trial_method,
+)
 
 MIN_IMPORTANCE_TRIALS = 5      # fANOVA on fewer trials is noise
 _ALL_METHODS = "all methods"

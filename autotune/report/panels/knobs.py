@@ -9,16 +9,41 @@ from dataclasses import dataclass
 import optuna
 import pandas as pd
 import plotly.graph_objects as go
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    IntDistribution,
+)
 
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
-from autotune.report.style import (BEST_COLOR, SMALL_FIG_HEIGHT, esc, figure, layout,
-                                   method_color, method_name, method_scatter, note,
-                                   parity_line, section)
-from autotune.report.trials import (best_trial, complete_trials, derived_titles, derived_values,
-                                    is_bit, knob_order, leaf, response, response_metric,
-                                    trial_label, trial_method, trial_preset)
+from autotune.report.style import (
+    BEST_COLOR,
+    SMALL_FIG_HEIGHT,
+    esc,
+    figure,
+    layout,
+    method_color,
+    method_name,
+    method_scatter,
+    note,
+    parity_line,
+    section,
+)
+from autotune.report.trials import (
+    best_trial,
+    complete_trials,
+    derived_titles,
+    derived_values,
+    is_bit,
+    knob_order,
+    leaf,
+    response,
+    response_metric,
+    trial_label,
+    trial_method,
+    trial_preset,
+)
 
 
 @dataclass

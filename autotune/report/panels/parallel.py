@@ -13,8 +13,14 @@ from optuna.distributions import CategoricalDistribution
 from autotune.report.objective import ObjectiveInfo, metric_title
 from autotune.report.panels.base import Panel
 from autotune.report.style import FIG_HEIGHT, figure, note, section
-from autotune.report.trials import (INDEXED, complete_trials, derived_values, knob_order, leaf,
-                                    trial_method)
+from autotune.report.trials import (
+    INDEXED,
+    complete_trials,
+    derived_values,
+    knob_order,
+    leaf,
+    trial_method,
+)
 
 
 @dataclass

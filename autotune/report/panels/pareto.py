@@ -11,10 +11,23 @@ import plotly.graph_objects as go
 
 from autotune.report.objective import ObjectiveInfo, metric_title
 from autotune.report.panels.base import Panel
-from autotune.report.style import (BEST_COLOR, figure, hover, layout, method_color, note,
-                                   section)
-from autotune.report.trials import (best_trial, complete_trials, pareto_numbers, trial_label,
-                                    trial_method, trial_preset)
+from autotune.report.style import (
+    BEST_COLOR,
+    figure,
+    hover,
+    layout,
+    method_color,
+    note,
+    section,
+)
+from autotune.report.trials import (
+    best_trial,
+    complete_trials,
+    pareto_numbers,
+    trial_label,
+    trial_method,
+    trial_preset,
+)
 
 
 @dataclass

@@ -14,9 +14,16 @@ from optuna.trial import FrozenTrial
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, method_color, note, section
-from autotune.report.trials import (best_speculative, complete_trials, finite, metrics_of,
-                                    trial_label, trial_method, trial_preset)
-from autotune.samplers import BASELINE
+from autotune.report.trials import (
+    best_speculative,
+    complete_trials,
+    finite,
+    metrics_of,
+    trial_label,
+    trial_method,
+    trial_preset,
+)
+from autotune.search.samplers import BASELINE
 
 _DASHES = ("dash", "dot", "dashdot", "longdash", "longdashdot")
 

@@ -27,11 +27,25 @@ from optuna.trial import FrozenTrial
 
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
-from autotune.report.style import (esc, figure, layout, method_color, method_name, note,
-                                   parity_line, section)
-from autotune.report.trials import complete_trials, finite, metrics_of, trial_label, trial_method
-from autotune.screening import SCREEN_ATTR
-from autotune.validation import current_record
+from autotune.report.style import (
+    esc,
+    figure,
+    layout,
+    method_color,
+    method_name,
+    note,
+    parity_line,
+    section,
+)
+from autotune.report.trials import (
+    complete_trials,
+    finite,
+    metrics_of,
+    trial_label,
+    trial_method,
+)
+from autotune.search.finalists import current_record
+from autotune.search.screening import SCREEN_ATTR
 
 # `autotune.replay.run.FIDELITY`, spelled out: importing the replay tier loads torch.
 REPLAY = "replay"

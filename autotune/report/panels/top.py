@@ -1,4 +1,4 @@
-"""The top trials as a table: the ten best complete trials in `autotune.ranking` order,
+"""The top trials as a table: the ten best complete trials in `autotune.search.ranking` order,
 their objective values and the metrics a reader compares (no plotly). When the run was
 validated, the finalists are marked (and listed even when they rank below ten) with their
 validated speedup and its 90% interval beside the search's figure; the highlighted row is
@@ -16,8 +16,14 @@ import pandas as pd
 from autotune.report.objective import ObjectiveInfo, metric_title
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, note, num, section
-from autotune.report.trials import metrics_of, pareto_numbers, ranked, trial_label, trial_preset
-from autotune.validation import answer
+from autotune.report.trials import (
+    metrics_of,
+    pareto_numbers,
+    ranked,
+    trial_label,
+    trial_preset,
+)
+from autotune.search.finalists import answer
 
 TOP_METRICS = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
                "mean_accepted_tokens", "mean_verified_tokens", "acceptance_rate", "lossless")

@@ -16,8 +16,17 @@ from autotune.decoding.shape import CHAIN, STATIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, method_color, note, section
-from autotune.report.trials import (complete_trials, config_of, finite, metrics_of, response,
-                                    response_metric, shape_of, trial_label, trial_method)
+from autotune.report.trials import (
+    complete_trials,
+    config_of,
+    finite,
+    metrics_of,
+    response,
+    response_metric,
+    shape_of,
+    trial_label,
+    trial_method,
+)
 
 # The heatmap's columns besides the tree widths (as text).
 CHAIN_COLUMN, STATIC_COLUMN = "chain", "static"

@@ -1,0 +1,370 @@
+"""`autotune measure`: one config against the AR baseline; with a frozen config, a
+re-measurement through the same objective code, printed as recorded vs now.
+
+A frozen config brings its model, draft, workload and objective along; flags given on
+the command line override them (and the comparison then says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from autotune.common.errors import AutotuneError
+from autotune.common.files import write_atomically
+from autotune.decoding.config import (
+    config_from_mapping,
+    load_config_file,
+    parse_assignments,
+)
+from autotune.decoding.methods import get_method
+from autotune.frozen import (
+    describe_environment_change,
+    hardware_record,
+    is_frozen,
+    load_frozen,
+    model_record,
+    read_json,
+)
+from autotune.search.evaluation import evaluate
+from autotune.search.objectives import EvalContext, available_objectives, load_objective
+from autotune.workloads.prompts import load_workload, workload_digest
+
+DEFAULT_MAX_NEW_TOKENS = 128
+# Rows of the recorded-vs-now table, in order; objective metrics are added in front.
+COMPARED = ("latency_ms_per_token", "baseline_latency_ms_per_token", "speedup",
+            "mean_accepted_tokens", "acceptance_rate", "draft_time_share", "prefill_ms",
+            "peak_memory_mb", "lossless")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        return ";".join(",".join(str(x) for x in v) for v in value)   # tree_choices
+    if isinstance(value, list):
+        return ", ".join(_fmt(v) for v in value) or "-"
+    return str(value)
+
+
+def _speedup_text(speedup: Any, ci: Any) -> str:
+    """`1.234x [1.100, 1.350]`: the paired speedup and its 90% bootstrap interval."""
+    if not isinstance(speedup, (int, float)):
+        return "-"
+    band = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else ""
+    return f"{speedup:.3f}x{band}"
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+            for row in [head, *rows]]
+
+
+def _config_row(summary: dict[str, Any]) -> tuple[str, str]:
+    return "config", ", ".join(f"{k}={_fmt(v)}" for k, v in summary["config"].items())
+
+
+def _figure_rows(summary: dict[str, Any], keys: tuple[str, ...]) -> list[tuple[str, str]]:
+    """One (label, text) row per key; the speedup with its 90% interval."""
+    return [("speedup [90% CI]", _speedup_text(summary.get("speedup"),
+                                               summary.get("speedup_ci90")))
+            if key == "speedup" else (key, _fmt(summary.get(key))) for key in keys]
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The text of `autotune measure`: one `key  value` row per figure (speedup with its
+    90% interval over prompts), then the speedup, τ and prompts per category."""
+    rows = [_config_row(summary)]
+    if summary.get("measured_by_label"):
+        rows.append(("measured in", str(summary["measured_by_label"])))
+    rows += _figure_rows(summary, (
+        "model", "draft", "device", "dtype", "prompts", "tokens_generated",
+        "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup", "prefill_ms",
+        "mean_accepted_tokens", "acceptance_rate", "pos_acc", "depth_acceptance",
+        "mean_verified_tokens", "draft_time_share", "peak_memory_mb", "lossless"))
+    if summary.get("mismatched_prompts"):
+        rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
+        if summary.get("lossless_binding") is False:
+            rows.append(("", "(the engine's multi-token passes round near-ties unlike its "
+                             "one-token passes: reported, not held against the config)"))
+    if summary.get("fidelity") == "replay":
+        rows.insert(1, ("fidelity", "replay (predicted, nothing decoded; τ "
+                        + ("exact" if summary.get("replay_exact") else "approximate") + ")"))
+        rows.extend(("approximation", note) for note in summary.get("replay_notes") or [])
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    categories = summary.get("by_category") or {}
+    if categories:
+        lines.append("")
+        lines.extend(_table(("category", "speedup [90% CI]", "tau", "prompts"), [
+            (name, _speedup_text(c.get("speedup"), c.get("ci90")),
+             _fmt(c.get("mean_accepted_tokens")), _fmt(c.get("prompts")))
+            for name, c in categories.items()]))
+    return "\n".join(lines)
+
+
+def comparison_rows(recorded: dict[str, Any], now: dict[str, Any],
+                    metrics: list[str]) -> list[tuple[str, str, str, str]]:
+    """(metric, recorded, now, now/recorded) for the objective's metrics and the usual
+    figures, skipping those neither side has."""
+    rows = []
+    for key in dict.fromkeys([*metrics, *COMPARED]):
+        old, new = recorded.get(key), now.get(key)
+        if old is None and new is None:
+            continue
+        ratio = (f"{new / old:.3f}x" if isinstance(old, (int, float)) and not isinstance(old, bool)
+                 and isinstance(new, (int, float)) and old else "")
+        rows.append((key, _fmt(old), _fmt(new), ratio))
+    return rows
+
+
+def format_comparison(rows: list[tuple[str, str, str, str]]) -> str:
+    return "\n".join(_table(("metric", "recorded", "now", "now/recorded"), rows))
+
+
+def frozen_defaults(args: argparse.Namespace, doc: dict[str, Any] | None) -> list[str]:
+    """Fill model, draft and workload flags the user left out from a frozen config (or
+    the plain defaults). Returns the flags the user overrode, for the report."""
+    model = (doc or {}).get("model") or {}
+    draft = (doc or {}).get("draft") or {}
+    workload = (doc or {}).get("workload") or {}
+    overridden = []
+    filled = {
+        "model": model.get("spec", "default"),
+        "draft": draft.get("spec"),
+        "workload": workload.get("source", "builtin"),
+        "categories": ",".join(workload["categories"]) if workload.get("categories") else None,
+        "prompts": workload.get("prompts"),
+        "max_new_tokens": workload.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS),
+        "seed": workload.get("seed", 0),
+    }
+    for name, value in filled.items():
+        given = getattr(args, name, None)
+        if given is None:
+            setattr(args, name, value)
+        elif doc is not None and value is not None and given != value:
+            overridden.append(f"--{name.replace('_', '-')}")
+    if model.get("dtype") and args.dtype is None and doc is not None:
+        args.dtype = model["dtype"]
+    return overridden
+
+
+def _objective_of(doc: dict[str, Any]) -> Any:
+    """The objective the config was measured with: its file when it still has the
+    recorded hash, else the shipped preset of that name, else `latency`."""
+    recorded = (doc.get("provenance") or {}).get("objective") or {}
+    path = recorded.get("file")
+    if path and Path(path).is_file():
+        objective = load_objective(path)
+        if not recorded.get("sha256") or objective.sha256 == recorded["sha256"]:
+            return objective
+    name = recorded.get("name") or (doc.get("objective") or {}).get("name") or "latency"
+    return load_objective(name if name in available_objectives() else "latency")
+
+
+# The figures a validation records for its config (best.json's `validation`).
+VALIDATED_FIGURES = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
+                     "mean_accepted_tokens", "acceptance_rate", "lossless")
+
+
+def _validated_prompt_ids(doc: dict[str, Any]) -> list[str] | None:
+    validation = doc.get("validation")
+    ids = validation.get("prompt_ids") if isinstance(validation, dict) else None
+    return [str(i) for i in ids] if isinstance(ids, list) and ids else None
+
+
+def run_measure_command(args: argparse.Namespace) -> int:
+    doc = None
+    if args.config and Path(args.config).suffix == ".json" and is_frozen(read_json(args.config)):
+        doc = load_frozen(args.config)
+    # A validated config is re-measured where its headline figure came from: on its
+    # held-out prompts, unless the command line names other prompts.
+    held_out = (_validated_prompt_ids(doc) if doc is not None and args.workload is None
+                and args.prompts is None and args.categories is None else None)
+    overridden = frozen_defaults(args, doc)
+    if args.max_new_tokens < 1:
+        raise AutotuneError("--max-new-tokens must be at least 1")
+    if args.prompts is not None and args.prompts < 1:
+        raise AutotuneError("--prompts must be at least 1")
+    base = config_from_mapping(load_config_file(args.config)) if args.config else None
+    assignments = parse_assignments(args.assignments)
+    config = config_from_mapping(assignments, base).validate()
+    if assignments and doc is not None:
+        overridden.append("--set " + ",".join(assignments))
+    get_method(config.method).require_draft(args.draft is not None)
+
+    categories = [c for c in args.categories.split(",") if c] if args.categories else None
+    if held_out:
+        by_id = {p.prompt_id: p for p in load_workload(args.workload)}
+        missing = [i for i in held_out if i not in by_id]
+        if missing:
+            raise AutotuneError(f"{args.config}: held-out prompt {missing[0]!r} is not in "
+                                f"{args.workload}; give --workload/--prompts to measure on others")
+        prompts = [by_id[i] for i in held_out]
+    else:
+        prompts = load_workload(args.workload, categories, args.prompts)
+    objective = _objective_of(doc) if doc is not None else None
+    if held_out and objective is not None:
+        objective = dataclasses.replace(objective, repeats=int(doc["validation"].get("repeats") or 1))
+
+    measure_in = getattr(args, "measure_in", "autotune")
+    batch_size = getattr(args, "batch_size", None)
+    if batch_size is not None:
+        _check_batched(args, config, measure_in, len(prompts))
+    if measure_in != "autotune":
+        if args.replay or args.trace:
+            raise AutotuneError(f"--in {measure_in} decodes in the engine: --replay and "
+                                "--trace read autotune's decoder only")
+        from autotune.backends import unavailable
+        why = unavailable(measure_in, args.model, args.draft)
+        if why is not None:
+            raise AutotuneError(f"--in {measure_in}: it cannot measure here: {why}")
+    # torch and transformers load here, once every input above has been checked.
+    if args.replay:
+        from autotune.replay import replay_refusal
+        reason = replay_refusal(config)
+        if reason is not None:
+            raise AutotuneError(f"--replay: {reason}")
+    from autotune.models.loading import load_model
+    from autotune.models.trained import load_draft
+    target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
+    draft = load_draft(args.draft, target, args.device, args.dtype, args.trust_remote_code)
+    if args.replay:
+        return _replay(args, config, target, draft, prompts)
+    if batch_size is not None:
+        return _measure_batched(args, config, target, draft, prompts, batch_size)
+    backend = None
+    if measure_in != "autotune":
+        from autotune.backends import open_backend
+        backend = open_backend(measure_in, target, draft, args.model, prompts,
+                               args.max_new_tokens)
+        print(f"autotune: measuring in {backend.label}", file=sys.stderr, flush=True)
+    if doc is not None:
+        return _remeasure(args, doc, config, objective, target, draft, prompts, overridden,
+                          backend)
+
+    from autotune.measure.measurement import measure
+
+    def progress(index: int, run: Any, so_far: Any) -> None:
+        print(f"[{index + 1}/{len(prompts)}] {run.prompt_id} ({run.category}): "
+              f"{len(run.candidate.tokens)} tokens", file=sys.stderr, flush=True)
+
+    result = measure(target, config, prompts, args.max_new_tokens, args.seed, draft,
+                     on_prompt=progress, backend=backend)
+    summary = result.summary()
+    if args.trace:
+        write_atomically(Path(args.trace), json.dumps(result.traces()))
+    print(json.dumps(summary) if args.json else format_summary(summary))
+    return 0
+
+
+def _check_batched(args: argparse.Namespace, config: Any, measure_in: str,
+                   n_prompts: int) -> None:
+    """One-line refusals for `--batch-size` before any model loads."""
+    if args.batch_size < 1:
+        raise AutotuneError("--batch-size must be at least 1")
+    for flag, given in (("--in", measure_in != "autotune"), ("--replay", args.replay),
+                        ("--trace", bool(args.trace))):
+        if given:
+            raise AutotuneError(f"--batch-size runs autotune's batched decoder; it does not "
+                                f"combine with {flag}")
+    if config.is_tree:
+        raise AutotuneError("--batch-size drafts chains only: a draft tree "
+                            "(tree_width > 0) runs at batch size 1")
+    if n_prompts < args.batch_size:
+        raise AutotuneError(f"--batch-size {args.batch_size} needs at least "
+                            f"{args.batch_size} prompts; the workload gives {n_prompts}")
+
+
+def _measure_batched(args: argparse.Namespace, config: Any, target: Any, draft: Any,
+                     prompts: list[Any], batch_size: int) -> int:
+    """`--batch-size B`: throughput against batched AR at the same B, batch by batch."""
+    from autotune.measure.batched import measure_batched
+
+    def progress(index: int, run: Any) -> None:
+        print(f"[batch {index + 1}] {run.batch_id}: {run.candidate.decoded} tokens",
+              file=sys.stderr, flush=True)
+
+    result = measure_batched(target, config, prompts, batch_size, args.max_new_tokens,
+                             args.seed or 0, draft, on_batch=progress)
+    summary = result.summary()
+    print(json.dumps(summary) if args.json else format_batched_summary(summary))
+    return 0
+
+
+def format_batched_summary(summary: dict[str, Any]) -> str:
+    """The text of `autotune measure --batch-size`: one `key  value` row per figure."""
+    rows = [_config_row(summary), *_figure_rows(summary, (
+        "batch_size", "batches", "prompts", "unused_prompts", "tokens_per_s",
+        "ar_tokens_per_s", "speedup", "latency_ms_per_token",
+        "baseline_latency_ms_per_token", "mean_accepted_tokens", "acceptance_rate",
+        "mean_verify_width", "lossless"))]
+    if summary.get("mismatched_prompts"):
+        rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _replay(args: argparse.Namespace, config: Any, target: Any, draft: Any,
+            prompts: list[Any]) -> int:
+    """`--replay`: the same keys as a measurement, predicted by the replay tier."""
+    from autotune.replay import PARTS_FILE
+    from autotune.replay.reference import cache_dir
+    from autotune.replay.run import Replayer
+
+    replayer = Replayer(target, draft, prompts, args.max_new_tokens, cache_dir() / PARTS_FILE)
+    reason = replayer.can_replay(config)
+    if reason is not None:
+        raise AutotuneError(f"--replay: {reason}")
+    summary = replayer.summary(config)
+    if args.trace:
+        write_atomically(Path(args.trace), json.dumps(replayer.replay(config).traces()))
+    print(json.dumps(summary) if args.json else format_summary(summary))
+    return 0
+
+
+def _remeasure(args: argparse.Namespace, doc: dict[str, Any], config: Any, objective: Any,
+               target: Any, draft: Any, prompts: list[Any], overridden: list[str],
+               backend: Any = None) -> int:
+    """Evaluate a frozen config with its objective (repeats and all) and compare."""
+    if args.trace:
+        raise AutotuneError("--trace is not available with a frozen config; "
+                            "use --set to measure its knobs as a plain config")
+    print(f"autotune: re-measuring {args.config} with objective {objective.name!r} on "
+          f"{len(prompts)} prompts x {args.max_new_tokens} tokens", file=sys.stderr, flush=True)
+    context = EvalContext(target=target, draft=draft, prompts=prompts,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed, memo={},
+                          backend=backend)
+    now = evaluate(objective, context, config)
+    recorded = dict(doc.get("metrics") or {})
+    validation = doc.get("validation")
+    if isinstance(validation, dict) and workload_digest(prompts) == validation.get("workload_sha256"):
+        # Same prompts as the validation: compare with its figures, not the search's.
+        recorded.update({k: validation[k] for k in VALIDATED_FIGURES if k in validation})
+    notes = describe_environment_change(
+        doc, model_record(target, args.model), hardware_record(target.device),
+        draft=model_record(draft, args.draft) if draft is not None else None,
+        prompts_sha256=workload_digest(prompts), prompts_count=len(prompts))
+    if overridden:
+        notes.append("overridden on the command line: " + ", ".join(overridden))
+    violation = objective.violation(now, config)
+    if violation:
+        notes.append(f"constraint violated now: {violation}")
+    rows = comparison_rows(recorded, now, list(objective.metrics))
+    if args.json:
+        print(json.dumps({"config": args.config, "objective": objective.name,
+                          "recorded": recorded, "now": now, "notes": notes}, default=str))
+    else:
+        print(format_comparison(rows))
+        for note in notes:
+            print(f"note: {note}")
+    return 0

@@ -1,0 +1,329 @@
+"""The one place that times anything.
+
+`measure` runs a candidate DecodeConfig and the autoregressive baseline over the same
+prompts in the same process, interleaved prompt by prompt (alternating which goes
+first, so slow drifts of a shared machine hit both alike), after an untimed warm-up of
+both. Time is `perf_counter` behind a device synchronisation (`Clock`). Latency is per
+generated token of the decode phase (the first token comes from the prefill, which is
+reported apart), tokens counted as actually generated. Speedup is the paired statistic
+of `autotune.measure.paired` (AR decode time per token over the candidate's, summed over the
+same prompts), with a bootstrap interval over prompts and a split by category.
+
+`measure_arms` times several candidates against one shared baseline in the same way
+(every arm on a prompt before the next prompt, the order rotating), with repeats pooled:
+what re-measures a search's finalists on its validation prompts.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import torch
+
+from autotune.backends.base import Backend
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.decoder import Generation
+from autotune.measure import paired
+from autotune.models.loading import LoadedModel
+from autotune.workloads.prompts import Prompt, encode_prompt
+
+WARMUP_TOKENS = 8
+
+
+class Clock:
+    """`perf_counter` after the device has finished its queued work."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._sync = torch.cuda.synchronize if device.type == "cuda" else None
+
+    def __call__(self) -> float:
+        if self._sync is not None:
+            self._sync()
+        return time.perf_counter()
+
+
+@dataclass
+class PromptRun:
+    """Both decoders' runs on one prompt."""
+
+    prompt_id: str
+    category: str
+    baseline: Generation
+    candidate: Generation
+
+    @staticmethod
+    def per_token(gen: Generation) -> float | None:
+        return gen.decode_s / gen.decoded if gen.decoded > 0 else None
+
+    def pair(self) -> paired.PromptPair:
+        """The figures the paired statistic reads (decode time and decoded tokens)."""
+        return paired.PromptPair(
+            self.prompt_id, self.category, self.baseline.decode_s,
+            self.baseline.decoded, self.candidate.decode_s,
+            self.candidate.decoded, rounds=len(self.candidate.rounds),
+            emitted=sum(t.emitted for t in self.candidate.rounds))
+
+
+@dataclass
+class Measurement:
+    """Everything one `measure` call saw; `summary()` is the JSON of `autotune measure`."""
+
+    config: DecodeConfig
+    model: str
+    draft: str | None
+    device: str
+    dtype: str
+    max_new_tokens: int
+    runs: list[PromptRun]
+    weights_bytes: int | None
+    peak_memory_bytes: int | None    # None: the engine's memory is not measured
+    memory_kind: str                 # how peak memory was taken (see `measure`)
+    measured_by: str = "autotune"    # the backend (engine) that ran both arms
+    measured_by_label: str = "autotune's decoder"
+    token_exact: bool = True         # the backend's (`Backend.token_exact`)
+
+    def summary(self) -> dict[str, Any]:
+        cand = [r.candidate for r in self.runs]
+        base = [r.baseline for r in self.runs]
+        rounds = [t for g in cand for t in g.rounds]
+        drafted = sum(t.drafted for t in rounds)
+        accepted = sum(t.accepted for t in rounds)
+        # An engine's rounds carry no draft / verify times: those figures are None.
+        timed_parts = all(g.timed_parts for g in cand)
+        draft_s = sum(t.draft_s for t in rounds)
+        verify_s = sum(t.verify_s for t in rounds)
+        # Leviathan's α: of the draft tokens the verifier reached (all up to and
+        # including the first rejection), the share accepted. For a tree, a level is
+        # one "token": the walk reaches min(depth, accepted + 1) levels.
+        reached = sum(min(t.draft_depth, t.accepted + 1) for t in rounds)
+        base_rounds = [t for g in base for t in g.rounds]
+        base_ms = _ms_per_token(base)
+        pairs = [r.pair() for r in self.runs]
+        ci = paired.interval(pairs)
+        # Each prompt once, however many of its repeats differed.
+        mismatched = list(dict.fromkeys(r.prompt_id for r in self.runs
+                                        if r.baseline.tokens != r.candidate.tokens))
+        return {
+            "config": self.config.to_dict(),
+            "model": self.model,
+            "draft": self.draft,
+            "measured_by": self.measured_by,
+            "measured_by_label": self.measured_by_label,
+            "device": self.device,
+            "dtype": self.dtype,
+            "prompts": len({r.prompt_id for r in self.runs}),
+            "runs": len(self.runs),
+            "max_new_tokens": self.max_new_tokens,
+            "tokens_generated": sum(len(g.tokens) for g in cand),
+            "latency_ms_per_token": _ms_per_token(cand),
+            "baseline_latency_ms_per_token": _ms_per_token(base),
+            "speedup": paired.speedup(pairs),
+            "speedup_ci90": list(ci) if ci else None,
+            "prefill_ms": 1000 * statistics.fmean(g.prefill_s for g in cand),
+            "baseline_prefill_ms": 1000 * statistics.fmean(g.prefill_s for g in base),
+            "rounds": len(rounds),
+            # τ: tokens appended per round, counted after the EOS / length cut.
+            "mean_accepted_tokens": paired.tau(pairs),
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "pos_acc": position_acceptance(rounds),
+            "depth_acceptance": depth_acceptance(rounds),
+            # Tokens in the target's verify pass per round, the pending one included
+            # (a chain: drafted + 1; a tree: its nodes + the root).
+            "mean_verified_tokens": (statistics.fmean(t.verified for t in rounds)
+                                     if rounds else None),
+            "draft_time_share": (draft_s / (draft_s + verify_s)
+                                 if rounds and timed_parts else None),
+            "acceptance_alpha": accepted / reached if reached else None,
+            "mean_drafted_tokens": drafted / len(rounds) if rounds else None,
+            # Leviathan's c: one drafted token's cost in units of one AR target step.
+            "cost_ratio": ((1000 * draft_s / drafted / base_ms)
+                           if drafted and base_ms and timed_parts else None),
+            **_time_split("", cand, rounds),
+            **_time_split("baseline_", base, base_rounds),
+            "peak_memory_mb": (self.peak_memory_bytes / 2**20
+                               if self.peak_memory_bytes is not None else None),
+            "memory_kind": self.memory_kind,
+            "lossless": (not mismatched) if self.config.greedy else None,
+            # Whether `lossless` judges the config (see Backend.token_exact); False: the
+            # engine's own numerics may differ, reported but not held against it.
+            "lossless_binding": self.token_exact,
+            "mismatched_prompts": mismatched if self.config.greedy else [],
+            "by_category": paired.by_category(pairs),
+        }
+
+    def traces(self) -> list[dict[str, Any]]:
+        """Per prompt, per round: the candidate's full trace (for replay and plots)."""
+        return [{"prompt_id": r.prompt_id, "category": r.category,
+                 "prompt_len": r.candidate.prompt_len, "tokens": r.candidate.tokens,
+                 "prefill_s": r.candidate.prefill_s, "decode_s": r.candidate.decode_s,
+                 "baseline_decode_s": r.baseline.decode_s,
+                 "baseline_tokens": len(r.baseline.tokens),
+                 "rounds": [asdict(t) for t in r.candidate.rounds]} for r in self.runs]
+
+
+def _ms_per_token(gens: list[Generation]) -> float | None:
+    decoded = sum(g.decoded for g in gens)
+    return 1000 * sum(g.decode_s for g in gens) / decoded if decoded else None
+
+
+def _time_split(prefix: str, gens: list[Generation], rounds: list) -> dict[str, float | None]:
+    """Decode time per generated token split into drafting, the target's verify
+    forward and the rest of the loop (`<prefix>draft_ms_per_token`, ...); None for an
+    engine, whose rounds carry no such times."""
+    decoded = sum(g.decoded for g in gens)
+    timed = all(g.timed_parts for g in gens)
+    out: dict[str, float | None] = {}
+    for part in ("draft", "verify", "other"):
+        total = sum(getattr(t, f"{part}_s") for t in rounds)
+        out[f"{prefix}{part}_ms_per_token"] = (1000 * total / decoded
+                                               if decoded and timed else None)
+    return out
+
+
+def position_acceptance(rounds: list) -> list[float]:
+    """PosS's position-wise acceptance: entry i-1 is P(A_i | A_{i-1}), the chance the
+    i-th draft token (a tree: a node at depth i) is accepted given the one before it
+    was (and the draft went that deep)."""
+    longest = max((t.draft_depth for t in rounds), default=0)
+    out = []
+    for i in range(1, longest + 1):
+        reached = sum(1 for t in rounds if t.draft_depth >= i and t.accepted >= i - 1)
+        if reached == 0:
+            break
+        out.append(sum(1 for t in rounds if t.accepted >= i) / reached)
+    return out
+
+
+def depth_acceptance(rounds: list) -> list[float]:
+    """Acceptance by depth: entry d-1 is the share of rounds whose accepted path
+    reached depth d, among the rounds that drafted at least d levels."""
+    longest = max((t.draft_depth for t in rounds), default=0)
+    out = []
+    for d in range(1, longest + 1):
+        drafted = [t for t in rounds if t.draft_depth >= d]
+        out.append(sum(1 for t in drafted if t.accepted >= d) / len(drafted))
+    return out
+
+
+def measure(target: LoadedModel, config: DecodeConfig, prompts: list[Prompt],
+            max_new_tokens: int, seed: int = 0, draft: LoadedModel | None = None,
+            on_prompt: Callable[[int, PromptRun, "Measurement"], None] | None = None,
+            backend: Backend | None = None) -> Measurement:
+    """Time `config` against the AR baseline on `prompts`, interleaved.
+
+    `on_prompt(index, run, so_far)` is called after each prompt with the Measurement of
+    the prompts done so far, so a pruner sees a metric computed as the final one is.
+    `backend` runs both arms (default: our decoder on `target` / `draft`).
+
+    Peak memory: on CUDA, the allocator's peak over the candidate's runs; on CPU, where
+    no allocator keeps such a count, the bytes of the weights the candidate reads (the
+    draft's only when its method runs over the draft) plus the largest KV caches a
+    candidate run allocated (both exact; the caches are preallocated). An engine
+    backend's memory is not measured (None).
+    """
+    def each(index: int, repeat: int, runs: dict[str, PromptRun],
+             so_far: dict[str, Measurement]) -> None:
+        if on_prompt is not None:
+            on_prompt(index, runs["candidate"], so_far["candidate"])
+
+    return measure_arms(target, {"candidate": config}, prompts, max_new_tokens, seed=seed,
+                        draft=draft, on_prompt=each, backend=backend)["candidate"]
+
+
+def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
+                 prompts: list[Prompt], max_new_tokens: int, repeats: int = 1, seed: int = 0,
+                 draft: LoadedModel | None = None,
+                 on_prompt: Callable[[int, int, dict[str, PromptRun],
+                                      dict[str, Measurement]], None] | None = None,
+                 backend: Backend | None = None) -> dict[str, Measurement]:
+    """Time every config of `configs` (by arm name) against one AR baseline on `prompts`.
+
+    All arms run on a prompt before the next prompt starts, the baseline among them, in an
+    order that rotates by one per prompt and repeat, so no arm always runs first (or
+    right after the baseline). Each arm's Measurement holds one PromptRun per prompt and
+    repeat, paired with the baseline run of that same prompt and repeat; the summary
+    pools the repeats of a prompt (sums their times and tokens), so a lucky repeat is
+    never picked over an unlucky one. Every config must share one temperature and top-p
+    (the baseline's). `on_prompt(index, repeat, runs, so_far)` follows each prompt.
+
+    `backend` runs every arm, the baseline included (the engine's own decoding without
+    speculation): default our decoder (`EmbeddedBackend(target, draft)`). `target`
+    gives the tokenizer that encodes the prompts, the same token ids for every engine.
+    """
+    if not configs:
+        raise ValueError("measure_arms needs at least one config")
+    sampling = {(c.temperature, c.top_p) for c in configs.values()}
+    if len(sampling) != 1:
+        raise ValueError(f"arms sample differently ({sorted(sampling)}); one baseline "
+                         "cannot pair them")
+    if backend is None:
+        from autotune.backends.embedded import EmbeddedBackend
+        backend = EmbeddedBackend(target, draft)
+    temperature, top_p = sampling.pop()
+    runners = {"baseline": backend.runner(DecodeConfig(temperature=temperature, top_p=top_p))}
+    runners.update({name: backend.runner(config) for name, config in configs.items()})
+    device = torch.device(backend.device)
+    clock = Clock(device)
+    cuda = device.type == "cuda"
+    encoded = [encode_prompt(target.tokenizer, p) for p in prompts]
+
+    def generator(index: int, repeat: int) -> torch.Generator:
+        # Repeat 0 seeds prompt i with seed + i, as a single measurement always has.
+        return torch.Generator(device=device).manual_seed(
+            seed + index + repeat * len(prompts))
+
+    weights = {name: backend.weights_bytes(config) for name, config in configs.items()}
+    peaks: dict[str, int | None] = {name: (0 if weights[name] is not None else None)
+                                    for name in configs}
+    runs: dict[str, list[PromptRun]] = {name: [] for name in configs}
+
+    def result(name: str) -> Measurement:
+        return Measurement(
+            config=configs[name], model=target.name,
+            draft=draft.name if draft is not None else None, device=backend.device,
+            dtype=str(target.dtype).removeprefix("torch."), max_new_tokens=max_new_tokens,
+            runs=list(runs[name]), weights_bytes=weights[name], peak_memory_bytes=peaks[name],
+            memory_kind=backend.memory_kind, measured_by=backend.name,
+            measured_by_label=backend.label, token_exact=backend.token_exact)
+
+    try:
+        # Warm-up: first calls pay for allocator growth, kernel selection and lazy imports.
+        for runner in runners.values():
+            runner.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock,
+                            generator(0, 0), category=prompts[0].category)
+
+        arms = list(runners)
+        step = 0
+        for repeat in range(repeats):
+            for index, ids in enumerate(encoded):
+                shift = step % len(arms)
+                step += 1
+                results: dict[str, Generation] = {}
+                for name in arms[shift:] + arms[:shift]:
+                    if cuda and name != "baseline":
+                        torch.cuda.reset_peak_memory_stats(device)
+                    results[name] = runners[name].generate(
+                        ids, max_new_tokens, clock, generator(index, repeat),
+                        category=prompts[index].category)
+                    weight = weights.get(name)
+                    if name != "baseline" and weight is not None:
+                        peaks[name] = max(peaks[name] or 0,
+                                          torch.cuda.max_memory_allocated(device) if cuda
+                                          else weight + results[name].cache_bytes)
+                prompt = prompts[index]
+                this = {name: PromptRun(prompt.prompt_id, prompt.category, results["baseline"],
+                                        results[name]) for name in configs}
+                for name, run in this.items():
+                    runs[name].append(run)
+                if on_prompt is not None:
+                    on_prompt(index, repeat, this, {name: result(name) for name in configs})
+        return {name: result(name) for name in configs}
+    finally:
+        for runner in runners.values():
+            # An engine instance holds its own context and buffers: freed per measurement.
+            close = getattr(runner, "close", None)
+            if close is not None:
+                close()

@@ -1,0 +1,250 @@
+"""The run folder of a search: `run.json`, `trials.csv`, `best.json`, the top-trials table.
+
+Everything here is rebuilt from the study storage, so the files are always consistent
+with it, and each is replaced atomically after every trial (a kill never leaves half of
+one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.common.files import write_atomically
+from autotune.decoding.label import describe
+from autotune.frozen import frozen_document
+from autotune.search.finalists import (
+    DO_NOT_SPECULATE,
+    answer,
+    current_record,
+    finalist_view,
+    shown_faster,
+)
+from autotune.search.ranking import best_trial, pareto_numbers, ranked
+from autotune.search.samplers import BASELINE_ATTR
+from autotune.search.schedule import current_schedule
+
+if TYPE_CHECKING:      # objectives imports the measuring code (torch); the files need none
+    from autotune.search.objectives import Objective
+
+__all__ = ["BEST_FILE", "RUN_FILE", "TRIALS_FILE", "best_document", "best_trial", "describe",
+           "ranked_documents", "top_table", "trials_frame", "validation_table", "write_run_files"]
+
+RUN_FILE = "run.json"
+TRIALS_FILE = "trials.csv"
+BEST_FILE = "best.json"
+
+
+def _flat(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(v) for v in value)
+    return value
+
+
+def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
+    """One row per trial: number, state, preset, duration, fidelity (measure or replay),
+    values, the screen's prediction (`predicted.<metric>`, multi-fidelity), metrics,
+    config, params, error. Columns that no trial has are left out.
+
+    A pruned trial's `values` hold Optuna's last intermediate value: the figure over the
+    prompts it ran before it was stopped, not a measurement of the config. It goes to
+    `partial.<metric>` (with `partial.prompts_measured`, how many prompt runs it
+    covers), and `value.<metric>` stays empty, so no reader takes it for a result."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name,
+            "preset": t.user_attrs.get(BASELINE_ATTR),
+            "label": describe(t.user_attrs["config"]) if "config" in t.user_attrs else None,
+            "duration_s": t.duration.total_seconds() if t.duration is not None else None,
+            "started": t.datetime_start.isoformat() if t.datetime_start else None,
+            # Which tier the figures came from: measured (decoded, timed) or predicted by
+            # replay (`--fidelity replay`); older runs were all measured.
+            "fidelity": (t.user_attrs.get("metrics", {}).get("fidelity", "measure")
+                         if "metrics" in t.user_attrs else None),
+        }
+        screen = t.user_attrs.get("screen")
+        if isinstance(screen, dict):         # multi-fidelity: what replay predicted for it
+            row["screen.rank"] = screen.get("rank")
+            for key, value in (screen.get("predicted") or {}).items():
+                row[f"predicted.{key}"] = value
+        pruned = t.state == TrialState.PRUNED
+        for metric, value in zip(objective.metrics, t.values or []):
+            row[f"{'partial' if pruned else 'value'}.{metric}"] = value
+        if pruned and t.values and t.last_step is not None:
+            row["partial.prompts_measured"] = t.last_step + 1     # steps count prompt runs
+        for key, value in t.user_attrs.get("metrics", {}).items():
+            row[f"metrics.{key}"] = _flat(value)
+        for key, value in t.user_attrs.get("config", {}).items():
+            row[f"config.{key}"] = _flat(value)
+        for key, value in t.params.items():
+            row[f"params.{key}"] = value
+        for key in ("error", "infeasible", "interrupted", "retry_of", "worker"):
+            row[key] = t.user_attrs.get(key)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame.dropna(axis="columns", how="all") if not frame.empty else frame
+
+
+def _trial_record(t: FrozenTrial, objective: Objective) -> dict[str, Any]:
+    return {
+        "trial": t.number,
+        "preset": t.user_attrs.get(BASELINE_ATTR),
+        "label": describe(t.user_attrs.get("config", {})),
+        "values": dict(zip(objective.metrics, t.values)),
+        "params": t.user_attrs.get("config", {}),
+        "optuna_params": t.params,
+        "metrics": t.user_attrs.get("metrics", {}),
+    }
+
+
+def best_document(study: optuna.Study, objective: Objective,
+                  context: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """What `best.json` holds: a FrozenConfig of what the run recommends by
+    `autotune.search.finalists.answer` (+ the Pareto front for several objectives). Validated:
+    the winner, or for "do not speculate" the AR baseline, with the validation under
+    `validation`; not (yet) validated: the search's best by `autotune.search.ranking`.
+    `context` is run.json's `frozen` entry: model, draft, hardware, workload and the
+    run's provenance."""
+    chosen = answer(study, objective)
+    front = None
+    if objective.multi:
+        front = [_trial_record(t, objective)
+                 for t in sorted(study.best_trials, key=lambda t: t.number)]
+    if chosen.trial is None:
+        if chosen.record is None:
+            return None
+        # Do not speculate, and the study has no baseline trial to point at.
+        doc = frozen_document({}, context=context, pareto_front=front)
+    else:
+        doc = _trial_document(chosen.trial, objective, context, front)
+    if chosen.record is not None:
+        doc["validation"] = finalist_view(
+            chosen.record, chosen.trial.number if chosen.speculate and chosen.trial else None)
+    schedule = current_schedule(study, chosen.trial.number if chosen.trial else None)
+    if schedule is not None:
+        doc["schedule"] = schedule
+    return doc
+
+
+def _trial_document(t: FrozenTrial, objective: Objective, context: dict[str, Any] | None,
+                    pareto_front: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One trial as a FrozenConfig."""
+    record = _trial_record(t, objective)
+    metrics = {k: v for k, v in record["metrics"].items() if k != "config"}
+    return frozen_document(
+        record["params"], metrics=metrics,
+        objective={"name": objective.name, "metrics": list(objective.metrics),
+                   "directions": objective.directions, "values": record["values"]},
+        context=context, trial=record, pareto_front=pareto_front)
+
+
+def ranked_documents(study: optuna.Study, objective: Objective,
+                     context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The exports' fallback configs, best first. Validated: the finalists shown faster
+    than the AR baseline (`validation.shown_faster`), by validated speedup, each with its
+    own validated figures; otherwise every complete trial in `autotune.search.ranking` order."""
+    record = current_record(study)
+    if record is None:
+        return [_trial_document(t, objective, context) for t in ranked(study, objective)]
+    trials = {t.number: t for t in ranked(study, objective)}
+    faster = sorted((f for f in record.get("finalists", [])
+                     if shown_faster(f) and f["trial"] in trials),
+                    key=lambda f: (-f["speedup"], f["trial"]))
+    docs = []
+    for f in faster:
+        doc = _trial_document(trials[f["trial"]], objective, context)
+        doc["validation"] = finalist_view(record, f["trial"])
+        docs.append(doc)
+    return docs
+
+
+def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
+                    context: dict[str, Any] | None = None) -> None:
+    """Rewrite `trials.csv` and `best.json` from the storage."""
+    frame = trials_frame(study, objective)
+    write_atomically(run_dir / TRIALS_FILE, frame.to_csv(index=False))
+    doc = best_document(study, objective, context)
+    if doc is not None:
+        write_atomically(run_dir / BEST_FILE, json.dumps(doc, indent=2) + "\n")
+
+
+def _interval(ci: Any) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else "-"
+
+
+def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
+    """The top `n` complete trials in `autotune.search.ranking` order (the Pareto front first for
+    several objectives), with the validated speedup and its interval for finalists."""
+    order, front = ranked(study, objective), pareto_numbers(study, objective)
+    if not order:
+        return "no trial completed"
+    record = current_record(study)
+    validated = {f["trial"]: f for f in (record or {}).get("finalists", [])}
+    rows = []
+    for t in order[:n]:
+        m = t.user_attrs.get("metrics", {})
+        row: dict[str, Any] = {"trial": t.number, "config": describe(t.user_attrs.get("config", {}))}
+        for metric, value in zip(objective.metrics, t.values):
+            row[metric] = value
+        for key, head in (("speedup", "speedup"), ("baseline_latency_ms_per_token", "AR ms/tok"),
+                          ("mean_accepted_tokens", "tau"), ("acceptance_rate", "accept")):
+            if key not in objective.metrics and key in m:
+                row[head] = m[key]
+        if objective.multi:
+            row["pareto"] = "*" if t.number in front else ""
+        if validated:
+            f = validated.get(t.number)
+            row["held-out speedup"] = f["speedup"] if f and f.get("speedup") is not None else math.nan
+            row["90% interval"] = _interval(f.get("ci90")) if f else "-"
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame.to_string(index=False, na_rep="-",
+                           float_format=lambda v: f"{v:.3f}" if math.isfinite(v) else "-")
+
+
+def validation_table(study: optuna.Study, objective: Objective) -> str:
+    """The finalists' validation: one row per finalist (search figure beside the held-out
+    one), the answer with its reason, and the answer's speedup per category."""
+    record = current_record(study)
+    if record is None:
+        return ("not validated: the figures above are the search's own (no held-out "
+                "prompts, or the search was stopped before its finalists were measured)")
+    rows = [{"trial": f["trial"], "config": f["label"], "role": f["role"],
+             "search speedup": (f.get("search") or {}).get("speedup"),
+             "held-out speedup": f.get("speedup"), "90% interval": _interval(f.get("ci90")),
+             "tau": f.get("mean_accepted_tokens"), "lossless": f.get("lossless"),
+             "chosen": "*" if f["trial"] == record.get("winner") else ""}
+            for f in record.get("finalists", [])]
+    head = (f"finalists on {record['prompts']} held-out prompts x {record['repeats']} "
+            f"pass(es) ({record.get('source')}); AR {_ms(record)} ms/token")
+    table = (pd.DataFrame(rows).to_string(index=False, na_rep="-",
+                                          float_format=lambda v: f"{v:.3f}")
+             if rows else "no finalist")
+    lines = [head, table, ""]
+    if record.get("decision") == DO_NOT_SPECULATE:
+        lines.append(f"answer: do not speculate: {record.get('reason')}")
+        return "\n".join(lines)
+    lines.append(f"answer: {record.get('reason')}")
+    winner = next((f for f in record["finalists"] if f["trial"] == record.get("winner")), None)
+    if winner and winner.get("by_category"):
+        per = [{"category": c, "prompts": v.get("prompts"), "speedup": v.get("speedup"),
+                "90% interval": _interval(v.get("ci90")) if v.get("ci90") else "- (1 prompt)",
+                "tau": v.get("mean_accepted_tokens")}
+               for c, v in winner["by_category"].items()]
+        lines += ["", "by category (the answer, held-out prompts):",
+                  pd.DataFrame(per).to_string(index=False, na_rep="-",
+                                              float_format=lambda v: f"{v:.3f}")]
+    return "\n".join(lines)
+
+
+def _ms(record: dict[str, Any]) -> str:
+    value = (record.get("baseline") or {}).get("latency_ms_per_token")
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"

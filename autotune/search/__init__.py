@@ -1,0 +1,2 @@
+"""The search pipeline: objectives, samplers and storage, the replay screen, the measured
+Optuna study, the finalists judged on held-out prompts, the batch-size schedule."""

@@ -1,0 +1,303 @@
+"""Finalists: the search's best distinct configs re-measured on prompts it never saw.
+
+A search ranks hundreds of noisy single measurements; its best is partly luck (the
+winner's curse). After the study stops, the top `n` distinct configs, the strongest
+documented default the space holds (vLLM's n-gram, Draft & Verify, ...) and the AR
+baseline are measured again on the validation prompts: interleaved per prompt
+(`measure.measure_arms`), with repeats pooled. The answer is chosen there:
+
+- a finalist counts when its greedy output matched the baseline's and the bootstrap
+  interval of its paired speedup (`autotune.measure.paired`) lies wholly above 1.0;
+- of those, the highest validated speedup wins;
+- none: the answer is "do not speculate", with the evidence.
+
+The record (`VALIDATION_ATTR`, a study user attribute, so the storage alone rebuilds
+`best.json`, the report and the exports) holds every finalist's figures; `answer()` is
+the one rule that `best.json`, the report and the exports follow. A record judges the
+trials complete when it was made: a resumed search that adds trials makes it stale until
+the finalists are measured again.
+
+Torch-free but for `measure_finalists`, which imports the measuring code when called.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.decoding.label import describe
+from autotune.measure import paired
+from autotune.search import ranking
+from autotune.search.samplers import BASELINE, BASELINE_ATTR, is_baseline
+
+if TYPE_CHECKING:
+    from autotune.search.objectives import EvalContext
+    from autotune.workloads.prompts import Prompt
+
+__all__ = ["DO_NOT_SPECULATE", "SPECULATE", "VALIDATION_ATTR", "Answer", "Finalist",
+           "answer", "current_record", "finalist_view", "measure_finalists",
+           "measured_in", "pick_finalists", "shown_faster"]
+
+VALIDATION_ATTR = "validation"
+SPECULATE = "speculate"
+DO_NOT_SPECULATE = "do_not_speculate"
+STATISTIC = ("AR / candidate decode time per generated token, summed over the validation "
+             "prompts (repeats pooled), runs interleaved per prompt; 90% percentile "
+             "bootstrap interval over prompts")
+# Figures kept per finalist from its validation summary.
+_KEPT = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
+         "mean_accepted_tokens", "acceptance_rate", "lossless", "lossless_binding",
+         "mismatched_prompts",
+         "by_category")
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """A config chosen for validation: its trial, why it was chosen and its search figures."""
+
+    trial: int
+    label: str
+    role: str                      # "search #1", or "default vllm_ngram"
+    preset: str | None
+    params: dict[str, Any]
+    search: dict[str, Any]         # the search's own figures for it
+
+    @property
+    def arm(self) -> str:
+        return f"trial{self.trial}"
+
+
+def _config_key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def _finalist(trial: FrozenTrial, role: str) -> Finalist:
+    config = dict(trial.user_attrs.get("config", {}))
+    metrics = trial.user_attrs.get("metrics", {})
+    return Finalist(trial=trial.number, label=describe(config), role=role,
+                    preset=trial.user_attrs.get(BASELINE_ATTR), params=config,
+                    search={k: metrics.get(k) for k in ("speedup", "latency_ms_per_token",
+                                                        "mean_accepted_tokens")})
+
+
+def pick_finalists(study: optuna.Study, objective: ranking.Directions,
+                   n: int) -> list[Finalist]:
+    """The `n` best distinct speculative configs by `autotune.search.ranking` (a point measured
+    twice is one finalist), plus the best-ranked documented default (a queued preset)
+    when it is not among them. The AR baseline is the reference, never a finalist."""
+    order = [t for t in ranking.ranked(study, objective)
+             if t.user_attrs.get("config") is not None and not is_baseline(t)
+             and t.user_attrs["config"].get("method", "none") != "none"]
+    chosen: list[Finalist] = []
+    seen: set[str] = set()
+    for trial in order:
+        key = _config_key(trial.user_attrs["config"])
+        if key not in seen and len(chosen) < n:
+            seen.add(key)
+            chosen.append(_finalist(trial, f"search #{len(chosen) + 1}"))
+
+    def is_default(trial: FrozenTrial) -> bool:
+        preset = trial.user_attrs.get(BASELINE_ATTR)
+        return preset not in (None, BASELINE) and not str(preset).startswith("enqueue")
+
+    default = next((t for t in order if is_default(t)), None)
+    if default is not None and _config_key(default.user_attrs["config"]) not in seen:
+        chosen.append(_finalist(default, f"default {default.user_attrs[BASELINE_ATTR]}"))
+    return chosen
+
+
+def _refused_as_lossy(figures: dict[str, Any]) -> bool:
+    """Its greedy output differed from the baseline's in an engine where that counts
+    (`lossless_binding` is False only where the engine's multi-token numerics differ)."""
+    return figures.get("lossless") is False and figures.get("lossless_binding") is not False
+
+
+def shown_faster(figures: dict[str, Any]) -> bool:
+    """Validated faster than the AR baseline: lossless (where checked) and the whole
+    interval above 1.0."""
+    ci = figures.get("ci90")
+    return (not _refused_as_lossy(figures) and isinstance(ci, list) and len(ci) == 2
+            and ci[0] > 1.0)
+
+
+def judge(finalists: list[dict[str, Any]]) -> tuple[str, int | None, str]:
+    """(decision, winning trial or None, a one-line reason) from measured finalists."""
+    def figure(f: dict[str, Any]) -> str:
+        ci = f.get("ci90")
+        band = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else " (no interval)"
+        return f"trial {f['trial']} ({f['label']}) {f['speedup']:.3f}x{band}"
+
+    faster = [f for f in finalists if shown_faster(f)]
+    if faster:
+        best = max(faster, key=lambda f: (f["speedup"], -f["trial"]))
+        return SPECULATE, best["trial"], f"{figure(best)}: the highest validated speedup " \
+                                         "whose interval lies above 1.0"
+    if not finalists:
+        return DO_NOT_SPECULATE, None, "no speculative config completed in the search"
+    lossy = [f for f in finalists if _refused_as_lossy(f)]
+    measured = [f for f in finalists if isinstance(f.get("speedup"), (int, float))]
+    if not measured:
+        return DO_NOT_SPECULATE, None, "no finalist decoded a token on the validation prompts"
+    best = max(measured, key=lambda f: f["speedup"])
+    # A lossy finalist may well be faster: it is refused for its output, not its speed.
+    which = "lossless finalist's" if lossy else "finalist's"
+    reason = f"no {which} 90% interval lies above 1.0 (best {figure(best)})"
+    if lossy:
+        reason += (f"; not lossless (the speculative output differed from the same engine's "
+                   f"greedy output): trial {', '.join(str(f['trial']) for f in lossy)}")
+    return DO_NOT_SPECULATE, None, reason
+
+
+def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list[Prompt],
+                      repeats: int, complete_trials: int, source: str,
+                      on_prompt: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Measure `finalists` against the AR baseline on `prompts` (`repeats` pooled) and
+    judge them: the record stored as the study's `VALIDATION_ATTR`.
+
+    `complete_trials` is how many trials the study had complete (the record is current
+    while that holds); `source` says where the prompts came from, for the record.
+    `on_prompt(done, total)` follows each prompt and repeat.
+    """
+    from autotune.decoding.config import config_from_mapping
+    from autotune.measure.measurement import measure_arms
+    from autotune.workloads.prompts import workload_digest
+
+    total = len(prompts) * repeats
+    record: dict[str, Any] = {
+        "statistic": STATISTIC, "level": paired.INTERVAL_LEVEL, "source": source,
+        "prompts": len(prompts), "prompt_ids": [p.prompt_id for p in prompts],
+        "categories": _counts(p.category for p in prompts),
+        "workload_sha256": workload_digest(prompts), "repeats": repeats,
+        "max_new_tokens": ctx.max_new_tokens, "complete_trials": complete_trials,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finalists": [],
+    }
+    if finalists:
+        configs = {f.arm: config_from_mapping(f.params).validate() for f in finalists}
+
+        def each(index: int, repeat: int, runs: Any, so_far: Any) -> None:
+            if on_prompt is not None:
+                on_prompt(repeat * len(prompts) + index + 1, total)
+
+        measured = measure_arms(ctx.target, configs, prompts, ctx.max_new_tokens,
+                                repeats=repeats, seed=ctx.seed, draft=ctx.draft,
+                                on_prompt=each, backend=ctx.final_backend)
+        baseline_ms = None
+        for f in finalists:
+            summary = measured[f.arm].summary()
+            baseline_ms = summary.get("baseline_latency_ms_per_token")
+            record["measured_by"] = summary.get("measured_by")
+            record["measured_by_label"] = summary.get("measured_by_label")
+            figures = {k: summary.get(k) for k in _KEPT}
+            figures["ci90"] = summary.get("speedup_ci90")
+            record["finalists"].append({**asdict(f), **figures})
+        record["baseline"] = {"latency_ms_per_token": baseline_ms}
+    decision, winner, reason = judge(record["finalists"])
+    record.update(decision=decision, winner=winner, reason=reason)
+    return record
+
+
+def measured_in(record: dict[str, Any]) -> dict[str, str]:
+    """Display facts of where a record's figures were measured: `measured in` (the
+    backend's label, "the engine itself" for an engine backend) and, per finalist whose
+    speculative output differed from the same engine's greedy output on some prompts,
+    which prompts (`not lossless`). Empty for a record without them."""
+    facts: dict[str, str] = {}
+    label, who = record.get("measured_by_label"), record.get("measured_by")
+    if label:
+        facts["measured in"] = (f"{label}: the engine itself, its own decoding without "
+                                "speculation as the baseline" if who not in (None, "autotune")
+                                else str(label))
+    lossy = [f for f in record.get("finalists") or []
+             if isinstance(f, dict) and f.get("lossless") is False]
+    if lossy:
+        facts["not lossless"] = "; ".join(
+            f"trial {f.get('trial')}: output differed from greedy on "
+            f"{len(f.get('mismatched_prompts') or [])} of {record.get('prompts')} prompts "
+            f"({', '.join(map(str, (f.get('mismatched_prompts') or [])[:6]))}"
+            f"{', ...' if len(f.get('mismatched_prompts') or []) > 6 else ''})" for f in lossy)
+        if any(f.get("lossless_binding") is False for f in lossy):
+            facts["not lossless"] += (
+                f". {label or 'This engine'}'s multi-token passes break near-ties unlike "
+                "its one-token passes, so its speculative output may differ from its own "
+                "greedy output with no drafting fault: reported, not held against a config")
+    return facts
+
+
+def _counts(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def current_record(study: optuna.Study) -> dict[str, Any] | None:
+    """The study's validation record while it still judges the study's complete trials
+    (a resumed search that completed more makes it stale: None)."""
+    record = study.user_attrs.get(VALIDATION_ATTR)
+    if not isinstance(record, dict):
+        return None
+    if record.get("complete_trials") != len(ranking.complete(study)):
+        return None
+    return record
+
+
+def finalist_view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
+    """What a frozen config carries under `validation`: the record's shared facts, the
+    figures of the finalist from `trial` (the AR baseline's for None: speedup 1 by
+    definition) and every finalist's, as evidence."""
+    shared = {k: record.get(k) for k in ("statistic", "level", "source", "prompts",
+                                         "prompt_ids", "categories", "workload_sha256",
+                                         "repeats", "max_new_tokens", "decision", "reason",
+                                         "winner", "measured_by", "measured_by_label")}
+    own = next((f for f in record.get("finalists", []) if f["trial"] == trial), None)
+    figures: dict[str, Any]
+    if own is not None:
+        figures = {k: own[k] for k in (*_KEPT, "ci90") if k in own}
+    else:
+        baseline_ms = (record.get("baseline") or {}).get("latency_ms_per_token")
+        figures = {"speedup": 1.0, "ci90": None, "latency_ms_per_token": baseline_ms,
+                   "baseline_latency_ms_per_token": baseline_ms, "lossless": True}
+    evidence = [{k: f.get(k) for k in ("trial", "label", "role", "preset", "search",
+                                       "speedup", "ci90", "mean_accepted_tokens", "lossless",
+                                       "by_category")}
+                for f in record.get("finalists", [])]
+    return {**shared, **figures, "finalists": evidence}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a run recommends. `trial` is the config's trial (the AR baseline's trial, or
+    None when there is none, for "do not speculate"); `record` the validation behind it
+    (None: not validated, the search's own best by `autotune.search.ranking`)."""
+
+    trial: FrozenTrial | None
+    record: dict[str, Any] | None
+
+    @property
+    def validated(self) -> bool:
+        return self.record is not None
+
+    @property
+    def speculate(self) -> bool:
+        return self.record is None or self.record.get("decision") == SPECULATE
+
+
+def answer(study: optuna.Study, objective: ranking.Directions) -> Answer:
+    """The one rule behind `best.json`, the report's headline and the exports: the
+    validated winner when the study has a current validation record, "do not speculate"
+    (the AR baseline) when that record says so, else the search's best."""
+    record = current_record(study)
+    if record is None:
+        return Answer(ranking.best_trial(study, objective), None)
+    trials = {t.number: t for t in ranking.complete(study)}
+    if record.get("decision") == SPECULATE and record.get("winner") in trials:
+        return Answer(trials[record["winner"]], record)
+    baseline = next((t for t in trials.values() if is_baseline(t)), None)
+    return Answer(baseline, record)

@@ -1,0 +1,216 @@
+"""Multi-fidelity search: the replay tier screens many configs, measurement confirms the
+best few.
+
+The screen is an Optuna study of its own (`<study>.screen`, in the same storage, so it
+resumes after `kill -9` without replaying finished configs and is shared by many
+workers over PostgreSQL), over the same space and objective, with every timed metric
+predicted by `autotune.replay` (`EvalContext.fidelity = "replay"`). The documented
+defaults are screened like any config. The measured study then starts with the AR
+baseline and the screen's best distinct configs (the best of each method x shape family
+predicted faster than AR first, then the best of every other method, measured on every
+prompt (never pruned), then by rank; the best-screened documented default among them,
+so validation can compare against it), each carrying its prediction (`screen` user
+attribute) for the report's predicted-against-measured panel.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from autotune.common.files import write_atomically
+from autotune.search import ranking
+from autotune.search.objectives import EvalContext, Objective
+from autotune.search.samplers import BASELINE, BASELINE_ATTR
+from autotune.search.study import UNPRUNED_ATTR, SearchSettings, StudyRunner, TrialEvent
+from autotune.space import BoundSpace
+
+SCREEN_SUFFIX = ".screen"
+SCREEN_ATTR = "screen"            # measured trial's user attr: its screen rank and prediction
+SCREEN_FILE = "screen.csv"
+# Prediction keys carried to a measured trial (the panel and trials.csv read them).
+PREDICTED_KEYS = ("speedup", "latency_ms_per_token", "mean_accepted_tokens",
+                  "replay_exact")
+
+
+def screen_study_name(study_name: str) -> str:
+    return study_name + SCREEN_SUFFIX
+
+
+def _config_key(config: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in config.items()
+                       if k not in ("temperature", "top_p")}, sort_keys=True)
+
+
+def run_screen(settings: SearchSettings, trials: int, space: BoundSpace,
+               objective: Objective, context: EvalContext) -> tuple[StudyRunner, str]:
+    """Replay `trials` configs (finished ones count, as in any resumed study). Returns the
+    screen's runner and why it stopped."""
+    replay_context = dataclasses.replace(context, fidelity="replay")
+    screen_settings = dataclasses.replace(
+        settings, study_name=screen_study_name(settings.study_name), trials=trials,
+        prune=False, trial_timeout_s=None,
+        # Replays are cheap: explore a quarter of the screen at random before TPE models
+        # it, so every method and branch of the space is screened, not the first lucky one.
+        startup_trials=max(10, trials // 4),
+        study_attrs={**settings.study_attrs, "fidelity": "replay"})
+    runner = StudyRunner(screen_settings, space, objective, replay_context)
+    done, _, _ = runner.progress()
+    if done >= trials:
+        return runner, "budget"
+    print(f"autotune: screening {trials} configs by replay ({done} done)",
+          file=sys.stderr, flush=True)
+    tty = sys.stderr.isatty()
+    shown = {done}
+
+    def progress(event: TrialEvent) -> None:
+        # One line per 50 counted configs (an infeasible point does not count, so the
+        # count can stand still for a few events).
+        if event.finished in shown and not tty:
+            return
+        if event.finished % 50 == 0 or event.finished == event.budget or tty:
+            shown.add(event.finished)
+            best = ""
+            if event.best is not None:
+                best = f"; best predicted {event.best.values[0]:.4g} (screen trial {event.best.number})"
+            end = "\r" if tty and event.finished < event.budget else "\n"
+            print(f"  [{event.finished}/{event.budget}] screened{best}", end=end,
+                  file=sys.stderr, flush=True)
+
+    reason = runner.run(on_trial=progress)
+    return runner, reason
+
+
+def _family(config: dict[str, Any]) -> tuple[str, str]:
+    """(method, chain or tree kind): configs of one family differ only in numbers."""
+    from autotune.decoding.config import shape_of_mapping
+
+    shape = shape_of_mapping(config)
+    return str(config.get("method")), shape.kind if shape is not None else "?"
+
+
+def _behaviour(trial: FrozenTrial) -> tuple[Any, ...] | None:
+    """What replay saw a config do on the search prompts: its family and its predicted
+    rounds (τ, drafted and verified per round, latency). Two configs alike in all of it
+    (n-gram ranges that find the same matches, a K never reached) would only measure the
+    same decoding twice. None when the figures are missing."""
+    metrics = trial.user_attrs.get("metrics", {})
+    keys = ("mean_accepted_tokens", "mean_drafted_tokens", "mean_verified_tokens", "rounds",
+            "latency_ms_per_token")
+    if any(not isinstance(metrics.get(k), (int, float)) for k in keys):
+        return None
+    return (_family(trial.user_attrs["config"]),
+            *(round(float(metrics[k]), 6) for k in keys))
+
+
+def screened_queue(screen: StudyRunner, objective: Objective, n: int
+                   ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(params, user attrs) of up to `n` screened configs to measure: first the best of
+    each family (method x chain/tree) that replay predicts better than the AR baseline, so
+    the measurement sees more than near-copies of one winner, then the best of each method
+    not yet among them (even one predicted slower than AR), then the best of the rest by
+    rank; the best-screened documented default always among them (it replaces the last).
+    Configs that replay saw decode alike (`_behaviour`) are measured once."""
+    ranked = ranking.ranked(screen.study, objective)
+    baseline = next((t for t in ranked if t.user_attrs.get(BASELINE_ATTR) == BASELINE), None)
+    sign = ranking.sign(objective, 0)
+    order = [t for t in ranked
+             if t.user_attrs.get("config") and t.user_attrs.get(BASELINE_ATTR) != BASELINE
+             and t.user_attrs["config"].get("method", "none") != "none"]
+    distinct: list[FrozenTrial] = []
+    seen: set[str] = set()
+    behaviours: set[tuple[Any, ...]] = set()
+    for trial in order:
+        key = _config_key(trial.user_attrs["config"])
+        behaviour = _behaviour(trial)
+        if key not in seen and (behaviour is None or behaviour not in behaviours):
+            seen.add(key)
+            behaviours.add(behaviour)
+            distinct.append(trial)
+
+    def beats_baseline(trial: FrozenTrial) -> bool:
+        return baseline is None or sign * trial.values[0] < sign * baseline.values[0]
+
+    picked: list[FrozenTrial] = []
+    families: set[tuple[str, str]] = set()
+    for trial in distinct:
+        family = _family(trial.user_attrs["config"])
+        if family not in families and beats_baseline(trial):
+            families.add(family)
+            picked.append(trial)
+    # Then the best of each method replay predicts slower than AR: measured once, so the
+    # report sets every method of the space (a trained head too) beside the others on
+    # measured figures, and replay's verdict on a loser is checked, not taken on trust.
+    methods = {_family(t.user_attrs["config"])[0] for t in picked}
+    losers: list[FrozenTrial] = []
+    for trial in distinct:
+        method = _family(trial.user_attrs["config"])[0]
+        if method not in methods:
+            methods.add(method)
+            picked.append(trial)
+            losers.append(trial)
+    picked = picked[:n]
+    representatives = list(picked)
+    picked += [t for t in distinct if t not in picked][: n - len(picked)]
+    default = next((t for t in distinct if t.user_attrs.get(BASELINE_ATTR)), None)
+    if n > 0 and default is not None and default not in picked:
+        # The default takes the place of the last config picked by rank alone, else of
+        # the last representative.
+        fillers = [t for t in picked if t not in representatives]
+        picked.remove(fillers[-1] if fillers else picked[-1])
+        picked.append(default)
+    picked.sort(key=distinct.index)
+    out = []
+    for trial in picked:
+        metrics = trial.user_attrs.get("metrics", {})
+        attrs: dict[str, Any] = {SCREEN_ATTR: {
+            "rank": distinct.index(trial) + 1, "trial": trial.number,
+            "predicted": {k: metrics.get(k) for k in PREDICTED_KEYS}}}
+        if trial.user_attrs.get(BASELINE_ATTR):
+            attrs[BASELINE_ATTR] = trial.user_attrs[BASELINE_ATTR]
+        if trial in losers:
+            # Pruning would leave a method the report compares with a prompt or two.
+            attrs[UNPRUNED_ATTR] = True
+        out.append((dict(trial.params), attrs))
+    return out
+
+
+def screen_failure(screen: StudyRunner) -> str:
+    """The most common reason the screen's trials failed, for a warning."""
+    from collections import Counter
+
+    errors = Counter(t.user_attrs.get("error") for t in screen.study.get_trials(deepcopy=False)
+                     if t.user_attrs.get("error"))
+    if not errors:
+        return "no trial failed"
+    reason, count = errors.most_common(1)[0]
+    return f"{count} failed: {reason}"
+
+
+def write_screen_csv(run_dir: Path, screen: StudyRunner) -> None:
+    """screen.csv: one row per screened config, its predicted metrics (fidelity replay)."""
+    trials = ranking.complete(screen.study)
+    keys: list[str] = []
+    rows = []
+    for trial in trials:
+        metrics = {k: v for k, v in trial.user_attrs.get("metrics", {}).items()
+                   if not isinstance(v, (list, dict))}
+        for key in metrics:
+            if key not in keys:
+                keys.append(key)
+        rows.append((trial, metrics))
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["number", "fidelity", "preset", "config", *keys])
+    for trial, metrics in rows:
+        writer.writerow([trial.number, "replay", trial.user_attrs.get(BASELINE_ATTR, ""),
+                         json.dumps(trial.user_attrs.get("config", {}), sort_keys=True),
+                         *[metrics.get(k, "") for k in keys]])
+    write_atomically(run_dir / SCREEN_FILE, out.getvalue())

@@ -1,0 +1,446 @@
+"""The study runner: one Optuna study over a space, an objective and a workload.
+
+Each trial turns the sampler's parameters into a DecodeConfig (through the space),
+evaluates it through the objective (which measures through `measure.py`), and records
+the resolved config and every metric as user attributes, so the storage alone is
+enough to rebuild the run folder, the report or a frozen config.
+
+Robustness rules, each from something that goes wrong in a long search:
+- the first trials are the AR baseline and documented server defaults, so the answer
+  is never worse than doing nothing or than a default;
+- a trial that raises, runs out of memory or passes `trial_timeout` is recorded failed
+  with a one-line message and the study goes on;
+- storage is Optuna's (`storage.py`): a journal file in the run folder by default
+  (appended and fsync'ed per change, so `kill -9` loses nothing finished), or any RDB
+  URL shared by many workers;
+- rerunning resumes: finished trials count toward `trials`; a trial whose worker died
+  (kill -9, Ctrl-C, a lost machine) is marked failed and queued again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from autotune.common.errors import AutotuneError
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.methods import Preset, all_methods
+from autotune.search.objectives import EvalContext, Objective
+from autotune.search.ranking import best_trial
+from autotune.search.samplers import BASELINE, BASELINE_ATTR, make_sampler
+from autotune.search.storage import (
+    masked_storage,
+    open_storage,
+    worker_alive,
+    worker_id,
+)
+from autotune.space import BoundSpace, InfeasibleConfig
+
+__all__ = ["MAX_INFEASIBLE_PER_TRIAL", "SearchSettings", "StudyRunner", "TrialEvent",
+           "TrialFailed", "TrialTimeout", "counted_trials", "presets"]
+
+# Infeasible points (a mask past max_skipped, ngram_min > ngram_max) cost nothing to
+# reject and do not count toward the budget; a space that yields almost nothing else
+# is broken, and this stops the search rather than spinning.
+MAX_INFEASIBLE_PER_TRIAL = 20
+# Study user attr: how many screened configs a multi-fidelity search queued (once).
+SCREENED_ATTR = "screened_queued"
+# Trial user attr: measure this enqueued config on every prompt, never prune it (a
+# method's only measured config: its figures are what the report compares).
+UNPRUNED_ATTR = "unpruned"
+
+
+def presets(n_layers: int, engine: str = "autotune") -> list[Preset]:
+    """The AR baseline, then every registered method's documented defaults (its
+    `MethodSpec.presets`) by their `rank`, for an `n_layers` target; for a search with
+    `--target ENGINE`, only that engine's own defaults."""
+    baseline = Preset(BASELINE, "autoregressive decoding, no speculation", {"method": "none"})
+    documented = [preset for spec in all_methods() for preset in spec.presets(n_layers)
+                  if (engine == "autotune" and not preset.targeted) or preset.engine == engine]
+    return [baseline, *sorted(documented, key=lambda preset: preset.rank)]
+
+
+@dataclass
+class SearchSettings:
+    """Everything a search needs besides the models and prompts (already loaded)."""
+
+    study_name: str
+    storage: str                       # URL, or a journal file path
+    trials: int
+    sampler: str = "tpe"
+    seed: int = 0
+    timeout_s: float | None = None     # wall clock for this invocation
+    trial_timeout_s: float | None = None
+    prune: bool = True
+    enqueue: list[dict[str, Any]] = field(default_factory=list)   # extra configs to try first
+    # Multi-fidelity: (params, user attrs) of screened configs queued after the baseline
+    # instead of the documented defaults (which were screened like any config).
+    screened: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
+    study_attrs: dict[str, Any] = field(default_factory=dict)     # what defines the study
+    startup_trials: int | None = None  # random trials before the sampler models (TPE)
+
+
+@dataclass
+class TrialEvent:
+    """What a progress display needs after each trial."""
+
+    trial: FrozenTrial
+    finished: int          # trials counted toward the budget so far
+    budget: int
+    best: FrozenTrial | None
+    message: str
+
+
+def counted_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Trials that count toward the budget: finished, feasible, not interrupted, and not
+    superseded by a retry (ours after a dead worker, or Optuna's after a stale heartbeat)."""
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    retried |= {t.system_attrs.get("failed_trial") for t in trials}
+    return [t for t in trials
+            if t.state.is_finished() and not t.user_attrs.get("interrupted")
+            and not t.user_attrs.get("infeasible") and t.number not in retried]
+
+
+class TrialTimeout(Exception):
+    pass
+
+
+class TrialFailed(Exception):
+    """A trial that ran and failed: the message is the one-line reason."""
+
+
+@contextmanager
+def _deadline(seconds: float | None) -> Iterator[None]:
+    """Raise TrialTimeout in the main thread after `seconds` (SIGALRM; Unix)."""
+    usable = (seconds is not None and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TrialTimeout(f"trial took longer than --trial-timeout {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _is_oom(exc: BaseException) -> bool:
+    # torch is imported where a trial has failed, not at the top: `autotune search` checks
+    # its arguments (and reports a typo) before any model library loads.
+    import torch
+    return (isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError))
+            or "out of memory" in str(exc).lower())
+
+
+def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Metrics worth storing per trial: scalars and the short per-position lists."""
+    keep = {}
+    for key, value in metrics.items():
+        if key == "config":
+            continue
+        if isinstance(value, (int, float, str, bool)) or value is None:
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None
+            keep[key] = value
+        elif key in ("pos_acc", "depth_acceptance", "mismatched_prompts", "speedup_ci90",
+                     "replay_notes"):
+            keep[key] = list(value)[:64]
+        elif key == "by_category" and isinstance(value, dict):
+            # Each category's speedup only (the report's per-category drafter panel).
+            keep["speedup_by_category"] = {
+                str(c): (v.get("speedup") if isinstance(v, dict) else None)
+                for c, v in list(value.items())[:64]}
+    return keep
+
+
+class StudyRunner:
+    """Runs trials of one study until the budget, the timeout or Ctrl-C."""
+
+    def __init__(self, settings: SearchSettings, space: BoundSpace, objective: Objective,
+                 context: EvalContext) -> None:
+        self.settings = settings
+        self.space = space
+        self.objective = objective
+        self.context = context
+        self.worker = worker_id()
+        self.storage = open_storage(settings.storage)
+        self.study = self._open_study()
+
+    # -- study set-up ---------------------------------------------------------------
+
+    def _open_study(self) -> optuna.Study:
+        settings = self.settings
+        seed = settings.seed
+        if "://" in settings.storage:
+            # Many workers may share this study, often started with the same --seed: mix
+            # in the process so their samplers do not propose the very same points.
+            seed = (seed * 1_000_003 + os.getpid()) % 2**31
+        sampler = make_sampler(settings.sampler, seed, len(self.objective.metrics),
+                               self.space.grid, settings.startup_trials)
+        pruner: optuna.pruners.BasePruner = (
+            optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1)
+            if settings.prune and not self.objective.multi else optuna.pruners.NopPruner())
+        # Exactly one process creates a study (the storage's unique name decides); only
+        # that one queues the defaults, so many workers starting at once queue them once.
+        try:
+            study = optuna.create_study(
+                study_name=settings.study_name, storage=self.storage, sampler=sampler,
+                pruner=pruner, directions=self.objective.directions)
+            self.created = True
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=settings.study_name, storage=self.storage,
+                                      sampler=sampler, pruner=pruner)
+            self.created = False
+            theirs = [d.name.lower() for d in study.directions]
+            if theirs != self.objective.directions:
+                raise AutotuneError(
+                    f"study {settings.study_name!r} optimises {theirs}, objective "
+                    f"{self.objective.name!r} asks for {self.objective.directions}: "
+                    "use another --study or --out") from None
+        self._check_same_study(study)
+        return study
+
+    def _check_same_study(self, study: optuna.Study) -> None:
+        """A resumed study must be the same experiment; otherwise say what differs."""
+        existing = study.user_attrs
+        if not existing.get("autotune"):
+            for key, value in self.settings.study_attrs.items():
+                study.set_user_attr(key, value)
+            study.set_user_attr("autotune", True)
+            return
+        for key, value in self.settings.study_attrs.items():
+            if key in existing and existing[key] != value:
+                raise AutotuneError(
+                    f"study {self.settings.study_name!r} in {masked_storage(self.settings.storage)} "
+                    f"was made with {key}={existing[key]!r}, this run has {value!r}: "
+                    "use another --study or --out")
+
+    def screened_queued(self) -> bool:
+        """Whether a multi-fidelity screen's configs were queued in this study already
+        (a resumed search screens nothing again)."""
+        return bool(self.study.user_attrs.get(SCREENED_ATTR))
+
+    def enqueue_defaults(self) -> list[str]:
+        """Queue the baseline, the documented defaults the space can express and the
+        user's `--enqueue` configs, once per study; or, after a multi-fidelity screen,
+        the baseline and the screened configs, once per study. Returns the names queued."""
+        if self.settings.screened is not None:
+            if self.screened_queued():
+                return []
+            self.created = False
+            self.study.enqueue_trial({}, user_attrs={BASELINE_ATTR: BASELINE},
+                                     skip_if_exists=True)
+            for params, attrs in self.settings.screened:
+                self.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)
+            for i, values in enumerate(self.settings.enqueue):       # the user's, too
+                params = self.space.encode(values)
+                if params is None:
+                    raise AutotuneError(f"--enqueue config {values} is not expressible in "
+                                        f"space {self.space.space.name!r}")
+                self.study.enqueue_trial(params, user_attrs={BASELINE_ATTR: f"enqueue{i}"},
+                                         skip_if_exists=True)
+            self.study.set_user_attr(SCREENED_ATTR, len(self.settings.screened))
+            return [BASELINE] + [f"screened #{a['screen']['rank']}"
+                                 for _, a in self.settings.screened]
+        if not self.created:
+            return []
+        self.created = False
+        queued = []
+        entries = [(p.name, p.values)
+                   for p in presets(self.context.target.n_layers, self.space.engine)]
+        entries += [(f"enqueue{i}", values) for i, values in enumerate(self.settings.enqueue)]
+        for name, values in entries:
+            if name == BASELINE:
+                self.study.enqueue_trial({}, user_attrs={BASELINE_ATTR: BASELINE},
+                                         skip_if_exists=True)
+                queued.append(name)
+                continue
+            params = self.space.encode(values)
+            if params is None:
+                if name.startswith("enqueue"):
+                    raise AutotuneError(f"--enqueue config {values} is not expressible in "
+                                        f"space {self.space.space.name!r}")
+                continue
+            self.study.enqueue_trial(params, user_attrs={BASELINE_ATTR: name},
+                                     skip_if_exists=True)
+            queued.append(name)
+        return queued
+
+    def recover_interrupted(self) -> list[int]:
+        """Trials left RUNNING by a dead worker on this host: mark failed, queue again."""
+        recovered = []
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = trial.user_attrs.get("worker")
+            if owner is None or owner == self.worker or worker_alive(owner):
+                continue
+            self._interrupt(trial, f"its worker {owner} exited while it ran")
+            recovered.append(trial.number)
+        return recovered
+
+    def _interrupt(self, trial: FrozenTrial, reason: str, finish: bool = True) -> None:
+        """Mark `trial` interrupted (not counted) and queue its parameters again.
+
+        `finish` sets it failed; inside the objective, Optuna does that itself.
+        """
+        storage = self.study._storage
+        storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
+        storage.set_trial_user_attr(trial._trial_id, "error", f"interrupted: {reason}")
+        if finish and trial.state == TrialState.RUNNING:
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        attrs = {"retry_of": trial.number}
+        for key in (BASELINE_ATTR, "screen"):       # what it was queued as
+            if key in trial.user_attrs:
+                attrs[key] = trial.user_attrs[key]
+        self.study.enqueue_trial(dict(trial.params), user_attrs=attrs)
+
+    # -- counting -------------------------------------------------------------------
+
+    def progress(self) -> tuple[int, int, int]:
+        """(counted toward the budget, running elsewhere, infeasible) right now."""
+        trials = self.study.get_trials(deepcopy=False)
+        done = len(counted_trials(trials))
+        running = sum(t.state == TrialState.RUNNING and t.user_attrs.get("worker") != self.worker
+                      for t in trials)
+        infeasible = sum(bool(t.user_attrs.get("infeasible")) for t in trials)
+        return done, running, infeasible
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run(self, on_trial: Callable[[TrialEvent], None] | None = None,
+            on_start: Callable[[dict[str, Any]], None] | None = None) -> str:
+        """Run trials; returns why it stopped: budget, timeout, interrupted, infeasible."""
+        self.recover_interrupted()
+        self.enqueue_defaults()
+        started = time.monotonic()
+        self._on_start = on_start
+        while True:
+            done, running, infeasible = self.progress()
+            if done + running >= self.settings.trials:
+                return "budget"
+            if (self.settings.timeout_s is not None
+                    and time.monotonic() - started >= self.settings.timeout_s):
+                return "timeout"
+            if infeasible > MAX_INFEASIBLE_PER_TRIAL * max(self.settings.trials, 1):
+                return "infeasible"
+            inner = getattr(self.study.sampler, "inner", None)
+            if isinstance(inner, optuna.samplers.GridSampler) and inner.is_exhausted(self.study):
+                return "grid"
+            try:
+                self.study.optimize(self._trial, n_trials=1, catch=(TrialFailed,),
+                                    gc_after_trial=False)
+                # The callback (run files, progress line) is "between trials": a Ctrl-C
+                # there stops the same way, with nothing of ours left RUNNING.
+                last = self._last_own_trial()
+                if on_trial is not None and last is not None:
+                    done, _, _ = self.progress()
+                    on_trial(TrialEvent(last, done, self.settings.trials,
+                                        best_trial(self.study, self.objective),
+                                        self._message(last)))
+            except KeyboardInterrupt:
+                # Ctrl-C outside the objective (sampling, storage) can leave our trial
+                # RUNNING; inside it, `_trial` has already marked and queued it.
+                for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                    if trial.user_attrs.get("worker") == self.worker:
+                        self._interrupt(trial, "stopped by the user (Ctrl-C)")
+                return "interrupted"
+
+    def _last_own_trial(self) -> FrozenTrial | None:
+        own = [t for t in self.study.get_trials(deepcopy=False)
+               if t.user_attrs.get("worker") == self.worker and t.state.is_finished()]
+        return max(own, key=lambda t: t.number) if own else None
+
+    def _message(self, trial: FrozenTrial) -> str:
+        if trial.state == TrialState.COMPLETE:
+            values = ", ".join(f"{m}={v:.4g}" for m, v in zip(self.objective.metrics, trial.values))
+            return values
+        if trial.state == TrialState.PRUNED:
+            return trial.user_attrs.get("infeasible") or "pruned"
+        return trial.user_attrs.get("error", "failed")
+
+    def _trial(self, trial: Trial) -> float | list[float]:
+        trial.set_user_attr("worker", self.worker)
+        preset = trial.user_attrs.get(BASELINE_ATTR)
+        try:
+            config = DecodeConfig() if preset == BASELINE else self.space.suggest(trial)
+        except InfeasibleConfig as exc:
+            trial.set_user_attr("infeasible", str(exc))
+            raise optuna.TrialPruned(str(exc)) from None
+        workload = self.objective.workload
+        config = dataclasses.replace(config, temperature=workload.temperature,
+                                     top_p=workload.top_p)
+        trial.set_user_attr("config", config.to_dict())
+        if self._on_start is not None:
+            self._on_start(config.to_dict())
+        report = self._reporter(trial) if (self.settings.prune and not self.objective.multi
+                                           and preset is None
+                                           and not trial.user_attrs.get(UNPRUNED_ATTR)) else None
+        try:
+            with _deadline(self.settings.trial_timeout_s):
+                # Imported here: the measuring code loads torch, and the report reads this
+                # module's attribute names without running a trial.
+                from autotune.search.evaluation import evaluate
+                metrics = evaluate(self.objective, self.context, config, report)
+            if preset == BASELINE and "speedup" in metrics:
+                # The AR baseline is the reference: its speedup is 1 by definition. What
+                # AR against AR measured is the noise floor, kept as `self_speedup`; as a
+                # ranked value it would let a lucky draw of doing nothing win.
+                metrics["self_speedup"] = metrics["speedup"]
+                metrics.update(speedup=1.0, speedup_ci90=None)
+            trial.set_user_attr("metrics", _scalar_metrics(metrics))
+            violation = self.objective.violation(metrics, config)
+            if violation is not None:
+                raise TrialFailed(f"constraint violated: {violation}")
+            values = self.objective.values(metrics)
+        except optuna.TrialPruned:
+            raise
+        except KeyboardInterrupt:
+            frozen = self.study._storage.get_trial(trial._trial_id)
+            self._interrupt(frozen, "stopped by the user (Ctrl-C)", finish=False)
+            raise
+        except Exception as exc:  # a failed candidate must not end the search
+            message = (str(exc) if isinstance(exc, (TrialFailed, AutotuneError))
+                       else f"out of memory: {_one_line(exc)}" if _is_oom(exc)
+                       else _one_line(exc))
+            trial.set_user_attr("error", message)
+            _release_memory()
+            raise TrialFailed(message) from None
+        return values[0] if len(values) == 1 else values
+
+    def _reporter(self, trial: Trial) -> Callable[[int, float], None]:
+        def report(step: int, value: float) -> None:
+            if value is None or not math.isfinite(value):
+                return
+            trial.report(float(value), step)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"pruned after prompt {step + 1}")
+        return report
+
+
+def _release_memory() -> None:
+    import torch  # see _is_oom
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

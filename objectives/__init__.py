@@ -1,1 +1,0 @@
-"""Objective presets (*.yaml), shipped as the package data `autotune.objective_presets`."""
