@@ -1,4 +1,4 @@
-"""Per-batch-size K against every fixed K, at batch sizes 1..16 (issue 17's figures).
+"""Per-batch-size K against every fixed K, at batch sizes 1..16.
 
 On the default model (float32) and the Spec-Bench prompts split by category (seeded)
 into a tune part and a bench part that the tuning never sees:

@@ -14,7 +14,7 @@ three ways by category (seeded): a search part, and a bench part that no search 
    interleaved per prompt, repeats pooled (`measure_arms(..., backend=)`), with the
    paired speedup and its 90% bootstrap interval.
 
-Goals (issue 16): the engine-loop answer is never below the engine without speculation
+Goals: the engine-loop answer is never below the engine without speculation
 and at least the engine's default. Run it alone on the machine: it times decoding.
 
     python bench/engine_transfer.py --out /tmp/transfer [--engines hf,llama_cpp]

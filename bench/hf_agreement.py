@@ -26,7 +26,7 @@ from autotune.backends.hf_assisted import run_assisted
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.exports import export
-from autotune.frozen import SCHEMA
+from autotune.frozen.schema import SCHEMA
 from autotune.models.llama import LlamaForward
 from autotune.models.loading import LoadedModel, load_model
 from autotune.workloads.prompts import encode_prompt, load_workload, round_robin

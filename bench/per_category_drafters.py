@@ -12,7 +12,7 @@ default model: does each category's own drafter beat the general one there?
    Per category: τ (mean tokens per round, not a timing) and the paired speedup with
    its 90% interval, for both arms.
 
-Goal (issue 18), printed as PASS/FAIL per category: the specialist's τ above `all`'s on
+Goal, printed as PASS/FAIL per category: the specialist's τ above `all`'s on
 the category it was trained for (and its speedup, where the intervals allow a call).
 
 Usage: python bench/per_category_drafters.py [--kind eagle] [--minutes 3]

@@ -54,7 +54,7 @@ import torch
 
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.methods import get_method
-from autotune.frozen import load_frozen, read_parts
+from autotune.frozen.checks import load_frozen, read_parts
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import LoadedModel, load_model
 from autotune.workloads.prompts import load_workload

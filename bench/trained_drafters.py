@@ -14,7 +14,7 @@ Per kind (eagle, medusa):
    baseline, repeats pooled: speedup with its 90% interval, τ, losslessness, and per
    category.
 
-Goals (issue 18), printed as PASS/FAIL with the figures: an EAGLE-style head trained in
+Goals, printed as PASS/FAIL with the figures: an EAGLE-style head trained in
 <= 20 minutes here gives τ >= 2 and a held-out speedup above n-gram's.
 
 Usage: python bench/trained_drafters.py [--kinds eagle,medusa] [--minutes 10]

@@ -2,8 +2,8 @@
 
 These lists are the upstream truth the exports are checked against
 (tests/test_engine_fields.py): every key autotune writes, and every property of the
-shipped schemas, must be one of them. They are written out from the reading notes in
-/work/notes/engines/ (each list names the file and commit it was read at), never
+shipped schemas, must be one of them. They are written out from the engine pages in
+docs/engines/ (each list names the file and commit it was read at), never
 computed from an installed package: a pin that followed the installed version would
 follow a rename silently. When an engine renames a field, update the list from its
 source, with the new commit.
@@ -13,8 +13,7 @@ from __future__ import annotations
 
 # ---------------------------------------------------------------- vLLM
 # vllm/config/speculative.py, class SpeculativeConfig, vLLM 0.33.0 (PyPI wheel, built from
-# commit 4ba787ec9): the 43 fields in declaration order (notes/engines/vllm.md, "Field
-# list"). A pydantic dataclass with extra="forbid" (vllm/config/utils.py): nothing else
+# commit 4ba787ec9): the 43 fields in declaration order (docs/engines/vllm.md). A pydantic dataclass with extra="forbid" (vllm/config/utils.py): nothing else
 # is accepted. target_model_config/target_parallel_config/draft_model_config/
 # draft_parallel_config are injected by the engine and never exported.
 VLLM_SPECULATIVE_CONFIG = (
@@ -53,7 +52,7 @@ VLLM_SCHEDULE_V1_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "d
 
 # ---------------------------------------------------------------- SGLang
 # python/sglang/srt/arg_groups/fields/spec.py @ 015c872628e328b530880bcf95ae91222604b225:
-# ServerArgs' 40 speculative fields (notes/engines/sglang.md, "Field list").
+# ServerArgs' 40 speculative fields (docs/engines/sglang.md).
 SGLANG_SPECULATIVE_FIELDS = (
     "speculative_algorithm", "speculative_draft_model_path",
     "speculative_boundary_reduction", "speculative_draft_model_revision",
@@ -77,7 +76,7 @@ SGLANG_SPECULATIVE_FIELDS = (
     "speculative_ngram_external_sam_budget", "speculative_ngram_external_corpus_max_tokens",
 )
 # The target model: `--model-path` (alias `--model`), python/sglang/launch_server.py @
-# 046a9e4088f7d500fb3c4d14afabc031208c739a usage and notes/engines/sglang.md Q5.
+# 046a9e4088f7d500fb3c4d14afabc031208c739a usage (docs/engines/sglang.md).
 SGLANG_FIELDS = ("model_path",) + SGLANG_SPECULATIVE_FIELDS
 # `Arg(no_cli=True)`: no flag, so no `--config` key either.
 SGLANG_NO_CLI = ("speculative_boundary_reduction",)
@@ -97,7 +96,7 @@ SGLANG_GONE = ("speculative_ngram_min_match_window_size",
 
 # ---------------------------------------------------------------- TensorRT-LLM
 # tensorrt_llm/llmapi/llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412
-# (notes/engines/trtllm.md, "Field list"; public fields only, inherited ones included).
+# (docs/engines/trtllm.md; public fields only, inherited ones included).
 TRTLLM_DECODING_BASE = (
     "max_draft_len", "max_total_draft_tokens", "speculative_model", "max_concurrency",
     "draft_len_schedule", "load_format", "acceptance_rate_window_size",
@@ -163,7 +162,7 @@ DV_ENTRY = ("attention", "mlp", "generate_fn", "generate_kwargs")
 
 # ---------------------------------------------------------------- llama.cpp (llama-cpp-python)
 # llama-cpp-python 0.3.36, the sdist (abetlen/llama-cpp-python tag v0.3.36 @
-# 1652066e0af45f2313b339670ef9555e8a54e545; notes/engines/llama_cpp.md).
+# 1652066e0af45f2313b339670ef9555e8a54e545; docs/engines/llama_cpp.md).
 # llama_cpp/llama.py L60-121: Llama.__init__'s parameters in declaration order. It also
 # takes **kwargs and ignores them silently: a misspelt key would be lost without a word.
 LLAMA_CPP_LLAMA = (

@@ -10,7 +10,7 @@ fast trials run.
 
 Phases, each a real function of the search patched here and nowhere else:
   profile  the hardware profile before the study (`profile.forward_cost_profile`)
-  trial    inside a trial's measurement (`Objective.evaluate`)
+  trial    inside a trial's measurement (`evaluation.evaluate`)
   between  the run files rewritten after a trial (`run_folder.write_run_files`)
   validation  measuring the finalists on the held-out prompts
            (`validation.measure_finalists`)
@@ -72,8 +72,8 @@ def _install(phase: str, nth: int, marker: Path) -> None:
         import autotune.measure.profile as module
         _wait_on_call(module, "forward_cost_profile", nth, marker)
     elif phase == "trial":
-        from autotune.search.objectives import Objective
-        _wait_on_call(Objective, "evaluate", nth, marker)
+        import autotune.search.evaluation as module
+        _wait_on_call(module, "evaluate", nth, marker)
     elif phase == "between":
         import autotune.runs.folder as module
         _wait_on_call(module, "write_run_files", nth, marker)

@@ -30,7 +30,7 @@ from autotune.backends.hf import HFBackend
 from autotune.backends.llama_cpp import installed as llama_cpp_installed
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
-from autotune.decoding.drafters.ngram import ngram_proposal
+from autotune.methods.ngram.drafter import ngram_proposal
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt, round_robin

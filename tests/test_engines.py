@@ -15,7 +15,7 @@ from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixt
 from autotune.cli.main import main
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.drafters.base import TokenChooser
-from autotune.decoding.drafters.ngram import MatchPool, lookup, ngram_proposal
+from autotune.methods.ngram.drafter import MatchPool, lookup, ngram_proposal
 from autotune.decoding.engines import ENGINES, engine_rules
 from autotune.decoding.policies import (
     ConfidencePolicy,

@@ -10,7 +10,7 @@ import yaml
 
 from autotune.cli.main import main
 from autotune.exports import schema
-from autotune.frozen import frozen_document
+from autotune.frozen.document import frozen_document
 from autotune.runs.exports_folder import write_exports
 
 jsonschema = pytest.importorskip("jsonschema")

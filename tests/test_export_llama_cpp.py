@@ -31,7 +31,7 @@ from autotune.exports import (
     schema,
 )
 from autotune.exports import llama_cpp as lcp
-from autotune.frozen import frozen_document
+from autotune.frozen.document import frozen_document
 from autotune.runs.exports_folder import write_exports
 
 GGUF = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -409,7 +409,7 @@ def test_llama_cpp_is_a_format_and_a_target() -> None:
 def test_a_frozen_config_may_record_every_engine() -> None:
     # A `--target llama_cpp` run's best.json must load (frozen-v3's engine enum).
     from autotune.decoding.engines import ENGINES
-    from autotune.frozen import shipped_schema
+    from autotune.frozen.schema import shipped_schema
 
     engine = shipped_schema()["properties"]["params"]["properties"]["engine"]
     assert engine["enum"] == list(ENGINES)

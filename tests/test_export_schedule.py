@@ -1,4 +1,4 @@
-"""Per-batch-size K (a frozen config's `schedule`, issue 17) in the engine exports.
+"""Per-batch-size K (a frozen config's `schedule`) in the engine exports.
 
 vLLM gets num_speculative_tokens_per_batch_size, TensorRT-LLM draft_len_schedule, SGLang
 a loss; a schedule that never speculates is refused; a malformed one is one error line.
@@ -24,7 +24,9 @@ from autotune.cli.main import main
 from autotune.common.errors import AutotuneError
 from autotune.exports import export, expressible, launch, schema
 from autotune.exports import vllm as vllm_export
-from autotune.frozen import SCHEMA, frozen_document, problems, read_parts
+from autotune.frozen.checks import problems, read_parts
+from autotune.frozen.document import frozen_document
+from autotune.frozen.schema import SCHEMA
 from autotune.runs.exports_folder import refusal_reason, write_exports
 
 # 1: K=4, 2-3: K=3, 4-8: K=0 (tuned at 1, 2, 4, 8).

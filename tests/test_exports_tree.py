@@ -15,7 +15,7 @@ import yaml
 
 from autotune.cli.main import main
 from autotune.exports import export, expressible
-from autotune.frozen import frozen_document
+from autotune.frozen.document import frozen_document
 from autotune.runs.exports_folder import write_exports
 from tests.test_exports import DRAFT, error_of, frozen, load_hf, valid
 

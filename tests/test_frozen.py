@@ -12,16 +12,15 @@ import torch
 from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401  (autouse fixture)
 
 from autotune.cli.main import main
-from autotune.frozen import (
-    SCHEMA,
+from autotune.frozen.checks import load_frozen, problems
+from autotune.frozen.document import frozen_document
+from autotune.frozen.environment import (
     content_hash,
     describe_environment_change,
-    frozen_document,
     hardware_record,
-    load_frozen,
     model_record,
-    problems,
 )
+from autotune.frozen.schema import SCHEMA
 from autotune.runs.folder import best_document
 from autotune.search.objectives import load_objective
 from autotune.workloads.prompts import load_workload, workload_digest

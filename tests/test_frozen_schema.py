@@ -1,13 +1,17 @@
 """The frozen schema's `params` against the knobs' metadata and the method registry: the
-JSON file keeps the built-in method enum, the loader reads the registry, and a knob added
-to DecodeConfig without its schema entry (or with other bounds) fails here."""
+method enum comes from the registry when a schema is loaded (never written by hand in the
+JSON files), and a knob added to DecodeConfig without its schema entry (or with other
+bounds) fails here."""
 
 from __future__ import annotations
 
+import json
+from importlib.resources import files
 from typing import Any, Iterator
 
 import pytest
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import KNOBS, MAX_TREE_NODES
 from autotune.decoding.methods import (
     BUILTIN_METHODS,
@@ -15,7 +19,8 @@ from autotune.decoding.methods import (
     register_method,
     unregister_method,
 )
-from autotune.frozen import SCHEMA, problems, read_parts, shipped_schema
+from autotune.frozen.checks import problems, read_parts
+from autotune.frozen.schema import READABLE, SCHEMA, SCHEMA_PREFIX, shipped_schema
 
 PARAMS = shipped_schema()["properties"]["params"]
 JSON_TYPE = {"int": "integer", "float": "number"}
@@ -37,8 +42,23 @@ def test_the_file_names_the_schema_id_the_reader_reads() -> None:
     assert schema["$id"] == SCHEMA and schema["properties"]["schema"]["const"] == SCHEMA
 
 
-def test_the_file_lists_the_built_in_methods() -> None:
-    assert PARAMS["properties"]["method"]["enum"] == list(BUILTIN_METHODS)
+@pytest.mark.parametrize("version", READABLE)
+def test_the_loaded_schema_lists_the_built_in_methods(version: str) -> None:
+    params = shipped_schema(version)["properties"]["params"]["properties"]
+    assert params["method"]["enum"] == list(BUILTIN_METHODS)
+    # The files name no method: the registry is the one list.
+    raw = json.loads(files("autotune.frozen").joinpath(
+        f"schemas/frozen-{version.removeprefix(SCHEMA_PREFIX)}.schema.json").read_text())
+    assert "enum" not in raw["properties"]["params"]["properties"]["method"]
+
+
+@pytest.mark.parametrize("version", READABLE)
+def test_a_config_with_an_unknown_method_is_refused(version: str) -> None:
+    doc = {"schema": version, "params": {"method": "hydra"}}
+    assert problems(doc) == ["params.method: 'hydra' is not one of "
+                             + ", ".join(repr(name) for name in BUILTIN_METHODS)]
+    with pytest.raises(AutotuneError, match="hydra"):
+        read_parts(doc)
 
 
 def test_the_schema_has_one_entry_per_knob() -> None:

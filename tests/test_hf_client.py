@@ -31,7 +31,7 @@ from autotune.backends.hf_assisted import run_assisted
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.exports import export
-from autotune.frozen import SCHEMA
+from autotune.frozen.schema import SCHEMA
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import encode_prompt, round_robin
 

@@ -1,11 +1,16 @@
 """The method registry as the decoder and the agreement proxy use it: every built-in's
 drafter and scorer resolve, drafters implement the declared interfaces, and a toy
-drafter runs through the decoder with one registration and nothing else."""
+drafter runs through the decoder with one registration and nothing else. Every built-in
+lives in its own package (autotune/methods/<name>/), which the registry finds by
+listing the folder, and the shared replay machinery branches on no method's name."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import re
 import time
+from pathlib import Path
 
 import pytest
 from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
@@ -15,7 +20,6 @@ from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafters.base import Drafter, TreeHooks
-from autotune.decoding.drafters.none import NoDraft
 from autotune.decoding.methods import (
     BUILTIN_METHODS,
     MethodSpec,
@@ -25,6 +29,10 @@ from autotune.decoding.methods import (
     unregister_method,
 )
 from autotune.measure.agreement import teacher_forced_agreement
+from autotune.methods.none.drafter import NoDraft
+from autotune.replay.draft_cost import DraftCost
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", BUILTIN_METHODS)
@@ -90,3 +98,34 @@ def test_a_method_without_scorer_agrees_nowhere(toy):
     ids = [1, 2, 3, 4, 5, 6]
     assert teacher_forced_agreement(target, DecodeConfig(method="repeat_last"),
                                     [(2, ids)]) == (0, 3)
+
+
+@pytest.mark.parametrize("name", BUILTIN_METHODS)
+def test_a_builtin_lives_in_its_own_package(name):
+    spec = get_method(name)
+    assert importlib.import_module(f"autotune.methods.{name}").SPEC is spec
+    parts = [spec.drafter, spec.scorer, spec.replay, spec.draft_cost]
+    for part in filter(None, parts):
+        assert isinstance(part, str) and part.startswith(f"autotune.methods.{name}."), part
+    cost = spec.draft_cost_class()
+    assert cost is None or issubclass(cost, DraftCost)
+    assert spec.about, "the README's methods table needs a line on what it is"
+
+
+def test_the_registry_lists_the_method_packages():
+    folders = {path.parent.name for path in (ROOT / "autotune" / "methods").glob("*/__init__.py")}
+    assert set(BUILTIN_METHODS) == folders
+    assert BUILTIN_METHODS[0] == "none"          # the baseline leads every list
+
+
+def test_the_shared_replay_code_branches_on_no_method_name():
+    """A method's replay and draft cost are its own (its package's replay.py): the
+    shared modules ask the registry, never compare a config's method with a name."""
+    branch = re.compile(r"method\s*(==|!=|not in|in)\s*[(\"']")
+    shared = [*(ROOT / "autotune" / "replay").glob("*.py"),
+              ROOT / "autotune" / "measure" / "agreement.py"]
+    found = [f"{path.name}:{n}" for path in shared
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if branch.search(line)]
+    assert not found, found
+

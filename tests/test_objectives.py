@@ -19,7 +19,7 @@ from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean, load_yaml
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.drafters.ngram import lookup
+from autotune.methods.ngram.drafter import lookup
 from autotune.decoding.reference import reference_continuations
 from autotune.measure.agreement import teacher_forced_agreement
 from autotune.measure.measurement import Measurement

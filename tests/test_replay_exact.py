@@ -243,7 +243,7 @@ def replayer(default_model, truncated_draft, refs, reference_folder, tmp_path_fa
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(run_module, "load_or_measure_parts", lambda *args, **kwargs: parts)
         # Not rebuilt: the references come from the folder the `refs` fixture filled.
-        patch.setattr("autotune.measure.agreement.reference_continuations", _no_decoding)
+        patch.setattr("autotune.decoding.reference.reference_continuations", _no_decoding)
         made = run_module.Replayer(default_model, truncated_draft, prompts, MAX_NEW,
                                    folder / "replay_costs.json",
                                    reference_dir=reference_folder)

@@ -18,8 +18,9 @@ from optuna.trial import TrialState
 from test_search_cli import _journal_trials, _parked
 from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401  (autouse fixture)
 
-import autotune.measure.agreement as agreement
+import autotune.decoding.reference as decoding_reference
 import autotune.models.loading as loading
+import autotune.search.evaluation as evaluation
 from autotune.cli.main import main
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
@@ -37,7 +38,6 @@ from autotune.replay.costs import (
 )
 from autotune.replay.reference import Reference, reference_set
 from autotune.replay.simulate import ReplayRound, simulate
-from autotune.search.objectives import Objective
 from autotune.search.study import counted_trials
 from autotune.workloads.prompts import Prompt
 
@@ -297,7 +297,7 @@ def test_a_corrupted_reference_cache_is_reported_once_and_rebuilt(tiny, tmp_path
     assert rebuilt == refs
     # The file is valid again: read back without a warning and without decoding.
     assert json.loads(path.read_text()) == json.loads(good)
-    monkeypatch.setattr(agreement, "reference_continuations", _no_decoding)
+    monkeypatch.setattr(decoding_reference, "reference_continuations", _no_decoding)
     assert reference_set(tiny, PROMPTS, MAX_NEW, directory=tmp_path) == refs
     assert capsys.readouterr().err == ""
     assert [p.name for p in tmp_path.iterdir()] == [path.name]      # no temporary left
@@ -318,7 +318,7 @@ def test_other_lengths_or_prompts_use_other_files(tiny, tmp_path, capsys, monkey
     assert fewer == refs[:2]
     assert other == [refs[2], refs[0]]
     # Each is read back from its own file.
-    monkeypatch.setattr(agreement, "reference_continuations", _no_decoding)
+    monkeypatch.setattr(decoding_reference, "reference_continuations", _no_decoding)
     assert reference_set(tiny, PROMPTS, 8, directory=tmp_path) == shorter
     assert reference_set(tiny, PROMPTS[:2], MAX_NEW, directory=tmp_path) == fewer
     assert reference_set(tiny, PROMPTS, MAX_NEW, directory=tmp_path) == refs
@@ -329,7 +329,7 @@ def test_the_reference_cache_folder_follows_autotune_cache(tiny, cache, monkeypa
     refs = reference_set(tiny, PROMPTS, MAX_NEW)
     files = list((cache / "replay").iterdir())
     assert len(files) == 1 and files[0].suffix == ".json"
-    monkeypatch.setattr(agreement, "reference_continuations", _no_decoding)
+    monkeypatch.setattr(decoding_reference, "reference_continuations", _no_decoding)
     assert reference_set(tiny, PROMPTS, MAX_NEW) == refs
 
 
@@ -597,13 +597,13 @@ def test_a_screen_killed_mid_way_resumes_without_replaying_finished_configs(
 
     # The rerun, in this process, counting what it evaluates at each fidelity.
     evaluated: list[str] = []
-    original = Objective.evaluate
+    original = evaluation.evaluate
 
-    def counting(self, ctx, config, report=None):
+    def counting(objective, ctx, config, report=None):
         evaluated.append(ctx.fidelity)
-        return original(self, ctx, config, report)
+        return original(objective, ctx, config, report)
 
-    monkeypatch.setattr(Objective, "evaluate", counting)
+    monkeypatch.setattr(evaluation, "evaluate", counting)
     assert main(args) == 0
     err = capsys.readouterr().err
     assert f"screening {SCREEN} configs by replay ({DONE_BEFORE_KILL} done)" in err

@@ -6,7 +6,7 @@ Claims checked (greedy; heads partly trained, so they draft well but not perfect
   drafted count is claimed only where it read on-path confidences), an eagle static
   tree and a width-1 dynamic tree, Medusa chains (fixed past its head count, confidence,
   adaptive) and Medusa static and dynamic trees, with and without an early EOS;
-- the fidelity flags and notes say what heads.py says is exact;
+- the fidelity flags and notes say what each head's replay module says is exact;
 - the tables do not depend on how anchors are chunked, and a heuristic exit's growing
   K deepens them;
 - a Medusa tree deeper than its heads is refused in one line, as the decoder refuses it;
@@ -16,6 +16,7 @@ Claims checked (greedy; heads partly trained, so they draft well but not perfect
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.methods import get_method
-from autotune.replay import heads
+from autotune.methods.eagle import replay as eagle_replay
 from autotune.replay.costs import FORMAT, CostModel, CostParts, HeadParts, LayerParts
 from autotune.replay.reference import Reference
 from autotune.replay.simulate import ReplayRound, simulate
@@ -185,7 +186,9 @@ def test_tables_do_not_depend_on_the_chunking(target, drafters, refs, monkeypatc
         source = get_method(kind).replay_factory()(target, drafters[kind])
         config = DecodeConfig(method=kind, k=3)
         whole = source._tables(config, ref)
-        monkeypatch.setattr(heads, "CHUNK", 5)
+        # Each head's replay module chunks its own anchors.
+        monkeypatch.setattr(importlib.import_module(f"autotune.methods.{kind}.replay"),
+                            "CHUNK", 5)
         source = get_method(kind).replay_factory()(target, drafters[kind])
         chunked = source._tables(config, ref)
         monkeypatch.undo()
@@ -194,7 +197,7 @@ def test_tables_do_not_depend_on_the_chunking(target, drafters, refs, monkeypatc
 
 
 def test_a_growing_heuristic_k_deepens_the_tables(target, drafters, refs, monkeypatch):
-    monkeypatch.setattr(heads, "MIN_DEPTH", 1)
+    monkeypatch.setattr(eagle_replay, "MIN_DEPTH", 1)
     config = DecodeConfig(method="eagle", exit_policy="heuristic", k=1)
     draft = drafters["eagle"]
     decoder = SpeculativeDecoder(target, config, draft)

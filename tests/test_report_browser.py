@@ -13,7 +13,7 @@ from browser import check_page, find_browser
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
 from autotune.cli.main import main
-from autotune.frozen import problems
+from autotune.frozen.checks import problems
 
 REQUIRED = os.environ.get("AUTOTUNE_REQUIRE_BROWSER") == "1"
 

@@ -28,7 +28,7 @@ from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401  (autouse fi
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.drafters.ngram import lookup
+from autotune.methods.ngram.drafter import lookup
 
 V = 6
 PROMPT = list(range(V)) + [0]   # every token occurs with a continuation: ngram always drafts

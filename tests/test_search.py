@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from functools import partial
 
 import optuna
 import pytest
@@ -13,6 +14,7 @@ from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
 
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
+from autotune.search import evaluation
 from autotune.runs.folder import best_document, top_table, trials_frame, write_run_files
 from autotune.search.objectives import EvalContext, load_objective
 from autotune.search.samplers import BayesOptSampler, make_sampler
@@ -105,7 +107,7 @@ def test_dv_default_preset_is_expressible_in_layer_skip_space(target):
 
 def test_failing_and_oom_trials_are_recorded_and_the_study_goes_on(tmp_path, target, monkeypatch):
     runner = _runner(tmp_path, target, "ngram", trials=6, prune=False)
-    real = runner.objective.evaluate
+    real = partial(evaluation.evaluate, runner.objective)
     calls = {"n": 0}
 
     def flaky(ctx, config, report=None):
@@ -116,7 +118,7 @@ def test_failing_and_oom_trials_are_recorded_and_the_study_goes_on(tmp_path, tar
             raise ValueError("something broke\nwith a second line")
         return real(ctx, config, report)
 
-    monkeypatch.setattr(type(runner.objective), "evaluate",
+    monkeypatch.setattr(evaluation, "evaluate",
                         lambda self, ctx, config, report=None: flaky(ctx, config, report))
     assert runner.run() == "budget"
     failed = [t for t in runner.study.get_trials(deepcopy=False) if t.state == TrialState.FAIL]
@@ -140,7 +142,7 @@ def test_trial_timeout_fails_only_the_slow_trial(tmp_path, target, monkeypatch):
         # half-second deadline on a loaded machine.
         return {"latency_ms_per_token": 10.0 + calls["n"], "lossless": True}
 
-    monkeypatch.setattr(type(runner.objective), "evaluate", slow_second)
+    monkeypatch.setattr(evaluation, "evaluate", slow_second)
     runner.run()
     states = [t.state for t in runner.study.get_trials(deepcopy=False)]
     assert states.count(TrialState.FAIL) == 1
@@ -150,13 +152,13 @@ def test_trial_timeout_fails_only_the_slow_trial(tmp_path, target, monkeypatch):
 
 def test_constraint_violation_fails_the_trial(tmp_path, target, monkeypatch):
     runner = _runner(tmp_path, target, "ngram", trials=2, prune=False)
-    real = runner.objective.evaluate
+    real = partial(evaluation.evaluate, runner.objective)
 
     def lossy(self, ctx, config, report=None):
         metrics = real(ctx, config, report)
         return {**metrics, "lossless": False}
 
-    monkeypatch.setattr(type(runner.objective), "evaluate", lossy)
+    monkeypatch.setattr(evaluation, "evaluate", lossy)
     runner.run()
     trials = runner.study.get_trials(deepcopy=False)
     assert all(t.state == TrialState.FAIL for t in trials)
@@ -173,7 +175,7 @@ def _fake_latency(monkeypatch, runner, value_of):
                 report(step, value)
         return {"latency_ms_per_token": value, "lossless": True, "speedup": 1.0}
 
-    monkeypatch.setattr(type(runner.objective), "evaluate", evaluate)
+    monkeypatch.setattr(evaluation, "evaluate", evaluate)
 
 
 def test_median_pruner_prunes_slow_trials_and_no_prune_does_not(tmp_path, target, monkeypatch):
@@ -354,7 +356,7 @@ def test_guarded_sampler_moves_on_from_exhausted_points():
 
 def test_ctrl_c_inside_a_trial_marks_it_interrupted_and_queues_it(tmp_path, target, monkeypatch):
     runner = _runner(tmp_path, target, "ngram", trials=5, prune=False)
-    real = runner.objective.evaluate
+    real = partial(evaluation.evaluate, runner.objective)
     calls = {"n": 0}
 
     def interrupted_third(self, ctx, config, report=None):
@@ -363,7 +365,7 @@ def test_ctrl_c_inside_a_trial_marks_it_interrupted_and_queues_it(tmp_path, targ
             raise KeyboardInterrupt
         return real(ctx, config, report)
 
-    monkeypatch.setattr(type(runner.objective), "evaluate", interrupted_third)
+    monkeypatch.setattr(evaluation, "evaluate", interrupted_third)
     assert runner.run() == "interrupted"
     trials = runner.study.get_trials(deepcopy=False)
     stopped = [t for t in trials if t.user_attrs.get("interrupted")]
@@ -373,7 +375,7 @@ def test_ctrl_c_inside_a_trial_marks_it_interrupted_and_queues_it(tmp_path, targ
     assert [t.user_attrs["retry_of"] for t in retry] == [stopped[0].number]
     assert retry[0].system_attrs["fixed_params"] == stopped[0].params
     # Resuming runs the queued retry and does not count the interrupted trial.
-    monkeypatch.setattr(type(runner.objective), "evaluate", lambda self, c, cfg, r=None: real(c, cfg, r))
+    monkeypatch.setattr(evaluation, "evaluate", lambda self, c, cfg, r=None: real(c, cfg, r))
     resumed = _runner(tmp_path, target, "ngram", trials=5, prune=False)
     assert resumed.run() == "budget"
     after = resumed.study.get_trials(deepcopy=False)

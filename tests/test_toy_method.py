@@ -15,7 +15,7 @@ from toy_drafter import TOY, toy  # noqa: F401  (fixture)
 from autotune.cli.main import main
 from autotune.common.errors import AutotuneError
 from autotune.exports import FORMATS, export
-from autotune.frozen import problems
+from autotune.frozen.checks import problems
 from autotune.report import build_report
 from autotune.runs.folder import ranked_documents
 from autotune.search.objectives import load_objective

@@ -17,10 +17,11 @@ from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafters.base import TokenChooser
-from autotune.decoding.drafters.eagle import EagleDrafter
+from autotune.methods.eagle.drafter import EagleDrafter
 from autotune.models.trained import trained_draft
 from autotune.training.data import Sequence_
-from autotune.training.loop import TrainSettings, new_head, split_heldout, train_head
+from autotune.training.kinds import new_head
+from autotune.training.loop import TrainSettings, split_heldout, train_head
 
 EOS = 52
 MAX_NEW = 24
@@ -123,12 +124,12 @@ def test_eagle_training_forward_is_the_drafting_pass(target, tmp_path):
 
 
 def test_training_lowers_the_loss_and_raises_agreement(target, tmp_path, monkeypatch):
-    import autotune.training.loop as loop
-    from autotune.training.loop import _Objective, _Teacher
-    monkeypatch.setattr(loop, "CE_POSITIONS", 10**6)     # every row: a deterministic loss
+    import autotune.training.teacher as teacher
+    from autotune.training.kinds import kind_loss
+    monkeypatch.setattr(teacher, "CE_POSITIONS", 10**6)  # every row: a deterministic loss
     head, _ = new_head("eagle", target.forward, 3)
     train, held = split_heldout(_sequences(target), 0)
-    objective = _Objective("eagle", head, _Teacher(target.forward))
+    objective = kind_loss("eagle")(head, teacher.Teacher(target.forward))
     before = objective.top1_agreement(train)
     with torch.no_grad():
         loss_before = float(objective.loss(train))

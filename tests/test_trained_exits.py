@@ -28,7 +28,7 @@ from autotune.cli.main import main
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.drafters.sorted_exit import (
+from autotune.methods.sorted_exit.drafter import (
     exit_logits,
     first_confident_exit,
     top1_probability,
@@ -37,13 +37,10 @@ from autotune.measure.agreement import teacher_forced_agreement
 from autotune.models.heads import ExitAdapters
 from autotune.models.trained import exit_adapters, trained_draft
 from autotune.space import load_space
-from autotune.training.loop import (
-    _Objective,
-    _Teacher,
-    default_exit_layers,
-    new_head,
-    split_heldout,
-)
+from autotune.training.exits_loss import ExitsLoss, default_exit_layers
+from autotune.training.kinds import new_head
+from autotune.training.loop import split_heldout
+from autotune.training.teacher import Teacher
 
 EOS = 52
 MAX_NEW = 24
@@ -149,7 +146,7 @@ def test_training_read_out_is_the_drafting_read_out(target, drafter):
     """The loss's exit distribution (teacher.exit_logits over the adapted state) is the
     drafter's (`exit_logits` over the target's pass), at every adapted exit."""
     seq = _sequences(target, n=1)[0]
-    objective = _Objective("exits", drafter.hf_model, _Teacher(target.forward))
+    objective = ExitsLoss(drafter.hf_model, Teacher(target.forward))
     forward = target.forward
     with torch.no_grad():
         states = objective._exit_states(seq.ids[None])
@@ -165,7 +162,7 @@ def test_training_lowers_the_loss_and_raises_agreement(target, tmp_path):
     head, geometry = new_head("exits", target.forward, 0, ADAPTED, 8)
     assert geometry["exit_layers"] == list(ADAPTED) and geometry["n_layers"] == LAYERS
     train, held = split_heldout(_sequences(target), 0)
-    objective = _Objective("exits", head, _Teacher(target.forward))
+    objective = ExitsLoss(head, Teacher(target.forward))
     before = objective.top1_agreement(held)
     with torch.no_grad():
         loss_before = float(objective.loss(train))
@@ -180,19 +177,19 @@ def test_training_lowers_the_loss_and_raises_agreement(target, tmp_path):
 def test_the_loss_in_chunks_is_the_loss_at_once(target, monkeypatch):
     """The training step's chunked backward (one chunk of positions and one exit at a
     time) gives the loss and gradients of the whole batch's loss at once."""
-    import autotune.training.loop as loop
+    import autotune.training.teacher as teacher
     head, _ = new_head("exits", target.forward, 0, ADAPTED, 8)
     with torch.no_grad():
         for p in head.parameters():
             p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
     seqs = _sequences(target, n=3)
-    objective = _Objective("exits", head, _Teacher(target.forward))
+    objective = ExitsLoss(head, Teacher(target.forward))
     head.zero_grad()
     loss = objective.loss(seqs)                # one chunk: 64 words x ~110 positions
     loss.backward()
     grads = [p.grad.clone() for p in head.parameters()]
     head.zero_grad()
-    monkeypatch.setattr(loop, "LOGIT_CHUNK", 64 * 7)     # 7 positions per chunk
+    monkeypatch.setattr(teacher, "LOGIT_CHUNK", 64 * 7)  # 7 positions per chunk
     chunked = objective.backward(seqs)
     assert chunked == pytest.approx(float(loss.detach()), rel=1e-5)
     for a, b in zip(grads, [p.grad for p in head.parameters()]):

@@ -291,7 +291,7 @@ def _tree_paths(tree: DraftTree) -> set[tuple[int, ...]]:
 
 def test_dynamic_tree_matches_a_brute_force_eagle2_expansion(models):
     from autotune.decoding.drafters.base import TokenChooser
-    from autotune.decoding.drafters.layer_skip import LayerSkipDrafter
+    from autotune.methods.layer_skip.drafter import LayerSkipDrafter
     from autotune.decoding.tree_drafting import TreeDrafter
 
     target, _, _ = models

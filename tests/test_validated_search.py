@@ -4,7 +4,6 @@ recorded, a rerun re-measures nothing, and Ctrl-C while validating loses nothing
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -13,10 +12,10 @@ from test_search_cli import _ctrl_c, _journal_trials, _parked, _stray_temporarie
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
 from autotune.cli.main import main
-from autotune.cli.search import split_prompts
 from autotune.common.errors import AutotuneError
 from autotune.search.study import counted_trials
 from autotune.workloads.prompts import load_workload
+from autotune.workloads.split import PromptSplit, split_prompts
 
 # Two categories of repetitive prompts (the n-gram drafter finds matches in them).
 LINES = [{"category": "rep", "prompt": f"a{i} b{i} c{i} a{i} b{i} c{i} a{i} b{i}"} for i in range(6)]
@@ -39,33 +38,33 @@ def _args(tiny_dir: Path, run: Path, *extra: str) -> list[str]:
             "--out", str(run), "--study", "v", "--no-prune", "--fidelity", "measure", *extra]
 
 
-def _namespace(workload: str, validation: str, seed: int = 0) -> argparse.Namespace:
-    return argparse.Namespace(workload=workload, validation=validation, seed=seed,
-                              validation_prompts=4)
+def _split(workload: str, validation: str, prompts: int, seed: int = 0) -> PromptSplit:
+    """The split `search --validation VALIDATION --validation-prompts 4` makes."""
+    return split_prompts(workload, None, validation, seed, prompts, held_out=4)
 
 
 def test_the_split_keeps_validation_prompts_out_of_the_search(tiny_dir, tmp_path):
     workload = str(tiny_dir / "prompts.jsonl")
-    search, held, source = split_prompts(_namespace(workload, "0.5"), None, 100)
+    search, held, source = _split(workload, "0.5", 100)
     assert {p.prompt_id for p in search}.isdisjoint(p.prompt_id for p in held)
     assert len(held) == 4 and {p.category for p in held} == {"rep", "mix"}
     assert "held out (0.5, stratified by category, seed 0)" in source
     # Seeded: the same seed, the same split; another seed, another.
-    again = split_prompts(_namespace(workload, "0.5"), None, 100)
+    again = _split(workload, "0.5", 100)
     assert [p.prompt_id for p in again[1]] == [p.prompt_id for p in held]
-    other = split_prompts(_namespace(workload, "0.5", seed=3), None, 100)
+    other = _split(workload, "0.5", 100, seed=3)
     assert [p.prompt_id for p in other[1]] != [p.prompt_id for p in held]
     # 0: nothing held out.
-    assert split_prompts(_namespace(workload, "0"), None, 100)[1] == []
+    assert _split(workload, "0", 100)[1] == []
     # A file: its prompts are held out and dropped from the search by text.
     file = tmp_path / "held.jsonl"
     file.write_text("".join(json.dumps(x) + "\n" for x in LINES[:2]))
-    search, held, source = split_prompts(_namespace(workload, str(file)), None, 100)
+    search, held, source = _split(workload, str(file), 100)
     assert [p.text for p in held] == [x["prompt"] for x in LINES[:2]]
     assert not {p.text for p in search} & {p.text for p in held} and len(search) == 10
     for bad, message in (("1.5", "a fraction lies in"), ("nofile.jsonl", "neither a fraction")):
         with pytest.raises(AutotuneError, match=message):
-            split_prompts(_namespace(workload, bad), None, 100)
+            _split(workload, bad, 100)
 
 
 def test_a_validated_search_records_chooses_and_exports_on_held_out_prompts(
@@ -78,8 +77,8 @@ def test_a_validated_search_records_chooses_and_exports_on_held_out_prompts(
     best = json.loads((run / "best.json").read_text())
     validation = best["validation"]
     held = set(validation["prompt_ids"])
-    search_ids = {p.prompt_id for p in split_prompts(
-        _namespace(str(tiny_dir / "prompts.jsonl"), "0.5"), None, 4)[0]}
+    search_ids = {p.prompt_id for p in _split(
+        str(tiny_dir / "prompts.jsonl"), "0.5", 4)[0]}
     assert len(held) == 4 and held.isdisjoint(search_ids)
     assert validation["repeats"] == 2 and validation["categories"] == {"rep": 2, "mix": 2}
     finalists = validation["finalists"]

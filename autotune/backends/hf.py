@@ -144,7 +144,7 @@ class HFBackend:
         return HFRunner(self, config, folder / "hf")
 
     def _frozen(self, config: DecodeConfig) -> dict[str, Any]:
-        from autotune.frozen import SCHEMA
+        from autotune.frozen.schema import SCHEMA
         doc: dict[str, Any] = {"schema": SCHEMA, "params": config.to_dict(),
                                "model": {"spec": self.target.name, "id": self.target.name,
                                          "n_layers": self.target.n_layers}}

@@ -1,5 +1,5 @@
 """llama.cpp as a measurement backend, through llama-cpp-python (the optional extra
-`autotune[llama_cpp]`; read at 0.3.36, notes/engines/llama_cpp.md).
+`autotune[llamacpp]`; read at 0.3.36, docs/engines/llama_cpp.md).
 
 The GGUF file runs as given (the default model's own file for `--model default`), on as
 many threads as torch uses. A config runs as `Llama(..., draft_model=

@@ -10,7 +10,7 @@ from pathlib import Path
 import autotune.exports as exports  # by attribute: tests/phase_driver.py wraps export
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
-from autotune.frozen import load_frozen
+from autotune.frozen.checks import load_frozen
 from autotune.runs.exports_folder import refusal_reason
 
 

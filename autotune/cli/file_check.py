@@ -18,7 +18,7 @@ import yaml
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import display_path
 from autotune.decoding.config import config_from_mapping
-from autotune.frozen import is_frozen, problems
+from autotune.frozen.checks import is_frozen, problems
 
 SPACE_KEYS = ("knobs", "include", "fixed")
 

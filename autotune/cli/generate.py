@@ -20,7 +20,7 @@ from autotune.decoding.config import (
     parse_assignments,
 )
 from autotune.decoding.methods import get_method
-from autotune.frozen import is_frozen, load_frozen, read_json
+from autotune.frozen.checks import is_frozen, load_frozen, read_json
 from autotune.workloads.prompts import Prompt, encode_prompt
 
 WARMUP_TOKENS = 8

@@ -14,6 +14,7 @@ import sys
 from typing import Callable, Sequence
 
 from autotune.common.errors import AutotuneError
+from autotune.models.drafter_folder import KINDS
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -216,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "folder with --draft in search, measure and generate.")
     _add_model_args(t, draft=False)
     _add_workload_args(t, max_new_tokens=None)
-    t.add_argument("--kind", required=True, choices=("eagle", "medusa", "exits"),
+    t.add_argument("--kind", required=True, choices=KINDS,
                    help="eagle: a one-layer feature head (EAGLE-1); medusa: heads that each "
                         "guess one position further; exits: adapters that make the target's "
                         "early exits draft (method=sorted_exit)")

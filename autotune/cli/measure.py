@@ -22,13 +22,11 @@ from autotune.decoding.config import (
     parse_assignments,
 )
 from autotune.decoding.methods import get_method
-from autotune.frozen import (
+from autotune.frozen.checks import is_frozen, load_frozen, read_json
+from autotune.frozen.environment import (
     describe_environment_change,
     hardware_record,
-    is_frozen,
-    load_frozen,
     model_record,
-    read_json,
 )
 from autotune.search.evaluation import evaluate
 from autotune.search.objectives import EvalContext, available_objectives, load_objective

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.common.errors import AutotuneError
+from autotune.workloads.split import split_prompts
 
 DEFAULT_MAX_NEW = 96
 DEFAULT_MEDUSA_HEADS = 4
@@ -30,7 +31,7 @@ MIN_MEMBER_PROMPTS = 4
 
 def _exit_layers(text: str | None) -> tuple[int, ...] | None:
     """`--exit-layers 6,9,12` -> (6, 9, 12); its range is checked once the target's
-    depth is known (`training.loop.check_exit_layers`)."""
+    depth is known (`training.exits_loss.check_exit_layers`)."""
     if text is None:
         return None
     words = [w.strip() for w in text.split(",") if w.strip()]
@@ -41,14 +42,15 @@ def _exit_layers(text: str | None) -> tuple[int, ...] | None:
     except ValueError:
         raise AutotuneError(f"--exit-layers {text!r} must be layer numbers separated by "
                             "commas, e.g. 6,9,12") from None
-    if any(b <= a for a, b in zip(layers, layers[1:])):
-        raise AutotuneError(f"--exit-layers {text} must be increasing, each layer once")
+    from autotune.decoding.config import check_exit_order
+    check_exit_order(layers, f"--exit-layers {text}")
     return layers
 
 
 def _check(args: argparse.Namespace) -> Path:
-    if args.kind not in ("eagle", "medusa", "exits"):
-        raise AutotuneError(f"--kind must be eagle, medusa or exits, not {args.kind!r}")
+    from autotune.models.drafter_folder import KINDS
+    if args.kind not in KINDS:
+        raise AutotuneError(f"--kind must be one of {', '.join(KINDS)}, not {args.kind!r}")
     if args.kind != "exits" and (args.exit_layers is not None or args.exit_rank is not None):
         raise AutotuneError("--exit-layers and --exit-rank apply to --kind exits only")
     args.exit_layer_list = _exit_layers(args.exit_layers)
@@ -82,11 +84,11 @@ def _check(args: argparse.Namespace) -> Path:
 
 def run_train_command(args: argparse.Namespace) -> int:
     out = _check(args)
-    from autotune.cli.search import split_prompts
     categories = ([c for c in args.categories.split(",") if c] if args.categories else None)
-    # All search-split prompts unless --prompts limits them (round-robin by category).
-    args.validation_prompts = 10**9
-    prompts, held_out, _ = split_prompts(args, categories, args.prompts or 10**9)
+    # All search-split prompts unless --prompts limits them, and every held-out prompt
+    # (each round-robin by category): none of those may be trained on.
+    prompts, held_out, _ = split_prompts(args.workload, categories, args.validation, args.seed,
+                                         prompts=args.prompts, held_out=None)
     prompts = _without_held_out_texts(prompts, held_out)
     if len(prompts) < 2:
         raise AutotuneError(f"{args.workload} leaves {len(prompts)} prompt to train on after "
@@ -113,7 +115,7 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
     from autotune.training.data import training_sequences
 
     # Both checked before the target's continuations.
-    exits = _exit_settings(args, target)
+    options = _head_options(args, target)
     members = _category_members(prompts) if getattr(args, "per_category", False) else None
     started = time.perf_counter()
 
@@ -126,7 +128,7 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
     data_s = time.perf_counter() - started
     if members is None:
         return _train_one(args, out, target, prompts, sequences, held_out, max_new, data_s,
-                          exits)
+                          options)
     out.mkdir(parents=True, exist_ok=True)
     for name, chosen in members.items():
         folder = out / name
@@ -137,7 +139,7 @@ def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
               file=sys.stderr, flush=True)
         keep = {id(p) for p in chosen}
         subset = [seq for p, seq in zip(prompts, sequences) if id(p) in keep]
-        _train_one(args, folder, target, chosen, subset, held_out, max_new, data_s, exits)
+        _train_one(args, folder, target, chosen, subset, held_out, max_new, data_s, options)
     from autotune.common.files import write_atomically
     from autotune.models.drafter_folder import SET_FILE, SET_FORMAT
     index = {"format": SET_FORMAT, "kind": args.kind,
@@ -192,62 +194,47 @@ def _category_members(prompts: list[Any]) -> dict[str, list[Any]]:
     return {GENERAL: list(prompts), **members}
 
 
-def _exit_settings(args: argparse.Namespace, target: Any) -> tuple[Any, Any]:
-    """(exit layers, rank) for --kind exits, checked against the target; else (None, None)."""
-    from autotune.training.loop import (
-        DEFAULT_EXIT_RANK,
-        check_exit_layers,
-        default_exit_layers,
-    )
-    exit_layers = exit_rank = None
-    if args.kind == "exits":
-        # Checked now that the depth is known, before the target's continuations.
-        n_layers = target.forward.n_layers
-        exit_layers = getattr(args, "exit_layer_list", None) or default_exit_layers(n_layers)
-        check_exit_layers(exit_layers, n_layers)
-        exit_rank = args.exit_rank or DEFAULT_EXIT_RANK
-        hidden = int(target.forward.config.hidden_size)
-        if exit_rank > hidden:
-            raise AutotuneError(f"--exit-rank must lie in 1..{hidden} (the hidden size), "
-                                f"not {exit_rank}")
-    return exit_layers, exit_rank
+def _head_options(args: argparse.Namespace, target: Any) -> Any:
+    """The head's settings (`training.kind_loss.HeadOptions`) with the kind's defaults,
+    checked against the target now that its depth is known, before its continuations."""
+    from autotune.training.kind_loss import HeadOptions
+    from autotune.training.kinds import kind_loss
+    given = HeadOptions(medusa_heads=args.medusa_heads,
+                        exit_layers=getattr(args, "exit_layer_list", None),
+                        exit_rank=args.exit_rank)
+    return kind_loss(args.kind).resolve(given, target.forward)
 
 
 def _train_one(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],
                sequences: list[Any], held_out: list[Any], max_new: int, data_s: float,
-               exits: tuple[Any, Any]) -> int:
-    """Train one drafter on `sequences` (those of `prompts`) and write its folder."""
+               options: Any) -> int:
+    """Train one drafter on `sequences` (those of `prompts`) and write its folder;
+    `options`: the head's settings (`_head_options`)."""
     import torch
 
     from autotune.models.fingerprint import model_fingerprint
     from autotune.training.data import describe
+    from autotune.training.kinds import kind_loss
     from autotune.training.loop import (
-        DEFAULT_EXIT_RANK,
-        EXIT_BATCH_TOKENS,
         TrainSettings,
-        new_head,
         progress_printer,
         split_heldout,
         train_head,
     )
     from autotune.workloads.prompts import prompt_digest
 
-    exit_layers, exit_rank = exits
+    loss = kind_loss(args.kind)
     held_digests = {prompt_digest(p.text) for p in held_out}
     assert not held_digests & {prompt_digest(p.text) for p in prompts}
     train_set, heldout = split_heldout(sequences, args.seed)
-    head, geometry = new_head(args.kind, target.forward, args.medusa_heads,
-                              exit_layers, exit_rank or DEFAULT_EXIT_RANK)
-    batch_tokens = EXIT_BATCH_TOKENS if args.kind == "exits" else TrainSettings.batch_tokens
+    head, geometry = loss.new_head(target.forward, options)
     settings = TrainSettings(kind=args.kind, seconds=args.minutes * 60, lr=args.lr,
-                             batch_tokens=batch_tokens, seed=args.seed,
+                             batch_tokens=loss.batch_tokens, seed=args.seed,
                              checkpoint_s=args.checkpoint_every, max_steps=args.max_steps)
     fingerprint = {"kind": args.kind, "target": model_fingerprint(target),
                    "prompts": sorted(prompt_digest(p.text) for p in prompts),
                    "max_new_tokens": max_new, "lr": args.lr, "seed": args.seed,
-                   "medusa_heads": args.medusa_heads if args.kind == "medusa" else None}
-    if exit_layers is not None:     # added only for exits: the other kinds' keys stay as they were
-        fingerprint |= {"exit_layers": list(exit_layers), "exit_rank": exit_rank}
+                   **loss.fingerprint(options)}
     out.mkdir(parents=True, exist_ok=True)
     result = train_head(head, args.kind, target.forward, train_set, heldout, settings, out,
                         fingerprint, progress_printer())
@@ -269,19 +256,19 @@ def _train_one(args: argparse.Namespace, out: Path, target: Any, prompts: list[A
         # heldout_top1 is their mean; before training each is the plain exit's.
         meta["training"]["heldout_top1_by_exit"] = {
             str(e): round(rate, 4) for e, rate in result.heldout_by_exit.items()}
-    _write_folder(out, head, meta, target)
-    what = " (mean over exits)" if args.kind == "exits" else ""
-    use = " --set method=sorted_exit" if args.kind == "exits" else ""
+    _write_folder(out, head, meta, target, loss.engine_checkpoints)
     print(f"autotune: {args.kind} drafter written to {out} (held-out top-1 agreement"
-          f"{what} {result.heldout_top1:.3f} over {result.heldout_positions} positions, "
-          f"{result.steps} steps in {result.seconds / 60:.1f} min); use it with "
-          f"--draft {out}{use}", file=sys.stderr, flush=True)
+          f"{loss.summary_note} {result.heldout_top1:.3f} over {result.heldout_positions} "
+          f"positions, {result.steps} steps in {result.seconds / 60:.1f} min); use it with "
+          f"--draft {out}{loss.use_hint}", file=sys.stderr, flush=True)
     return 0
 
 
-def _write_folder(out: Path, head: Any, meta: dict[str, Any], target: Any) -> None:
-    """Weights, tokenizer, then drafter.json last (a folder is a drafter only once
-    complete); the checkpoint goes once everything is in place."""
+def _write_folder(out: Path, head: Any, meta: dict[str, Any], target: Any,
+                  engine_checkpoints: bool) -> None:
+    """Weights, tokenizer, the engines' checkpoints where engines load the kind, then
+    drafter.json last (a folder is a drafter only once complete); the checkpoint goes
+    once everything is in place."""
     import os
 
     from safetensors.torch import save_file
@@ -297,9 +284,8 @@ def _write_folder(out: Path, head: Any, meta: dict[str, Any], target: Any) -> No
     os.replace(scratch, weights)
     target.tokenizer.save_pretrained(out)
     from autotune.exports.heads import write_engine_checkpoints
-    # No engine loads exit adapters (they live inside the target's own stack).
-    meta["engine_checkpoints"] = ([] if meta["kind"] == "exits" else
-                                  write_engine_checkpoints(out, meta["kind"], head, target))
+    meta["engine_checkpoints"] = (write_engine_checkpoints(out, meta["kind"], head, target)
+                                  if engine_checkpoints else [])
     meta["weights_sha256"] = file_sha256(weights)
     write_atomically(out / DRAFTER_FILE, json.dumps(meta, indent=2) + "\n")
     (out / CHECKPOINT).unlink(missing_ok=True)

@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -163,9 +163,7 @@ class DecodeConfig:
         if self.method in KNOBS["exits"].methods:        # the knob's owner: sorted_exit
             if not self.exits:
                 raise AutotuneError(f"method={self.method} needs exits, e.g. exits=8,16")
-            if any(b <= a for a, b in zip(self.exits, self.exits[1:])) \
-                    or self.exits[0] < KNOBS["exits"].low:
-                raise AutotuneError(f"exits={list(self.exits)} must be increasing and >= 1")
+            check_exit_order(self.exits, f"exits={list(self.exits)}", low=KNOBS["exits"].low)
             if len(self.thresholds) not in (0, len(self.exits) - 1, len(self.exits)):
                 raise AutotuneError(
                     f"thresholds has {len(self.thresholds)} values for {len(self.exits)} "
@@ -231,6 +229,17 @@ class DecodeConfig:
         """One threshold per exit; missing entries are 0 (always emit), deepest ignored."""
         padded = tuple(self.thresholds) + (0.0,) * (len(self.exits) - len(self.thresholds))
         return padded[: len(self.exits)]
+
+
+def check_exit_order(depths: Sequence[int], named: str, low: float | None = None) -> None:
+    """The rule every list of exit depths keeps (the `exits` knob, train-draft's
+    --exit-layers and the adapters it trains there): increasing, each depth once, since
+    exits are read shallowest first; with `low`, the first at least `low`.
+    `named` opens the one-line message (e.g. "exits=[16, 8]")."""
+    if any(b <= a for a, b in zip(depths, depths[1:])) \
+            or (low is not None and len(depths) > 0 and depths[0] < low):
+        bound = f" and >= {low:g}" if low is not None else ""
+        raise AutotuneError(f"{named} must be increasing{bound}, each layer once")
 
 
 def check_choices(choices: tuple[tuple[int, ...], ...]) -> None:

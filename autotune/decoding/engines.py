@@ -129,7 +129,7 @@ TRTLLM = EngineRules(
     greedy_model_drafts=True, match_verification=True)
 
 # llama.cpp through llama-cpp-python 0.3.36 (the sdist; abetlen/llama-cpp-python tag
-# v0.3.36 @ 1652066e0af45f2313b339670ef9555e8a54e545; notes/engines/llama_cpp.md):
+# v0.3.36 @ 1652066e0af45f2313b339670ef9555e8a54e545; docs/engines/llama_cpp.md):
 # - llama_speculative.py LlamaPromptLookupDecoding.find_candidate_pred_tokens: n-gram
 #   sizes from max_ngram_size down to 1, `np.nonzero(matches)[0]` scanned in order, the
 #   first match with a continuation (earliest), num_pred_tokens cut at the input's end;

@@ -1,11 +1,11 @@
-"""The README's table of config keys, kept in step with the knobs' metadata.
+"""The documented table of config keys, kept in step with the knobs' metadata.
 
-README.md's `autotune measure` section lists every `DecodeConfig` key in a
-`| key | meaning | default |` table, whose rows may group related keys
-(`gamma`, `target_acceptance`, ... in one row). `readme_keys` reads which keys it lists,
-so a test can fail when a knob is added or removed without the README; `row` renders a
-knob's row from its doc and default, which that test prints for the keys to add.
-`python -m autotune.decoding.knob_table` prints the whole table, one row per key.
+docs/commands.md (`DOC_PAGE`), under `autotune measure`, lists every `DecodeConfig` key
+in a `| key | meaning | default |` table, whose rows may group related keys
+(`gamma`, `target_acceptance`, ... in one row). `documented_keys` reads which keys it
+lists, so a test can fail when a knob is added or removed without the docs; `row`
+renders a knob's row from its doc and default, which that test prints for the keys to
+add. `python -m autotune.decoding.knob_table` prints the whole table, one row per key.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from typing import Any
 from autotune.decoding.config import KNOBS, DecodeConfig
 from autotune.decoding.knobs import Knob
 
+# The page (relative to the repository root) whose table lists the config keys.
+DOC_PAGE = "docs/commands.md"
 TABLE_HEADER = "| key | meaning | default |"
 _KEY = re.compile(r"`([^`]+)`")
 
 
 def show_default(value: Any, knob: Knob) -> str:
-    """A default as the README writes it: `fixed`, 4, 0.6, empty."""
+    """A default as the docs write it: `fixed`, 4, 0.6, empty."""
     if knob.default_doc is not None:
         return knob.default_doc
     if isinstance(value, tuple):
@@ -44,8 +46,8 @@ def table() -> str:
     return "\n".join([TABLE_HEADER, "|---|---|---|", *(row(name) for name in KNOBS)])
 
 
-def readme_keys(text: str) -> list[str]:
-    """The keys README text's knob table lists, in order (several per row where grouped);
+def documented_keys(text: str) -> list[str]:
+    """The keys a page's knob table lists, in order (several per row where grouped);
     [] when it has no such table."""
     lines = text.splitlines()
     if TABLE_HEADER not in lines:

@@ -27,7 +27,7 @@ Every format module also has `launch(src, files) -> str`: the Markdown section o
 `exports/launch.md` that starts the engine with its files (`request_parameters` is the
 shared line for the tuned sampling, a request parameter of every server).
 
-Per-batch-size K (a frozen config's optional `schedule`, issue 17; `Source.schedule`):
+Per-batch-size K (a frozen config's optional `schedule`; `Source.schedule`):
 the search measured which K the method runs at each batch size (K = 0: not at all).
 vLLM and TensorRT-LLM take such a schedule (their modules say how and with what
 limits); SGLang has none, so there it is a loss. A schedule that never speculates is
@@ -53,7 +53,8 @@ from autotune.decoding.config import KNOBS, ROUTED_DRAFTER, DecodeConfig, own_ke
 from autotune.decoding.engines import describe_rule, differences, engine_rules, relevant
 from autotune.decoding.methods import MethodSpec, get_method
 from autotune.decoding.shape import STATIC, DraftShape
-from autotune.frozen import Schedule, read_parts
+from autotune.frozen.checks import read_parts
+from autotune.frozen.schedule import Schedule
 
 
 def engine_methods(*names: str) -> tuple[str, ...]:
@@ -177,8 +178,8 @@ def routing_loss(src: Source) -> Loss | None:
 
 
 def read_frozen(frozen: Any) -> Source:
-    """A frozen-config document (`autotune.frozen.read_parts` checks it) as a Source; an
-    engine also needs the target model's record."""
+    """A frozen-config document (`autotune.frozen.checks.read_parts` checks it) as a
+    Source; an engine also needs the target model's record."""
     parts = read_parts(frozen)
     model, draft = parts.model, parts.draft
     if model is None:

@@ -3,7 +3,7 @@
 `autotune train-draft` writes, inside the drafter folder, one subfolder per engine that
 loads such a head: `vllm/` (EAGLE-1 and Medusa) and `sglang/` (EAGLE-1). The exporters
 point the engine there (`<drafter>/vllm`, `<drafter>/sglang`). What each loader wants,
-read in their sources (notes: /work/notes/engines/eagle_medusa_checkpoints.md):
+read in their sources (docs/trained-drafters.md):
 
 EAGLE-1 (both engines): weights unprefixed, `fc.weight` [H, 2H] over concat(embedding,
 feature), `layers.0.self_attn.{q,k,v,o}_proj.weight`, `layers.0.mlp.{gate,up,down}_

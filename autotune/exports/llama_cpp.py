@@ -2,7 +2,7 @@
 
 Read in llama-cpp-python 0.3.36 (the sdist; abetlen/llama-cpp-python tag v0.3.36 @
 1652066e0af45f2313b339670ef9555e8a54e545, which vendors ggml-org/llama.cpp @
-0c1e57098bba43ac29e6e3b677cdceebdd22334f; notes: /work/notes/engines/llama_cpp.md):
+0c1e57098bba43ac29e6e3b677cdceebdd22334f; docs/engines/llama_cpp.md):
 
 - llama_cpp/llama_speculative.py: `LlamaPromptLookupDecoding(max_ngram_size=2,
   num_pred_tokens=10)` is the binding's one drafter (its `LlamaDraftModel` has no other

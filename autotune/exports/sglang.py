@@ -1,6 +1,6 @@
 """SGLang: a `--config` YAML for `python -m sglang.launch_server`, and the same as flags.
 
-Read in sgl-project/sglang (notes: /work/notes/engines/sglang.md; each file at its own
+Read in sgl-project/sglang (docs/engines/sglang.md; each file at its own
 stored commit):
 
 - Fields: python/sglang/srt/arg_groups/fields/spec.py @

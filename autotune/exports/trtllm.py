@@ -1,7 +1,7 @@
 """TensorRT-LLM: the `speculative_config` of the LLM API (PyTorch backend), as JSON and as
 the YAML that `trtllm-serve TARGET --backend pytorch --config trtllm.yaml` reads.
 
-Read in NVIDIA/TensorRT-LLM (notes: /work/notes/engines/trtllm.md; each file at its own
+Read in NVIDIA/TensorRT-LLM (docs/engines/trtllm.md; each file at its own
 stored commit):
 
 - tensorrt_llm/llmapi/llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412 (pinned in
@@ -19,7 +19,7 @@ stored commit):
   n-gram sizes from max_matching_ngram_size down to 1, the first hit wins, and
   `pool[pattern][0 if self.is_use_oldest else -1]`. autotune writes `is_keep_all: true`,
   `is_use_oldest: true` and `is_public_pool: false`: the per-request pool that the
-  `trtllm` engine rule reproduces (autotune/decoding/drafters/ngram.py MatchPool; the
+  `trtllm` engine rule reproduces (autotune/methods/ngram/drafter.py MatchPool; the
   public pool is shared by all requests and never pruned, which no single-request
   measurement could reproduce).
 - tensorrt_llm/_torch/speculative/interface.py @ 00b6d5a25c30b4382d24fbdf52956d601b3ffd24
@@ -97,7 +97,7 @@ from autotune.exports._common import (
     rules_loss,
     schedule_paragraph,
 )
-from autotune.frozen import Schedule, ScheduleRange
+from autotune.frozen.schedule import Schedule, ScheduleRange
 
 NAME = "trtllm"
 ENGINE = "TensorRT-LLM"

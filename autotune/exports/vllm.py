@@ -1,7 +1,7 @@
 """vLLM: the JSON of `vllm serve --speculative-config` / `LLM(speculative_config=...)`.
 
-Read in vLLM 0.33.0 (the PyPI wheel, built from commit 4ba787ec9; notes:
-/work/notes/engines/vllm.md):
+Read in vLLM 0.33.0 (the PyPI wheel, built from commit 4ba787ec9; see
+docs/engines/vllm.md):
 
 - vllm/config/speculative.py `SpeculativeConfig` is a pydantic dataclass built by
   vllm/config/utils.py `config()` with `ConfigDict(extra="forbid")`: an unknown key is an

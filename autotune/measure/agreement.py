@@ -13,16 +13,9 @@ so the draft is scored at positions t = P .. P+C-2, predicting token t+1: C-1 po
 per sequence. Prompt positions are never scored (teacher forcing is over the
 continuation only).
 
-How close each method's pass is to its drafter in the decoder:
-- `draft_model`, `sorted_exit`, `ngram`: exactly the first draft token of a round that
-  starts at t (a separate draft keeps its own keys/values of verified tokens; an exit at
-  layer e of the target sees the same first e layers as the full model; the n-gram
-  lookup is the drafter's own function).
-- `layer_skip`: the draft pass skips its sublayers at every position, so its keys and
-  values at the non-skipped layers come from the skipped path, where the decoder's
-  drafter would attend to the full model's. Errors compound along the sequence, so this
-  proxy ranks skip sets the way SWIFT does but reads lower than real first-token
-  acceptance.
+Each method scores with its own scorer (`MethodSpec.scorer`, in its package's
+agreement.py), whose docstring says how close its pass is to its drafter in the
+decoder; this module is the driver they share and the helpers they build on.
 """
 
 from __future__ import annotations
@@ -34,16 +27,9 @@ import torch
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.drafters.base import stack_model
-from autotune.decoding.drafters.ngram import NgramProposer
-from autotune.decoding.drafters.sorted_exit import (
-    first_confident_exit,
-    top1_probability,
-)
 from autotune.decoding.methods import get_method
 from autotune.decoding.reference import Sequence
 from autotune.models.loading import LoadedModel
-from autotune.models.trained import exit_adapters
 
 
 def teacher_forced_agreement(target: LoadedModel, config: DecodeConfig,
@@ -89,108 +75,41 @@ def _scorer(target: LoadedModel, config: DecodeConfig,
     return factory(target, config, draft) if factory is not None else None
 
 
-def _shared_vocab(target: LoadedModel, draft: LoadedModel | None) -> int:
+def shared_vocab(target: LoadedModel, draft: LoadedModel | None) -> int:
+    """The ids a draft may propose: the target's vocabulary, cut to the draft's."""
     return target.forward.vocab_size if draft is None else min(
         target.forward.vocab_size, draft.forward.vocab_size)
 
 
-def _top1(logits: torch.Tensor, vocab: int) -> list[int]:
+def top1(logits: torch.Tensor, vocab: int) -> list[int]:
     """logits [1, N, V] -> N ids; the decoder's drafts are confined to the shared vocab."""
     return logits[0, :, :vocab].argmax(dim=-1).tolist()
 
 
-def layer_skip_scorer(target: LoadedModel, config: DecodeConfig,
-                      draft: LoadedModel | None) -> Scorer:
-    """The skipping pass over the whole sequence (see the module docstring for how it
-    differs from the drafter's)."""
-    forward, vocab = target.forward, _shared_vocab(target, draft)
-    attn_skip, mlp_skip = frozenset(config.attn_skip), frozenset(config.mlp_skip)
-
-    def layer_skip(ids: list[int]) -> list[int]:
-        x = torch.tensor([ids], dtype=torch.long, device=target.device)
-        cache = forward.new_cache(1, len(ids))
-        return _top1(forward.forward(x, cache, attn_skip=attn_skip, mlp_skip=mlp_skip), vocab)
-
-    return _no_grad(layer_skip)
-
-
-def draft_model_scorer(target: LoadedModel, config: DecodeConfig,
-                       draft: LoadedModel | None) -> Scorer:
-    """The draft model's own pass over the whole sequence."""
-    assert draft is not None                 # checked by SpeculativeDecoder
-    vocab = _shared_vocab(target, draft)
-
-    def draft_model(ids: list[int]) -> list[int]:
-        x = torch.tensor([ids], dtype=torch.long, device=draft.device)
-        return _top1(draft.forward.forward(x, draft.forward.new_cache(1, len(ids))), vocab)
-
-    return _no_grad(draft_model)
-
-
-def sorted_exit_scorer(target: LoadedModel, config: DecodeConfig,
-                       draft: LoadedModel | None) -> Scorer:
-    """S2D's exit rule (`first_confident_exit`, the drafter's own) at every position, in
-    one pass through the stack: the top-1 of each position's exit (read through the
-    trained adapters of an `exits` drafter, as the drafter reads them)."""
-    stack = stack_model(get_method(config.method), target, draft)    # what exits index
-    vocab = _shared_vocab(target, draft)
-    exits, thresholds = config.exits, config.exit_thresholds()
-    adapters = exit_adapters(draft)
-
-    def sorted_exit(ids: list[int]) -> list[int]:
-        forward = stack.forward
-        x = torch.tensor([ids], dtype=torch.long, device=stack.device)
-        state = forward.begin(x, forward.new_cache(1, len(ids)))
-        choice = first_confident_exit(forward, state, exits, thresholds,
-                                      top1_probability(vocab), adapters)
-        probs = torch.softmax(choice.logits[:, :vocab].float(), dim=-1)
-        return probs.max(dim=-1).indices.tolist()
-
-    return _no_grad(sorted_exit)
-
-
-def ngram_scorer(target: LoadedModel, config: DecodeConfig,
-                 draft: LoadedModel | None) -> Scorer:
-    """The drafter's own lookup (under the config's engine rules), one token at every
-    prefix."""
-    eos = target.eos_token_ids
-
-    def ngram(ids: list[int]) -> list[int]:
-        out = []
-        propose = NgramProposer(config, eos)     # asked at every prefix, in order
-        for t in range(len(ids)):
-            found = propose(ids[:t + 1], 1)
-            out.append(found[0] if found else -1)
-        return out
-
-    return ngram
-
-
-def _no_grad(fn: Scorer) -> Scorer:
+def no_grad(fn: Scorer) -> Scorer:
+    """`fn` run under `torch.inference_mode` (a scorer builds no graph)."""
     def wrapped(ids: list[int]) -> list[int]:
         with torch.inference_mode():
             return fn(ids)
     return wrapped
 
 
-def trained_head_scorer(target: LoadedModel, config: DecodeConfig,
-                        draft: LoadedModel | None) -> Scorer:
-    """A trained head's first draft at every position, teacher-forced on the target's
-    own features (what its drafter does for the first token of a round): index t
-    predicts token t+1 from the target's feature of position t-1 (EAGLE: with token t;
-    Medusa: head 0); index 0 has no feature before it (-1)."""
-    assert draft is not None and draft.trained_kind == config.method   # the decoder's check
-    forward, head, vocab = target.forward, draft.hf_model, _shared_vocab(target, draft)
+# A trained head's first draft at every position from the target's features:
+# (features [1, N-1, H] of positions 0..N-2, ids [1, N]) -> predicted features [1, N-1, H].
+FeaturePredictor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def feature_scorer(target: LoadedModel, draft: LoadedModel | None,
+                   predict: FeaturePredictor) -> Scorer:
+    """A scorer for a drafter that reads the target's features (a trained head), teacher-
+    forced on them as its drafter is for the first token of a round: index t predicts
+    token t+1 from `predict`'s feature for position t-1 (through the target's LM head);
+    index 0 has no feature before it (-1)."""
+    forward, vocab = target.forward, shared_vocab(target, draft)
 
     def trained(ids: list[int]) -> list[int]:
         x = torch.tensor([ids], dtype=torch.long, device=target.device)
         _, features = forward.forward_features(x, forward.new_cache(1, len(ids)))
-        if config.method == "eagle":
-            t = len(ids) - 1
-            predicted = head(features[:, :-1], torch.nn.functional.embedding(
-                x[:, 1:], forward.embed), forward.cos[:t], forward.sin[:t], forward.scaling)
-        else:
-            predicted = head(features[:, :-1])[:, :, 0]
-        return [-1] + _top1(forward.head_logits(predicted), vocab)
+        return [-1] + top1(forward.head_logits(predict(features[:, :-1], x)), vocab)
 
-    return _no_grad(trained)
+    return no_grad(trained)

@@ -1,4 +1,4 @@
-"""The one place that times anything.
+"""The one place that times decoding (its clock: `autotune.measure.timing`).
 
 `measure` runs a candidate DecodeConfig and the autoregressive baseline over the same
 prompts in the same process, interleaved prompt by prompt (alternating which goes
@@ -17,7 +17,6 @@ what re-measures a search's finalists on its validation prompts.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -27,22 +26,11 @@ from autotune.backends.base import Backend
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation
 from autotune.measure import paired
+from autotune.measure.timing import Clock
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt
 
 WARMUP_TOKENS = 8
-
-
-class Clock:
-    """`perf_counter` after the device has finished its queued work."""
-
-    def __init__(self, device: torch.device) -> None:
-        self._sync = torch.cuda.synchronize if device.type == "cuda" else None
-
-    def __call__(self) -> float:
-        if self._sync is not None:
-            self._sync()
-        return time.perf_counter()
 
 
 @dataclass

@@ -8,21 +8,22 @@ curve, profiled for n = 1 ... 128. `forward_cost_profile` measures it: the targe
 forward (the compact Llama forward, or HF's for other architectures) over n new tokens
 after a prefilled context, full logits for every new token, as a verify pass computes.
 
-Timing follows `autotune.measure.measurement`: `Clock` (perf_counter after a device sync), an
-untimed warm-up, and the sizes visited round-robin `repeats` times, so a slow drift of
-a shared machine hits every size alike; each size reports the median and the minimum.
+Timing is `autotune.measure.timing`'s: `Clock` (perf_counter after a device sync), an
+untimed warm-up (every size on a GPU), and the sizes visited round-robin `repeats`
+times, so a slow drift of a shared machine hits every size alike; each size reports the
+median and the minimum.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
+from autotune.measure.timing import Clock, forward_times, median_ms, time_points
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
@@ -81,12 +82,6 @@ def forward_cost_profile(target: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZ
     points in increasing `tokens`. The context is shortened when the model has too few
     positions for context + the largest size (the result says how long it was).
     """
-    # Imported here, not at the top: the report and `autotune profile`'s argument checks
-    # read this module's curve helpers and must not load torch for them.
-    import torch
-
-    from autotune.measure.measurement import Clock
-
     sizes = check_sizes(sizes)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise AutotuneError(f"profile repeats={repeats!r} must be an integer >= 1")
@@ -103,36 +98,15 @@ def forward_cost_profile(target: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZ
         context_tokens = min(context_tokens, limit - largest)
     forward, device = target.forward, target.device
     vocab = int(getattr(forward, "vocab_size", 0) or target.hf_model.config.vocab_size)
-    generator = torch.Generator().manual_seed(0)
-    # Token ids do not change the cost of a dense forward; fixed ones keep runs alike.
-    ids = torch.randint(vocab, (1, context_tokens + largest), generator=generator).to(device)
-    context, new = ids[:, :context_tokens], ids[:, context_tokens:]
-    clock = Clock(device)
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    with torch.inference_mode():
-        cache = forward.new_cache(1, context_tokens + largest)
-        forward.forward(context, cache)
-
-        def run(n: int) -> float:
-            cache.crop(context_tokens)
-            start = clock()
-            forward.forward(new[:, :n], cache, start=context_tokens)
-            return clock() - start
-
-        # Warm-up: the first calls pay for allocator growth and kernel selection; on a
-        # GPU every shape may pick its own kernels, so each size runs once there.
-        for n in (sizes if device.type == "cuda" else dict.fromkeys((sizes[0], largest))):
-            run(n)
-        for _ in range(repeats):
-            for n in sizes:
-                times[n].append(run(n))
+    times = forward_times(forward, vocab, sizes, context_tokens, Clock(device), device,
+                          repeats)
     return {
         "model": target.name,
         "device": str(device),
         "dtype": str(target.dtype).removeprefix("torch."),
         "context_tokens": context_tokens,
         "repeats": repeats,
-        "points": [{"tokens": n, "ms": 1000 * statistics.median(times[n]),
+        "points": [{"tokens": n, "ms": median_ms(times[n]),
                     "ms_min": 1000 * min(times[n])} for n in sizes],
     }
 
@@ -150,14 +124,15 @@ def batch_forward_profile(target: LoadedModel, batch_sizes: Sequence[int] = DEFA
     (the batched decoder's verify pass, `LlamaForward.forward_rows`), for each B in
     `batch_sizes` and n in `sizes`, every row after `context_tokens` cached tokens.
 
-    Timed as `forward_cost_profile` times (untimed warm-up, every (B, n) visited
-    round-robin `repeats` times, median and minimum). Returns {"model", "device",
-    "dtype", "context_tokens", "repeats", "batch_points": [{"batch_size", "tokens",
-    "ms", "ms_min"}, ...]} sorted by batch size, then tokens.
+    Timed as `forward_cost_profile` times (untimed warm-up, of every (B, n) on a GPU;
+    every (B, n) visited round-robin `repeats` times; median and minimum). Returns
+    {"model", "device", "dtype", "context_tokens", "repeats", "batch_points":
+    [{"batch_size", "tokens", "ms", "ms_min"}, ...]} sorted by batch size, then tokens.
     """
+    # Imported here, not at the top: the report and `autotune profile`'s argument checks
+    # read this module's curve helpers and must not load torch for them.
     import torch
 
-    from autotune.measure.measurement import Clock
     from autotune.models.llama import LlamaForward
 
     batch_sizes, sizes = check_sizes(batch_sizes), check_sizes(sizes)
@@ -172,30 +147,24 @@ def batch_forward_profile(target: LoadedModel, batch_sizes: Sequence[int] = DEFA
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(forward.vocab_size, (largest_b, context_tokens + largest_n),
                         generator=generator).to(device)
-    clock = Clock(device)
     points = [(b, n) for b in batch_sizes for n in sizes]
-    times: dict[tuple[int, int], list[float]] = {p: [] for p in points}
     with torch.inference_mode():
         cache = forward.new_cache(largest_b, context_tokens + largest_n)
         forward.forward(ids[:, :context_tokens], cache)
 
-        def run(b: int, n: int) -> float:
-            start = clock()
+        def run(point: tuple[int, int]) -> None:
+            # Every row writes its n tokens right after the context: nothing to crop.
+            b, n = point
             forward.forward_rows(ids[:b, context_tokens:context_tokens + n],
                                  cache.rows(0, b), [context_tokens] * b)
-            return clock() - start
 
-        for b in dict.fromkeys((batch_sizes[0], largest_b)):
-            run(b, largest_n)
-        for _ in range(repeats):
-            for b, n in points:
-                times[(b, n)].append(run(b, n))
+        times = time_points(run, points, Clock(device), device, repeats)
     return {
         "model": target.name, "device": str(device),
         "dtype": str(target.dtype).removeprefix("torch."),
         "context_tokens": context_tokens, "repeats": repeats,
         "batch_points": [{"batch_size": b, "tokens": n,
-                          "ms": 1000 * statistics.median(times[(b, n)]),
+                          "ms": median_ms(times[(b, n)]),
                           "ms_min": 1000 * min(times[(b, n)])} for b, n in points],
     }
 

@@ -14,7 +14,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from torch import nn
 
@@ -82,18 +82,35 @@ class TrainedDraft(LoadedModel):
         return tuple(adapters.layers) if adapters is not None else None
 
 
+def _eagle_head(geometry: dict[str, Any]) -> nn.Module:
+    return EagleHead(geometry["hidden"], geometry["n_heads"], geometry["n_kv_heads"],
+                     geometry["head_dim"], geometry["intermediate"], geometry["eps"],
+                     geometry.get("attention_bias", False))
+
+
+def _medusa_heads(geometry: dict[str, Any]) -> nn.Module:
+    return MedusaHeads(geometry["hidden"], geometry["medusa_heads"],
+                       geometry.get("medusa_layers", 1))
+
+
+def _exit_adapters(geometry: dict[str, Any]) -> nn.Module:
+    return ExitAdapters(geometry["hidden"], geometry["exit_layers"], geometry["exit_rank"],
+                        geometry["eps"])
+
+
+# The head each kind's geometry (drafter.json's) builds: one for every kind of KINDS.
+HEAD_BUILDERS: dict[str, Callable[[dict[str, Any]], nn.Module]] = {
+    "eagle": _eagle_head, "medusa": _medusa_heads, "exits": _exit_adapters}
+assert set(HEAD_BUILDERS) == set(KINDS), (sorted(HEAD_BUILDERS), KINDS)
+
+
 def build_head(kind: str, geometry: dict[str, Any]) -> nn.Module:
-    if kind == "eagle":
-        return EagleHead(geometry["hidden"], geometry["n_heads"], geometry["n_kv_heads"],
-                         geometry["head_dim"], geometry["intermediate"], geometry["eps"],
-                         geometry.get("attention_bias", False))
-    if kind == "medusa":
-        return MedusaHeads(geometry["hidden"], geometry["medusa_heads"],
-                           geometry.get("medusa_layers", 1))
-    if kind == "exits":
-        return ExitAdapters(geometry["hidden"], geometry["exit_layers"], geometry["exit_rank"],
-                            geometry["eps"])
-    raise AutotuneError(f"drafter kind {kind!r} is not one of {', '.join(KINDS)}")
+    """A fresh (untrained) head of `kind` from its geometry: what a drafter folder's
+    weights load into, and what train-draft starts from."""
+    builder = HEAD_BUILDERS.get(kind)
+    if builder is None:
+        raise AutotuneError(f"drafter kind {kind!r} is not one of {', '.join(KINDS)}")
+    return builder(geometry)
 
 
 def load_trained_draft(spec: str, target: LoadedModel) -> TrainedDraft:

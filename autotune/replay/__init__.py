@@ -2,12 +2,18 @@
 measured cost model, so a search screens thousands of configs and measures only the few
 that matter.
 
-reference.py  the target's greedy continuations, cached and checked
-tables.py     teacher-forced draft tables per method (one pass per table key)
-sources.py    per method (`MethodSpec.replay`): a prompt's track, and what is exact
-simulate.py   the decoder's rounds along a reference, for any K, exit policy, tree
-costs.py      the cost model from measured parts
-run.py        `Replayer`: configs -> predicted measurements (`"fidelity": "replay"`)
+reference.py   the target's greedy continuations, cached and checked
+tables.py      teacher-forced draft tables (the methods' table sources build on them)
+heads.py       trained heads' tables per round start (eagle's and medusa's sources)
+sources.py     what a method's source gives (`MethodSpec.replay`): a prompt's track,
+               and what is exact
+simulate.py    the decoder's rounds along a reference, for any K, exit policy, tree
+draft_cost.py  what a method's draft cost gives (`MethodSpec.draft_cost`)
+costs.py       the cost model from measured parts
+run.py         `Replayer`: configs -> predicted measurements (`"fidelity": "replay"`)
+
+Each method's own source and draft cost live in its package
+(autotune/methods/<name>/replay.py); no module here branches on a method's name.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The replay tier's cost model: predicted time of a round from measured parts only.
 
-Parts (`measure_parts`, all timed with `autotune.measure.measurement.Clock` after a warm-up, the
-median of several runs, on this process's threads):
+Parts (`measure_parts`, all timed as `autotune.measure.timing` times: its `Clock`, an
+untimed warm-up, the median of several runs, on this process's threads):
 - the target's forward over n tokens (all logits, as a verify pass) after as many
   cached tokens as the workload's rounds see (the hardware profile's curve, made
   monotone), scaled by what the decoder's own AR verify pass measured on its prompts;
@@ -14,20 +14,20 @@ median of several runs, on this process's threads):
 - the draft model's forward by tokens (a separate draft);
 - a draft tree's per-node bookkeeping and its tree-masked verify pass against a chain's,
   from real tree rounds of a layer-skip draft;
-- a trained head's passes (`HeadParts`, with a trained `--draft`): EAGLE's fc + decoder
-  layer by tokens fed, the target's LM head by rows scored, Medusa's residual blocks;
+- a trained head's passes (`HeadParts`, with a trained `--draft`), measured by its
+  method (`DraftCost.measure`): EAGLE's fc + decoder layer by tokens fed, the target's
+  LM head by rows scored, Medusa's residual blocks;
 - per drafting method, the decoder's drafting time against the parts' prediction for the
-  same rounds (passes inside the loop run slower than back to back).
+  same rounds (passes inside the loop run slower than back to back), on the chain config
+  each method names (`DraftCost.calibration_config`).
 
-Prediction per round: the drafter's passes (per method, below) + the target's pass over
-the verified tokens + the loop's overhead. EAGLE: a chain's first pass catches up on
-the pairs since its last round (the whole prompt in the first round), then one
-one-token pass per further draft, each pass = the head's layer over the tokens fed +
-the LM head over the last one + picking a token; a tree: the root's catch-up pass, then
-one pass per level over the nodes fed (the LM head over all of them). Medusa: one pass
-per round (every head's blocks + the LM head over n_heads rows), plus picking each
-chain draft. Latency per token = the rounds' sum ÷ the
-tokens decoded, as a measurement counts it.
+The n-gram chain and layer-skip tree runs above are instruments: real decoder rounds
+that time the loop's shared parts, whatever method a config later uses.
+
+Prediction per round: the drafter's passes + the target's pass over the verified tokens
++ the loop's overhead. The drafter's passes are the method's own (`MethodSpec.draft_cost`,
+a `DraftCost` in its package's replay.py, which says how its passes add up). Latency
+per token = the rounds' sum ÷ the tokens decoded, as a measurement counts it.
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
-from autotune.replay.simulate import OwnCache, ReplayRound
+from autotune.decoding.methods import all_methods, find_method, get_method
+from autotune.measure.timing import Clock, forward_times, median_ms, time_call, time_points
+from autotune.replay.draft_cost import DraftCost, HeadParts
+from autotune.replay.simulate import ReplayRound
 
 if TYPE_CHECKING:
     from autotune.decoding.config import DecodeConfig
@@ -51,7 +53,8 @@ if TYPE_CHECKING:
 FORMAT = "autotune.replay-costs/v4"
 CURVE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
 DRAFT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-PART_REPEATS = 7
+PART_REPEATS = 7       # timed runs of one part (`time_call`)
+CURVE_REPEATS = 5      # timed runs of each size of a curve (`time_points`)
 
 
 @dataclass
@@ -78,24 +81,6 @@ class LayerParts:
         embed = max(self.base - self.head, 0.0)
         return (embed + exit_layer * (self.attn + self.mlp)
                 + exits_reached * (self.head + self.choose) + (depth - exit_layer) * self.kv)
-
-
-@dataclass
-class HeadParts:
-    """A trained head's passes, in ms. kind: "eagle" | "medusa"; layer: EAGLE's fc +
-    decoder layer over n pairs after the context's entries, [[n, ms], ...] (empty for
-    Medusa); logits: the target's LM head over n features [[n, ms], ...]; blocks:
-    Medusa's residual blocks of every head over one feature (0 for EAGLE); n_heads:
-    Medusa's heads (the LM head's rows in its one pass)."""
-
-    kind: str
-    layer: list[list[float]]
-    logits: list[list[float]]
-    blocks: float = 0.0
-    n_heads: int = 0
-
-
-HEAD_METHODS = ("eagle", "medusa")
 
 
 @dataclass
@@ -153,103 +138,29 @@ def interpolate(curve: list[list[float]], n: float) -> float:
 
 
 class CostModel:
-    """Predicted seconds of replayed rounds for one config."""
+    """Predicted seconds of replayed rounds for one config: the target's passes and the
+    loop's overhead from the parts; the drafting from the method's own `DraftCost`
+    (`MethodSpec.draft_cost`, draft_cost.py)."""
 
     def __init__(self, parts: CostParts, config: "DecodeConfig", n_layers: int) -> None:
         self.parts, self.config = parts, config
         self.method = config.method
         self.n_layers = n_layers
+        cost = get_method(config.method).draft_cost_class()
+        self.drafting: DraftCost = (cost if cost is not None else DraftCost)(self)
 
     def target(self, tokens: int) -> float:
         return interpolate(self.parts.target_curve, tokens)
 
-    def _ratio(self, tokens: int) -> float:
+    def ratio(self, tokens: int) -> float:
         """A T-token pass's cost relative to a one-token pass (tree levels)."""
         return self.target(tokens) / self.target(1)
 
-    def _draft_pass(self, tokens: int, exit_layer: int | None, exits_reached: int) -> float:
-        return self._bare_pass(tokens, exit_layer, exits_reached) * \
-            self.parts.draft_factor.get(self.method, 1.0)
-
-    def _bare_pass(self, tokens: int, exit_layer: int | None, exits_reached: int) -> float:
-        parts, config = self.parts, self.config
-        if self.method == "draft_model":
-            assert parts.draft_curve is not None
-            return interpolate(parts.draft_curve, tokens)
-        if self.method == "layer_skip":
-            one = parts.target_layers.skip_pass(len(config.attn_skip), len(config.mlp_skip))
-            return one * self._ratio(tokens)
-        if self.method == "sorted_exit":
-            layers = parts.draft_layers if parts.draft_layers is not None else parts.target_layers
-            depth = config.exits[-1]
-            one = layers.exit_pass(exit_layer if exit_layer is not None else depth,
-                                   exits_reached, depth)
-            return one * self._ratio(tokens)
-        return 0.0
-
-    def _exits_reached(self, exit_layer: int | None) -> int:
-        if exit_layer is None:
-            return len(self.config.exits)
-        return list(self.config.exits).index(exit_layer) + 1 if exit_layer in self.config.exits \
-            else len(self.config.exits)
-
     def draft_seconds(self, r: ReplayRound) -> float:
+        """Predicted seconds of round r's drafting (none when it drafted nothing)."""
         if r.drafted == 0 and not r.passes:
             return 0.0
-        if self.method == "ngram":
-            return self.parts.ngram_lookup / 1000
-        if self.method in HEAD_METHODS:
-            return self._head_seconds(r) / 1000
-        total = 0.0
-        if self.config.is_tree:
-            if r.catch_up and self.method == "sorted_exit":
-                total += self._stack_catch_up(r.catch_up)
-            for i, tokens in enumerate(r.passes):
-                fed = tokens + (r.catch_up if i == 0 and self.method == "draft_model" else 0)
-                total += self._draft_pass(fed, None, len(self.config.exits) or 1)
-            total += self.parts.tree_node * r.drafted
-            return total / 1000
-        for i, tokens in enumerate(r.passes):
-            exit_layer = r.exits[i] if i < len(r.exits) else None
-            fed = tokens if self.method == "draft_model" else 1
-            total += self._draft_pass(fed, exit_layer, self._exits_reached(exit_layer))
-        return total / 1000
-
-    def _head_parts(self) -> HeadParts:
-        head = self.parts.head
-        if head is None or head.kind != self.method:
-            raise AutotuneError(f"the replay cost parts have no {self.method} head passes "
-                                f"(they were measured without a trained {self.method} "
-                                "--draft): delete them to measure again")
-        return head
-
-    def _head_seconds(self, r: ReplayRound) -> float:
-        """ms of a trained head's drafting in round r (module docstring)."""
-        head = self._head_parts()
-        factor = self.parts.draft_factor.get(self.method, 1.0)
-        choose = self.parts.target_layers.choose
-        tree = self.config.is_tree
-        nodes = self.parts.tree_node * r.drafted if tree else 0.0
-        if self.method == "medusa":
-            one = head.blocks + interpolate(head.logits, head.n_heads)
-            return one * factor + (nodes if tree else choose * r.drafted * factor)
-        total = 0.0
-        for i, tokens in enumerate(r.passes):
-            if tree:
-                # The root pass catches up and scores the pending token; a level's pass
-                # scores every node it feeds.
-                fed = tokens + r.catch_up if i == 0 else tokens
-                total += interpolate(head.layer, fed) + interpolate(head.logits, 1 if i == 0
-                                                                    else tokens)
-            else:
-                total += interpolate(head.layer, tokens) + interpolate(head.logits, 1) + choose
-        return total * factor + nodes
-
-    def _stack_catch_up(self, tokens: int) -> float:
-        """Tokens run through the whole draft stack without a head (S2D's own cache)."""
-        layers = self.parts.draft_layers or self.parts.target_layers
-        one = max(layers.base - layers.head, 0.0) + layers.layers * (layers.attn + layers.mlp)
-        return one * self._ratio(tokens)
+        return self.drafting.round_ms(r) / 1000
 
     def round_seconds(self, r: ReplayRound) -> tuple[float, float, float]:
         """(draft, verify, other) predicted seconds of one round."""
@@ -270,17 +181,6 @@ class CostModel:
 
 
 # ------------------------------------------------------------------ measuring the parts
-
-def _median_ms(run: Callable[[], None], clock: Callable[[], float],
-               repeats: int = PART_REPEATS) -> float:
-    run()                                  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = clock()
-        run()
-        times.append(clock() - start)
-    return 1000 * statistics.median(times)
-
 
 def _layer_parts(model: "LoadedModel", clock: Callable[[], float], context: int = 128
                  ) -> LayerParts:
@@ -304,10 +204,10 @@ def _layer_parts(model: "LoadedModel", clock: Callable[[], float], context: int 
                                 last_only=True)
             return run
 
-        full = _median_ms(one(), clock)
-        no_attn = _median_ms(one(every, ()), clock)
-        no_mlp = _median_ms(one((), every), clock)
-        none = _median_ms(one(every, every), clock)
+        full = time_call(one(), clock, PART_REPEATS)
+        no_attn = time_call(one(every, ()), clock, PART_REPEATS)
+        no_mlp = time_call(one((), every), clock, PART_REPEATS)
+        none = time_call(one(every, every), clock, PART_REPEATS)
         step = forward.begin(ids[:, context:], cache, start=context)
         hidden = step.hidden.clone()
 
@@ -319,11 +219,11 @@ def _layer_parts(model: "LoadedModel", clock: Callable[[], float], context: int 
             step.hidden = hidden
             forward.fill_kv(step, 0, n)
 
-        head_ms = _median_ms(head, clock)
-        kv_ms = _median_ms(fill, clock) / n
+        head_ms = time_call(head, clock, PART_REPEATS)
+        kv_ms = time_call(fill, clock, PART_REPEATS) / n
         logits = forward.logits(step, last_only=True)[:, -1]
         chooser = TokenChooser(0.0, 1.0, forward.vocab_size, None)
-        choose_ms = _median_ms(lambda: chooser(logits), clock)
+        choose_ms = time_call(lambda: chooser(logits), clock, PART_REPEATS)
     attn = max(full - no_attn, 0.0) / n
     mlp = max(full - no_mlp, 0.0) / n
     return LayerParts(layers=n, base=none, attn=attn, mlp=mlp, kv=kv_ms, head=head_ms,
@@ -366,70 +266,46 @@ def isotonic(values: list[float]) -> list[float]:
     return out
 
 
+def _monotone_curve(times: dict[int, list[float]]) -> list[list[float]]:
+    """[[n, ms], ...] from timed samples {n: [seconds, ...]} (n increasing): the median
+    per size, made monotone."""
+    medians = isotonic([median_ms(samples) for samples in times.values()])
+    return [[n, ms] for n, ms in zip(times, medians)]
+
+
 def pass_curve(model: "LoadedModel", sizes: tuple[int, ...], context: int,
-               last_only: bool, clock: Callable[[], float], repeats: int = 5
+               last_only: bool, clock: Callable[[], float], repeats: int = CURVE_REPEATS
                ) -> list[list[float]]:
     """[[n, ms], ...]: one forward over n new tokens after `context` cached tokens (all
-    logits, as a verify pass; or the last only, as a draft step), sizes visited
-    round-robin `repeats` times after a warm-up, the median per size, made monotone."""
-    import torch
-
+    logits, as a verify pass; or the last only, as a draft step), timed by
+    `timing.forward_times` (the median of `repeats` per size), made monotone."""
     forward = model.forward
-    largest = max(sizes)
     limit = forward.cos.shape[0] if hasattr(forward, "cos") else None
     if limit is not None:
-        context = max(1, min(context, limit - largest))
-    ids = torch.randint(forward.vocab_size, (1, context + largest),
-                        generator=torch.Generator().manual_seed(0)).to(model.device)
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    with torch.inference_mode():
-        cache = forward.new_cache(1, context + largest)
-        forward.forward(ids[:, :context], cache)
-
-        def run(n: int) -> float:
-            cache.crop(context)
-            start = clock()
-            forward.forward(ids[:, context:context + n], cache, start=context,
-                            last_only=last_only)
-            return clock() - start
-
-        for n in (sizes[0], largest):
-            run(n)
-        for _ in range(repeats):
-            for n in sizes:
-                times[n].append(run(n))
-    medians = isotonic([1000 * statistics.median(times[n]) for n in sizes])
-    return [[n, ms] for n, ms in zip(sizes, medians)]
+        context = max(1, min(context, limit - max(sizes)))
+    return _monotone_curve(forward_times(forward, forward.vocab_size, sizes, context, clock,
+                                         model.device, repeats, last_only=last_only))
 
 
-def _timed_curve(run: Callable[[int], Any], sizes: tuple[int, ...], clock: Callable[[], float],
-                 repeats: int = 5) -> list[list[float]]:
-    """[[n, ms], ...] of run(n), sizes visited round-robin `repeats` times after a
-    warm-up, the median per size, made monotone (as `pass_curve` times a forward)."""
-    def timed(n: int) -> float:
-        start = clock()
-        run(n)
-        return clock() - start
+@dataclass
+class HeadInputs:
+    """What a trained head's passes are timed on (`DraftCost.measure`): random features
+    [1, context + largest, H] in the target's dtype and ids [1, context + largest] (a
+    pass's time does not depend on the values), the `context` entries a timed pass
+    follows, and the target's LM head over n of the features, [[n, ms], ...] (every
+    trained head's drafts are scored by it)."""
 
-    for n in (sizes[0], max(sizes)):
-        timed(n)
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    for _ in range(repeats):
-        for n in sizes:
-            times[n].append(timed(n))
-    medians = isotonic([1000 * statistics.median(times[n]) for n in sizes])
-    return [[n, ms] for n, ms in zip(sizes, medians)]
+    features: Any
+    ids: Any
+    context: int
+    logits: list[list[float]]
 
 
-def _head_parts(target: "LoadedModel", draft: "LoadedModel", clock: Callable[[], float],
-                context: int) -> HeadParts:
-    """A trained head's passes (HeadParts) over random features and tokens: a pass's
-    time does not depend on the values."""
+def head_inputs(target: "LoadedModel", clock: Callable[[], float], context: int
+                ) -> HeadInputs:
+    """Inputs for timing a trained head over `target`, and the LM head's curve."""
     import torch
 
-    from autotune.replay.heads import _eagle_pass
-
-    head = draft.forward           # HeadForward
     forward = target.forward
     largest = max(DRAFT_SIZES)
     context = max(1, min(context, forward.cos.shape[0] - largest))
@@ -439,28 +315,32 @@ def _head_parts(target: "LoadedModel", draft: "LoadedModel", clock: Callable[[],
     ids = torch.randint(forward.vocab_size, (1, context + largest),
                         generator=generator).to(target.device)
     with torch.inference_mode():
-        logits = _timed_curve(lambda n: forward.head_logits(features[:, :n]), DRAFT_SIZES,
-                              clock)
-        if head.kind == "medusa":
-            blocks = _median_ms(lambda: head.head(features[:, :1]), clock)
-            return HeadParts("medusa", [], logits, blocks, head.head.n_heads)
-        layer_forward, fc = head.layer_forward, head.fc_weight
-        cache = layer_forward.new_cache(1, context + largest)
-        _eagle_pass(layer_forward, fc, cache, features[:, :context], ids[:, :context])
+        logits = head_curve(lambda n: forward.head_logits(features[:, :n]), clock,
+                            target.device)
+    return HeadInputs(features, ids, context, logits)
 
-        def layer(n: int) -> None:
-            cache.crop(context)
-            _eagle_pass(layer_forward, fc, cache, features[:, context:context + n],
-                        ids[:, context:context + n])
 
-        return HeadParts("eagle", _timed_curve(layer, DRAFT_SIZES, clock), logits)
+def head_curve(run: Callable[[int], Any], clock: Callable[[], float], device: Any,
+               reset: Callable[[int], Any] | None = None) -> list[list[float]]:
+    """[[n, ms], ...] of run(n) for n in DRAFT_SIZES (a trained head's pass over n
+    tokens), timed by `time_points` (`reset(n)` untimed before each), made monotone."""
+    return _monotone_curve(time_points(run, DRAFT_SIZES, clock, device, CURVE_REPEATS,
+                                       reset=reset))
+
+
+def _trained_parts(target: "LoadedModel", draft: "LoadedModel", clock: Callable[[], float],
+                   context: int) -> HeadParts | None:
+    """The trained --draft's own passes, measured by its method (`DraftCost.measure`);
+    None where its method measures none of its own."""
+    spec = find_method(draft.trained_kind)
+    cost = spec.draft_cost_class() if spec is not None else None
+    return cost.measure(target, draft, clock, context) if cost is not None else None
 
 
 def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
                   refs: list["Reference"], max_new: int, key: dict[str, Any]) -> CostParts:
     """Measure every part on this machine now (about 10-30 s for a small model)."""
     from autotune.decoding.config import DecodeConfig
-    from autotune.measure.measurement import Clock
 
     clock = Clock(target.device)
     sample = refs[: min(2, len(refs))]
@@ -512,7 +392,7 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
     head = None
     if draft is not None and draft.trained_kind is not None:
         # A trained head has no stack and no forward of its own: its passes instead.
-        head = _head_parts(target, draft, clock, context)
+        head = _trained_parts(target, draft, clock, context)
     elif draft is not None:
         dclock = Clock(draft.device)
         draft_layers = (_layer_parts(draft, dclock, context)
@@ -529,26 +409,14 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
 
 def _calibration_configs(target: "LoadedModel", draft: "LoadedModel | None"
                          ) -> dict[str, "DecodeConfig"]:
-    """One chain config per drafting method these models can run, to time in the loop."""
-    from autotune.decoding.config import DecodeConfig
-
-    configs: dict[str, DecodeConfig] = {}
-    trained = draft.trained_kind if draft is not None else None
-    if trained is not None:
-        # A trained head serves its own method only (the decoder refuses the others).
-        configs[trained] = DecodeConfig(method=trained, k=4)
-    elif draft is not None:
-        configs["draft_model"] = DecodeConfig(method="draft_model", k=4)
-    if target.forward.supports_layers:
-        n = target.n_layers
-        configs["layer_skip"] = DecodeConfig(method="layer_skip", k=4,
-                                             attn_skip=tuple(range(n // 2, n - 1, 2)))
-    stack = draft if draft is not None and trained is None else target
-    if stack.forward.supports_layers:
-        n = stack.n_layers
-        exits = tuple(sorted({max(1, n // 3), max(2, 2 * n // 3), n}))
-        configs["sorted_exit"] = DecodeConfig(method="sorted_exit", k=4, exits=exits,
-                                              thresholds=(0.8, 0.5)[: len(exits) - 1])
+    """One chain config per drafting method these models can run, to time in the loop
+    (each method's `DraftCost.calibration_config`), in registry order."""
+    configs: dict[str, "DecodeConfig"] = {}
+    for spec in all_methods():
+        cost = spec.draft_cost_class()
+        config = cost.calibration_config(target, draft) if cost is not None else None
+        if config is not None:
+            configs[spec.name] = config
     return configs
 
 
@@ -567,9 +435,10 @@ def _draft_factors(parts: CostParts, target: "LoadedModel", draft: "LoadedModel 
             continue
         generations = _decoder_generations(target, config, sample, max_new, clock, draft)
         model = CostModel(parts, config, target.n_layers)
+        chain_passes = model.drafting.chain_passes
         modelled = measured = 0.0
         for generation in generations:
-            for r, passes in zip(generation.rounds, _chain_passes(method, generation)):
+            for r, passes in zip(generation.rounds, chain_passes(generation)):
                 if not r.drafted:
                     continue
                 replayed = ReplayRound(r.drafted, r.accepted, r.emitted, r.verified,
@@ -582,24 +451,10 @@ def _draft_factors(parts: CostParts, target: "LoadedModel", draft: "LoadedModel 
     return factors
 
 
-def _chain_passes(method: str, generation: Any) -> list[list[int]]:
-    """Tokens fed per draft pass of each chain round of a real generation: EAGLE's
-    first pass catches up as in the replay (`heads.EagleSource`: the whole prompt in
-    the first round, then 1 + the last round's accepted); one token each otherwise."""
-    if method != "eagle":
-        return [[1] * r.drafted for r in generation.rounds]
-    cache = OwnCache(seen=1 - generation.prompt_len, keeps_drafts=False)
-    out, g = [], 1
-    for r in generation.rounds:
-        out.append(cache.chain(g, r.drafted, r.accepted))
-        g += r.emitted
-    return out
-
-
 def parts_key(target: "LoadedModel", draft: "LoadedModel | None") -> dict[str, Any]:
     import torch
 
-    from autotune.frozen import hardware_record
+    from autotune.frozen.environment import hardware_record
     from autotune.models.fingerprint import model_fingerprint
 
     hardware = hardware_record(target.device)

@@ -8,9 +8,10 @@ reference, appends them and the target's own next token (cut after an EOS), and
 updates the exit policy with (drafted, accepted) exactly as the decoder does: the
 policy objects are the decoder's own (`make_policy`).
 
-A `Track` is one prompt's draft along its reference:
-- `NgramTrack` runs the drafter's own `lookup` over the sequence the decoder would hold
-  (prompt + reference so far): exact for every policy.
+A `Track` is one prompt's draft along its reference, made by the method's replay
+source (its package's replay.py):
+- a method may run its drafter's own rule over the sequence the decoder would hold
+  (prompt + reference so far): the n-gram lookup does, exact for every policy.
 - `TableTrack` reads a teacher-forced `Table` (tables.py): the k-th draft of a round is
   row g+k-1 while the earlier drafts were accepted. After the first rejected draft the
   decoder's draft runs off the reference; its further tokens' confidences (which a
@@ -32,11 +33,10 @@ one depth all share one distribution).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Collection, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS, chain_limit
-from autotune.decoding.drafters.ngram import NgramProposer
 from autotune.decoding.engines import engine_rules
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.shape import DYNAMIC, STATIC
@@ -90,35 +90,6 @@ class TreeTrack(Protocol):
 
     def dynamic_tree(self, g: int, width: int, depth: int, keep: int, depth_limit: int
                      ) -> tuple[int, int, int, list[int]]: ...
-
-
-class NgramTrack:
-    """Prompt lookup over the sequence the decoder holds after g generated tokens."""
-
-    def __init__(self, ref: Reference, config: DecodeConfig, eos: Collection[int]) -> None:
-        self.ref, self.sequence = ref, ref.sequence
-        # One proposer per prompt, asked once per round in order, as the decoder's is.
-        self.proposer = NgramProposer(config, eos)
-
-    def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
-        end = len(self.ref.prompt) + g
-        found = self.proposer(self.sequence[:end], limit)
-        kept: list[int] = []
-        for token in found:
-            kept.append(token)
-            if not policy.keep_going(1.0):
-                break
-        return ChainDraft(len(kept), _leading_matches(kept, self.ref.tokens[g:]),
-                          [1.0] * len(kept), [])
-
-
-def _leading_matches(drafts: list[int], reference: list[int]) -> int:
-    n = 0
-    for draft, token in zip(drafts, reference):
-        if draft != token:
-            break
-        n += 1
-    return n
 
 
 class TableTrack:

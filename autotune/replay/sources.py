@@ -1,11 +1,14 @@
-"""Replay sources: per method (named by `MethodSpec.replay`), one prompt's `Track` for a
-config, and what about its replay is exact.
+"""Replay sources: what every method's source gives the replay tier, one prompt's `Track`
+for a config and what about its replay is exact, and the adapter that serves tracks
+from a method's teacher-forced tables.
 
-`source(target, draft) -> ReplaySource`; the source keeps what is shared between
+Each method's source lives in its package's replay.py, named by `MethodSpec.replay`:
+`source(target, draft) -> ReplaySource`. The source keeps what is shared between
 configs (a draft's table, the target's full keys/values, a stack's hidden states, a
 trained head's anchor tables), so a search replays many configs of one method for the
-price of one pass per distinct table key. Trained heads (`eagle`, `medusa`) draft from
-the round's start, not the position, so their sources live in heads.py.
+price of one pass per distinct table key. Methods that draft by position read
+`TableSource` tables through `TableSourceAdapter`; trained heads draft from the round's
+start, not the position, and build on heads.py instead.
 """
 
 from __future__ import annotations
@@ -14,19 +17,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.decoding.shape import DYNAMIC
 from autotune.replay.reference import Reference
-from autotune.replay.simulate import ChainDraft, NgramTrack, TableTrack, Track
-from autotune.replay.tables import (
-    DraftModelSource,
-    LayerSkipSource,
-    SortedExitSource,
-    TableSource,
-    table_width,
-)
+from autotune.replay.simulate import TableTrack, Track
+from autotune.replay.tables import TableSource, table_width
 
 if TYPE_CHECKING:
     from autotune.decoding.config import DecodeConfig
-    from autotune.decoding.policies import ExitPolicy
-    from autotune.models.loading import LoadedModel
 
 TAU_EXACT_POLICIES = ("fixed", "heuristic", "confidence")
 
@@ -38,35 +33,6 @@ class ReplaySource(Protocol):
         """(whether replay's accepted tokens per round, hence τ, are exact, notes on what
         is approximate)."""
         ...
-
-
-class _NoDraftTrack:
-    def chain(self, g: int, limit: int, policy: "ExitPolicy") -> ChainDraft:
-        return ChainDraft(0, 0, [], [])
-
-
-class NoDraftSource:
-    """The AR baseline: one target step per round."""
-
-    def track(self, config: "DecodeConfig", ref: Reference) -> Track:
-        return _NoDraftTrack()
-
-    def fidelity(self, config: "DecodeConfig") -> tuple[bool, list[str]]:
-        return True, []
-
-
-class NgramSource:
-    """The drafter's own lookup over the reference so far, under the config's engine
-    rules: exact."""
-
-    def __init__(self, eos: frozenset[int]) -> None:
-        self.eos = eos
-
-    def track(self, config: "DecodeConfig", ref: Reference) -> Track:
-        return NgramTrack(ref, config, self.eos)
-
-    def fidelity(self, config: "DecodeConfig") -> tuple[bool, list[str]]:
-        return True, []
 
 
 class TableSourceAdapter:
@@ -125,34 +91,3 @@ class TableSourceAdapter:
                  and not (shape.kind == DYNAMIC and shape.width > 1)
                  and (shape.is_tree or config.exit_policy in TAU_EXACT_POLICIES))
         return exact, notes
-
-
-def no_draft_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
-    return NoDraftSource()
-
-
-def ngram_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
-    return NgramSource(target.eos_token_ids)
-
-
-def draft_model_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
-    assert draft is not None                # the decoder's checks refuse it earlier
-    return TableSourceAdapter(DraftModelSource(target, draft))
-
-
-def layer_skip_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
-    return TableSourceAdapter(LayerSkipSource(target, draft))
-
-
-def sorted_exit_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
-    return TableSourceAdapter(SortedExitSource(target, draft))
-
-
-def eagle_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
-    from autotune.replay.heads import EagleSource
-    return EagleSource(target, draft)
-
-
-def medusa_source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
-    from autotune.replay.heads import MedusaSource
-    return MedusaSource(target, draft)

@@ -1,4 +1,4 @@
-"""best.json's optional `schedule` section (issue 17), read for the report: which draft
+"""best.json's optional `schedule` section, read for the report: which draft
 length K the run chose at each batch size (K = 0: do not speculate there) and every
 (batch size, K) it measured, on the search prompts and, for the chosen K, on held-out ones.
 

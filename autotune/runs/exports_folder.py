@@ -21,7 +21,8 @@ from typing import Any, Sequence
 import autotune.exports as exports
 from autotune.common.errors import AutotuneError
 from autotune.decoding.label import describe
-from autotune.frozen import Schedule, load_frozen, read_schedule
+from autotune.frozen.checks import load_frozen
+from autotune.frozen.schedule import Schedule, read_schedule
 
 LAUNCH = "launch.md"
 

@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.common.files import write_atomically
 from autotune.decoding.label import describe
-from autotune.frozen import frozen_document
+from autotune.frozen.document import frozen_document
 from autotune.search.finalists import (
     DO_NOT_SPECULATE,
     answer,

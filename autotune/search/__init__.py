@@ -1,2 +1,3 @@
-"""The search pipeline: objectives, samplers and storage, the replay screen, the measured
-Optuna study, the finalists judged on held-out prompts, the batch-size schedule."""
+"""The search's stages: objectives, samplers and storage, the replay screen, the measured
+Optuna study, the finalists judged on held-out prompts, the batch-size schedule
+(`autotune.pipeline` runs them in order)."""

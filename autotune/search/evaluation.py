@@ -4,7 +4,7 @@ Timed metrics go through `autotune.measure.measurement.measure_arms` (objectives
 themselves), the prompts `repeats` times with each prompt's repeats pooled; `agreement` goes through one
 teacher-forced pass per prompt (`autotune.measure.agreement`), which decodes nothing. Kept apart
 from `objectives.py`, which only reads objective files, so that reading one loads no
-model library; `Objective.evaluate` calls `evaluate` here.
+model library.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ __all__ = ["evaluate", "reference_sequences", "replayer"]
 
 def evaluate(objective: Objective, ctx: EvalContext, config: DecodeConfig,
              report: Report | None = None) -> dict[str, Any]:
-    """`Objective.evaluate` (see there): timed metrics, agreement, or both."""
+    """The metrics of `config` under `objective`: timed metrics (the prompts measured
+    `objective.repeats` times against the AR baseline, `report(step, value)` after each
+    prompt for the pruner), `agreement`, or both."""
     first = objective.metrics[0]
     single = report if not objective.multi else None
     result: dict[str, Any] = {}

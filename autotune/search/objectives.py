@@ -4,11 +4,9 @@ An objective is a YAML file (presets in `autotune/search/objective_presets/`, sh
 package data; or any path) naming one metric (a plain study) or several
 (a Pareto study) from the registry `METRICS`, constraints a candidate must meet (e.g.
 greedy output identical to the baseline's), how often to repeat a measurement, and the
-workload it is meant for. `Objective.evaluate` turns one DecodeConfig into a metrics
-dict: through `autotune.measure.measurement.measure` for timed metrics (objectives never time
-anything themselves) or, for `agreement`, through one teacher-forced pass per prompt
-(`autotune.measure.agreement`), which decodes nothing; that code lives in `evaluation.py`, so
-reading an objective (validate, the report, the run folder) loads no model library.
+workload it is meant for. `autotune.search.evaluation.evaluate` turns one DecodeConfig
+into a metrics dict under an objective; it lives apart, so reading an objective
+(validate, the report, the run folder) loads no model library.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ and chooses the draft length per batch size, as the engines' schedules take it (
    (speedup <= 1) is turned off there; the schedule says so.
 
 The result is the `schedule` section of best.json (format: the `schedule` property of
-autotune/schemas/frozen-v3.schema.json): `ranges` (inclusive batch-size ranges with
+autotune/frozen/schemas/frozen-v3.schema.json): `ranges` (inclusive batch-size ranges with
 their K, each running from one tuned batch size to the next one minus 1) and `points`
 (every measurement). It is stored in the study (`SCHEDULE_ATTR`) so that a rerun of a
 finished search re-measures nothing.

@@ -1,7 +1,8 @@
-"""Drafters: one interface (`base`), one module per drafting method.
+"""Drafters: the one interface every drafting method implements (`base`).
 
-The method registry (`autotune.decoding.methods`) names each method's drafter class by
-"module:Class"; the decoder builds it with `spec.drafter_class().build(context)`.
+Each method's own drafter lives in its package (`autotune/methods/<name>/drafter.py`);
+the method registry (`autotune.decoding.methods`) names its class by "module:Class" and
+the decoder builds it with `spec.drafter_class().build(context)`.
 """
 
 from autotune.decoding.drafters.base import (

@@ -21,8 +21,8 @@ from autotune.decoding.drafters.base import (
     TokenChooser,
     TreeHooks,
 )
-from autotune.decoding.drafters.eagle import trained_head
 from autotune.decoding.policies import ExitPolicy
+from autotune.methods.eagle.drafter import trained_head
 from autotune.models.trained import HeadForward
 
 

@@ -1,0 +1,17 @@
+"""The frozen config: the versioned JSON document (`best.json`, `"schema": "autotune.frozen/v3"`;
+v1 and v2 still read) a search leaves behind.
+
+It carries the canonical knobs (`params`), what was measured (`metrics`), on what
+(`model`, `draft`, `hardware`, `workload`) and by which run (`provenance`), so that
+`autotune measure --config`, `generate` and `export` can consume it and a reader can tell
+whether a re-measurement is comparable. One module per job; import from the one that owns
+the name:
+
+- `schema`: the version ids and their JSON Schemas (`schemas/frozen-v*.schema.json`), the
+  method enum filled from the method registry.
+- `environment`: the model, hardware and command records, and what changed since.
+- `document`: building a document of the current version.
+- `schedule`: the optional K-per-batch-size `schedule` and its checks.
+- `checks`: reading a document (`read_parts`, `load_frozen`) and everything wrong with it
+  (`problems`, for `autotune validate`).
+"""

@@ -1,0 +1,161 @@
+"""Reading a frozen config: the one reader of the format.
+
+`problems` lists everything wrong with a document (for `autotune validate`), `load_frozen`
+reads and checks a file (for measure / generate / export), and `read_parts` gives the
+validated knobs and model records that consumers such as the exporters act on. The
+structure is checked by the version's JSON Schema (`autotune.frozen.schema`), the meaning
+of the knobs by `DecodeConfig.validate`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from autotune.common.errors import AutotuneError
+from autotune.common.yaml_source import did_you_mean
+from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.decoding.methods import find_method
+from autotune.frozen.schedule import Schedule, read_schedule
+from autotune.frozen.schema import READABLE, SCHEMA, SCHEMA_PREFIX, validation_schema
+
+
+@dataclass(frozen=True)
+class FrozenParts:
+    """What consumers act on in a frozen config: its knobs, validated for meaning, and the
+    records of the models they were tuned on (None when not recorded)."""
+
+    config: DecodeConfig
+    model: Mapping[str, Any] | None
+    draft: Mapping[str, Any] | None
+    # The per-batch-size K of the config's method (v3's optional `schedule`); None: the
+    # config was tuned at batch size 1 only.
+    schedule: Schedule | None = None
+
+
+def _version_problem(doc: Mapping[str, Any]) -> str | None:
+    """A different version of this format (a newer autotune's file): one line saying so."""
+    version = doc.get("schema")
+    if isinstance(version, str) and version.startswith(SCHEMA_PREFIX) and version not in READABLE:
+        return (f"schema: {version!r} is not supported by this autotune (reads "
+                f"{', '.join(map(repr, READABLE))})")
+    return None
+
+
+def _n_layers(record: Mapping[str, Any] | None) -> int | None:
+    value = (record or {}).get("n_layers")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_parts(doc: Any) -> FrozenParts:
+    """The knobs and model records of a frozen document, or an AutotuneError naming the
+    first problem in one `key: message` line.
+
+    Checks the structure consumers rely on (a mapping of this version, with a `params`
+    mapping; `model` and `draft` mappings when present) and the knobs' meaning:
+    `DecodeConfig.validate` against the layers of the stack the method's layer keys index
+    (the method registry's rule), a recorded draft when the method needs one, and the
+    `schedule`'s ranges when there is one (`read_schedule`). The full structural check
+    of every field is the JSON Schema's (`problems`)."""
+    if not isinstance(doc, Mapping):
+        raise AutotuneError("a frozen config must be a mapping (the contents of best.json)")
+    version = doc.get("schema", SCHEMA)
+    if version not in READABLE:
+        raise AutotuneError(_version_problem(doc)
+                            or f"schema: {version!r} is not one of {', '.join(READABLE)}")
+    params, model, draft = doc.get("params"), doc.get("model"), doc.get("draft")
+    if not isinstance(params, Mapping):
+        raise AutotuneError("frozen config has no 'params' mapping")
+    if model is not None and not isinstance(model, Mapping):
+        raise AutotuneError("frozen config's 'model' must be a mapping")
+    if draft is not None and not isinstance(draft, Mapping):
+        raise AutotuneError("frozen config's 'draft' must be a mapping or null")
+    draft = draft or None                  # an empty record names no draft model
+    try:
+        config = config_from_mapping(params)
+        spec = find_method(config.method)  # None: validate says the method is unknown
+        # Layer keys are checked against the stack they index (exits: the draft's when
+        # sorted_exit runs over one); None skips the check, e.g. a method without any.
+        role = spec.stack_role(draft is not None) if spec is not None else None
+        stack = draft if role == "draft" else model if role == "target" else None
+        config.validate(n_layers=_n_layers(stack))
+    except AutotuneError as exc:
+        raise AutotuneError(f"params: {exc}") from None
+    if spec is not None and spec.needs_draft and draft is None:
+        raise AutotuneError(f"draft: method={config.method} needs the draft model recorded "
+                            "under 'draft'")
+    return FrozenParts(config, model, draft, read_schedule(doc, config.method))
+
+
+def problems(doc: Any) -> list[str]:
+    """Everything wrong with a document, one `key.path: message` line each (empty if
+    it is valid). Structure first (the JSON Schema); then, if that holds, the knobs'
+    meaning (`read_parts`)."""
+    import jsonschema  # ~90 ms, and only validation needs it (not the report)
+
+    if not isinstance(doc, dict):
+        return ["a frozen config must be a JSON object"]
+    version = _version_problem(doc)
+    if version is not None:
+        return [version]
+    version = doc.get("schema")
+    validator = jsonschema.Draft202012Validator(
+        validation_schema(version if version in READABLE else SCHEMA))
+    found = []
+    for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.path))):
+        where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+        found.append(f"{where}: {_schema_message(error)}")
+    if found:
+        return found
+    try:
+        read_parts(doc)
+    except AutotuneError as exc:
+        return [str(exc)]
+    return []
+
+
+def _schema_message(error: Any) -> str:
+    """jsonschema's message, with a did-you-mean for an unknown knob."""
+    if (error.validator == "additionalProperties"
+            and list(error.path) in ([], ["params"], ["schedule"])):
+        allowed = list(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        hints = [f"{key!r}{did_you_mean(key, allowed, inline=True)}" for key in unknown]
+        return f"unknown key {', '.join(hints)}"
+    if error.validator == "enum":
+        return f"{error.instance!r} is not one of {', '.join(map(repr, error.validator_value))}"
+    return error.message
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON in `path`, or an AutotuneError naming the file (and the line of a syntax
+    error)."""
+    path = Path(path)
+    if not path.is_file():
+        raise AutotuneError(f"file not found: {path}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AutotuneError(f"cannot read {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise AutotuneError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+
+
+def is_frozen(data: Any) -> bool:
+    """Whether `data` claims to be a frozen config (any version): a JSON object whose
+    `schema` is `autotune.frozen/...`."""
+    return isinstance(data, dict) and str(data.get("schema", "")).startswith(SCHEMA_PREFIX)
+
+
+def load_frozen(path: str | Path) -> dict[str, Any]:
+    """Read and validate a frozen config; one line naming the first problem otherwise."""
+    doc = read_json(path)
+    if not is_frozen(doc):
+        raise AutotuneError(f"{path}: not a frozen config (no \"schema\": \"{SCHEMA}\")")
+    found = problems(doc)
+    if found:
+        more = f" (and {len(found) - 1} more; run autotune validate {path})" if len(found) > 1 else ""
+        raise AutotuneError(f"{path}: {found[0]}{more}")
+    return doc

@@ -1,0 +1,48 @@
+"""`ngram`: prompt lookup (Saxena, 2023; vLLM's, SGLang's, TensorRT-LLM's, HF's and
+llama.cpp's n-gram drafting). The draft is the tokens that followed an earlier
+occurrence of the sequence's last n tokens; no draft model, no layer access."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from autotune.decoding.method_spec import MethodSpec, Preset
+
+
+def _summary(c: Mapping[str, Any]) -> str:
+    return f"n={c.get('ngram_min')}..{c.get('ngram_max')}"
+
+
+def _presets(n_layers: int) -> list[Preset]:
+    return [Preset("vllm_ngram", "vLLM ngram: num_speculative_tokens=5, prompt_lookup_min=5, "
+                   "prompt_lookup_max=5",
+                   {"method": "ngram", "k": 5, "ngram_min": 5, "ngram_max": 5,
+                    "exit_policy": "fixed"}, rank=2, engine="vllm"),
+            # transformers 5.23.0 generation/utils.py: `max_matching_ngram_size or 2`;
+            # 10 tokens is its prompt-lookup documentation's example.
+            Preset("hf_prompt_lookup", "transformers prompt lookup: prompt_lookup_num_tokens=10, "
+                   "max_matching_ngram_size=2 (its default)",
+                   {"method": "ngram", "k": 10, "ngram_min": 1, "ngram_max": 2,
+                    "exit_policy": "fixed"}, rank=7, engine="hf", targeted=True),
+            # SGLang (sgl-project/sglang arg_groups speculative_hook.py @ 004c82e0, fields
+            # spec.py @ 015c8726): NGRAM's num_draft_tokens defaults to 12 (11 drafts after
+            # the root) and max_trie_depth to 18, which our export maps as ngram_max + k.
+            Preset("sglang_ngram", "SGLang NGRAM defaults: speculative_num_draft_tokens=12, "
+                   "speculative_ngram_max_trie_depth=18",
+                   {"method": "ngram", "k": 11, "ngram_min": 1, "ngram_max": 7,
+                    "exit_policy": "fixed"}, rank=8, engine="sglang", targeted=True),
+            # llama-cpp-python 0.3.36 llama_speculative.py LlamaPromptLookupDecoding
+            # (max_ngram_size=2, num_pred_tokens=10); its server's draft_model_num_pred_tokens
+            # defaults to 10 as well.
+            Preset("llama_cpp_prompt_lookup", "llama-cpp-python prompt lookup defaults: "
+                   "LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=10)",
+                   {"method": "ngram", "k": 10, "ngram_min": 1, "ngram_max": 2,
+                    "exit_policy": "fixed"}, rank=9, engine="llama_cpp", targeted=True)]
+
+
+SPEC = MethodSpec(
+    "ngram", label="ngram", color="#0072B2", order=40, confident_drafts=True,
+    about="prompt lookup: drafts what followed an earlier occurrence of the last n tokens",
+    drafter=f"{__name__}.drafter:NgramDrafter", scorer=f"{__name__}.agreement:scorer",
+    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:NgramCost",
+    summary=_summary, presets=_presets)

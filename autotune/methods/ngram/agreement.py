@@ -1,0 +1,24 @@
+"""The n-gram drafter's agreement: its own lookup (under the config's engine rules) at
+every prefix, exactly the first draft token of a round that starts there."""
+
+from __future__ import annotations
+
+from autotune.decoding.config import DecodeConfig
+from autotune.measure.agreement import Scorer
+from autotune.methods.ngram.drafter import NgramProposer
+from autotune.models.loading import LoadedModel
+
+
+def scorer(target: LoadedModel, config: DecodeConfig, draft: LoadedModel | None) -> Scorer:
+    """The drafter's own lookup, one token at every prefix (-1 where it finds none)."""
+    eos = target.eos_token_ids
+
+    def ngram(ids: list[int]) -> list[int]:
+        out = []
+        propose = NgramProposer(config, eos)     # asked at every prefix, in order
+        for t in range(len(ids)):
+            found = propose(ids[:t + 1], 1)
+            out.append(found[0] if found else -1)
+        return out
+
+    return ngram

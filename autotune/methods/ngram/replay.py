@@ -1,0 +1,72 @@
+"""Replay of the n-gram drafter: its own lookup over the sequence the decoder would hold
+(prompt + reference so far), under the config's engine rules, exact for every policy;
+its drafting costs one lookup per round (the parts' `ngram_lookup`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Collection
+
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.policies import ExitPolicy
+from autotune.methods.ngram.drafter import NgramProposer
+from autotune.replay.draft_cost import DraftCost
+from autotune.replay.reference import Reference
+from autotune.replay.simulate import ChainDraft, ReplayRound, Track
+
+if TYPE_CHECKING:
+    from autotune.models.loading import LoadedModel
+    from autotune.replay.sources import ReplaySource
+
+
+class NgramTrack:
+    """Prompt lookup over the sequence the decoder holds after g generated tokens."""
+
+    def __init__(self, ref: Reference, config: DecodeConfig, eos: Collection[int]) -> None:
+        self.ref, self.sequence = ref, ref.sequence
+        # One proposer per prompt, asked once per round in order, as the decoder's is.
+        self.proposer = NgramProposer(config, eos)
+
+    def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
+        end = len(self.ref.prompt) + g
+        found = self.proposer(self.sequence[:end], limit)
+        kept: list[int] = []
+        for token in found:
+            kept.append(token)
+            if not policy.keep_going(1.0):
+                break
+        return ChainDraft(len(kept), _leading_matches(kept, self.ref.tokens[g:]),
+                          [1.0] * len(kept), [])
+
+
+def _leading_matches(drafts: list[int], reference: list[int]) -> int:
+    n = 0
+    for draft, token in zip(drafts, reference):
+        if draft != token:
+            break
+        n += 1
+    return n
+
+
+class NgramSource:
+    """The drafter's own lookup over the reference so far, under the config's engine
+    rules: exact."""
+
+    def __init__(self, eos: frozenset[int]) -> None:
+        self.eos = eos
+
+    def track(self, config: DecodeConfig, ref: Reference) -> Track:
+        return NgramTrack(ref, config, self.eos)
+
+    def fidelity(self, config: DecodeConfig) -> tuple[bool, list[str]]:
+        return True, []
+
+
+def source(target: "LoadedModel", draft: "LoadedModel | None") -> "ReplaySource":
+    return NgramSource(target.eos_token_ids)
+
+
+class NgramCost(DraftCost):
+    """One lookup per round that drafted (measured in the decoder loop, so no factor)."""
+
+    def round_ms(self, r: ReplayRound) -> float:
+        return self.parts.ngram_lookup

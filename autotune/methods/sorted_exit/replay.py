@@ -1,0 +1,146 @@
+"""Replay of S2D's early exits: the tables, and the cost of a pass to an exit.
+
+The stack's own causal pass read at each exit (the first e layers of a full pass are
+what a draft token exiting at e computes when the prefix is verified): exact for the
+first draft token of a round; a later in-round token in the decoder sees CALM-propagated
+keys/values of earlier drafts that exited early (approximate). With a trained `exits`
+drafter the stack is the target's and each exit is read through its adapter, as the
+drafter reads it.
+
+Drafting time: per draft token, a pass through the stack to the exit it took, scored
+at every exit it reached, its keys/values filled up to the deepest exit; a tree round
+first runs the tokens its own cache has not seen through the whole stack.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from autotune.decoding.config import DecodeConfig
+from autotune.models.loading import draft_model
+from autotune.models.trained import exit_adapters
+from autotune.replay.draft_cost import PassDraftCost
+from autotune.replay.reference import Reference
+from autotune.replay.sources import TableSourceAdapter
+from autotune.replay.tables import (
+    Table,
+    TableSource,
+    reference_ids,
+    shared_vocab,
+    table_from_logits,
+)
+
+if TYPE_CHECKING:
+    from autotune.models.loading import LoadedModel
+    from autotune.replay.sources import ReplaySource
+
+
+class SortedExitSource(TableSource):
+    """The stack's causal pass read at every exit; a config's rule picks per row."""
+
+    exact_depth = 1
+
+    def __init__(self, target: "LoadedModel", draft: "LoadedModel | None") -> None:
+        # A draft model's stack, else the target's (a trained `exits` drafter runs on the
+        # target's own stack and reads each exit through its adapter, as the drafter does).
+        model = draft_model(draft)
+        self.stack = model if model is not None else target
+        self.adapters = exit_adapters(draft)
+        self.vocab = shared_vocab(target, model)
+        self._hidden: dict[str, Any] = {}      # prompt id -> (sequence, {layer: [R, hidden]})
+        self._layer_tables: dict[tuple[str, int, int], Table] = {}
+
+    def key(self, config: DecodeConfig) -> tuple[Any, ...]:
+        return ("sorted_exit", tuple(config.exits), tuple(config.exit_thresholds()))
+
+    def _hidden_states(self, ref: Reference) -> dict[int, torch.Tensor]:
+        cached = self._hidden.get(ref.prompt_id)
+        if cached is None or cached[0] != ref.sequence:
+            forward = self.stack.forward
+            ids = reference_ids(self.stack, ref)
+            step = forward.begin(ids, forward.new_cache(1, ids.shape[1]))
+            first = len(ref.prompt) - 1
+            states = {}
+            for layer in range(forward.n_layers):
+                forward.run_layers(step, layer, layer + 1)
+                states[layer + 1] = step.hidden[:, first:].clone()
+            cached = (ref.sequence, states)
+            self._hidden[ref.prompt_id] = cached
+            self._layer_tables = {k: v for k, v in self._layer_tables.items()
+                                  if k[0] != ref.prompt_id}
+        return cached[1]
+
+    def _layer_table(self, ref: Reference, layer: int, width: int) -> Table:
+        key = (ref.prompt_id, layer, width)
+        if key not in self._layer_tables:
+            hidden = self._hidden_states(ref)[layer]
+            if self.adapters is not None:
+                hidden = self.adapters.adapt(layer, hidden)
+            forward = self.stack.forward
+            logits = forward._linear(forward._rms(hidden, forward.final_norm),
+                                     forward.lm_head, forward.lm_head_bias)[0]
+            self._layer_tables[key] = table_from_logits(logits, self.vocab, width)
+        return self._layer_tables[key]
+
+    @torch.inference_mode()
+    def table(self, config: DecodeConfig, ref: Reference, width: int) -> Table:
+        exits, thresholds = config.exits, config.exit_thresholds()
+        tables = [self._layer_table(ref, e, width) for e in exits]
+        rows = tables[0].rows
+        pick = []
+        for row in range(rows):
+            chosen = len(exits) - 1
+            for i, threshold in enumerate(thresholds[:-1]):
+                if tables[i].conf[row] >= threshold:
+                    chosen = i
+                    break
+            pick.append(chosen)
+        index = torch.tensor(pick)
+        ids = torch.stack([t.ids for t in tables])[index, torch.arange(rows)]
+        logp = torch.stack([t.logp for t in tables])[index, torch.arange(rows)]
+        return Table(ids, logp, [tables[c].conf[r] for r, c in enumerate(pick)],
+                     [exits[c] for c in pick])
+
+
+def source(target: "LoadedModel", draft: "LoadedModel | None") -> "ReplaySource":
+    return TableSourceAdapter(SortedExitSource(target, draft))
+
+
+class SortedExitCost(PassDraftCost):
+    """A pass to each draft's exit over the draft's stack (the target's without one)."""
+
+    def _exits_reached(self, exit_layer: int | None) -> int:
+        exits = list(self.config.exits)
+        if exit_layer is None:
+            return len(exits)
+        return exits.index(exit_layer) + 1 if exit_layer in exits else len(exits)
+
+    def pass_ms(self, tokens: int, exit_layer: int | None) -> float:
+        parts = self.parts
+        layers = parts.draft_layers if parts.draft_layers is not None else parts.target_layers
+        depth = self.config.exits[-1]
+        one = layers.exit_pass(exit_layer if exit_layer is not None else depth,
+                               self._exits_reached(exit_layer), depth)
+        return one * self.model.ratio(tokens)
+
+    def tree_catch_up_ms(self, tokens: int) -> float:
+        """Tokens run through the whole draft stack without a head (S2D's own cache)."""
+        layers = self.parts.draft_layers or self.parts.target_layers
+        one = max(layers.base - layers.head, 0.0) + layers.layers * (layers.attn + layers.mlp)
+        return one * self.model.ratio(tokens)
+
+    @staticmethod
+    def calibration_config(target: "LoadedModel", draft: "LoadedModel | None"
+                           ) -> DecodeConfig | None:
+        # Exits index the draft model's stack when there is one, else the target's (a
+        # trained `exits` drafter's adapters run on the target's).
+        model = draft_model(draft)
+        stack = model if model is not None else target
+        if not stack.forward.supports_layers:
+            return None
+        n = stack.n_layers
+        exits = tuple(sorted({max(1, n // 3), max(2, 2 * n // 3), n}))
+        return DecodeConfig(method="sorted_exit", k=4, exits=exits,
+                            thresholds=(0.8, 0.5)[: len(exits) - 1])

@@ -1,0 +1,290 @@
+"""The search plan: a search's inputs, checked and resolved once, before any model loads.
+
+`SearchRequest` holds the inputs as given (the `search` flags, or a bench's keywords),
+with the CLI's defaults; `plan_search` checks every one that can be checked without a
+model (numbers, space, objective, enqueued configs, the workload split, batch sizes,
+fidelity, the target engine), so a typo costs a second, not a model load, and resolves
+the defaults that depend on others (trial budget, prompts, study name, run folder,
+storage). The `SearchPlan` it returns is what `autotune.pipeline.run` runs; nothing
+travels on the argparse namespace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.backends import ENGINE_BACKENDS, input_error, unavailable
+from autotune.common.errors import AutotuneError
+from autotune.decoding.config import config_from_mapping, load_config_file
+from autotune.search.objectives import Objective, load_objective
+from autotune.search.samplers import check_sampler_name
+from autotune.search.schedule import parse_batch_sizes, parse_ks
+from autotune.search.storage import JOURNAL_NAME
+from autotune.search.targets import DEFAULT_TARGET, default_space
+from autotune.space import SearchSpace, load_space
+from autotune.workloads.prompts import Prompt
+from autotune.workloads.split import PromptSplit, split_prompts
+
+# Where run folders go by default: reports/<study>/.
+REPORTS = Path("reports")
+# The trial budget when none is given, by the fidelity asked for.
+DEFAULT_TRIALS = {"measure": 30, "multi": 8, "replay": 500, "engine": 16}
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A search's inputs as given, unchecked; the defaults are `autotune search`'s
+    (tests/test_cli.py checks that the two agree). None: resolved by the plan."""
+
+    model: str = "default"
+    draft: str | None = None
+    device: str = "auto"
+    dtype: str | None = None
+    trust_remote_code: bool = False
+    workload: str = "builtin"
+    categories: str | None = None          # comma-separated
+    prompts: int | None = None
+    max_new_tokens: int | None = None
+    seed: int = 0
+    target: str = DEFAULT_TARGET
+    space: str | None = None
+    objective: str = "speedup"
+    validation: str = "0.4"                # a fraction, a prompt file, or 0
+    validation_prompts: int = 12
+    validation_repeats: int = 2
+    finalists: int = 3
+    trials: int | None = None
+    fidelity: str = "multi"
+    batch_sizes: str | None = None         # "1,4,16"
+    schedule_k: str | None = None          # "1,2,4"
+    screen: int = 400
+    timeout: float | None = None
+    trial_timeout: float | None = None
+    sampler: str = "tpe"
+    prune: bool = True
+    storage: str | None = None
+    study: str | None = None
+    out: str | None = None
+    enqueue: str | None = None             # a JSON/YAML file of configs
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> SearchRequest:
+        """The request from `values` (e.g. `vars(args)`): its own keys are taken, any
+        other is ignored (the subcommand table's own, like `command`)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in values.items() if key in names})
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """A checked search, every default resolved: what `run_search` runs."""
+
+    # The models, as named (loaded by the run).
+    model: str
+    draft: str | None
+    device: str
+    dtype: str | None
+    trust_remote_code: bool
+    # What is searched, for which engine, towards what.
+    target: str                            # the engine the config is tuned for
+    space: SearchSpace
+    objective: Objective
+    # The prompts.
+    workload: str
+    categories: list[str] | None
+    split: PromptSplit
+    max_new_tokens: int
+    # How: the fidelity this search runs at (multi falls back to measure where replay
+    # cannot predict the objective) and whether the target engine measures here.
+    fidelity: str
+    in_engine: bool
+    # Budgets.
+    trials: int
+    screen: int
+    finalists: int
+    validation_repeats: int
+    timeout_s: float | None
+    trial_timeout_s: float | None
+    # After the search: K per batch size (none: no schedule).
+    batch_sizes: tuple[int, ...]
+    schedule_ks: tuple[int, ...] | None
+    # The study.
+    sampler: str
+    seed: int
+    prune: bool
+    enqueue: tuple[dict[str, Any], ...]
+    study_name: str
+    storage: str                           # URL, or a journal file path
+    run_dir: Path
+
+    @property
+    def prompts(self) -> list[Prompt]:
+        """The search prompts."""
+        return self.split.search
+
+    @property
+    def held_out(self) -> list[Prompt]:
+        """The validation prompts, never measured by the search."""
+        return self.split.held_out
+
+    @property
+    def replays(self) -> bool:
+        """Whether the replay tier predicts in this search (and so may screen the
+        schedule's K values too)."""
+        return self.fidelity in ("multi", "replay")
+
+
+def plan_search(request: SearchRequest) -> SearchPlan:
+    """Check `request` and resolve its defaults; raises AutotuneError (one line) on the
+    first thing wrong. The checks run in the order a user fixes them: numbers, files,
+    the workload, then what depends on the loaded objective and the target engine."""
+    if request.fidelity not in DEFAULT_TRIALS:
+        raise AutotuneError(f"--fidelity must be one of {', '.join(DEFAULT_TRIALS)}, "
+                            f"not {request.fidelity!r}")
+    trials = request.trials if request.trials is not None else DEFAULT_TRIALS[request.fidelity]
+    _check_numbers(request, trials)
+    target = request.target
+    space = load_space(request.space or default_space(target))
+    objective = load_objective(request.objective)
+    if objective.multi and request.sampler in ("cmaes", "bayes_opt"):
+        raise AutotuneError(f"--sampler {request.sampler} optimises one objective and "
+                            f"{objective.name!r} has {len(objective.metrics)}; use tpe or nsga2")
+    enqueue = load_enqueue(request.enqueue) if request.enqueue else []
+    defaults = objective.workload
+    prompts_n = request.prompts if request.prompts is not None else defaults.prompts
+    max_new = (request.max_new_tokens if request.max_new_tokens is not None
+               else defaults.max_new_tokens)
+    if max_new < 1:
+        raise AutotuneError("--max-new-tokens must be at least 1")
+    if prompts_n < 1:
+        raise AutotuneError("--prompts must be at least 1")
+    categories = ([c for c in request.categories.split(",") if c] if request.categories
+                  else list(defaults.categories) if defaults.categories else None)
+    study_name = request.study or f"{model_slug(request.model)}-{space.name}-{objective.name}"
+    run_dir = Path(request.out) if request.out else REPORTS / study_name
+    if run_dir.exists() and not run_dir.is_dir():
+        raise AutotuneError(f"--out {run_dir} exists and is not a folder")
+    storage = request.storage or str(run_dir / JOURNAL_NAME)
+
+    split = split_prompts(request.workload, categories, request.validation, request.seed,
+                          prompts_n, request.validation_prompts)
+    batch_sizes, schedule_ks = _schedule(request, len(split.search))
+    fidelity = _fidelity(request.fidelity, objective)
+    in_engine = _engine_measures(request, fidelity)
+    return SearchPlan(
+        model=request.model, draft=request.draft, device=request.device,
+        dtype=request.dtype, trust_remote_code=request.trust_remote_code,
+        target=target, space=space, objective=objective,
+        workload=request.workload, categories=categories, split=split,
+        max_new_tokens=max_new, fidelity=fidelity, in_engine=in_engine,
+        trials=trials, screen=request.screen, finalists=request.finalists,
+        validation_repeats=request.validation_repeats, timeout_s=request.timeout,
+        trial_timeout_s=request.trial_timeout, batch_sizes=batch_sizes,
+        schedule_ks=schedule_ks, sampler=request.sampler, seed=request.seed,
+        prune=request.prune, enqueue=tuple(enqueue), study_name=study_name,
+        storage=storage, run_dir=run_dir)
+
+
+def model_slug(spec: str) -> str:
+    """A file- and study-name-safe form of a model spec (the default study name's start)."""
+    name = Path(spec.rstrip("/")).name or spec
+    name = name.removesuffix(".gguf")
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-") or "model"
+
+
+def load_enqueue(path: str) -> list[dict[str, Any]]:
+    """The configs of `--enqueue FILE` (one mapping, a list, or frozen documents' params),
+    each validated now."""
+    raw = load_config_file(path, allow_list=True)
+    entries = raw if isinstance(raw, list) else [raw]
+    out = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise AutotuneError(f"{path}: each enqueued config must be a mapping of config keys")
+        entry = dict(entry.get("params", entry))
+        config_from_mapping(entry).validate()       # fail now on a bad key or value
+        out.append(entry)
+    return out
+
+
+def _check_numbers(request: SearchRequest, trials: int) -> None:
+    if request.screen < 1:
+        raise AutotuneError("--screen must be at least 1")
+    if trials < 1:
+        raise AutotuneError("--trials must be at least 1")
+    for flag, value, least in (("--validation-prompts", request.validation_prompts, 1),
+                               ("--validation-repeats", request.validation_repeats, 1),
+                               ("--finalists", request.finalists, 1)):
+        if value < least:
+            raise AutotuneError(f"{flag} must be at least {least}")
+    for flag, seconds in (("--timeout", request.timeout),
+                          ("--trial-timeout", request.trial_timeout)):
+        if seconds is not None and seconds <= 0:
+            raise AutotuneError(f"{flag} must be a positive number of seconds")
+    check_sampler_name(request.sampler)
+
+
+def _schedule(request: SearchRequest, n_search_prompts: int
+              ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """(--batch-sizes, --schedule-k) parsed; refused before any model loads."""
+    batch_sizes = parse_batch_sizes(request.batch_sizes) if request.batch_sizes else ()
+    if request.schedule_k and not request.batch_sizes:
+        raise AutotuneError("--schedule-k needs --batch-sizes")
+    ks = parse_ks(request.schedule_k) if request.schedule_k else None
+    if batch_sizes and max(batch_sizes) > n_search_prompts:
+        largest = max(batch_sizes)
+        raise AutotuneError(f"--batch-sizes {largest} needs at least {largest} search prompts "
+                            f"(one batch of {largest}); the search has {n_search_prompts}: "
+                            "give more --prompts")
+    return batch_sizes, ks
+
+
+def _fidelity(asked: str, objective: Objective) -> str:
+    """The fidelity this search runs at: replay predicts greedy decoding only."""
+    greedy = objective.workload.temperature == 0.0
+    if asked == "engine" and not objective.needs_timing:
+        raise AutotuneError(f"--fidelity engine times trials in the engine; objective "
+                            f"{objective.name!r} times nothing: use --fidelity measure")
+    if asked == "replay" and not greedy:
+        raise AutotuneError(f"--fidelity replay predicts greedy decoding only; objective "
+                            f"{objective.name!r} samples (temperature "
+                            f"{objective.workload.temperature:g}): use --fidelity measure")
+    if asked == "replay" and objective.needs_agreement:
+        raise AutotuneError("--fidelity replay predicts timed metrics; the agreement "
+                            "objective decodes nothing anyway: use --fidelity measure")
+    if asked == "multi" and (not greedy or not objective.needs_timing):
+        why = "it samples" if not greedy else "it times nothing"
+        print(f"autotune: objective {objective.name!r}: no replay screen ({why}); every "
+              "trial is measured", file=sys.stderr, flush=True)
+        return "measure"
+    return asked
+
+
+def _engine_measures(request: SearchRequest, fidelity: str) -> bool:
+    """Whether the --target engine measures here (every trial with --fidelity engine,
+    else the finalists): refused in one line before any model loads when --fidelity
+    engine asks for an engine that cannot; otherwise a note says where figures come from."""
+    target = request.target
+    if target not in ENGINE_BACKENDS:
+        if fidelity == "engine":
+            raise AutotuneError(f"--fidelity engine measures in the --target engine; "
+                                f"{target!r} has no backend that runs here (engines: "
+                                f"{', '.join(ENGINE_BACKENDS)})")
+        return False
+    wrong = input_error(target, request.model, request.draft)
+    if wrong is not None:
+        raise AutotuneError(f"--target {target}: {wrong}")
+    why = unavailable(target, request.model, request.draft)
+    if why is not None:
+        if fidelity == "engine":
+            raise AutotuneError(f"--fidelity engine: {target} cannot measure here: {why}")
+        print(f"autotune: {target} cannot measure here ({why}); its finalists are measured "
+              f"in autotune's decoder under {target}'s drafting rules",
+              file=sys.stderr, flush=True)
+        return False
+    return True

@@ -1,0 +1,44 @@
+"""The search's progress display on stderr."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tqdm import tqdm
+
+from autotune.decoding.label import describe
+from autotune.search.study import TrialEvent
+
+
+class Progress:
+    """A tqdm bar (trials done, best so far, current candidate) on a terminal; one
+    plain line per trial otherwise (CI logs, pipes)."""
+
+    def __init__(self, total: int, initial: int) -> None:
+        self.tty = sys.stderr.isatty()
+        self.bar = tqdm(total=total, initial=min(initial, total), unit="trial",
+                        file=sys.stderr, dynamic_ncols=True, disable=not self.tty)
+
+    def start(self, config: dict[str, Any]) -> None:
+        if self.tty:
+            self.bar.set_description(describe(config)[:48])
+
+    def finished(self, event: TrialEvent) -> None:
+        trial = event.trial
+        label = ("infeasible point, not counted" if trial.user_attrs.get("infeasible")
+                 else describe(trial.user_attrs.get("config", {})))
+        best = ""
+        if event.best is not None:
+            best = f"best {event.best.values[0]:.4g} (trial {event.best.number})"
+        line = f"[{event.finished}/{event.budget}] trial {trial.number} {label}: {event.message}"
+        if self.tty:
+            self.bar.write(line)
+            self.bar.n = min(event.finished, self.bar.total)
+            self.bar.set_postfix_str(best)
+            self.bar.refresh()
+        else:
+            print(f"{line}; {best}" if best else line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()

@@ -1,0 +1,279 @@
+"""Running a search plan: models -> study (after the replay screen) -> finalists on the
+held-out prompts -> K per batch size -> run folder, report and exports.
+
+Ctrl-C, by phase (each ends with exit code 130 and leaves no half-written file; every
+file of the run folder is replaced atomically):
+- before the study (loading, the hardware profile): nothing is written, not even the
+  run folder;
+- inside a trial: the trial is marked interrupted (failed, not counted) and queued
+  again, then the run files, report and exports are written and the summary printed;
+- between trials (sampling, the run files, the progress line): the same, with no trial
+  to mark;
+- while the finalists are validated: the run files, report and exports are written
+  with the search's own (unvalidated) best, and a rerun validates;
+- while the report or the exports are written: they are left as they were (the
+  previous ones, or none), and the message says which command redoes them.
+
+After the study stops (not by Ctrl-C), the finalists are re-measured on the held-out
+prompts (`autotune.search.finalists`); `best.json`, the report and the exports follow the
+validated answer.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.measure.profile import PROFILE_FILE, run_profile, save_run_profile
+from autotune.pipeline.loading import load_models
+from autotune.pipeline.plan import SearchPlan
+from autotune.pipeline.progress import Progress
+from autotune.pipeline.record import study_identity, write_run_record
+from autotune.replay import PARTS_FILE
+from autotune.report import write_report
+
+# By attribute (`run_folder.write_run_files`, `finalists.measure_finalists`):
+# tests/phase_driver.py parks a run there.
+from autotune.runs import folder as run_folder
+from autotune.runs.exports_folder import write_exports
+from autotune.runs.folder import BEST_FILE, RUN_FILE, TRIALS_FILE, ranked_documents
+from autotune.search import finalists, ranking
+from autotune.search.objectives import EvalContext, Objective
+from autotune.search.schedule_stage import run_schedule
+from autotune.search.screening import (
+    run_screen,
+    screen_failure,
+    screened_queue,
+    write_screen_csv,
+)
+from autotune.search.study import SCREENED_ATTR, SearchSettings, StudyRunner, TrialEvent
+from autotune.workloads.prompts import workload_digest
+
+INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """How a search run ended, for the summary."""
+
+    # budget | timeout | interrupted | infeasible | grid (StudyRunner.run's reasons).
+    reason: str
+    run_dir: Path
+    # None: stopped (Ctrl-C) while screening, before the measured study ran.
+    study: optuna.Study | None
+    objective: Objective
+    finished: int                  # trials counted toward the budget
+    budget: int
+    seconds: float                 # this run's time in the study, validation and files
+    files: list[str]               # what the run folder holds, for the last line
+
+    @property
+    def exit_code(self) -> int:
+        """130 after Ctrl-C (the shell's convention), else 0."""
+        return 130 if self.reason == INTERRUPTED else 0
+
+
+def run_search(plan: SearchPlan) -> SearchOutcome:
+    """Run `plan`: load its models, open (or resume) its study, screen, measure, validate
+    the finalists, tune the schedule, and write the run folder."""
+    models = load_models(plan)
+    _quiet_optuna()
+    identity = study_identity(plan, models)
+    settings = SearchSettings(
+        study_name=plan.study_name, storage=plan.storage, trials=plan.trials,
+        sampler=plan.sampler, seed=plan.seed, timeout_s=plan.timeout_s,
+        trial_timeout_s=plan.trial_timeout_s, prune=plan.prune, enqueue=list(plan.enqueue),
+        study_attrs={**identity.to_json(),
+                     "fidelity": plan.fidelity if plan.fidelity in ("replay", "engine")
+                     else "measure"})
+    context = EvalContext(target=models.target, draft=models.draft, prompts=plan.prompts,
+                          max_new_tokens=plan.max_new_tokens, seed=plan.seed, memo={},
+                          fidelity="replay" if plan.fidelity == "replay" else "measure",
+                          replay_parts=plan.run_dir / PARTS_FILE,
+                          backend=models.backend if plan.fidelity == "engine" else None,
+                          final_backend=models.backend)
+    # Once per run folder (reused on resume): where verifying more tokens stops being
+    # nearly free on this hardware, for the report. A failure is a warning only. It is
+    # measured before the study is opened (the worker that creates a shared study queues
+    # the baseline and presets as it starts, before the other workers use up the
+    # budget) and written only once the study has accepted this run; the folder itself
+    # is made only after it, so a Ctrl-C while loading or profiling leaves nothing.
+    profile, fresh = run_profile(plan.run_dir, models.target)
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    # The measured study is opened first: a run it refuses (another space, model,
+    # workload) is refused before anything is screened or written.
+    runner = StudyRunner(settings, models.space, plan.objective, context)
+    if plan.fidelity == "multi" and not _screen(plan, runner):
+        return SearchOutcome(INTERRUPTED, plan.run_dir, None, plan.objective, 0,
+                             settings.trials, 0.0, [])
+    if fresh:
+        save_run_profile(plan.run_dir, profile)
+    record = write_run_record(plan, models, identity)
+    return _run_study(plan, runner, record.frozen.to_json())
+
+
+def _quiet_optuna() -> None:
+    """Our progress lines say what Optuna's log would (a failed trial's one-line reason
+    rather than its traceback); its sampler fallbacks on conditional knobs (CMA-ES, GP)
+    are expected in a conditional space, not news."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=UserWarning, module="optuna")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def _screen(plan: SearchPlan, runner: StudyRunner) -> bool:
+    """The replay screen (multi fidelity): queue what it found worth measuring in the
+    measured study and cut the trial budget to it. False after Ctrl-C (the screened
+    configs are in the storage; a rerun resumes)."""
+    settings = runner.settings
+    if runner.screened_queued():
+        # Resumed: the screen queued these many configs; measure those, no more.
+        settings.trials = min(plan.trials, int(runner.study.user_attrs[SCREENED_ATTR]) + 1)
+        return True
+    try:
+        screen, reason = run_screen(settings, plan.screen, runner.space, plan.objective,
+                                    runner.context)
+    except KeyboardInterrupt:
+        reason = INTERRUPTED
+    if reason == INTERRUPTED:
+        print("autotune: interrupted while screening; the screened configs are saved "
+              "in the study storage. Rerun the same command to resume.",
+              file=sys.stderr, flush=True)
+        return False
+    write_screen_csv(plan.run_dir, screen)
+    settings.screened = screened_queue(screen, plan.objective, max(plan.trials - 1, 0))
+    if settings.screened and len(settings.screened) + 1 < plan.trials:
+        # The screen has already explored the space: what it found distinct is what
+        # is worth decoding, not sampler guesses on top.
+        print(f"autotune: the screen found {len(settings.screened)} distinct configs "
+              f"worth measuring; measuring {len(settings.screened) + 1} trials "
+              f"(the AR baseline included) instead of {plan.trials}",
+              file=sys.stderr, flush=True)
+        settings.trials = len(settings.screened) + 1
+    if not settings.screened:
+        print(f"autotune: warning: the screen completed no speculative config "
+              f"({screen_failure(screen)}); the measured trials are the sampler's own",
+              file=sys.stderr, flush=True)
+        settings.screened = None
+    return True
+
+
+def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
+               ) -> SearchOutcome:
+    """Run the trials with a progress display, validate the finalists on the held-out
+    prompts, tune the schedule, then write the run folder."""
+    objective, run_dir = plan.objective, plan.run_dir
+    done, _, _ = runner.progress()
+    budget = runner.settings.trials
+    print(f"autotune: study {plan.study_name!r}: {done} of {budget} trials finished; "
+          f"run folder {run_dir}", file=sys.stderr, flush=True)
+    progress = Progress(budget, done)
+    began = time.monotonic()
+
+    def finished(event: TrialEvent) -> None:
+        run_folder.write_run_files(run_dir, runner.study, objective, context)
+        progress.finished(event)
+
+    try:
+        reason = runner.run(on_trial=finished, on_start=progress.start)
+    finally:
+        progress.close()
+    if reason != INTERRUPTED and plan.held_out:
+        try:
+            _validate(plan, runner)
+        except KeyboardInterrupt:
+            reason = INTERRUPTED
+            print("autotune: interrupted while validating the finalists; the search is "
+                  "saved and best.json holds its own (unvalidated) best. Rerun the same "
+                  "command to validate.", file=sys.stderr, flush=True)
+    if reason != INTERRUPTED and plan.batch_sizes:
+        try:
+            run_schedule(runner.study, objective, runner.context, runner.space,
+                         plan.batch_sizes, plan.schedule_ks, runner.context.prompts,
+                         plan.held_out, run_dir if plan.replays else None)
+        except KeyboardInterrupt:
+            reason = INTERRUPTED
+            print("autotune: interrupted while tuning K per batch size; the search is "
+                  "saved and best.json has no schedule. Rerun the same command to tune "
+                  "it.", file=sys.stderr, flush=True)
+    try:
+        run_folder.write_run_files(run_dir, runner.study, objective, context)
+        outputs = _write_outputs(plan, runner.study, context)
+    except KeyboardInterrupt:
+        # The study is in the storage; each file is replaced atomically, so what was
+        # not rewritten is the previous version (or absent) and can be redone.
+        reason, outputs = INTERRUPTED, []
+        print(f"autotune: interrupted while writing the run folder; the study is saved. "
+              f"Redo the files with: autotune report {run_dir}; autotune export "
+              f"{run_dir / BEST_FILE} --format ... (or rerun the same command)",
+              file=sys.stderr, flush=True)
+    done, _, _ = runner.progress()
+    files = [TRIALS_FILE, BEST_FILE, RUN_FILE, *outputs,
+             *([PROFILE_FILE] if (run_dir / PROFILE_FILE).is_file() else [])]
+    return SearchOutcome(reason, run_dir, runner.study, objective, done, budget,
+                         time.monotonic() - began, files)
+
+
+def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
+    """Re-measure the finalists on the held-out prompts and store the record in the
+    study, unless a current record of these prompts and repeats is there already (a
+    rerun of a finished search loses nothing and re-measures nothing)."""
+    study, held = runner.study, plan.split
+    record = finalists.current_record(study)
+    if (record is not None and record.get("workload_sha256") == workload_digest(held.held_out)
+            and record.get("repeats") == plan.validation_repeats):
+        return
+    _, running, _ = runner.progress()
+    if running:
+        # Many workers share this study: the last one to finish validates what they
+        # found together (until then best.json is the search's own, unvalidated best).
+        print(f"autotune: {running} trial(s) still running in other workers; the last "
+              "worker to finish validates the finalists", file=sys.stderr, flush=True)
+        return
+    chosen = finalists.pick_finalists(study, plan.objective, plan.finalists)
+    names = ", ".join(f"trial {f.trial} ({f.role})" for f in chosen) or "none"
+    print(f"autotune: validating {len(chosen)} finalists ({names}) against the AR "
+          f"baseline on {len(held.held_out)} held-out prompts x {plan.validation_repeats} "
+          "repeats", file=sys.stderr, flush=True)
+
+    def progress(done: int, total: int) -> None:
+        print(f"  [{done}/{total}] held-out prompt", file=sys.stderr, flush=True)
+
+    record = finalists.measure_finalists(runner.context, chosen, held.held_out,
+                                         plan.validation_repeats,
+                                         len(ranking.complete(study)), held.source,
+                                         on_prompt=progress)
+    study.set_user_attr(finalists.VALIDATION_ATTR, record)
+
+
+def _write_outputs(plan: SearchPlan, study: optuna.Study, context: dict[str, Any]
+                   ) -> list[str]:
+    """The report and the exports of the best config, after the study has stopped.
+
+    Neither may lose finished work: a failure here is a warning, the study and the
+    run files are already on disk and `autotune report` / `autotune export` can redo
+    it."""
+    run_dir = plan.run_dir
+    written = []
+    try:
+        write_report(run_dir, storage=plan.storage)
+        written.append("report.html")
+    except Exception as exc:  # noqa: BLE001 - the study is safe; say why and go on
+        print(f"autotune: warning: no report written ({type(exc).__name__}: {exc}); "
+              f"retry with: autotune report {run_dir}", file=sys.stderr)
+    if (run_dir / BEST_FILE).is_file():
+        try:
+            names = write_exports(run_dir / BEST_FILE, run_dir / "exports",
+                                  ranked_documents(study, plan.objective, context))
+            written.append(f"exports/ ({', '.join(names) or 'none: see its README.txt'})")
+        except Exception as exc:  # noqa: BLE001 - as above
+            print(f"autotune: warning: no exports written ({type(exc).__name__}: {exc}); "
+                  f"retry with: autotune export {run_dir / BEST_FILE} --format ...",
+                  file=sys.stderr)
+    return written

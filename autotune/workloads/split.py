@@ -1,0 +1,90 @@
+"""The workload split: search prompts | held-out validation prompts the search never sees.
+
+`autotune search` validates its finalists on the held-out part; `autotune train-draft`
+splits the same workload with the same `--validation` and `--seed` and trains on the
+search part only, so a trained drafter never sees a prompt its search validates on.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+from autotune.common.errors import AutotuneError
+from autotune.workloads.prompts import (
+    Prompt,
+    load_workload,
+    round_robin,
+    split_workload,
+    without,
+)
+
+# Fewest held-out prompts that give an interval over prompts.
+MIN_HELD_OUT = 2
+
+
+class PromptSplit(NamedTuple):
+    """The search prompts, the held-out prompts, and where the latter came from (a
+    sentence for the record, "none" when nothing is held out)."""
+
+    search: list[Prompt]
+    held_out: list[Prompt]
+    source: str
+
+
+def split_prompts(workload: str, categories: list[str] | None, validation: str, seed: int,
+                  prompts: int | None = None, held_out: int | None = None) -> PromptSplit:
+    """Split `workload` (after `categories`) by the `validation` spec.
+
+    `validation` a FRACTION: that share of the workload is held out, stratified by
+    category and seeded by `seed`, before the search prompts are drawn from the rest;
+    a FILE: its prompts are held out and any workload prompt with the same text is
+    dropped from the search; `0`: nothing is held out. Each part is then drawn
+    round-robin over categories: `prompts` search prompts and `held_out` held-out ones
+    (None: all of them). The error messages name the `search` flags, which
+    `train-draft` shares."""
+    spec = str(validation)
+    loaded = load_workload(workload, categories)
+    try:
+        fraction: float | None = float(spec)
+    except ValueError:
+        fraction = None
+    if fraction is None:
+        if not Path(spec).is_file():
+            raise AutotuneError(f"--validation {spec!r} is neither a fraction in [0, 1) nor "
+                                "a prompt file")
+        held = load_workload(spec, None)
+        held = round_robin(held, _count(held_out, held))
+        if len(held) < MIN_HELD_OUT:
+            raise AutotuneError(f"--validation {spec} has {len(held)} prompt; an interval "
+                                f"over prompts needs at least {MIN_HELD_OUT}")
+        search = without(loaded, held)
+        if not search:
+            raise AutotuneError(f"every workload prompt is in --validation {spec}: nothing "
+                                "is left to search on")
+        source = f"{len(held)} prompts of {spec}"
+    elif fraction == 0:
+        search, held, source = loaded, [], "none"
+    else:
+        if not 0 < fraction < 1:
+            raise AutotuneError(f"--validation {spec}: a fraction lies in [0, 1)")
+        search, part = split_workload(loaded, fraction, seed)
+        held = round_robin(part, _count(held_out, part))
+        source = (f"{len(held)} of the {len(part)} prompts of {workload} held out "
+                  f"({fraction:g}, stratified by category, seed {seed})")
+        if len(held) < MIN_HELD_OUT:
+            # One held-out prompt gives no interval, so it could only ever say "do not
+            # speculate": search on everything and say the answer is not validated.
+            print(f"autotune: warning: {workload} has {len(loaded)} prompts, too few "
+                  f"to hold {MIN_HELD_OUT} out at --validation {spec}; the answer will not be "
+                  "validated (give more prompts or --validation FILE)",
+                  file=sys.stderr, flush=True)
+            search, held, source = loaded, [], "none"
+    return PromptSplit(round_robin(search, _count(prompts, search)), held, source)
+
+
+def _count(wanted: int | None, available: list[Prompt]) -> int:
+    """How many to draw: `wanted`, or all of `available` for None (still round-robin
+    over categories, so the order is the same as for any large count)."""
+    return wanted if wanted is not None else len(available)

@@ -1,0 +1,83 @@
+"""The search plan (no model loads): its defaults are the `search` flags' own, it
+resolves every default that depends on another input, and the workload split serves
+`train-draft` (all held-out prompts) with no argparse namespace."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.cli.main import build_parser
+from autotune.common.errors import AutotuneError
+from autotune.pipeline.plan import DEFAULT_TRIALS, SearchRequest, plan_search
+from autotune.workloads.prompts import round_robin, split_workload, load_workload
+from autotune.workloads.split import split_prompts
+
+LINES = [{"category": c, "prompt": f"{c} prompt {i}"} for c in ("a", "b", "c") for i in range(8)]
+
+
+@pytest.fixture
+def workload(tmp_path) -> str:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in LINES))
+    return str(path)
+
+
+def test_the_request_defaults_are_the_search_flags_defaults():
+    args = vars(build_parser().parse_args(["search"]))
+    for field in dataclasses.fields(SearchRequest):
+        assert field.name in args, field.name
+        assert args[field.name] == field.default, field.name
+    # The namespace converts in one call; the subcommand table's own keys are left out.
+    assert SearchRequest.from_mapping(args) == SearchRequest()
+
+
+def test_the_plan_resolves_every_default(workload, tmp_path):
+    plan = plan_search(SearchRequest(workload=workload, validation="0.5", prompts=6,
+                                     validation_prompts=4, max_new_tokens=8,
+                                     out=str(tmp_path / "run"), space="ngram",
+                                     fidelity="measure"))
+    assert plan.trials == DEFAULT_TRIALS["measure"] and plan.fidelity == "measure"
+    assert plan.run_dir == tmp_path / "run" and plan.storage == str(tmp_path / "run" /
+                                                                     "study.journal")
+    assert plan.study_name == "default-ngram-speedup"
+    assert len(plan.prompts) == 6 and len(plan.held_out) == 4
+    assert {p.prompt_id for p in plan.prompts}.isdisjoint(p.prompt_id for p in plan.held_out)
+    assert plan.batch_sizes == () and plan.schedule_ks is None and not plan.in_engine
+    scheduled = plan_search(SearchRequest(workload=workload, prompts=6, space="ngram",
+                                          batch_sizes="4,1", schedule_k="2,1",
+                                          out=str(tmp_path / "run")))
+    assert scheduled.batch_sizes == (1, 4) and scheduled.schedule_ks == (1, 2)
+    assert scheduled.fidelity == "multi" and scheduled.trials == DEFAULT_TRIALS["multi"]
+    assert scheduled.replays and not plan.replays
+
+
+@pytest.mark.parametrize("given,message", [
+    ({"schedule_k": "2"}, "--schedule-k needs --batch-sizes"),
+    ({"batch_sizes": "1,64", "prompts": 6}, "needs at least 64 search prompts"),
+    ({"trials": 0}, "--trials must be at least 1"),
+    ({"fidelity": "fast"}, "--fidelity must be one of"),
+])
+def test_the_plan_refuses_before_any_model_loads(given, message, workload):
+    with pytest.raises(AutotuneError, match=message):
+        plan_search(SearchRequest(workload=workload, space="ngram", **given))
+
+
+def test_train_draft_split_holds_out_every_held_out_prompt(workload, tmp_path):
+    # What `search` holds out at any --validation-prompts is among them, and the search
+    # part is the same as the search's.
+    everything = split_prompts(workload, None, "0.4", 0)
+    search = split_prompts(workload, None, "0.4", 0, prompts=100, held_out=4)
+    _, part = split_workload(load_workload(workload), 0.4, 0)
+    assert everything.held_out == round_robin(part, len(part))
+    assert {p.prompt_id for p in search.held_out} <= {p.prompt_id for p in everything.held_out}
+    assert everything.search == search.search
+    # A file: every prompt of it.
+    held = Path(tmp_path / "held.jsonl")
+    held.write_text("".join(json.dumps(x) + "\n" for x in LINES[:5]))
+    from_file = split_prompts(workload, None, str(held), 0)
+    assert sorted(p.text for p in from_file.held_out) == sorted(x["prompt"] for x in LINES[:5])
+    assert len(from_file.search) == len(LINES) - 5
