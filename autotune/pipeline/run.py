@@ -47,12 +47,21 @@ from autotune.search import finalists, ranking
 from autotune.search.objectives import EvalContext, Objective
 from autotune.search.schedule_stage import run_schedule
 from autotune.search.screening import (
+    next_screened,
+    params_key,
     run_screen,
     screen_failure,
     screened_queue,
     write_screen_csv,
 )
-from autotune.search.study import SCREENED_ATTR, SearchSettings, StudyRunner, TrialEvent
+from autotune.search.study import (
+    BUDGET_ATTR,
+    SCREENED_ATTR,
+    TRIALS_ASKED_ATTR,
+    SearchSettings,
+    StudyRunner,
+    TrialEvent,
+)
 from autotune.workloads.prompts import workload_digest
 
 INTERRUPTED = "interrupted"
@@ -129,13 +138,11 @@ def _quiet_optuna() -> None:
 
 def _screen(plan: SearchPlan, runner: StudyRunner) -> bool:
     """The replay screen (multi fidelity): queue what it found worth measuring in the
-    measured study and cut the trial budget to it. False after Ctrl-C (the screened
-    configs are in the storage; a rerun resumes)."""
+    measured study and cut the trial budget to it; on resume, screen on to a larger
+    --screen and measure more for a larger --trials (`_resume_screened`). False after
+    Ctrl-C (the screened configs are in the storage; a rerun resumes)."""
     settings = runner.settings
-    if runner.screened_queued():
-        # Resumed: the screen queued these many configs; measure those, no more.
-        settings.trials = min(plan.trials, int(runner.study.user_attrs[SCREENED_ATTR]) + 1)
-        return True
+    resumed = runner.screened_queued()
     try:
         screen, reason = run_screen(settings, plan.screen, runner.space, plan.objective,
                                     runner.context)
@@ -147,6 +154,9 @@ def _screen(plan: SearchPlan, runner: StudyRunner) -> bool:
               file=sys.stderr, flush=True)
         return False
     write_screen_csv(plan.run_dir, screen)
+    if resumed:
+        _resume_screened(plan, runner, screen)
+        return True
     settings.screened = screened_queue(screen, plan.objective, max(plan.trials - 1, 0))
     if settings.screened and len(settings.screened) + 1 < plan.trials:
         # The screen has already explored the space: what it found distinct is what
@@ -161,7 +171,46 @@ def _screen(plan: SearchPlan, runner: StudyRunner) -> bool:
               f"({screen_failure(screen)}); the measured trials are the sampler's own",
               file=sys.stderr, flush=True)
         settings.screened = None
+    runner.study.set_user_attr(TRIALS_ASKED_ATTR, plan.trials)
+    runner.study.set_user_attr(BUDGET_ATTR, settings.trials)
     return True
+
+
+def _resume_screened(plan: SearchPlan, runner: StudyRunner, screen: StudyRunner) -> None:
+    """The trial budget of a resumed multi-fidelity study. The same --trials (or a
+    smaller one) resumes to the budget the first run set; a larger one queues the
+    screen's next distinct configs by rank, then leaves the sampler the rest. Whenever
+    fewer trials are measured than asked, one line says why."""
+    settings, study = runner.settings, runner.study
+    screened = int(study.user_attrs[SCREENED_ATTR])
+    # A study from before these attributes: its run asked for no more than it queued.
+    asked = int(study.user_attrs.get(TRIALS_ASKED_ATTR, screened + 1))
+    budget = int(study.user_attrs.get(BUDGET_ATTR, min(asked, screened + 1)))
+    done, _, _ = runner.progress()
+    if plan.trials <= asked:
+        settings.trials = min(plan.trials, budget)
+        if plan.trials < done:
+            settings.trials = done      # "5 of 5 finished", not "5 of 2"
+            print(f"autotune: {done} trials are finished already, more than --trials "
+                  f"{plan.trials}: nothing more is measured", file=sys.stderr, flush=True)
+        elif settings.trials < plan.trials:
+            print(f"autotune: measuring {settings.trials} trials (the AR baseline "
+                  f"included) instead of {plan.trials}: the screen found "
+                  f"{settings.trials - 1} distinct configs worth measuring (a --trials "
+                  f"above {asked} adds the sampler's own)", file=sys.stderr, flush=True)
+        return
+    slots = max(plan.trials - done - runner.waiting(), 0)
+    measured = {params_key(params) for params in runner.queued_params()}
+    more = next_screened(screen, plan.objective, measured, slots)
+    runner.queue_screened(more)
+    settings.trials = plan.trials
+    study.set_user_attr(TRIALS_ASKED_ATTR, plan.trials)
+    study.set_user_attr(BUDGET_ATTR, plan.trials)
+    own = slots - len(more)
+    print(f"autotune: --trials {plan.trials} extends the study's {budget}: "
+          f"{len(more)} more screened configs by the screen's rank"
+          + (f", then {own} of the sampler's own (the screen has no other distinct "
+             "config)" if own > 0 else ""), file=sys.stderr, flush=True)
 
 
 def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]

@@ -21,7 +21,7 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection, Mapping
 
 from optuna.trial import FrozenTrial
 
@@ -110,6 +110,53 @@ def _behaviour(trial: FrozenTrial) -> tuple[Any, ...] | None:
             *(round(float(metrics[k]), 6) for k in keys))
 
 
+def params_key(params: Mapping[str, Any]) -> str:
+    """One config's Optuna params as a comparable string (a screen trial and the measured
+    trial queued from it share their params)."""
+    return json.dumps(dict(params), sort_keys=True, default=str)
+
+
+def _ranked_candidates(screen: StudyRunner, objective: Objective
+                       ) -> tuple[FrozenTrial | None, list[FrozenTrial]]:
+    """The screen's AR baseline trial (None if it has none) and its speculative configs
+    in rank order."""
+    ranked = ranking.ranked(screen.study, objective)
+    baseline = next((t for t in ranked if t.user_attrs.get(BASELINE_ATTR) == BASELINE), None)
+    order = [t for t in ranked
+             if t.user_attrs.get("config") and t.user_attrs.get(BASELINE_ATTR) != BASELINE
+             and t.user_attrs["config"].get("method", "none") != "none"]
+    return baseline, order
+
+
+def _distinct(order: list[FrozenTrial], taken: Collection[FrozenTrial] = ()
+              ) -> list[FrozenTrial]:
+    """`order` less repeats: a config already seen, or one replay saw decode like an
+    earlier one (`_behaviour`) or like one of `taken` (already measured), is left out."""
+    seen = {_config_key(t.user_attrs["config"]) for t in taken}
+    behaviours = {_behaviour(t) for t in taken} - {None}
+    distinct: list[FrozenTrial] = []
+    for trial in order:
+        key = _config_key(trial.user_attrs["config"])
+        behaviour = _behaviour(trial)
+        if key not in seen and (behaviour is None or behaviour not in behaviours):
+            seen.add(key)
+            behaviours.add(behaviour)
+            distinct.append(trial)
+    return distinct
+
+
+def _queued_attrs(trial: FrozenTrial, rank: int) -> dict[str, Any]:
+    """The user attrs a screened config carries into the measured study: its screen rank
+    and prediction (and the documented default it is, if one)."""
+    metrics = trial.user_attrs.get("metrics", {})
+    attrs: dict[str, Any] = {SCREEN_ATTR: {
+        "rank": rank, "trial": trial.number,
+        "predicted": {k: metrics.get(k) for k in PREDICTED_KEYS}}}
+    if trial.user_attrs.get(BASELINE_ATTR):
+        attrs[BASELINE_ATTR] = trial.user_attrs[BASELINE_ATTR]
+    return attrs
+
+
 def screened_queue(screen: StudyRunner, objective: Objective, n: int
                    ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(params, user attrs) of up to `n` screened configs to measure: first the best of
@@ -118,22 +165,9 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
     not yet among them (even one predicted slower than AR), then the best of the rest by
     rank; the best-screened documented default always among them (it replaces the last).
     Configs that replay saw decode alike (`_behaviour`) are measured once."""
-    ranked = ranking.ranked(screen.study, objective)
-    baseline = next((t for t in ranked if t.user_attrs.get(BASELINE_ATTR) == BASELINE), None)
+    baseline, order = _ranked_candidates(screen, objective)
     sign = ranking.sign(objective, 0)
-    order = [t for t in ranked
-             if t.user_attrs.get("config") and t.user_attrs.get(BASELINE_ATTR) != BASELINE
-             and t.user_attrs["config"].get("method", "none") != "none"]
-    distinct: list[FrozenTrial] = []
-    seen: set[str] = set()
-    behaviours: set[tuple[Any, ...]] = set()
-    for trial in order:
-        key = _config_key(trial.user_attrs["config"])
-        behaviour = _behaviour(trial)
-        if key not in seen and (behaviour is None or behaviour not in behaviours):
-            seen.add(key)
-            behaviours.add(behaviour)
-            distinct.append(trial)
+    distinct = _distinct(order)
 
     def beats_baseline(trial: FrozenTrial) -> bool:
         return baseline is None or sign * trial.values[0] < sign * baseline.values[0]
@@ -169,17 +203,28 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
     picked.sort(key=distinct.index)
     out = []
     for trial in picked:
-        metrics = trial.user_attrs.get("metrics", {})
-        attrs: dict[str, Any] = {SCREEN_ATTR: {
-            "rank": distinct.index(trial) + 1, "trial": trial.number,
-            "predicted": {k: metrics.get(k) for k in PREDICTED_KEYS}}}
-        if trial.user_attrs.get(BASELINE_ATTR):
-            attrs[BASELINE_ATTR] = trial.user_attrs[BASELINE_ATTR]
+        attrs = _queued_attrs(trial, distinct.index(trial) + 1)
         if trial in losers:
             # Pruning would leave a method the report compares with a prompt or two.
             attrs[UNPRUNED_ATTR] = True
         out.append((dict(trial.params), attrs))
     return out
+
+
+def next_screened(screen: StudyRunner, objective: Objective, measured: Collection[str],
+                  n: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(params, user attrs) of up to `n` more screened configs for a resumed search with a
+    larger budget: the screen's next configs by rank, leaving out those in the measured
+    study already (`measured`: their `params_key`s) and any replay saw decode like one of
+    them or like an earlier pick (one per behaviour, as in `screened_queue`)."""
+    if n <= 0:
+        return []
+    _, order = _ranked_candidates(screen, objective)
+    taken = [t for t in order if params_key(t.params) in measured]
+    fresh = _distinct([t for t in order if params_key(t.params) not in measured], taken)
+    ranks = {t.number: i + 1 for i, t in enumerate(_distinct(order))}
+    return [(dict(t.params), _queued_attrs(t, ranks.get(t.number, len(order))))
+            for t in fresh[:n]]
 
 
 def screen_failure(screen: StudyRunner) -> str:

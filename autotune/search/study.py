@@ -55,8 +55,13 @@ __all__ = ["MAX_INFEASIBLE_PER_TRIAL", "SearchSettings", "StudyRunner", "TrialEv
 # reject and do not count toward the budget; a space that yields almost nothing else
 # is broken, and this stops the search rather than spinning.
 MAX_INFEASIBLE_PER_TRIAL = 20
-# Study user attr: how many screened configs a multi-fidelity search queued (once).
+# Study user attrs of a multi-fidelity search: how many screened configs it queued, the
+# largest --trials its runs asked for, and the trial budget that gave (fewer when the
+# screen found fewer distinct configs): a rerun of the same command resumes to the same
+# budget, a rerun with a larger --trials measures more.
 SCREENED_ATTR = "screened_queued"
+TRIALS_ASKED_ATTR = "trials_asked"
+BUDGET_ATTR = "trial_budget"
 # Trial user attr: measure this enqueued config on every prompt, never prune it (a
 # method's only measured config: its figures are what the report compares).
 UNPRUNED_ATTR = "unpruned"
@@ -242,6 +247,23 @@ class StudyRunner:
         """Whether a multi-fidelity screen's configs were queued in this study already
         (a resumed search screens nothing again)."""
         return bool(self.study.user_attrs.get(SCREENED_ATTR))
+
+    def queued_params(self) -> list[dict[str, Any]]:
+        """The params of every trial in the study, the queued (waiting) ones included."""
+        return [dict(t.params) or dict(t.system_attrs.get("fixed_params", {}))
+                for t in self.study.get_trials(deepcopy=False)]
+
+    def waiting(self) -> int:
+        """Trials queued and not started yet."""
+        return len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+    def queue_screened(self, entries: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+        """Queue more screened configs in a resumed multi-fidelity study (a rerun with a
+        larger budget), after those it queued before."""
+        for params, attrs in entries:
+            self.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)
+        queued = int(self.study.user_attrs.get(SCREENED_ATTR, 0))
+        self.study.set_user_attr(SCREENED_ATTR, queued + len(entries))
 
     def enqueue_defaults(self) -> list[str]:
         """Queue the baseline, the documented defaults the space can express and the
