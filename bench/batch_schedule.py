@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from _spec_bench import spec_bench
+
 from autotune.decoding.batched import BatchedDecoder
 from autotune.decoding.config import DecodeConfig
 from autotune.measure import paired
@@ -54,15 +56,13 @@ from autotune.workloads.prompts import (
     split_workload,
 )
 
-WORKLOAD = Path(__file__).resolve().parents[1].parent / "shared" / "workloads" / \
-    "spec_bench_question.jsonl"
 NGRAM = DecodeConfig(method="ngram", ngram_min=1, ngram_max=3)
 VLLM_DEFAULT = DecodeConfig(method="ngram", k=5, ngram_min=5, ngram_max=5)
 
 
 def split(tune_n: int, bench_n: int) -> tuple[list[Prompt], list[Prompt]]:
     """Disjoint tune and bench prompts, each spread over the categories."""
-    prompts = load_workload(str(WORKLOAD))
+    prompts = load_workload(str(spec_bench()))
     tune_part, bench_part = split_workload(prompts, 0.5, 0)
     return round_robin(tune_part, tune_n), round_robin(bench_part, bench_n)
 

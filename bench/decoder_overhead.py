@@ -63,15 +63,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _draft import truncated_draft  # noqa: E402
+from _spec_bench import spec_bench_or_builtin  # noqa: E402
 
 from autotune.decoding.config import DecodeConfig  # noqa: E402
 from autotune.decoding.decoder import Generation, SpeculativeDecoder  # noqa: E402
 from autotune.measure.measurement import Clock  # noqa: E402
 from autotune.models.loading import LoadedModel, load_model  # noqa: E402
-from autotune.workloads.prompts import BUILTIN, encode_prompt, load_workload  # noqa: E402
+from autotune.workloads.prompts import encode_prompt, load_workload  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC_BENCH = REPO.parent / "shared" / "workloads" / "spec_bench_question.jsonl"
 WARMUP_TOKENS = 8
 PAIR_NAMES = ("ar", "ngram", "exit", "draft")
 
@@ -273,7 +273,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=8, help="prompts, round-robin over categories")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--workload", default=None,
-                   help=f"prompt file or 'builtin' (default: {SPEC_BENCH} when present)")
+                   help="prompt file or 'builtin' (default: $AUTOTUNE_SPEC_BENCH if set, else builtin)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="default: float32 on CPU, bfloat16 on CUDA")
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     collector = _Collect()
     logging.getLogger("transformers").addHandler(collector)
 
-    source = args.workload or (str(SPEC_BENCH) if SPEC_BENCH.is_file() else BUILTIN)
+    source = spec_bench_or_builtin(args.workload)
     prompts = load_workload(source, limit=args.prompts)
     encoded = [encode_prompt(target.tokenizer, p) for p in prompts]
     clock = Clock(target.device)

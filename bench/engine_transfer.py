@@ -31,18 +31,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-WORKLOAD = Path(__file__).resolve().parents[1].parent / "shared" / "workloads" / \
-    "spec_bench_question.jsonl"
+from _spec_bench import spec_bench
+
 DEFAULT_PRESET = {"hf": "hf_prompt_lookup", "llama_cpp": "llama_cpp_prompt_lookup"}
 
 
 def split_files(out: Path, fraction: float, seed: int) -> tuple[Path, Path]:
     """(search part, bench part) of Spec-Bench as JSONL files in `out` (same format)."""
     from autotune.workloads.prompts import load_workload, split_workload
-    prompts = load_workload(str(WORKLOAD))
+    workload = spec_bench()
+    prompts = load_workload(str(workload))
     search, bench = split_workload(prompts, fraction, seed)
     rows = {str(json.loads(line)["question_id"]): line
-            for line in WORKLOAD.read_text().splitlines() if line.strip()}
+            for line in workload.read_text().splitlines() if line.strip()}
     files = []
     for name, part in (("search.jsonl", search), ("bench.jsonl", bench)):
         path = out / name

@@ -57,7 +57,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=12)
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--workload", default="../shared/workloads/spec_bench_question.jsonl")
+    parser.add_argument("--workload", default="builtin",
+                        help="builtin (default), or a Spec-Bench question.jsonl, JSONL or text")
     parser.add_argument("--only", default="", help="run the configs whose name contains this")
     args = parser.parse_args()
     target = load_model("default", device="cpu", dtype="float32")

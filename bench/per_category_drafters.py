@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _spec_bench import spec_bench
+
 from autotune.decoding.config import config_from_mapping
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import load_model
@@ -37,7 +39,6 @@ from autotune.models.trained import load_draft
 from autotune.workloads.prompts import load_workload, round_robin, split_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC_BENCH = ROOT.parent / "shared/workloads/spec_bench_question.jsonl"
 K_GRID = (2, 3, 4)
 
 
@@ -68,7 +69,8 @@ def main() -> int:
     p.add_argument("--kind", default="eagle")
     p.add_argument("--minutes", type=float, default=3.0)
     p.add_argument("--categories", default="translation,math_reasoning,qa")
-    p.add_argument("--workload", default=str(SPEC_BENCH))
+    p.add_argument("--workload", default=None,
+                   help="Spec-Bench question.jsonl (default: $AUTOTUNE_SPEC_BENCH)")
     p.add_argument("--validation", type=float, default=0.4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--select-prompts", type=int, default=6)
@@ -78,6 +80,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--work", default=str(ROOT / "reports" / "bench_per_category"))
     args = p.parse_args()
+    args.workload = str(spec_bench(args.workload))
     categories = [c for c in args.categories.split(",") if c]
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

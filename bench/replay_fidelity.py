@@ -31,6 +31,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _draft import truncated_draft  # noqa: E402
+from _spec_bench import spec_bench_or_builtin  # noqa: E402
 
 from autotune.decoding.config import DecodeConfig  # noqa: E402
 from autotune.measure.measurement import measure_arms  # noqa: E402
@@ -38,7 +39,6 @@ from autotune.models.loading import load_model  # noqa: E402
 from autotune.replay.run import Replayer  # noqa: E402
 from autotune.workloads.prompts import load_workload, round_robin  # noqa: E402
 
-SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared/workloads/spec_bench_question.jsonl"
 
 
 def configs(n_layers: int, draft_layers: int) -> dict[str, DecodeConfig]:
@@ -109,7 +109,7 @@ def main() -> None:
     target = load_model("default", "cpu", "float32")
     work = Path(tempfile.mkdtemp(prefix="replay-fidelity-"))
     draft = truncated_draft(target, args.draft_layers, work / "draft", "cpu", "float32")
-    source = str(SPEC_BENCH) if SPEC_BENCH.is_file() else "builtin"
+    source = spec_bench_or_builtin()
     prompts = round_robin(load_workload(source), args.prompts)
     grid = configs(target.n_layers, draft.n_layers)
     # The sorted_exit configs over the draft need --draft; those over the target cannot

@@ -51,6 +51,7 @@ from typing import Any
 
 import pandas as pd
 import torch
+from _spec_bench import spec_bench
 
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.methods import get_method
@@ -60,7 +61,6 @@ from autotune.models.loading import LoadedModel, load_model
 from autotune.workloads.prompts import load_workload
 
 REPO = Path(__file__).resolve().parent.parent
-WORKLOAD = REPO.parent / "shared" / "workloads" / "spec_bench_question.jsonl"
 VLLM_PRESET = ("ngram", "vllm_ngram")       # (method, preset name) in the registry
 TOLERANCE = 0.05                            # |validated / fresh - 1| goal
 PARTS = ("search", "validation", "fresh")
@@ -294,8 +294,8 @@ def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default=str(WORKLOAD),
-                        help="Spec-Bench question.jsonl (default: ../shared/workloads/...)")
+    parser.add_argument("--workload", default=None,
+                        help="Spec-Bench question.jsonl (default: $AUTOTUNE_SPEC_BENCH)")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated split/search seeds")
     parser.add_argument("--search-prompts", type=int, default=4)
     parser.add_argument("--validation-prompts", type=int, default=10)
@@ -313,6 +313,7 @@ def main() -> None:
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "selection_bias"),
                         metavar="DIR", help="where each seed's prompt files and run go")
     args = parser.parse_args()
+    args.workload = str(spec_bench(args.workload))
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     with open(args.workload, encoding="utf-8") as handle:
         rows = [json.loads(line) for line in handle if line.strip()]

@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from _spec_bench import spec_bench
+
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import load_model
@@ -41,7 +43,6 @@ from autotune.models.trained import load_draft
 from autotune.workloads.prompts import load_workload, round_robin, split_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC_BENCH = ROOT.parent / "shared/workloads/spec_bench_question.jsonl"
 
 NGRAM_GRID = [dict(k=3, ngram_min=1, ngram_max=3), dict(k=5, ngram_min=1, ngram_max=3),
               dict(k=8, ngram_min=1, ngram_max=4), dict(k=5, ngram_min=5, ngram_max=5)]
@@ -84,7 +85,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kinds", default="eagle,medusa")
     p.add_argument("--minutes", type=float, default=10.0)
-    p.add_argument("--workload", default=str(SPEC_BENCH))
+    p.add_argument("--workload", default=None,
+                   help="Spec-Bench question.jsonl (default: $AUTOTUNE_SPEC_BENCH)")
     p.add_argument("--validation", type=float, default=0.4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--select-prompts", type=int, default=16)
@@ -95,6 +97,7 @@ def main() -> int:
     p.add_argument("--work", default=str(ROOT / "reports" / "bench_trained"))
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args()
+    args.workload = str(spec_bench(args.workload))
     if args.threads:
         torch.set_num_threads(args.threads)
     work = Path(args.work)

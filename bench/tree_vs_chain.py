@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _draft import truncated_draft  # noqa: E402
+from _spec_bench import spec_bench_or_builtin  # noqa: E402
 
 from autotune.decoding.config import (  # noqa: E402
     DecodeConfig,
@@ -45,7 +46,6 @@ from autotune.measure.measurement import measure  # noqa: E402
 from autotune.models.loading import load_model  # noqa: E402
 from autotune.workloads.prompts import load_workload  # noqa: E402
 
-SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared/workloads/spec_bench_question.jsonl"
 CHAIN_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 
 
@@ -80,7 +80,7 @@ def main() -> None:
         folder = Path(tempfile.mkdtemp(prefix="autotune-draft-"))
         draft = truncated_draft(target, args.draft_layers, folder, args.device, "float32")
     base = config_from_mapping({"method": args.method, **parse_assignments(args.assignments)})
-    source = str(SPEC_BENCH) if SPEC_BENCH.is_file() else "builtin"
+    source = spec_bench_or_builtin()
     prompts = load_workload(source, limit=args.prompts)
     print(f"model {target.name} on {target.device}; drafter {args.method}"
           f"{' (' + draft.name + ')' if draft else ''}; {len(prompts)} prompts x "
