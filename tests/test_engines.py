@@ -46,14 +46,28 @@ def test_each_engine_drafts_ngrams_by_its_own_rule() -> None:
                                                         engine=name), 2, eos={8})
                  for name in ENGINES}
     assert by_engine["autotune"] == [8, 9] and by_engine["sglang"] == [8, 9]
+    # vLLM's default runner (V2): the most recent occurrence, as ours.
+    assert by_engine["vllm"] == [8, 9]
     # TensorRT-LLM's pool files the oldest continuation first: here the earliest one.
-    assert by_engine["vllm"] == [7, 9] == by_engine["trtllm"]
+    assert by_engine["trtllm"] == [7, 9]
     # transformers: earliest match, cut before an EOS token (here 7 is the EOS).
     hf = DecodeConfig(method="ngram", k=2, ngram_max=2, engine="hf")
     assert ngram_proposal(SEQ, hf, 2, eos={9}) == [7]
     assert ngram_proposal(SEQ, hf, 2, eos={7}) == []
     assert ngram_proposal(SEQ, DecodeConfig(method="ngram", k=2, ngram_max=2), 2,
                           eos={7}) == [8, 9]
+
+
+def test_vllm_pads_every_ngram_draft_to_k_with_the_last_token() -> None:
+    """vLLM 0.33.0's NgramGPUSpeculator: slots no match fills hold the last sampled token."""
+    vllm = DecodeConfig(method="ngram", k=6, ngram_min=2, ngram_max=2, engine="vllm")
+    ours = DecodeConfig(method="ngram", k=6, ngram_min=2, ngram_max=2)
+    # The match [1, 2] at 4 leaves four tokens after it (8 9 1 2), then the padding.
+    assert ngram_proposal(SEQ, vllm, 6, eos=()) == [8, 9, 1, 2, 2, 2]
+    assert ngram_proposal(SEQ, ours, 6, eos=()) == [8, 9, 1, 2]
+    # No match at all: k copies of the last token, verified like any draft.
+    assert ngram_proposal([3, 4, 5, 6], vllm, 3, eos=()) == [6, 6, 6]
+    assert ngram_proposal([3, 4, 5, 6], ours, 3, eos=()) == []
 
 
 def test_trtllm_pool_files_continuations_as_first_seen() -> None:

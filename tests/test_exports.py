@@ -141,18 +141,23 @@ def hf_files(result: Export) -> dict[str, dict]:
 
 
 def test_ngram_measured_with_our_rules_is_exact_nowhere() -> None:
-    # autotune takes the latest occurrence; vLLM, transformers and TensorRT-LLM the
-    # earliest (and transformers cuts at EOS): the measured figures are not theirs.
+    # autotune drafts what it finds, up to the budget; vLLM pads its drafts to k and
+    # drafts past the budget; transformers and TensorRT-LLM take the earliest occurrence
+    # (and transformers cuts at EOS): the measured figures are not theirs.
     doc = frozen(method="ngram", k=3, ngram_min=1, ngram_max=4)
     assert expressible(doc) == []
     assert error_of("vllm", doc) == rules_error("vllm", "autotune", "vLLM")
     assert error_of("trtllm", doc) == rules_error("trtllm", "autotune", "TensorRT-LLM")
     assert error_of("hf", doc) == rules_error("hf", "autotune", "HF transformers")
     result = export(doc, "vllm", lossy=True)
+    # vLLM's default runner matches as we do, but drafts its full K every step (padded,
+    # and up to the request's last step).
     assert result.dropped == [
-        "engine=autotune: measured with autotune's rules: autotune takes the most recent "
-        "occurrence of the matched n-gram; vLLM takes the earliest occurrence of the "
-        "matched n-gram; search with --target vllm to measure it as vLLM runs it"]
+        "engine=autotune: measured with autotune's rules: autotune drafts no more n-gram "
+        "tokens than are left to generate; vLLM drafts all k n-gram tokens even when fewer "
+        "are left to generate; autotune drafts only the n-gram tokens it finds; vLLM pads "
+        "an n-gram draft to k tokens with the last token (k drafts verified every step); "
+        "search with --target vllm to measure it as vLLM runs it"]
     assert valid("vllm", result.primary()) == {
         "method": "ngram", "num_speculative_tokens": 3,
         "prompt_lookup_max": 4, "prompt_lookup_min": 1}
@@ -169,8 +174,8 @@ def test_ngram_measured_with_our_rules_is_exact_nowhere() -> None:
 
 def test_ngram_measured_as_vllm(tmp_path) -> None:
     doc = frozen(method="ngram", engine="vllm", k=3, ngram_min=1, ngram_max=4)
-    # TensorRT-LLM takes the earliest occurrence too (is_use_oldest), but from its pool of
-    # continuations filed when first seen, not from the sequence as vLLM does.
+    # TensorRT-LLM takes the earliest occurrence (is_use_oldest) from its pool of
+    # continuations filed when first seen; vLLM the most recent from the sequence.
     assert expressible(doc) == ["vllm"]
 
     result = export(doc, "vllm")
@@ -185,9 +190,15 @@ def test_ngram_measured_as_vllm(tmp_path) -> None:
     result = export(doc, "trtllm", lossy=True)
     assert list(result.files) == ["trtllm.json", "trtllm.yaml"]
     assert result.dropped == [
-        "engine=vllm: measured with vLLM's rules: vLLM looks n-grams up in the sequence "
-        "itself; TensorRT-LLM looks n-grams up in a per-request pool of continuations filed "
-        "when first seen; search with --target trtllm to measure it as TensorRT-LLM runs it"]
+        "engine=vllm: measured with vLLM's rules: vLLM takes the most recent occurrence of "
+        "the matched n-gram; TensorRT-LLM takes the earliest occurrence of the matched "
+        "n-gram; vLLM looks n-grams up in the sequence itself; TensorRT-LLM looks n-grams up "
+        "in a per-request pool of continuations filed when first seen; vLLM drafts all k "
+        "n-gram tokens even when fewer are left to generate; TensorRT-LLM drafts no more "
+        "n-gram tokens than are left to generate; vLLM pads an n-gram draft to k tokens "
+        "with the last token (k drafts verified every step); TensorRT-LLM drafts only the "
+        "n-gram tokens it finds; search with --target trtllm to measure it as TensorRT-LLM "
+        "runs it"]
     spec = valid("trtllm", result.primary())
     assert spec == {"decoding_type": "NGram", "max_draft_len": 3, "max_matching_ngram_size": 4,
                     "is_keep_all": True, "is_use_oldest": True, "is_public_pool": False}
@@ -883,3 +894,15 @@ def test_schema_conditionals() -> None:
     assert not dv.is_valid({"m": {"attention": [1, 1], "mlp": []}})
     assert not dv.is_valid({"m": {"attention": [], "mlp": [], "generate_kwargs": {
         "max_step_draft": 4, "th_stop_draft": 0.5, "auto_th_stop_draft": True}}})
+
+
+def test_medusa_is_a_named_loss_on_vllm_0_33() -> None:
+    """vLLM 0.33.0 lists no "medusa" method: the export refuses it and names the last
+    vLLM that loads the head folder train-draft writes."""
+    doc = frozen(method="medusa", k=3, draft={"spec": "/heads", "path": "/heads"})
+    message = error_of("vllm", doc)
+    assert message.startswith("vllm cannot express method=medusa")
+    assert "vLLM 0.33.0 has no Medusa" in message and "vLLM 0.32.0 was the last" in message
+    with pytest.raises(AutotuneError):
+        export(doc, "vllm", lossy=True)                 # fatal: nothing to fall back to
+    assert "vllm" not in expressible(doc)

@@ -48,6 +48,9 @@ CASES: dict[str, dict] = {
     "ngram_adaptive": dict(**NGRAM, exit_policy="adaptive", k=8, gamma=0.6),
     "ngram_heuristic": dict(**NGRAM, exit_policy="heuristic", k=3),
     "ngram_confidence": dict(**NGRAM, exit_policy="confidence", k=6, gamma=0.5),
+    # vLLM's default runner: every draft padded to k with the last token, k drafted up to
+    # the last step (past the budget).
+    "ngram_vllm": dict(**NGRAM, exit_policy="fixed", k=4, engine="vllm"),
     "draft_fixed": dict(method="draft_model", exit_policy="fixed", k=4),
     "draft_heuristic": dict(method="draft_model", exit_policy="heuristic", k=3),
     "draft_confidence": dict(method="draft_model", exit_policy="confidence", k=6, gamma=0.5),
@@ -60,7 +63,7 @@ CASES: dict[str, dict] = {
 USES_DRAFT = {"draft_fixed", "draft_heuristic", "draft_confidence", "draft_static_tree"}
 # The cases `Replayer.summary` is compared on run every prompt; the others every other
 # prompt (three categories each, alternating), which halves this module's decoding.
-EVERY_OTHER = {"ngram_heuristic": 0, "ngram_confidence": 1, "draft_heuristic": 1,
+EVERY_OTHER = {"ngram_vllm": 1, "ngram_heuristic": 0, "ngram_confidence": 1, "draft_heuristic": 1,
                "draft_confidence": 0, "draft_static_tree": 1, "layer_skip_k1": 0,
                "sorted_exit_k1": 1}
 
@@ -131,7 +134,8 @@ def _exercised(case: Case) -> None:
 
 
 @pytest.mark.parametrize("name", ["ngram_fixed", "ngram_adaptive", "ngram_heuristic",
-                                  "ngram_confidence", "draft_fixed", "draft_heuristic"])
+                                  "ngram_confidence", "ngram_vllm", "draft_fixed",
+                                  "draft_heuristic"])
 def test_exact_chains_replay_round_by_round(cases, name):
     case = cases[name]
     _exercised(case)
@@ -141,6 +145,17 @@ def test_exact_chains_replay_round_by_round(cases, name):
         assert [r.verified for r in replayed] == [r.verified for r in generation.rounds]
         assert [r.depth for r in replayed] == [r.draft_depth for r in generation.rounds]
     assert _tau(case.replayed) == _tau([g.rounds for g in case.decoded])
+
+
+def test_vllm_ngram_drafts_k_every_round_but_the_last(cases):
+    """vLLM's V2 runner verifies k drafts every step (padded where no match fills them),
+    up to the step that samples the request's last token: more drafted than our rules."""
+    padded, ours = cases["ngram_vllm"], cases["ngram_fixed"]
+    for generation in padded.decoded:
+        assert all(r.drafted == 4 for r in generation.rounds[:-1])
+    assert (sum(r.drafted for g in padded.decoded for r in g.rounds)
+            > sum(r.drafted for g in ours.decoded[EVERY_OTHER["ngram_vllm"]::2]
+                  for r in g.rounds))
 
 
 def test_draft_model_rejects_something(cases):

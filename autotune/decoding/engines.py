@@ -33,6 +33,9 @@ class EngineRules:
     ngram_stops_at_eos: an n-gram draft is cut before its first EOS token.
     ngram_ignores_budget: an n-gram draft is k tokens long even when fewer are left to
         generate (the excess is dropped after verification).
+    ngram_pads_drafts: an n-gram draft is always k tokens long: the slots no match fills
+        (no match at all, or fewer than k tokens after it) hold the sequence's last
+        token, verified like any draft.
     roc_threshold: a separate draft model's confidence threshold is re-tuned after every
         round from an ROC curve of past drafts (transformers' AssistedCandidateGenerator).
     greedy_model_drafts: under sampling, a model drafter proposes its argmax (verified as
@@ -51,6 +54,7 @@ class EngineRules:
     ngram_pool: bool = False
     ngram_stops_at_eos: bool = False
     ngram_ignores_budget: bool = False
+    ngram_pads_drafts: bool = False
     roc_threshold: bool = False
     greedy_model_drafts: bool = False
     drafted_token_confidence: bool = False
@@ -91,14 +95,27 @@ HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_e
                  ngram_ignores_budget=True, roc_threshold=True,
                  drafted_token_confidence=True)
 
-# vLLM 0.33.0 (PyPI wheel, built from commit 4ba787ec9; same code in vllm-project/vllm
-# vllm/v1/spec_decode/ngram_proposer.py @ adce4e9a528d7f79328075e195c855d28732ef13):
-# - ngram_proposer.py: a KMP scan for the longest suffix match (n <= prompt_lookup_max),
-#   ties to "the earliest position in the original tokens"; none below prompt_lookup_min.
-# - v1/spec_decode/llm_base_proposer.py: a draft model drafts `_greedy_sample` unless
-#   draft_sample_method == "probabilistic" (default "greedy"); v1/sample/rejection_sampler.py
-#   takes `draft_prob = 1` without draft probabilities (a one-hot q).
-VLLM = EngineRules("vllm", "vLLM", ngram_match=EARLIEST, greedy_model_drafts=True)
+# vLLM 0.33.0 (the PyPI wheel, built from commit 4ba787ec9), Model Runner V2, its default:
+# - vllm/config/vllm.py L731-767 `use_v2_model_runner`: V2 unless VLLM_USE_V2_MODEL_RUNNER=0,
+#   no Triton, or a feature V2 lacks (L3066-3068: methods "suffix" and "custom_class").
+# - v1/worker/gpu/spec_decode/__init__.py L87-93: method "ngram" runs NgramGPUSpeculator.
+# - v1/worker/gpu/spec_decode/ngram/speculator.py L69-84: every n from prompt_lookup_min to
+#   prompt_lookup_max at every start <= seq_len - n - 1; "Pack (n, pos) so a single max
+#   yields longest-n, rightmost-pos" (the most recent occurrence, as ours). L126-147: the
+#   draft runs from the match to the sequence's end; "Invalid slots fall back to the last
+#   sampled token; they are verified as ordinary (rejectable) drafts": K drafts every step,
+#   with or without a match (`propose`, L216-279, returns all num_speculative_tokens).
+# - v1/core/sched/scheduler.py L502-544 `_drafts_unused`: no drafts only in the step that
+#   samples the request's last token; before it, the full K (none cut to the budget).
+# - a draft model drafts its argmax unless draft_sample_method == "probabilistic" (default
+#   "greedy"): V2 keeps draft logits only then (v1/worker/gpu/spec_decode/speculator.py
+#   L180), V1 drafts `_greedy_sample` (v1/spec_decode/llm_base_proposer.py), and
+#   v1/sample/rejection_sampler.py takes `draft_prob = 1` without them (a one-hot q).
+# Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0) drafts n-grams otherwise
+# (v1/spec_decode/ngram_proposer.py: the earliest occurrence, no padding): a stated
+# variant in the vLLM export's launch.md, not a target of its own.
+VLLM = EngineRules("vllm", "vLLM", ngram_pads_drafts=True, ngram_ignores_budget=True,
+                   greedy_model_drafts=True)
 
 # SGLang (sgl-project/sglang; python/sglang/srt/speculative/, read at the commits in
 # autotune/exports/sglang.py): STANDALONE drafts the draft model's greedy top-k and
@@ -163,7 +180,8 @@ def relevant(method: str, greedy: bool, exit_policy: str, model_drafter: bool,
     confidence-type policy."""
     out: list[str] = []
     if method == "ngram":
-        out += ["ngram_match", "ngram_pool", "ngram_stops_at_eos", "ngram_ignores_budget"]
+        out += ["ngram_match", "ngram_pool", "ngram_stops_at_eos", "ngram_ignores_budget",
+                "ngram_pads_drafts"]
     if model_drafter and not greedy:
         out += ["greedy_model_drafts", "match_verification"]
     if separate_draft and exit_policy in ("confidence", "adaptive"):
@@ -179,6 +197,8 @@ RULE_TEXT: dict[str, tuple[str, str]] = {
                    "first seen", "looks n-grams up in the sequence itself"),
     "ngram_ignores_budget": ("drafts all k n-gram tokens even when fewer are left to generate",
                              "drafts no more n-gram tokens than are left to generate"),
+    "ngram_pads_drafts": ("pads an n-gram draft to k tokens with the last token (k drafts "
+                          "verified every step)", "drafts only the n-gram tokens it finds"),
     "ngram_stops_at_eos": ("cuts an n-gram draft before its first EOS token",
                            "keeps EOS tokens in an n-gram draft"),
     "roc_threshold": ("re-tunes the draft model's confidence threshold every round "

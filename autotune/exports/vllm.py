@@ -14,10 +14,12 @@ docs/engines/vllm.md):
   (`draft_prob = 1`) (v1/spec_decode/llm_base_proposer.py `_greedy_sample`). autotune
   writes "greedy" explicitly: it is the `vllm` engine rule (greedy_model_drafts) a config
   searched with `--target vllm` was measured under.
-- v1/spec_decode/ngram_proposer.py (same code in vllm-project/vllm @
-  adce4e9a528d7f79328075e195c855d28732ef13): the longest suffix match up to
-  prompt_lookup_max, ties to "the earliest position in the original tokens", none below
-  prompt_lookup_min: the `vllm` engine rule (earliest occurrence).
+- How vLLM drafts n-grams (Model Runner V2, the default: the most recent occurrence of
+  the longest match, every draft padded to num_speculative_tokens, drafted up to the
+  last step) is the `vllm` engine rule, read in autotune/decoding/engines.py; V1
+  (`VLLM_USE_V2_MODEL_RUNNER=0`) takes the earliest occurrence unpadded, which
+  launch.md states.
+- Medusa: 0.33.0 has none (below); the export refuses it by name.
 - vllm/engine/arg_utils.py: `--speculative-config` (`-sc`) parses a JSON object.
 
 Draft trees: SpeculativeConfig 0.33.0 has no tree field (`speculative_token_tree` is
@@ -87,6 +89,7 @@ from autotune.exports._common import (
     engine_methods,
     fenced,
     fixed_k_policy_loss,
+    method_knobs,
     method_loss,
     request_parameters,
     rules_loss,
@@ -98,39 +101,40 @@ NAME = "vllm"
 ENGINE = "vLLM"
 RULES = "vllm"           # the engine rules (autotune/decoding/engines.py) vLLM follows
 FILE = "vllm.json"
-# vLLM's `method`s that autotune measures: a separate draft model, prompt lookup, and
-# trained heads (EAGLE-1, Medusa) from the `vllm/` checkpoint train-draft writes
+# vLLM's `method`s that autotune measures: a separate draft model, prompt lookup, and a
+# trained EAGLE-1 head from the `vllm/` checkpoint train-draft writes
 # (autotune/exports/heads.py says what vLLM's loaders want, read at which commit).
-METHODS = engine_methods("draft_model", "ngram", "eagle", "medusa")
-# Those of METHODS whose per-batch-size K Model Runner V1 keeps (vllm/config/vllm.py
-# L1088-1108, above): medusa's falls back to a static num_speculative_tokens there.
-SCHEDULE_METHODS = engine_methods("draft_model", "ngram", "eagle")
+# Model Runner V1 keeps a per-batch-size K for each of them (vllm/config/vllm.py
+# L1088-1108, above; tests/test_export_schedule.py holds them to it).
+METHODS = engine_methods("draft_model", "ngram", "eagle")
+# vLLM 0.33.0 has no Medusa: vllm/config/speculative.py L74-82 `SpeculativeMethod` lists
+# no "medusa" (and SpeculativeConfig validates it), the wheel has no medusa.py. 0.32.0
+# (the PyPI wheel, commit 5df63a720) still lists it (L75) and loads it.
+MEDUSA_LAST = "0.32.0"
 
 
 def check(src: Source) -> list[Loss]:
     losses = [
-        method_loss(src, METHODS,
-                    "vLLM speculates with a draft model or n-grams, not with the target's "
-                    "own layers"),
+        _medusa_loss(src) or method_loss(
+            src, METHODS, "vLLM speculates with a draft model or n-grams, not with the "
+                          "target's own layers"),
         # vLLM drafts num_speculative_tokens every step; its dynamic variants follow their
         # own rules, none of ours.
         fixed_k_policy_loss(src, ENGINE),
         chain_only_tree_loss(src, "vLLM drafts a chain of num_speculative_tokens (its "
                                   "SpeculativeConfig has no draft-tree field)"),
         rules_loss(src, RULES),
-        _schedule_loss(src),
     ]
     return [loss for loss in losses if loss is not None]
 
 
-def _schedule_loss(src: Source) -> Loss | None:
-    """A K schedule for a method whose proposer on Model Runner V1 takes no per-step K."""
-    if src.schedule is None or src.cfg.method in SCHEDULE_METHODS:
+def _medusa_loss(src: Source) -> Loss | None:
+    """Medusa: a method vLLM had and 0.33.0 no longer has, named as such."""
+    if src.cfg.method != "medusa":
         return None
-    return Loss("schedule", (), f"vLLM's Model Runner V1 keeps a per-batch-size K only for "
-                f"{', '.join(SCHEDULE_METHODS)} (and methods autotune does not measure); "
-                f"method={src.cfg.method} drafts num_speculative_tokens="
-                f"{src.schedule.max_k} at every batch size there")
+    why = (f"vLLM 0.33.0 has no Medusa (no such speculative method); vLLM {MEDUSA_LAST} "
+           "was the last to load one, from the vllm/ folder train-draft writes")
+    return Loss("method=medusa", method_knobs(src.spec), why, fatal=True, note=why)
 
 
 def speculative_config(src: Source, options: dict[str, Any]) -> dict[str, Any]:
@@ -143,9 +147,8 @@ def speculative_config(src: Source, options: dict[str, Any]) -> dict[str, Any]:
         tp = options.get("draft_tensor_parallel_size")
         if tp is not None:
             spec["draft_tensor_parallel_size"] = tp
-    elif cfg.method in ("eagle", "medusa"):
-        # The head checkpoint train-draft wrote for vLLM; vLLM's Medusa drafts the top-1
-        # of each head (v1/spec_decode/medusa.py), as many as num_speculative_tokens.
+    elif cfg.method == "eagle":
+        # The head checkpoint train-draft wrote for vLLM.
         spec = {"method": cfg.method, "model": f"{src.draft}/{VLLM_DIR}",
                 "num_speculative_tokens": src.shape.chain_length,
                 "draft_sample_method": "greedy"}
@@ -173,10 +176,22 @@ def command(src: Source, spec: dict[str, Any]) -> str:
 
 def launch(src: Source, files: dict[str, str]) -> str:
     spec = json.loads(files[FILE])
-    text = fenced(command(src, spec), "sh") + "\n"
+    text = fenced(command(src, spec), "sh") + "\n" + _runner_text(src) + "\n"
     if src.schedule is not None:
         text += _schedule_text(src) + "\n"
     return text + request_parameters(src.cfg) + "\n"
+
+
+def _runner_text(src: Source) -> str:
+    """Which of vLLM's model runners drafts as measured."""
+    if src.cfg.method == "ngram":
+        return ("The figures hold for vLLM's default Model Runner V2 (vLLM 0.33.0): the "
+                "longest n-gram's most recent occurrence, and num_speculative_tokens drafts "
+                "every step, the slots no match fills holding the last token. Model Runner "
+                "V1 (`VLLM_USE_V2_MODEL_RUNNER=0`) takes the earliest occurrence and drafts "
+                "only what it finds: another drafter than the one measured.\n")
+    return ("The figures hold for vLLM's default Model Runner V2 (vLLM 0.33.0); V1 "
+            "(`VLLM_USE_V2_MODEL_RUNNER=0`) drafts the same greedy chain.\n")
 
 
 def _schedule_text(src: Source) -> str:
@@ -193,8 +208,10 @@ def _schedule_text(src: Source) -> str:
                 "max_num_seqs")
             + "\nvLLM's batch size is the number of requests it schedules in a step. "
             "Model Runner V1 (`VLLM_USE_V2_MODEL_RUNNER=0`, as vLLM's dynamic-SD "
-            "examples run) drafts only each step's K, as measured here, but uses "
-            "piecewise CUDA graphs with a schedule; V2 (the default) drafts "
-            "num_speculative_tokens every step and verifies the first K, so drafting costs "
-            "more than measured wherever K is smaller. With `--data-parallel-size` > 1 "
+            "examples run) drafts each step's K n-gram tokens, but a draft model's first "
+            "draft forward runs even where K is 0 (v1/spec_decode/llm_base_proposer.py "
+            "L599 runs it before L616-619 return no draft), and V1 uses piecewise CUDA graphs with a "
+            "schedule; V2 (the default) drafts num_speculative_tokens every step and "
+            "verifies the first K, so drafting costs more than measured wherever K is "
+            "smaller. With `--data-parallel-size` > 1 "
             "vLLM drops the schedule and runs num_speculative_tokens at every batch size.\n")

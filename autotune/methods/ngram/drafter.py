@@ -72,8 +72,9 @@ class MatchPool:
 class NgramProposer:
     """The n-gram drafts of `config` for one generation, under its engine's rules: the
     match rule (most recent or earliest occurrence, or TensorRT-LLM's pool, which keeps
-    state between calls: call it once per round, in order), and a draft cut before its
-    first EOS token where the engine does that (transformers)."""
+    state between calls: call it once per round, in order), a draft cut before its
+    first EOS token where the engine does that (transformers), and a draft padded to
+    `limit` with the last token where the engine does that (vLLM's V2 runner)."""
 
     def __init__(self, config: DecodeConfig, eos: Collection[int]) -> None:
         self.config, self.eos = config, frozenset(eos)
@@ -90,6 +91,8 @@ class NgramProposer:
             for i, token in enumerate(found):
                 if token in self.eos:
                     return found[:i]
+        if self.rules.ngram_pads_drafts and tokens:
+            found = found + [tokens[-1]] * (limit - len(found))
         return found
 
 
