@@ -106,7 +106,9 @@ HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_e
 #   sampled token; they are verified as ordinary (rejectable) drafts": K drafts every step,
 #   with or without a match (`propose`, L216-279, returns all num_speculative_tokens).
 # - v1/core/sched/scheduler.py L502-544 `_drafts_unused`: no drafts only in the step that
-#   samples the request's last token; before it, the full K (none cut to the budget).
+#   samples the request's last token; before it, the full K, whatever the method (none
+#   cut to the budget; L1010-1021 cut drafts only to the tokens scheduled). Reproduced for
+#   n-grams; for a model drafter it is a named approximation (the last round only).
 # - a draft model drafts its argmax unless draft_sample_method == "probabilistic" (default
 #   "greedy"): V2 keeps draft logits only then (v1/worker/gpu/spec_decode/speculator.py
 #   L180), V1 drafts `_greedy_sample` (v1/spec_decode/llm_base_proposer.py), and
@@ -114,8 +116,13 @@ HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_e
 # Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0) drafts n-grams otherwise
 # (v1/spec_decode/ngram_proposer.py: the earliest occurrence, no padding): a stated
 # variant in the vLLM export's launch.md, not a target of its own.
+_VLLM_LAST_ROUND = ("vLLM drafts the full K up to a request's last step; autotune cuts a "
+                    "model drafter's last draft to the tokens left (a difference in the "
+                    "last round of each request only)")
 VLLM = EngineRules("vllm", "vLLM", ngram_pads_drafts=True, ngram_ignores_budget=True,
-                   greedy_model_drafts=True)
+                   greedy_model_drafts=True,
+                   approximate=(("draft_model", _VLLM_LAST_ROUND),
+                                ("eagle", _VLLM_LAST_ROUND)))
 
 # SGLang (sgl-project/sglang; python/sglang/srt/speculative/, read at the commits in
 # autotune/exports/sglang.py): STANDALONE drafts the draft model's greedy top-k and
