@@ -273,7 +273,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=8, help="prompts, round-robin over categories")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--workload", default=None,
-                   help="prompt file or 'builtin' (default: $AUTOTUNE_SPEC_BENCH if set, else builtin)")
+                   help="a workload (default: Spec-Bench, $AUTOTUNE_SPEC_BENCH or the shipped copy)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="default: float32 on CPU, bfloat16 on CUDA")

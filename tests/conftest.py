@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,13 +11,10 @@ from autotune.models.llama import LlamaForward
 from autotune.models.loading import LoadedModel, load_model
 from autotune.workloads.prompts import Prompt, load_workload
 
-SPEC_BENCH = Path(__file__).resolve().parents[1].parent / "shared/workloads/spec_bench_question.jsonl"
-
 
 def real_prompts(limit: int) -> list[Prompt]:
-    """Spec-Bench prompts across categories when ../shared is beside the repo, else ours."""
-    source = str(SPEC_BENCH) if SPEC_BENCH.is_file() else "builtin"
-    return load_workload(source, limit=limit)
+    """Spec-Bench prompts (the copy autotune ships), round-robin across categories."""
+    return load_workload("spec_bench", limit=limit)
 
 
 @pytest.fixture(scope="session")

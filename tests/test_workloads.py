@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from autotune.common.errors import AutotuneError
 from autotune.workloads.prompts import Prompt, encode_prompt, load_workload
 
-SPEC_BENCH = Path(__file__).resolve().parents[1].parent / "shared/workloads/spec_bench_question.jsonl"
+# The Spec-Bench question file autotune ships (`--workload spec_bench`).
+SPEC_BENCH = Path(str(resources.files("autotune.workloads").joinpath("spec_bench.jsonl")))
 
 
 def _write_jsonl(path: Path, objs: list[object]) -> Path:
@@ -50,7 +52,6 @@ def test_builtin_category_filter() -> None:
 # --- Spec-Bench ---------------------------------------------------------------
 
 
-@pytest.mark.skipif(not SPEC_BENCH.exists(), reason="Spec-Bench question file not present")
 def test_spec_bench_loads_filters_and_spans_categories() -> None:
     prompts = load_workload(str(SPEC_BENCH))
     assert len(prompts) > 100
@@ -65,6 +66,38 @@ def test_spec_bench_loads_filters_and_spans_categories() -> None:
     sample = load_workload(str(SPEC_BENCH), limit=20)
     assert len(sample) == 20
     assert len({p.category for p in sample}) >= 5
+
+
+def test_spec_bench_ships_by_name_with_its_licence_notice() -> None:
+    """`--workload spec_bench` is the file as a path would load it: all 480 questions."""
+    named = load_workload("spec_bench")
+    assert named == load_workload(str(SPEC_BENCH))
+    assert len(named) == 480 and len({p.category for p in named}) == 13
+    notice = SPEC_BENCH.with_name("spec_bench_NOTICE.txt").read_text(encoding="utf-8")
+    assert "Apache License, Version 2.0" in notice and "hemingkx/Spec-Bench" in notice
+
+
+# --- the copy-heavy editing set ---------------------------------------------------
+
+
+def test_copy_edit_is_built_from_the_standard_library_the_same_each_time() -> None:
+    prompts = load_workload("copy_edit")
+    assert prompts == load_workload("copy_edit")             # deterministic
+    assert len(prompts) >= 30
+    assert {p.category for p in prompts} == {"code_rename", "code_types", "code_doc",
+                                             "text_fix", "text_list"}
+    assert len({p.prompt_id for p in prompts}) == len(prompts)
+    # A code prompt holds its function's source as the file has it: the answer copies it.
+    import textwrap
+
+    rename = next(p for p in prompts if p.prompt_id == "copy-code_rename-textwrap.wrap")
+    assert "def wrap(text, width=70, **kwargs):" in rename.text
+    assert textwrap.wrap.__doc__.splitlines()[0] in rename.text
+    # The spelling task holds misspelt words; the list task keeps the text as it is.
+    fix = [p for p in prompts if p.category == "text_fix"]
+    assert fix and all(p.text.startswith("Correct the spelling") for p in fix)
+    limited = load_workload("copy_edit", limit=5)
+    assert len({p.category for p in limited}) == 5
 
 
 # --- other file formats -----------------------------------------------------------

@@ -1,8 +1,10 @@
 """Prompt sets ("workloads") to tune and benchmark on.
 
-A workload is the built-in prompt set shipped with the package, a JSONL file
-(Spec-Bench's ``question.jsonl`` or objects with a ``prompt``/``text`` key), or a
-plain-text file with one prompt per line. Speculative decoding's speed-up depends
+A workload is one of the prompt sets shipped with the package (`BUILTIN_SETS`: a small
+mixed set, Spec-Bench's 480 questions), the copy-heavy editing set built from Python's
+own standard library (`autotune.workloads.copy_edit`), a JSONL file (Spec-Bench's
+``question.jsonl`` or objects with a ``prompt``/``text`` key), or a plain-text file with
+one prompt per line. Speculative decoding's speed-up depends
 strongly on the kind of text generated, so prompts carry a category and sampling
 with ``limit`` spreads across categories instead of taking the head of the file.
 """
@@ -19,9 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from autotune.common.errors import AutotuneError
+from autotune.workloads.copy_edit import copy_edit_rows
 
 BUILTIN = "builtin"
-_BUILTIN_FILE = "builtin_prompts.jsonl"
+SPEC_BENCH = "spec_bench"
+COPY_EDIT = "copy_edit"
+# Named prompt sets shipped as package data: name -> (file, what error lines call it).
+BUILTIN_SETS: dict[str, tuple[str, str]] = {
+    BUILTIN: ("builtin_prompts.jsonl", "built-in prompt set"),
+    # Spec-Bench's question.jsonl, unchanged (Apache-2.0; spec_bench_NOTICE.txt).
+    SPEC_BENCH: ("spec_bench.jsonl", "built-in Spec-Bench question set"),
+}
+# Every name `--workload` takes besides a file path.
+WORKLOAD_NAMES = (*BUILTIN_SETS, COPY_EDIT)
 DEFAULT_CATEGORY = "default"
 
 
@@ -41,16 +53,20 @@ def load_workload(
 ) -> list[Prompt]:
     """Load prompts from ``source``, optionally filtered by category and capped at ``limit``.
 
-    ``source`` is ``"builtin"`` or a file path (``.jsonl`` or plain text).
-    Raises AutotuneError with a one-line message on any bad input.
+    ``source`` is a name of `WORKLOAD_NAMES` or a file path (``.jsonl`` or plain
+    text). Raises AutotuneError with a one-line message on any bad input.
     """
     if limit is not None and limit < 1:
         raise AutotuneError(f"prompt limit must be at least 1, got {limit}")
 
-    if source == BUILTIN:
-        text = resources.files("autotune.workloads").joinpath(_BUILTIN_FILE).read_text(encoding="utf-8")
-        prompts = _parse_jsonl(text, "built-in prompt set", id_prefix="builtin")
-        where = "built-in prompt set"
+    if source in BUILTIN_SETS:
+        name, where = BUILTIN_SETS[source]
+        text = resources.files("autotune.workloads").joinpath(name).read_text(encoding="utf-8")
+        prompts = _parse_jsonl(text, where, id_prefix=source)
+    elif source == COPY_EDIT:
+        prompts = [Prompt(text=text, category=category, prompt_id=prompt_id)
+                   for category, prompt_id, text in copy_edit_rows()]
+        where = "copy-heavy editing set"
     else:
         path = Path(source)
         text = _read_text(path)
