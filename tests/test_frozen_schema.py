@@ -63,8 +63,8 @@ def test_a_config_with_an_unknown_method_is_refused(version: str) -> None:
 
 def test_the_schema_has_one_entry_per_knob() -> None:
     schema_keys, knob_keys = set(PARAMS["properties"]), set(KNOBS)
-    assert not knob_keys - schema_keys, "knobs missing from frozen-v3.schema.json's params"
-    assert not schema_keys - knob_keys, "params in frozen-v2.schema.json that are no knob"
+    assert not knob_keys - schema_keys, "knobs missing from the frozen schema's params"
+    assert not schema_keys - knob_keys, "params in the frozen schema that are no knob"
     assert PARAMS["additionalProperties"] is False
 
 
@@ -136,10 +136,23 @@ def test_v1_files_still_read_and_v2_adds_validation() -> None:
 
 def test_v3_adds_the_engine_knob_that_v2_files_cannot_carry() -> None:
     v3 = {"schema": SCHEMA, "params": {"method": "ngram", "engine": "hf"}}
-    assert SCHEMA == "autotune.frozen/v3" and problems(v3) == []
+    assert problems(v3) == []
     assert read_parts(v3).config.engine == "hf"
     assert any("engine" in p for p in problems({**v3, "schema": "autotune.frozen/v2"}))
     assert any("engine" in p for p in problems({**v3, "params": {"engine": "tgi"}}))
+
+
+def test_v4_adds_the_undecided_answer_and_its_min_gain() -> None:
+    v4 = {"schema": SCHEMA, "params": {"method": "none"},
+          "validation": {**_validation("undecided"), "min_gain": 0.05}}
+    assert SCHEMA == "autotune.frozen/v4" and problems(v4) == []
+    # A v3 file cannot say "undecided": that answer is v4's.
+    assert any(p.startswith("validation.decision")
+               for p in problems({**v4, "schema": "autotune.frozen/v3"}))
+    assert problems({**v4, "schema": "autotune.frozen/v3",
+                     "validation": _validation("do_not_speculate")}) == []
+    assert any(p.startswith("validation.min_gain")
+               for p in problems({**v4, "validation": {**v4["validation"], "min_gain": 1.5}}))
 
 
 def test_validation_structure_is_checked() -> None:

@@ -19,7 +19,7 @@ from autotune.report import build_report, render_report, write_report
 from autotune.report import panels as P
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.trials import best_speculative
-from autotune.search.finalists import DO_NOT_SPECULATE, SPECULATE, VALIDATION_ATTR
+from autotune.search.finalists import DO_NOT_SPECULATE, SPECULATE, UNDECIDED, VALIDATION_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -135,6 +135,21 @@ def test_header_says_do_not_speculate_with_the_finalists_as_evidence() -> None:
     assert "<b>Do not speculate</b>: no finalist" in page
     assert page.count("<li>") == 3 and "Recommended config: <b>baseline (AR)</b>" in page
     assert "<p class=\"headline\">AR baseline 30.00 ms/token</p>" in page
+
+
+def test_header_says_undecided_and_recommends_the_baseline() -> None:
+    study = searched(True)
+    undecided = {**record(study, speculate=False), "decision": UNDECIDED, "min_gain": 0.05,
+                 "reason": "likely trial 1 (ngram k=3) 1.020x [0.970, 1.060], not shown"}
+    study.set_user_attr(VALIDATION_ATTR, undecided)
+    head = P.header.data(study, SPEEDUP)
+    assert head.verdict is not None and head.verdict.status == "undecided"
+    assert head.verdict.headline == ("Undecided: likely trial 1 (ngram k=3) 1.020x "
+                                     "[0.970, 1.060], not shown")
+    assert head.best_trial == 0 and head.best_label == "baseline (AR)" and head.speedup == 1.0
+    page = P.header.render(head)
+    assert "<b>Undecided</b>: likely trial 1" in page
+    assert "Recommended config: <b>baseline (AR)</b>" in page
 
 
 def test_do_not_speculate_without_a_baseline_trial_still_recommends_the_baseline() -> None:

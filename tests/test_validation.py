@@ -24,12 +24,14 @@ from autotune.runs.folder import (
 from autotune.search.finalists import (
     DO_NOT_SPECULATE,
     SPECULATE,
+    UNDECIDED,
     VALIDATION_ATTR,
     answer,
     current_record,
     finalist_view,
     judge,
     pick_finalists,
+    rejudged,
 )
 from autotune.search.objectives import load_objective
 
@@ -93,7 +95,7 @@ def test_judge_needs_the_whole_interval_above_one_and_lossless():
     decision, winner, reason = judge([_finalist(2, 1.3, [0.98, 1.6]), _finalist(4, 1.1, [1.02, 1.2])])
     assert (decision, winner) == (SPECULATE, 4) and "trial 4" in reason
     decision, winner, reason = judge([_finalist(2, 1.3, [1.1, 1.6], lossless=False),
-                                      _finalist(4, 1.05, [0.9, 1.2])])
+                                      _finalist(4, 0.97, [0.9, 1.03])])
     assert (decision, winner) == (DO_NOT_SPECULATE, None)
     assert "no lossless finalist's 90% interval lies above 1.0" in reason
     assert "not lossless" in reason and reason.endswith("output): trial 2")
@@ -102,8 +104,42 @@ def test_judge_needs_the_whole_interval_above_one_and_lossless():
     numerics = {**_finalist(2, 1.3, [1.1, 1.6], lossless=False), "lossless_binding": False}
     decision, winner, _ = judge([numerics, _finalist(4, 1.05, [0.9, 1.2])])
     assert (decision, winner) == (SPECULATE, 2)
-    assert judge([_finalist(2, 1.5, None)])[0] == DO_NOT_SPECULATE        # one prompt: no interval
+    assert judge([_finalist(2, 1.5, None)])[0] == UNDECIDED        # one prompt decides nothing
     assert judge([])[0] == DO_NOT_SPECULATE
+
+
+def test_three_answers_with_a_minimum_worthwhile_gain():
+    """speculate: an interval above 1; do not speculate: every interval below 1 + min_gain;
+    undecided: neither (the figures cannot tell a worthwhile gain from none)."""
+    straddles = _finalist(3, 1.106, [0.998, 1.241])
+    decision, winner, reason = judge([straddles, _finalist(5, 1.0, [0.95, 1.04])])
+    assert (decision, winner) == (UNDECIDED, None)
+    assert reason.startswith("likely trial 3 (t3) 1.106x [0.998, 1.241], not shown")
+    assert "above 1.05" in reason and "--validation-prompts" in reason
+    # Nothing worth 5% is left in any interval: do not speculate.
+    small = [_finalist(3, 1.01, [0.99, 1.04]), _finalist(5, 0.9, [0.8, 0.99])]
+    decision, _, reason = judge(small)
+    assert decision == DO_NOT_SPECULATE and "none reaches 1.05 (--min-gain 0.05)" in reason
+    # The same figures with a smaller gain worth having stay open.
+    assert judge(small, min_gain=0.0)[0] == UNDECIDED
+    assert judge([straddles], min_gain=0.25)[0] == DO_NOT_SPECULATE
+    # An interval above 1 decides, whatever the gain asked for.
+    assert judge([_finalist(4, 1.03, [1.01, 1.05])], min_gain=0.2)[:2] == (SPECULATE, 4)
+
+
+def test_an_undecided_record_recommends_the_baseline_and_exports_nothing():
+    study = _study()
+    record = _record(study, [_finalist(2, 1.106, [0.998, 1.241])])
+    assert record["decision"] == UNDECIDED
+    study.set_user_attr(VALIDATION_ATTR, record)
+    chosen = answer(study, SPEEDUP)
+    assert not chosen.speculate and chosen.validated
+    assert chosen.trial is not None and chosen.trial.user_attrs.get("preset") == "baseline"
+    table = validation_table(study, SPEEDUP)
+    assert "answer: undecided: likely trial 2" in table and "nothing is recommended" in table
+    again = rejudged(record, 0.3)
+    assert again["decision"] == DO_NOT_SPECULATE and again["min_gain"] == 0.3
+    assert again["finalists"] == record["finalists"]
 
 
 def test_answer_follows_the_record_while_it_is_current():
@@ -131,7 +167,7 @@ def test_best_json_carries_the_validated_figure_or_says_do_not_speculate():
     # Only finalists shown faster are export fallbacks, by validated speedup.
     assert [d["provenance"]["trial"] for d in ranked_documents(study, SPEEDUP)] == [4]
 
-    study.set_user_attr(VALIDATION_ATTR, _record(study, [_finalist(2, 1.02, [0.95, 1.1])]))
+    study.set_user_attr(VALIDATION_ATTR, _record(study, [_finalist(2, 1.02, [0.95, 1.04])]))
     doc = best_document(study, SPEEDUP)
     assert doc["params"]["method"] == "none" and doc["provenance"]["trial"] == 0
     assert doc["validation"]["decision"] == DO_NOT_SPECULATE
@@ -153,7 +189,7 @@ def test_printed_tables_show_the_held_out_figure_beside_the_search_figure():
 
 
 def _frozen(tmp_path: Path, validation: dict[str, Any] | None, speedup: float = 1.2) -> Path:
-    doc = {"schema": "autotune.frozen/v3",
+    doc = {"schema": "autotune.frozen/v4",
            "params": {"method": "ngram", "k": 4, "ngram_min": 3, "ngram_max": 3,
                       "engine": "vllm"},
            "metrics": {"speedup": speedup}, "provenance": {"autotune_version": "0", "trial": 4},
@@ -173,12 +209,18 @@ def test_exports_never_write_a_config_not_shown_faster(tmp_path):
     readme = (tmp_path / "ex" / "README.txt").read_text()
     assert "validated 1.150x [1.050, 1.300] on 4 held-out prompts" in readme
 
-    slow = _record(study, [_finalist(4, 1.03, [0.97, 1.1])])
+    slow = _record(study, [_finalist(4, 1.03, [0.97, 1.04])])
     assert write_exports(_frozen(tmp_path, finalist_view(slow, None)), tmp_path / "ex") == []
     readme = (tmp_path / "ex" / "README.txt").read_text()
     assert readme.startswith("Exports of the run's best.json: do not speculate")
     assert "vllm: not written: the validated answer is not to speculate" in readme
     assert "not to speculate" in refusal_reason({"validation": finalist_view(slow, 4)})
+    # Undecided: nothing is written either, and the README says why.
+    unsure = _record(study, [_finalist(4, 1.03, [0.97, 1.1])])
+    assert write_exports(_frozen(tmp_path, finalist_view(unsure, None)), tmp_path / "ex") == []
+    readme = (tmp_path / "ex" / "README.txt").read_text()
+    assert readme.startswith("Exports of the run's best.json: undecided: likely trial 4")
+    assert "vllm: not written: the validation is undecided" in readme
     # Not validated: the search figure decides, and the README says it is unvalidated.
     assert write_exports(_frozen(tmp_path, None, speedup=0.9), tmp_path / "ex") == []
     assert write_exports(_frozen(tmp_path, None, speedup=1.2), tmp_path / "ex") != []

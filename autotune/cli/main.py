@@ -116,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out prompts the finalists are re-measured on")
     s.add_argument("--validation-repeats", type=int, default=2, metavar="N",
                    help="passes over the held-out prompts, pooled")
+    s.add_argument("--min-gain", type=float, default=0.05, metavar="G",
+                   help="the smallest speedup worth having, as a fraction (0.05: 5%%): "
+                        "no finalist's interval reaching 1+G is 'do not speculate'; "
+                        "one reaching it but not shown faster is 'undecided'")
     s.add_argument("--finalists", type=int, default=3, metavar="N",
                    help="top distinct configs re-measured on the held-out prompts (plus "
                         "the strongest documented default)")

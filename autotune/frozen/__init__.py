@@ -1,5 +1,5 @@
-"""The frozen config: the versioned JSON document (`best.json`, `"schema": "autotune.frozen/v3"`;
-v1 and v2 still read) a search leaves behind.
+"""The frozen config: the versioned JSON document (`best.json`, `"schema": "autotune.frozen/v4"`;
+v1 to v3 still read) a search leaves behind.
 
 It carries the canonical knobs (`params`), what was measured (`metrics`), on what
 (`model`, `draft`, `hardware`, `workload`) and by which run (`provenance`), so that

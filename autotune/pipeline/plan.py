@@ -21,6 +21,7 @@ from typing import Any
 from autotune.backends import ENGINE_BACKENDS, input_error, unavailable
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import config_from_mapping, load_config_file
+from autotune.search.finalists import DEFAULT_MIN_GAIN
 from autotune.search.objectives import Objective, load_objective
 from autotune.search.samplers import check_sampler_name
 from autotune.search.schedule import parse_batch_sizes, parse_ks
@@ -58,6 +59,7 @@ class SearchRequest:
     validation_prompts: int = 12
     validation_repeats: int = 2
     finalists: int = 3
+    min_gain: float = DEFAULT_MIN_GAIN     # below it, speculating is not worth having
     trials: int | None = None
     fidelity: str = "multi"
     batch_sizes: str | None = None         # "1,4,16"
@@ -108,6 +110,7 @@ class SearchPlan:
     screen: int
     finalists: int
     validation_repeats: int
+    min_gain: float                        # the answer's smallest gain worth having
     timeout_s: float | None
     trial_timeout_s: float | None
     # After the search: K per batch size (none: no schedule).
@@ -183,7 +186,8 @@ def plan_search(request: SearchRequest) -> SearchPlan:
         workload=request.workload, categories=categories, split=split,
         max_new_tokens=max_new, fidelity=fidelity, in_engine=in_engine,
         trials=trials, screen=request.screen, finalists=request.finalists,
-        validation_repeats=request.validation_repeats, timeout_s=request.timeout,
+        validation_repeats=request.validation_repeats, min_gain=request.min_gain,
+        timeout_s=request.timeout,
         trial_timeout_s=request.trial_timeout, batch_sizes=batch_sizes,
         schedule_ks=schedule_ks, sampler=request.sampler, seed=request.seed,
         prune=request.prune, enqueue=tuple(enqueue), study_name=study_name,
@@ -222,6 +226,9 @@ def _check_numbers(request: SearchRequest, trials: int) -> None:
                                ("--finalists", request.finalists, 1)):
         if value < least:
             raise AutotuneError(f"{flag} must be at least {least}")
+    if not 0.0 <= request.min_gain < 1.0:
+        raise AutotuneError(f"--min-gain must lie in [0, 1) (a fraction: 0.05 is 5%), "
+                            f"not {request.min_gain:g}")
     for flag, seconds in (("--timeout", request.timeout),
                           ("--trial-timeout", request.trial_timeout)):
         if seconds is not None and seconds <= 0:

@@ -277,6 +277,11 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
     record = finalists.current_record(study)
     if (record is not None and record.get("workload_sha256") == workload_digest(held.held_out)
             and record.get("repeats") == plan.validation_repeats):
+        if record.get("min_gain") != plan.min_gain:
+            # Another --min-gain (or a record judged before there was one) judges the
+            # same figures again; nothing is re-measured.
+            study.set_user_attr(finalists.VALIDATION_ATTR,
+                                finalists.rejudged(record, plan.min_gain))
         return
     _, running, _ = runner.progress()
     if running:
@@ -297,7 +302,7 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
     record = finalists.measure_finalists(runner.context, chosen, held.held_out,
                                          plan.validation_repeats,
                                          len(ranking.complete(study)), held.source,
-                                         on_prompt=progress)
+                                         on_prompt=progress, min_gain=plan.min_gain)
     study.set_user_attr(finalists.VALIDATION_ATTR, record)
 
 

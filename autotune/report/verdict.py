@@ -24,13 +24,16 @@ from optuna.trial import FrozenTrial
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.trials import finite, metrics_of
 from autotune.search import ranking
-from autotune.search.finalists import DO_NOT_SPECULATE, VALIDATION_ATTR, answer
+from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED, VALIDATION_ATTR, answer
 
 VALIDATED = "validated"
+# The validated answers that recommend no speculative config.
+NOT_SPECULATING = (DO_NOT_SPECULATE, UNDECIDED)
 NOT_VALIDATED = "not_validated"
 STALE = "stale"
 
-__all__ = ["DO_NOT_SPECULATE", "NOT_VALIDATED", "STALE", "VALIDATED", "Verdict", "figure_text",
+__all__ = ["DO_NOT_SPECULATE", "NOT_SPECULATING", "NOT_VALIDATED", "STALE", "UNDECIDED",
+           "VALIDATED", "Verdict", "figure_text",
            "plural", "stale_reason", "verdict"]
 
 
@@ -38,7 +41,7 @@ __all__ = ["DO_NOT_SPECULATE", "NOT_VALIDATED", "STALE", "VALIDATED", "Verdict",
 class Verdict:
     """What the run recommends and the figures behind it.
 
-    `status`: VALIDATED, DO_NOT_SPECULATE, NOT_VALIDATED or STALE. `trial`: the
+    `status`: VALIDATED, DO_NOT_SPECULATE, UNDECIDED, NOT_VALIDATED or STALE. `trial`: the
     recommended trial (`answer().trial`; None for "do not speculate" without a baseline
     trial, or no complete trial). `headline`: one plain sentence; `emphasis`: the part of
     it drawn bold. `speedup` / `ci90` / `latency_ms_per_token` /
@@ -64,7 +67,7 @@ class Verdict:
 
     @property
     def validated(self) -> bool:
-        return self.status in (VALIDATED, DO_NOT_SPECULATE)
+        return self.status in (VALIDATED, *NOT_SPECULATING)
 
 
 def plural(n: Any, word: str) -> str:
@@ -148,10 +151,13 @@ def verdict(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] |
 
     if not chosen.speculate:
         baseline_ms = finite((record.get("baseline") or {}).get("latency_ms_per_token"))
-        out = Verdict(DO_NOT_SPECULATE, trial, speedup=1.0, latency_ms_per_token=baseline_ms,
-                      baseline_ms_per_token=baseline_ms, record=record)
-        out.emphasis = "Do not speculate"
-        out.headline = f"Do not speculate: {record.get('reason') or 'no finalist was shown faster'}"
+        undecided = record.get("decision") == UNDECIDED
+        out = Verdict(UNDECIDED if undecided else DO_NOT_SPECULATE, trial, speedup=1.0,
+                      latency_ms_per_token=baseline_ms, baseline_ms_per_token=baseline_ms,
+                      record=record)
+        out.emphasis = "Undecided" if undecided else "Do not speculate"
+        out.headline = (f"{out.emphasis}: "
+                        f"{record.get('reason') or 'no finalist was shown faster'}")
         finalists = [f for f in record.get("finalists") or [] if isinstance(f, dict)]
         if finalists:
             out.evidence = [f"Finalists on {_held_out(record)} (90% intervals):",

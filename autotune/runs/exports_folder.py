@@ -156,10 +156,12 @@ def refusal_reason(doc: dict[str, Any]) -> str | None:
     schedule with K = 0 at every tuned batch size: never speculate. Not validated: its
     figures are replay predictions, or its search speedup is not above 1.0 (no measured
     speedup: nothing to hold against it)."""
-    from autotune.search.finalists import DO_NOT_SPECULATE, shown_faster
+    from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED, shown_faster
     validation = _validation(doc)
     if validation is not None and validation.get("decision") == DO_NOT_SPECULATE:
         return f"the validated answer is not to speculate: {validation.get('reason')}"
+    if validation is not None and validation.get("decision") == UNDECIDED:
+        return f"the validation is undecided: {validation.get('reason')}"
     schedule = _schedule(doc)
     if schedule is not None and schedule.max_k == 0:
         sizes = ", ".join(map(str, schedule.batch_sizes))
@@ -200,6 +202,8 @@ def _headline(best: dict[str, Any]) -> str:
                 "own figure)")
     if validation.get("decision") == "do_not_speculate":
         return f"do not speculate: {validation.get('reason')}. Nothing is written."
+    if validation.get("decision") == "undecided":
+        return f"undecided: {validation.get('reason')}. Nothing is written."
     return (f"best {_trial_line(best)}, validated {_figure(validation)} on "
             f"{validation.get('prompts')} held-out prompts x {validation.get('repeats')} "
             f"repeats (90% interval)")

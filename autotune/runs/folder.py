@@ -21,6 +21,7 @@ from autotune.decoding.label import describe
 from autotune.frozen.document import frozen_document
 from autotune.search.finalists import (
     DO_NOT_SPECULATE,
+    UNDECIDED,
     answer,
     current_record,
     finalist_view,
@@ -231,6 +232,10 @@ def validation_table(study: optuna.Study, objective: Objective) -> str:
     lines = [head, table, ""]
     if record.get("decision") == DO_NOT_SPECULATE:
         lines.append(f"answer: do not speculate: {record.get('reason')}")
+        return "\n".join(lines)
+    if record.get("decision") == UNDECIDED:
+        lines.append(f"answer: undecided: {record.get('reason')}; nothing is recommended "
+                     "or exported")
         return "\n".join(lines)
     lines.append(f"answer: {record.get('reason')}")
     winner = next((f for f in record["finalists"] if f["trial"] == record.get("winner")), None)

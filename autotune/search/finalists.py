@@ -8,8 +8,12 @@ baseline are measured again on the validation prompts: interleaved per prompt
 
 - a finalist counts when its greedy output matched the baseline's and the bootstrap
   interval of its paired speedup (`autotune.measure.paired`) lies wholly above 1.0;
-- of those, the highest validated speedup wins;
-- none: the answer is "do not speculate", with the evidence.
+- of those, the highest validated speedup wins: **speculate**;
+- none, and every lossless finalist's interval lies below 1 + `min_gain` (no gain worth
+  having is left in the interval): **do not speculate**, with the evidence;
+- none, but some interval still reaches 1 + `min_gain`: **undecided**: the figures
+  cannot tell a gain worth having from none; the run recommends nothing (no export) and
+  says how likely the leader is, and how to measure more.
 
 The record (`VALIDATION_ATTR`, a study user attribute, so the storage alone rebuilds
 `best.json`, the report and the exports) holds every finalist's figures; `answer()` is
@@ -40,13 +44,17 @@ if TYPE_CHECKING:
     from autotune.search.objectives import EvalContext
     from autotune.workloads.prompts import Prompt
 
-__all__ = ["DO_NOT_SPECULATE", "SPECULATE", "VALIDATION_ATTR", "Answer", "Finalist",
-           "answer", "current_record", "finalist_view", "measure_finalists",
+__all__ = ["DEFAULT_MIN_GAIN", "DO_NOT_SPECULATE", "SPECULATE", "UNDECIDED", "VALIDATION_ATTR",
+           "Answer", "Finalist",
+           "answer", "current_record", "finalist_view", "measure_finalists", "rejudged",
            "measured_in", "pick_finalists", "shown_faster"]
 
 VALIDATION_ATTR = "validation"
 SPECULATE = "speculate"
 DO_NOT_SPECULATE = "do_not_speculate"
+UNDECIDED = "undecided"
+# The gain below which speculating is not worth having (`--min-gain`): 5%.
+DEFAULT_MIN_GAIN = 0.05
 STATISTIC = ("AR / candidate decode time per generated token, summed over the validation "
              "prompts (repeats pooled), runs interleaved per prompt; 90% percentile "
              "bootstrap interval over prompts")
@@ -126,8 +134,10 @@ def shown_faster(figures: dict[str, Any]) -> bool:
             and ci[0] > 1.0)
 
 
-def judge(finalists: list[dict[str, Any]]) -> tuple[str, int | None, str]:
-    """(decision, winning trial or None, a one-line reason) from measured finalists."""
+def judge(finalists: list[dict[str, Any]], min_gain: float = DEFAULT_MIN_GAIN
+          ) -> tuple[str, int | None, str]:
+    """(decision, winning trial or None, a one-line reason) from measured finalists:
+    SPECULATE, DO_NOT_SPECULATE or UNDECIDED (the module docstring says when)."""
     def figure(f: dict[str, Any]) -> str:
         ci = f.get("ci90")
         band = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else " (no interval)"
@@ -147,22 +157,44 @@ def judge(finalists: list[dict[str, Any]]) -> tuple[str, int | None, str]:
     best = max(measured, key=lambda f: f["speedup"])
     # A lossy finalist may well be faster: it is refused for its output, not its speed.
     which = "lossless finalist's" if lossy else "finalist's"
-    reason = f"no {which} 90% interval lies above 1.0 (best {figure(best)})"
+    not_lossless = ""
     if lossy:
-        reason += (f"; not lossless (the speculative output differed from the same engine's "
-                   f"greedy output): trial {', '.join(str(f['trial']) for f in lossy)}")
+        not_lossless = (f"; not lossless (the speculative output differed from the same "
+                        f"engine's greedy output): trial "
+                        f"{', '.join(str(f['trial']) for f in lossy)}")
+    worth = 1.0 + min_gain
+    open_ = [f for f in measured if not _refused_as_lossy(f) and not _below(f, worth)]
+    if open_:
+        leader = max(open_, key=lambda f: (f["speedup"], -f["trial"]))
+        return UNDECIDED, None, (
+            f"likely {figure(leader)}, not shown: its 90% interval reaches below 1.0 and "
+            f"above {worth:.2f} (a gain worth having); rerun with more "
+            f"--validation-prompts or --validation-repeats{not_lossless}")
+    reason = (f"no {which} 90% interval lies above 1.0, and none reaches {worth:.2f} "
+              f"(--min-gain {min_gain:g}) (best {figure(best)}){not_lossless}")
     return DO_NOT_SPECULATE, None, reason
+
+
+def _below(figures: dict[str, Any], worth: float) -> bool:
+    """Its whole interval lies below `worth` (a finalist without one counts as below
+    only when its figure itself does: one prompt decides nothing)."""
+    ci = figures.get("ci90")
+    if isinstance(ci, list) and len(ci) == 2:
+        return ci[1] < worth
+    return False
 
 
 def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list[Prompt],
                       repeats: int, complete_trials: int, source: str,
-                      on_prompt: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                      on_prompt: Callable[[int, int], None] | None = None,
+                      min_gain: float = DEFAULT_MIN_GAIN) -> dict[str, Any]:
     """Measure `finalists` against the AR baseline on `prompts` (`repeats` pooled) and
     judge them: the record stored as the study's `VALIDATION_ATTR`.
 
     `complete_trials` is how many trials the study had complete (the record is current
     while that holds); `source` says where the prompts came from, for the record.
-    `on_prompt(done, total)` follows each prompt and repeat.
+    `on_prompt(done, total)` follows each prompt and repeat. `min_gain`: the gain below
+    which speculating is not worth having (`judge`).
     """
     from autotune.decoding.config import config_from_mapping
     from autotune.measure.measurement import measure_arms
@@ -175,6 +207,7 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
         "categories": _counts(p.category for p in prompts),
         "workload_sha256": workload_digest(prompts), "repeats": repeats,
         "max_new_tokens": ctx.max_new_tokens, "complete_trials": complete_trials,
+        "min_gain": min_gain,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "finalists": [],
     }
@@ -198,9 +231,16 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
             figures["ci90"] = summary.get("speedup_ci90")
             record["finalists"].append({**asdict(f), **figures})
         record["baseline"] = {"latency_ms_per_token": baseline_ms}
-    decision, winner, reason = judge(record["finalists"])
+    decision, winner, reason = judge(record["finalists"], min_gain)
     record.update(decision=decision, winner=winner, reason=reason)
     return record
+
+
+def rejudged(record: dict[str, Any], min_gain: float) -> dict[str, Any]:
+    """`record` judged again under another `min_gain` (the figures stay as measured)."""
+    decision, winner, reason = judge(record.get("finalists", []), min_gain)
+    return {**record, "min_gain": min_gain, "decision": decision, "winner": winner,
+            "reason": reason}
 
 
 def measured_in(record: dict[str, Any]) -> dict[str, str]:
@@ -256,6 +296,8 @@ def finalist_view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
                                          "prompt_ids", "categories", "workload_sha256",
                                          "repeats", "max_new_tokens", "decision", "reason",
                                          "winner", "measured_by", "measured_by_label")}
+    if isinstance(record.get("min_gain"), (int, float)):     # records before v4 have none
+        shared["min_gain"] = record["min_gain"]
     own = next((f for f in record.get("finalists", []) if f["trial"] == trial), None)
     figures: dict[str, Any]
     if own is not None:

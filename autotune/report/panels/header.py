@@ -34,7 +34,7 @@ from autotune.report.trials import (
     trial_label,
     trial_preset,
 )
-from autotune.report.verdict import DO_NOT_SPECULATE, Verdict, verdict
+from autotune.report.verdict import NOT_SPECULATING, Verdict, verdict
 from autotune.search.finalists import measured_in
 from autotune.search.samplers import BASELINE
 
@@ -128,7 +128,7 @@ def data(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | No
         head.best_params = method_params(config_of(best))
         head.best_values = dict(zip(objective.metrics, best.values))
         metrics = metrics_of(best)
-    elif said.status == DO_NOT_SPECULATE:
+    elif said.status in NOT_SPECULATING:
         # Validation said no and the study holds no AR baseline trial: the answer is
         # still the baseline config.
         head.best_label, head.best_params = "baseline (AR)", {"method": DEFAULT_METHOD}
@@ -140,7 +140,7 @@ def data(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | No
         metrics = best_doc.get("metrics") if isinstance(best_doc.get("metrics"), dict) else {}
     if head.best_trial is None and head.best_label is None:
         head.note = "No trial has completed yet: there is no best config to show."
-    if best is not None or said.status == DO_NOT_SPECULATE:
+    if best is not None or said.status in NOT_SPECULATING:
         head.verdict = said
         head.speedup, head.latency_ms_per_token = said.speedup, said.latency_ms_per_token
         head.baseline_ms_per_token = said.baseline_ms_per_token
@@ -252,7 +252,7 @@ def render(h: Header) -> str:
         if said is None and h.speedup is not None:
             figures.append(f"<b>{h.speedup:.2f}×</b> the AR baseline")
         if h.latency_ms_per_token is not None and not (said is not None and
-                                                        said.status == DO_NOT_SPECULATE):
+                                                        said.status in NOT_SPECULATING):
             figures.append(f"{h.latency_ms_per_token:.2f} ms/token")
         if h.baseline_ms_per_token is not None:
             figures.append(f"AR baseline {h.baseline_ms_per_token:.2f} ms/token")
