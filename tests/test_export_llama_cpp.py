@@ -181,8 +181,10 @@ def test_a_schedule_is_a_loss() -> None:
                  "takes the earliest occurrence of the matched n-gram; autotune drafts no "
                  "more n-gram tokens than are left to generate; llama.cpp drafts all k "
                  "n-gram tokens even when fewer are left to generate"),
-    ("vllm", "vLLM drafts no more n-gram tokens than are left to generate; llama.cpp drafts "
-             "all k n-gram tokens even when fewer are left to generate"),
+    ("vllm", "vLLM takes the most recent occurrence of the matched n-gram; llama.cpp takes "
+             "the earliest occurrence of the matched n-gram; vLLM pads an n-gram draft to k "
+             "tokens with the last token (k drafts verified every step); llama.cpp drafts "
+             "only the n-gram tokens it finds"),
     ("hf", "HF transformers cuts an n-gram draft before its first EOS token; llama.cpp keeps "
            "EOS tokens in an n-gram draft"),
 ])
