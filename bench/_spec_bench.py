@@ -24,6 +24,6 @@ def spec_bench(given: str | None = None) -> Path:
     return path
 
 
-def spec_bench_or_builtin(given: str | None = None) -> str:
+def workload_or_spec_bench(given: str | None = None) -> str:
     """`given`, else Spec-Bench ($AUTOTUNE_SPEC_BENCH, else the shipped copy)."""
     return given or str(spec_bench())

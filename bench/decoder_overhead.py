@@ -63,7 +63,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _draft import truncated_draft  # noqa: E402
-from _spec_bench import spec_bench_or_builtin  # noqa: E402
+from _spec_bench import workload_or_spec_bench  # noqa: E402
 
 from autotune.decoding.config import DecodeConfig  # noqa: E402
 from autotune.decoding.decoder import Generation, SpeculativeDecoder  # noqa: E402
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     collector = _Collect()
     logging.getLogger("transformers").addHandler(collector)
 
-    source = spec_bench_or_builtin(args.workload)
+    source = workload_or_spec_bench(args.workload)
     prompts = load_workload(source, limit=args.prompts)
     encoded = [encode_prompt(target.tokenizer, p) for p in prompts]
     clock = Clock(target.device)

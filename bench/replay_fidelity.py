@@ -31,7 +31,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _draft import truncated_draft  # noqa: E402
-from _spec_bench import spec_bench_or_builtin  # noqa: E402
+from _spec_bench import workload_or_spec_bench  # noqa: E402
 
 from autotune.decoding.config import DecodeConfig  # noqa: E402
 from autotune.measure.measurement import measure_arms  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> None:
     target = load_model("default", "cpu", "float32")
     work = Path(tempfile.mkdtemp(prefix="replay-fidelity-"))
     draft = truncated_draft(target, args.draft_layers, work / "draft", "cpu", "float32")
-    source = spec_bench_or_builtin()
+    source = workload_or_spec_bench()
     prompts = round_robin(load_workload(source), args.prompts)
     grid = configs(target.n_layers, draft.n_layers)
     # The sorted_exit configs over the draft need --draft; those over the target cannot

@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _draft import truncated_draft  # noqa: E402
-from _spec_bench import spec_bench_or_builtin  # noqa: E402
+from _spec_bench import workload_or_spec_bench  # noqa: E402
 
 from autotune.decoding.config import (  # noqa: E402
     DecodeConfig,
@@ -80,7 +80,7 @@ def main() -> None:
         folder = Path(tempfile.mkdtemp(prefix="autotune-draft-"))
         draft = truncated_draft(target, args.draft_layers, folder, args.device, "float32")
     base = config_from_mapping({"method": args.method, **parse_assignments(args.assignments)})
-    source = spec_bench_or_builtin()
+    source = workload_or_spec_bench()
     prompts = load_workload(source, limit=args.prompts)
     print(f"model {target.name} on {target.device}; drafter {args.method}"
           f"{' (' + draft.name + ')' if draft else ''}; {len(prompts)} prompts x "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,14 @@ import torch
 from autotune.models.llama import LlamaForward
 from autotune.models.loading import LoadedModel, load_model
 from autotune.workloads.prompts import Prompt, load_workload
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """A private AUTOTUNE_CACHE (references, `measure --replay`'s cost parts)."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(folder))
+    return folder
 
 
 def real_prompts(limit: int) -> list[Prompt]:

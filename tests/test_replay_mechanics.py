@@ -54,14 +54,6 @@ def tiny_dir(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    """A private AUTOTUNE_CACHE (references, `measure --replay`'s cost parts)."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("AUTOTUNE_CACHE", str(folder))
-    return folder
-
-
 # ------------------------------------------------------------------ a. the cost model
 
 class FakeClock:

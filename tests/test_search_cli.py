@@ -43,10 +43,14 @@ def _cli(*args: str, **kwargs) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
-def _journal_trials(path: Path, study: str) -> list:
+def _journal_study(path: Path, study: str) -> optuna.Study:
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(path)))
-    return optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+    return optuna.load_study(study_name=study, storage=storage)
+
+
+def _journal_trials(path: Path, study: str) -> list:
+    return _journal_study(path, study).get_trials(deepcopy=False)
 
 
 @pytest.fixture

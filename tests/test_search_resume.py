@@ -9,9 +9,8 @@ import json
 import re
 from pathlib import Path
 
-import optuna
 import pytest
-from test_search_cli import _journal_trials
+from test_search_cli import _journal_study, _journal_trials
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
 from autotune.cli.main import main
@@ -33,13 +32,6 @@ def tiny_dir(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("AUTOTUNE_CACHE", str(folder))
-    return folder
-
-
 def _args(tiny_dir: Path, run: Path, *extra: str) -> list[str]:
     return ["search", "--model", str(tiny_dir / "model"), "--workload",
             str(tiny_dir / "prompts.txt"), "--max-new-tokens", "12",
@@ -57,9 +49,7 @@ def _params(trials: list) -> list[str]:
 
 def _validated_over(run: Path) -> int:
     """How many complete trials the stored validation record judged."""
-    storage = optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(run / "study.journal")))
-    study = optuna.load_study(study_name="m", storage=storage)
+    study = _journal_study(run / "study.journal", "m")
     return study.user_attrs[VALIDATION_ATTR]["complete_trials"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from importlib import resources
 from pathlib import Path
 
@@ -88,8 +89,6 @@ def test_copy_edit_is_built_from_the_standard_library_the_same_each_time() -> No
                                              "text_fix", "text_list"}
     assert len({p.prompt_id for p in prompts}) == len(prompts)
     # A code prompt holds its function's source as the file has it: the answer copies it.
-    import textwrap
-
     rename = next(p for p in prompts if p.prompt_id == "copy-code_rename-textwrap.wrap")
     assert "def wrap(text, width=70, **kwargs):" in rename.text
     assert textwrap.wrap.__doc__.splitlines()[0] in rename.text

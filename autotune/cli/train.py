@@ -24,7 +24,6 @@ from autotune.common.errors import AutotuneError
 from autotune.workloads.split import split_prompts
 
 DEFAULT_MAX_NEW = 96
-DEFAULT_MEDUSA_HEADS = 4
 # --per-category: the fewest search-split prompts a category needs for its own member.
 MIN_MEMBER_PROMPTS = 4
 

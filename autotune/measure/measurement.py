@@ -42,10 +42,6 @@ class PromptRun:
     baseline: Generation
     candidate: Generation
 
-    @staticmethod
-    def per_token(gen: Generation) -> float | None:
-        return gen.decode_s / gen.decoded if gen.decoded > 0 else None
-
     def pair(self) -> paired.PromptPair:
         """The figures the paired statistic reads (decode time and decoded tokens)."""
         return paired.PromptPair(

@@ -176,8 +176,8 @@ def judge(finalists: list[dict[str, Any]], min_gain: float = DEFAULT_MIN_GAIN
 
 
 def _below(figures: dict[str, Any], worth: float) -> bool:
-    """Its whole interval lies below `worth` (a finalist without one counts as below
-    only when its figure itself does: one prompt decides nothing)."""
+    """Its whole interval lies below `worth` (a finalist without one, measured on one
+    prompt, never does: one prompt decides nothing)."""
     ci = figures.get("ci90")
     if isinstance(ci, list) and len(ci) == 2:
         return ci[1] < worth
