@@ -45,22 +45,28 @@ def _split(workload: str, validation: str, prompts: int, seed: int = 0) -> Promp
 
 def test_the_split_keeps_validation_prompts_out_of_the_search(tiny_dir, tmp_path):
     workload = str(tiny_dir / "prompts.jsonl")
-    search, held, source = _split(workload, "0.5", 100)
-    assert {p.prompt_id for p in search}.isdisjoint(p.prompt_id for p in held)
+    split = _split(workload, "0.5", 100)
+    search, held, source = split.search, split.held_out, split.source
+    assert {p.prompt_id for p in search}.isdisjoint(p.prompt_id for p in split.pool)
     assert len(held) == 4 and {p.category for p in held} == {"rep", "mix"}
+    # The measured prompts are a random sample of the pool (6: half of each category).
+    assert len(split.pool) == 6 and {p.prompt_id for p in held} < {
+        p.prompt_id for p in split.pool}
     assert "held out (0.5, stratified by category, seed 0)" in source
     # Seeded: the same seed, the same split; another seed, another.
     again = _split(workload, "0.5", 100)
-    assert [p.prompt_id for p in again[1]] == [p.prompt_id for p in held]
+    assert [p.prompt_id for p in again.held_out] == [p.prompt_id for p in held]
     other = _split(workload, "0.5", 100, seed=3)
-    assert [p.prompt_id for p in other[1]] != [p.prompt_id for p in held]
+    assert [p.prompt_id for p in other.pool] != [p.prompt_id for p in split.pool]
     # 0: nothing held out.
-    assert _split(workload, "0", 100)[1] == []
+    assert _split(workload, "0", 100).held_out == [] == _split(workload, "0", 100).pool
     # A file: its prompts are held out and dropped from the search by text.
     file = tmp_path / "held.jsonl"
     file.write_text("".join(json.dumps(x) + "\n" for x in LINES[:2]))
-    search, held, source = _split(workload, str(file), 100)
-    assert [p.text for p in held] == [x["prompt"] for x in LINES[:2]]
+    split = _split(workload, str(file), 100)
+    search, held = split.search, split.held_out
+    assert [p.text for p in held] == [x["prompt"] for x in LINES[:2]] == [
+        p.text for p in split.pool]
     assert not {p.text for p in search} & {p.text for p in held} and len(search) == 10
     for bad, message in (("1.5", "a fraction lies in"), ("nofile.jsonl", "neither a fraction")):
         with pytest.raises(AutotuneError, match=message):
@@ -72,7 +78,7 @@ def test_a_validated_search_records_chooses_and_exports_on_held_out_prompts(
     run = tmp_path / "run"
     assert main(_args(tiny_dir, run)) == 0
     printed = capsys.readouterr()
-    assert "validating" in printed.err and "held-out prompts x 2 repeats" in printed.err
+    assert "validating" in printed.err and "held-out prompts measured x 2 repeats" in printed.err
     assert "finalists on 4 held-out prompts x 2 pass(es)" in printed.out
     best = json.loads((run / "best.json").read_text())
     validation = best["validation"]
@@ -80,7 +86,10 @@ def test_a_validated_search_records_chooses_and_exports_on_held_out_prompts(
     search_ids = {p.prompt_id for p in _split(
         str(tiny_dir / "prompts.jsonl"), "0.5", 4)[0]}
     assert len(held) == 4 and held.isdisjoint(search_ids)
-    assert validation["repeats"] == 2 and validation["categories"] == {"rep": 2, "mix": 2}
+    assert validation["repeats"] == 2 and sum(validation["categories"].values()) == 4
+    # Prediction-powered over the pool of 6 held-out prompts, 4 of them measured.
+    assert validation["pool_prompts"] == 6 and validation["estimator"] == "ppi++"
+    assert validation["pool_categories"] == {"rep": 3, "mix": 3}
     finalists = validation["finalists"]
     # The top 2 distinct configs, plus vLLM's default when it is not among them.
     assert 1 <= len(finalists) <= 3 and all(f["lossless"] is True for f in finalists)
@@ -88,6 +97,9 @@ def test_a_validated_search_records_chooses_and_exports_on_held_out_prompts(
     assert roles[0] == "search #1"
     for f in finalists:
         assert set(f["by_category"]) == {"rep", "mix"}
+        assert f["estimator"] == "ppi++" and f["pool_prompts"] == 6
+        assert f["measured_prompts"] == 4 and 0.0 <= f["ppi_lambda"] <= 1.0
+        assert f["measured_speedup"] is not None and f["predicted_speedup"] is not None
         assert f["ci90"] is None or f["ci90"][0] <= f["speedup"] <= f["ci90"][1]
     if validation["decision"] == "speculate":
         winner = next(f for f in finalists if f["trial"] == validation["winner"])

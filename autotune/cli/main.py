@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 
 from autotune.common.errors import AutotuneError
 from autotune.models.drafter_folder import KINDS
+from autotune.workloads.split import DEFAULT_POOL
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -112,10 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--validation", default="0.4", metavar="FRACTION|FILE",
                    help="held-out prompts the search never measures: a fraction of the "
                         "workload (split by category, seeded) or a prompt file; 0: none")
-    s.add_argument("--validation-prompts", type=int, default=12, metavar="N",
-                   help="held-out prompts the finalists are re-measured on")
-    s.add_argument("--validation-repeats", type=int, default=2, metavar="N",
-                   help="passes over the held-out prompts, pooled")
+    s.add_argument("--validation-pool", type=int, default=DEFAULT_POOL, metavar="N",
+                   help="held-out prompts the answer holds for: the replay tier predicts "
+                        "the finalists on all of them (prediction-powered validation)")
+    s.add_argument("--validation-prompts", type=int, default=16, metavar="N",
+                   help="of the pool, prompts the finalists are measured on (a random "
+                        "sample; it corrects the predictions)")
+    s.add_argument("--validation-repeats", type=int, default=1, metavar="N",
+                   help="passes over the measured held-out prompts, pooled")
     s.add_argument("--min-gain", type=float, default=0.05, metavar="G",
                    help="the smallest speedup worth having, as a fraction (0.05: 5%%): "
                         "no finalist's interval reaching 1+G is 'do not speculate'; "

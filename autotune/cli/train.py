@@ -86,9 +86,9 @@ def run_train_command(args: argparse.Namespace) -> int:
     categories = ([c for c in args.categories.split(",") if c] if args.categories else None)
     # All search-split prompts unless --prompts limits them, and every held-out prompt
     # (each round-robin by category): none of those may be trained on.
-    prompts, held_out, _ = split_prompts(args.workload, categories, args.validation, args.seed,
-                                         prompts=args.prompts, held_out=None)
-    prompts = _without_held_out_texts(prompts, held_out)
+    split = split_prompts(args.workload, categories, args.validation, args.seed,
+                          prompts=args.prompts)
+    prompts = _without_held_out_texts(split.search, split.pool)
     if len(prompts) < 2:
         raise AutotuneError(f"{args.workload} leaves {len(prompts)} prompt to train on after "
                             "the held-out split; training needs at least 2")
@@ -103,7 +103,7 @@ def run_train_command(args: argparse.Namespace) -> int:
                             f"Llama-family forward; {target.name} "
                             f"({target.hf_model.config.model_type}) does not run on it "
                             "(llama, mistral, qwen2, qwen3 do)")
-    return train(args, out, target, prompts, held_out, max_new)
+    return train(args, out, target, prompts, split.pool, max_new)
 
 
 def train(args: argparse.Namespace, out: Path, target: Any, prompts: list[Any],

@@ -29,7 +29,7 @@ from autotune.search.storage import JOURNAL_NAME
 from autotune.search.targets import DEFAULT_TARGET, default_space
 from autotune.space import SearchSpace, load_space
 from autotune.workloads.prompts import Prompt
-from autotune.workloads.split import PromptSplit, split_prompts
+from autotune.workloads.split import DEFAULT_POOL, PromptSplit, split_prompts
 
 # Where run folders go by default: reports/<study>/.
 REPORTS = Path("reports")
@@ -56,8 +56,9 @@ class SearchRequest:
     space: str | None = None
     objective: str = "speedup"
     validation: str = "0.4"                # a fraction, a prompt file, or 0
-    validation_prompts: int = 12
-    validation_repeats: int = 2
+    validation_pool: int = DEFAULT_POOL        # held-out prompts predicted by replay
+    validation_prompts: int = 16
+    validation_repeats: int = 1
     finalists: int = 3
     min_gain: float = DEFAULT_MIN_GAIN     # below it, speculating is not worth having
     trials: int | None = None
@@ -136,6 +137,11 @@ class SearchPlan:
         return self.split.held_out
 
     @property
+    def pool(self) -> list[Prompt]:
+        """The held-out pool the answer holds for (`held_out` is measured of it)."""
+        return self.split.pool
+
+    @property
     def replays(self) -> bool:
         """Whether the replay tier predicts in this search (and so may screen the
         schedule's K values too)."""
@@ -175,7 +181,7 @@ def plan_search(request: SearchRequest) -> SearchPlan:
     storage = request.storage or str(run_dir / JOURNAL_NAME)
 
     split = split_prompts(request.workload, categories, request.validation, request.seed,
-                          prompts_n, request.validation_prompts)
+                          prompts_n, request.validation_prompts, request.validation_pool)
     batch_sizes, schedule_ks = _schedule(request, len(split.search))
     fidelity = _fidelity(request.fidelity, objective)
     in_engine = _engine_measures(request, fidelity)
@@ -221,7 +227,8 @@ def _check_numbers(request: SearchRequest, trials: int) -> None:
         raise AutotuneError("--screen must be at least 1")
     if trials < 1:
         raise AutotuneError("--trials must be at least 1")
-    for flag, value, least in (("--validation-prompts", request.validation_prompts, 1),
+    for flag, value, least in (("--validation-pool", request.validation_pool, 2),
+                               ("--validation-prompts", request.validation_prompts, 1),
                                ("--validation-repeats", request.validation_repeats, 1),
                                ("--finalists", request.finalists, 1)):
         if value < least:

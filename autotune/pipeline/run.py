@@ -45,6 +45,7 @@ from autotune.runs.exports_folder import write_exports
 from autotune.runs.folder import BEST_FILE, RUN_FILE, TRIALS_FILE, ranked_documents
 from autotune.search import finalists, ranking
 from autotune.search.objectives import EvalContext, Objective
+from autotune.search.pool_prediction import predict_pool
 from autotune.search.schedule_stage import run_schedule
 from autotune.search.screening import (
     next_screened,
@@ -276,6 +277,7 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
     study, held = runner.study, plan.split
     record = finalists.current_record(study)
     if (record is not None and record.get("workload_sha256") == workload_digest(held.held_out)
+            and record.get("pool_sha256") == workload_digest(held.pool)
             and record.get("repeats") == plan.validation_repeats):
         if record.get("min_gain") != plan.min_gain:
             # Another --min-gain (or a record judged before there was one) judges the
@@ -291,10 +293,12 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
               "worker to finish validates the finalists", file=sys.stderr, flush=True)
         return
     chosen = finalists.pick_finalists(study, plan.objective, plan.finalists)
+    predicted = (predict_pool(runner.context, chosen, held.pool)
+                 if len(held.pool) > len(held.held_out) else {})
     names = ", ".join(f"trial {f.trial} ({f.role})" for f in chosen) or "none"
     print(f"autotune: validating {len(chosen)} finalists ({names}) against the AR "
-          f"baseline on {len(held.held_out)} held-out prompts x {plan.validation_repeats} "
-          "repeats", file=sys.stderr, flush=True)
+          f"baseline: {len(held.held_out)} of the {len(held.pool)} held-out prompts "
+          f"measured x {plan.validation_repeats} repeats", file=sys.stderr, flush=True)
 
     def progress(done: int, total: int) -> None:
         print(f"  [{done}/{total}] held-out prompt", file=sys.stderr, flush=True)
@@ -302,7 +306,8 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
     record = finalists.measure_finalists(runner.context, chosen, held.held_out,
                                          plan.validation_repeats,
                                          len(ranking.complete(study)), held.source,
-                                         on_prompt=progress, min_gain=plan.min_gain)
+                                         on_prompt=progress, min_gain=plan.min_gain,
+                                         pool=held.pool, predicted=predicted)
     study.set_user_attr(finalists.VALIDATION_ATTR, record)
 
 

@@ -470,6 +470,22 @@ def parts_key(target: "LoadedModel", draft: "LoadedModel | None") -> dict[str, A
     return key
 
 
+def stored_parts(path: Path, target: "LoadedModel", draft: "LoadedModel | None"
+                 ) -> CostParts | None:
+    """The parts at `path` when they were measured for these models on this machine, at
+    whatever context (another workload's parts price this one's passes, with the
+    error a predictor may have); None when absent, unreadable or made elsewhere."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        key = parts_key(target, draft)
+        if (isinstance(doc, dict) and doc.get("format") == FORMAT
+                and all(doc["key"].get(k) == v for k, v in key.items())):
+            return CostParts.from_json(doc)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass
+    return None
+
+
 def load_or_measure_parts(path: Path, target: "LoadedModel", draft: "LoadedModel | None",
                           refs: list["Reference"], max_new: int) -> CostParts:
     """The parts stored at `path` when measured for these models on this machine, else

@@ -38,13 +38,16 @@ class Replayer:
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None,
                  prompts: Sequence[Prompt], max_new_tokens: int,
-                 parts_path: Path, reference_dir: Path | None = None) -> None:
+                 parts_path: Path, reference_dir: Path | None = None,
+                 parts: CostParts | None = None) -> None:
+        """`parts`: cost parts measured already (another Replayer's, on the same models
+        and machine); None loads them from `parts_path` or measures them there."""
         self.target, self.draft = target, draft
         self.max_new_tokens = max_new_tokens
         self.references: list[Reference] = reference_set(target, prompts, max_new_tokens,
                                                          reference_dir)
-        self.parts: CostParts = load_or_measure_parts(parts_path, target, draft,
-                                                      self.references, max_new_tokens)
+        self.parts: CostParts = parts if parts is not None else load_or_measure_parts(
+            parts_path, target, draft, self.references, max_new_tokens)
         self._sources: dict[tuple[str, str | None], ReplaySource] = {}
 
     def can_replay(self, config: DecodeConfig) -> str | None:

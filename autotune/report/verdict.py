@@ -111,8 +111,12 @@ def _search_figures(trial: FrozenTrial | None, run: dict[str, Any]) -> tuple[flo
 
 
 def _held_out(record: dict[str, Any]) -> str:
-    return (f"{plural(record.get('prompts'), 'held-out prompt')} × "
-            f"{plural(record.get('repeats'), 'repeat')}")
+    measured = (f"{plural(record.get('prompts'), 'held-out prompt')} × "
+                f"{plural(record.get('repeats'), 'repeat')}")
+    if record.get("estimator") == "ppi++":
+        return (f"{record.get('pool_prompts')} held-out prompts, prediction-powered: the "
+                f"replay tier's predictions corrected by {measured} measured")
+    return measured
 
 
 def _finalist_line(f: dict[str, Any]) -> str:

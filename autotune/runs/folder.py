@@ -218,14 +218,23 @@ def validation_table(study: optuna.Study, objective: Objective) -> str:
     if record is None:
         return ("not validated: the figures above are the search's own (no held-out "
                 "prompts, or the search was stopped before its finalists were measured)")
+    pooled = record.get("estimator") == "ppi++"
     rows = [{"trial": f["trial"], "config": f["label"], "role": f["role"],
              "search speedup": (f.get("search") or {}).get("speedup"),
              "held-out speedup": f.get("speedup"), "90% interval": _interval(f.get("ci90")),
+             **({"measured alone": f.get("measured_speedup"),
+                 "predicted": f.get("predicted_speedup"),
+                 "weight": f.get("ppi_lambda")} if pooled else {}),
              "tau": f.get("mean_accepted_tokens"), "lossless": f.get("lossless"),
              "chosen": "*" if f["trial"] == record.get("winner") else ""}
             for f in record.get("finalists", [])]
     head = (f"finalists on {record['prompts']} held-out prompts x {record['repeats']} "
             f"pass(es) ({record.get('source')}); AR {_ms(record)} ms/token")
+    if pooled:
+        head += (f"\nprediction-powered (ppi++): the replay tier's predictions on all "
+                 f"{record.get('pool_prompts')} held-out prompts, corrected by the "
+                 f"{record['prompts']} measured (weight: how much the predictions count, "
+                 "0 to 1)")
     table = (pd.DataFrame(rows).to_string(index=False, na_rep="-",
                                           float_format=lambda v: f"{v:.3f}")
              if rows else "no finalist")
@@ -240,14 +249,24 @@ def validation_table(study: optuna.Study, objective: Objective) -> str:
     lines.append(f"answer: {record.get('reason')}")
     winner = next((f for f in record["finalists"] if f["trial"] == record.get("winner")), None)
     if winner and winner.get("by_category"):
-        per = [{"category": c, "prompts": v.get("prompts"), "speedup": v.get("speedup"),
-                "90% interval": _interval(v.get("ci90")) if v.get("ci90") else "- (1 prompt)",
+        per = [{"category": c, "prompts": v.get("prompts"),
+                **({"measured": v.get("measured_prompts")} if pooled else {}),
+                "speedup": v.get("speedup"),
+                "90% interval": _category_interval(v),
                 "tau": v.get("mean_accepted_tokens")}
                for c, v in winner["by_category"].items()]
         lines += ["", "by category (the answer, held-out prompts):",
                   pd.DataFrame(per).to_string(index=False, na_rep="-",
                                               float_format=lambda v: f"{v:.3f}")]
     return "\n".join(lines)
+
+
+def _category_interval(row: dict[str, Any]) -> str:
+    if row.get("ci90"):
+        return _interval(row["ci90"])
+    if row.get("estimator") == "predicted":
+        return "- (predicted only: too few measured)"
+    return "- (1 prompt)"
 
 
 def _ms(record: dict[str, Any]) -> str:

@@ -55,14 +55,19 @@ DO_NOT_SPECULATE = "do_not_speculate"
 UNDECIDED = "undecided"
 # The gain below which speculating is not worth having (`--min-gain`): 5%.
 DEFAULT_MIN_GAIN = 0.05
-STATISTIC = ("AR / candidate decode time per generated token, summed over the validation "
-             "prompts (repeats pooled), runs interleaved per prompt; 90% percentile "
-             "bootstrap interval over prompts")
+STATISTIC = ("AR / candidate decode time per generated token, summed over the held-out "
+             "prompts (repeats pooled), runs interleaved per prompt; prediction-powered "
+             "(ppi++) over the held-out pool where the replay tier predicts the config, "
+             "else over the measured prompts; 90% percentile bootstrap interval over "
+             "prompts")
 # Figures kept per finalist from its validation summary.
 _KEPT = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
          "mean_accepted_tokens", "acceptance_rate", "lossless", "lossless_binding",
          "mismatched_prompts",
          "by_category")
+# The prediction-powered figures a finalist carries besides (`ppi.PoolEstimate.to_json`).
+_POOLED = ("estimator", "ppi_lambda", "measured_prompts", "pool_prompts",
+           "measured_speedup", "measured_ci90", "predicted_speedup")
 
 
 @dataclass(frozen=True)
@@ -187,22 +192,35 @@ def _below(figures: dict[str, Any], worth: float) -> bool:
 def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list[Prompt],
                       repeats: int, complete_trials: int, source: str,
                       on_prompt: Callable[[int, int], None] | None = None,
-                      min_gain: float = DEFAULT_MIN_GAIN) -> dict[str, Any]:
+                      min_gain: float = DEFAULT_MIN_GAIN, pool: list[Prompt] | None = None,
+                      predicted: dict[str, list[paired.PromptPair]] | None = None
+                      ) -> dict[str, Any]:
     """Measure `finalists` against the AR baseline on `prompts` (`repeats` pooled) and
     judge them: the record stored as the study's `VALIDATION_ATTR`.
 
     `complete_trials` is how many trials the study had complete (the record is current
     while that holds); `source` says where the prompts came from, for the record.
     `on_prompt(done, total)` follows each prompt and repeat. `min_gain`: the gain below
-    which speculating is not worth having (`judge`).
+    which speculating is not worth having (`judge`). `pool`: the held-out pool that
+    `prompts` were drawn from at random; `predicted`: per finalist arm, the replay
+    tier's pairs over the whole pool (`pool_prediction.predict_pool`): a finalist with
+    them gets the prediction-powered figures (`autotune.measure.ppi`), one without the
+    measured sample's.
     """
+    from autotune.measure import ppi
     from autotune.decoding.config import config_from_mapping
     from autotune.measure.measurement import measure_arms
     from autotune.workloads.prompts import workload_digest
 
     total = len(prompts) * repeats
+    pool = list(pool) if pool is not None else list(prompts)
+    predicted = {arm: pairs for arm, pairs in (predicted or {}).items()
+                 if len(pool) > len(prompts)}
     record: dict[str, Any] = {
         "statistic": STATISTIC, "level": paired.INTERVAL_LEVEL, "source": source,
+        "estimator": ppi.ESTIMATOR if predicted else "measured",
+        "pool_prompts": len(pool), "pool_sha256": workload_digest(pool),
+        "pool_categories": _counts(p.category for p in pool),
         "prompts": len(prompts), "prompt_ids": [p.prompt_id for p in prompts],
         "categories": _counts(p.category for p in prompts),
         "workload_sha256": workload_digest(prompts), "repeats": repeats,
@@ -229,6 +247,12 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
             record["measured_by_label"] = summary.get("measured_by_label")
             figures = {k: summary.get(k) for k in _KEPT}
             figures["ci90"] = summary.get("speedup_ci90")
+            figures["estimator"] = "measured"
+            if f.arm in predicted:
+                pairs = [run.pair() for run in measured[f.arm].runs]
+                pooled = ppi.estimate(pairs, predicted[f.arm], repeats)
+                figures.update(pooled.to_json())
+                figures["by_category"] = ppi.by_category(pairs, predicted[f.arm], repeats)
             record["finalists"].append({**asdict(f), **figures})
         record["baseline"] = {"latency_ms_per_token": baseline_ms}
     decision, winner, reason = judge(record["finalists"], min_gain)
@@ -296,19 +320,22 @@ def finalist_view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
                                          "prompt_ids", "categories", "workload_sha256",
                                          "repeats", "max_new_tokens", "decision", "reason",
                                          "winner", "measured_by", "measured_by_label")}
+    # Records before prediction-powered validation have no pool.
+    shared.update({k: record[k] for k in ("estimator", "pool_prompts", "pool_sha256",
+                                          "pool_categories") if k in record})
     if isinstance(record.get("min_gain"), (int, float)):     # records before v4 have none
         shared["min_gain"] = record["min_gain"]
     own = next((f for f in record.get("finalists", []) if f["trial"] == trial), None)
     figures: dict[str, Any]
     if own is not None:
-        figures = {k: own[k] for k in (*_KEPT, "ci90") if k in own}
+        figures = {k: own[k] for k in (*_KEPT, "ci90", *_POOLED) if k in own}
     else:
         baseline_ms = (record.get("baseline") or {}).get("latency_ms_per_token")
         figures = {"speedup": 1.0, "ci90": None, "latency_ms_per_token": baseline_ms,
                    "baseline_latency_ms_per_token": baseline_ms, "lossless": True}
     evidence = [{k: f.get(k) for k in ("trial", "label", "role", "preset", "search",
                                        "speedup", "ci90", "mean_accepted_tokens", "lossless",
-                                       "by_category")}
+                                       "by_category", *_POOLED) if k in f or k not in _POOLED}
                 for f in record.get("finalists", [])]
     return {**shared, **figures, "finalists": evidence}
 

@@ -1,5 +1,9 @@
 """The workload split: search prompts | held-out validation prompts the search never sees.
 
+The held-out part is a pool: the replay tier predicts every pool prompt, and a simple
+random sample of it is measured (`autotune.measure.ppi` joins the two). A random sample
+keeps the prediction-powered estimate unbiased, for the pool and for each category.
+
 `autotune search` validates its finalists on the held-out part; `autotune train-draft`
 splits the same workload with the same `--validation` and `--seed` and trains on the
 search part only, so a trained drafter never sees a prompt its search validates on.
@@ -7,6 +11,7 @@ search part only, so a trained drafter never sees a prompt its search validates 
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -22,27 +27,35 @@ from autotune.workloads.prompts import (
 
 # Fewest held-out prompts that give an interval over prompts.
 MIN_HELD_OUT = 2
+# Held-out prompts the replay tier predicts by default (`--validation-pool`): each costs
+# one reference decode (about an eighth of a measured prompt with three finalists),
+# and the pool's breadth is what narrows the prediction-powered interval.
+DEFAULT_POOL = 120
 
 
 class PromptSplit(NamedTuple):
-    """The search prompts, the held-out prompts, and where the latter came from (a
-    sentence for the record, "none" when nothing is held out)."""
+    """The search prompts, the held-out prompts measured (a simple random sample of
+    the pool), where they came from (a sentence for the record, "none" when nothing is
+    held out) and the held-out pool (the measured prompts among them)."""
 
     search: list[Prompt]
     held_out: list[Prompt]
     source: str
+    pool: list[Prompt]
 
 
 def split_prompts(workload: str, categories: list[str] | None, validation: str, seed: int,
-                  prompts: int | None = None, held_out: int | None = None) -> PromptSplit:
+                  prompts: int | None = None, held_out: int | None = None,
+                  pool: int | None = None) -> PromptSplit:
     """Split `workload` (after `categories`) by the `validation` spec.
 
     `validation` a FRACTION: that share of the workload is held out, stratified by
     category and seeded by `seed`, before the search prompts are drawn from the rest;
     a FILE: its prompts are held out and any workload prompt with the same text is
-    dropped from the search; `0`: nothing is held out. Each part is then drawn
-    round-robin over categories: `prompts` search prompts and `held_out` held-out ones
-    (None: all of them). The error messages name the `search` flags, which
+    dropped from the search; `0`: nothing is held out. The search prompts are drawn
+    round-robin over categories (`prompts`, None: all); so is the held-out pool
+    (`pool`, None: all), and `held_out` of the pool are drawn from it at random, seeded
+    (None: the whole pool). The error messages name the `search` flags, which
     `train-draft` shares."""
     spec = str(validation)
     loaded = load_workload(workload, categories)
@@ -55,7 +68,7 @@ def split_prompts(workload: str, categories: list[str] | None, validation: str, 
             raise AutotuneError(f"--validation {spec!r} is neither a fraction in [0, 1) nor "
                                 "a prompt file")
         held = load_workload(spec, None)
-        held = round_robin(held, _count(held_out, held))
+        held = round_robin(held, _count(pool, held))
         if len(held) < MIN_HELD_OUT:
             raise AutotuneError(f"--validation {spec} has {len(held)} prompt; an interval "
                                 f"over prompts needs at least {MIN_HELD_OUT}")
@@ -65,12 +78,12 @@ def split_prompts(workload: str, categories: list[str] | None, validation: str, 
                                 "is left to search on")
         source = f"{len(held)} prompts of {spec}"
     elif fraction == 0:
-        search, held, source = loaded, [], "none"
+        return PromptSplit(round_robin(loaded, _count(prompts, loaded)), [], "none", [])
     else:
         if not 0 < fraction < 1:
             raise AutotuneError(f"--validation {spec}: a fraction lies in [0, 1)")
         search, part = split_workload(loaded, fraction, seed)
-        held = round_robin(part, _count(held_out, part))
+        held = round_robin(part, _count(pool, part))
         source = (f"{len(held)} of the {len(part)} prompts of {workload} held out "
                   f"({fraction:g}, stratified by category, seed {seed})")
         if len(held) < MIN_HELD_OUT:
@@ -80,8 +93,19 @@ def split_prompts(workload: str, categories: list[str] | None, validation: str, 
                   f"to hold {MIN_HELD_OUT} out at --validation {spec}; the answer will not be "
                   "validated (give more prompts or --validation FILE)",
                   file=sys.stderr, flush=True)
-            search, held, source = loaded, [], "none"
-    return PromptSplit(round_robin(search, _count(prompts, search)), held, source)
+            return PromptSplit(round_robin(loaded, _count(prompts, loaded)), [], "none", [])
+    measured = _sample(held, held_out, seed)
+    if len(measured) < len(held):
+        source += f"; {len(measured)} of them measured (a random sample, seed {seed})"
+    return PromptSplit(round_robin(search, _count(prompts, search)), measured, source, held)
+
+
+def _sample(pool: list[Prompt], wanted: int | None, seed: int) -> list[Prompt]:
+    """A seeded simple random sample of `pool` (in pool order), or all of it."""
+    if wanted is None or wanted >= len(pool):
+        return list(pool)
+    chosen = {id(p) for p in random.Random(seed).sample(pool, wanted)}
+    return [p for p in pool if id(p) in chosen]
 
 
 def _count(wanted: int | None, available: list[Prompt]) -> int:

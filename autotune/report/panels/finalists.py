@@ -90,7 +90,8 @@ def _hover(f: dict[str, Any], group: str, speedup: float | None, ci: tuple[float
 
 def _groups(record: dict[str, Any]) -> list[str]:
     """"all", then the categories in the record's order, then any only a finalist has."""
-    order = [ALL, *(record.get("categories") or {})]
+    # A prediction-powered record holds for its pool: the pool's categories.
+    order = [ALL, *(record.get("pool_categories") or record.get("categories") or {})]
     for f in record.get("finalists") or []:
         for category in (f.get("by_category") or {}) if isinstance(f, dict) else ():
             if category not in order:
@@ -114,7 +115,8 @@ def frame_of(record: dict[str, Any]) -> pd.DataFrame:
         for group in groups:
             if group == ALL:
                 figures = {"speedup": f.get("speedup"), "ci90": f.get("ci90"),
-                           "prompts": record.get("prompts"), "mean_accepted_tokens":
+                           "prompts": record.get("pool_prompts", record.get("prompts")),
+                           "mean_accepted_tokens":
                            f.get("mean_accepted_tokens")}
             elif isinstance(cats.get(group), dict):
                 figures = cats[group]

@@ -1,0 +1,60 @@
+"""The replay tier's predictions of the finalists over the whole held-out pool.
+
+The validation measures a random sample of the held-out pool; these predictions give
+`autotune.measure.ppi` the rest. They reuse the search's cost parts (measured once on
+this machine) and decode the pool's reference continuations once (cached like the
+search's). A finalist the replay tier cannot predict (a sampled config, a method
+without replay) has no predictions and is judged on its measured sample alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autotune.common.errors import AutotuneError
+from autotune.measure.paired import PromptPair
+
+if TYPE_CHECKING:
+    from autotune.search.finalists import Finalist
+    from autotune.search.objectives import EvalContext
+    from autotune.workloads.prompts import Prompt
+
+__all__ = ["predict_pool"]
+
+
+def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
+                 ) -> dict[str, list[PromptPair]]:
+    """Per finalist arm that the replay tier can predict: one predicted pair (its own
+    and the AR baseline's decode times and tokens) per pool prompt."""
+    from autotune.decoding.config import config_from_mapping
+    from autotune.replay import PARTS_FILE, replay_refusal
+    from autotune.replay.costs import CostParts, stored_parts
+    from autotune.replay.reference import cache_dir
+    from autotune.replay.run import Replayer
+
+    configs = {f.arm: config_from_mapping(f.params).validate() for f in finalists}
+    replayable = {arm: c for arm, c in configs.items() if replay_refusal(c) is None}
+    if not replayable or not pool:
+        return {}
+    parts_path = Path(ctx.replay_parts) if ctx.replay_parts else cache_dir() / PARTS_FILE
+    search_replayer = ctx.memo.get("replayer")
+    parts: CostParts | None = (search_replayer.parts if search_replayer is not None
+                               else stored_parts(parts_path, ctx.target, ctx.draft))
+    if parts is None:
+        # Measured for the pool beside the search's, never over them.
+        parts_path = parts_path.with_name(f"pool-{parts_path.name}")
+    print(f"autotune: predicting {len(replayable)} finalists on the {len(pool)} held-out "
+          "prompts by replay (their reference continuations are decoded once, then "
+          "cached)", file=sys.stderr, flush=True)
+    replayer = Replayer(ctx.target, ctx.draft, pool, ctx.max_new_tokens, parts_path,
+                        parts=parts)
+    predicted: dict[str, list[PromptPair]] = {}
+    for arm, config in replayable.items():
+        try:
+            predicted[arm] = [run.pair() for run in replayer.replay(config).runs]
+        except AutotuneError as exc:
+            print(f"autotune: {arm} is judged on its measured prompts alone ({exc})",
+                  file=sys.stderr, flush=True)
+    return predicted
