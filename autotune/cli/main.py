@@ -57,7 +57,7 @@ def _add_workload_args(p: argparse.ArgumentParser, max_new_tokens: int | None,
                        from_config: bool = False) -> None:
     """`max_new_tokens` None: the objective's workload defaults fill what is not given.
     `from_config`: workload and seed default to None, filled from a frozen --config."""
-    p.add_argument("--workload", default=None if from_config else "builtin",
+    p.add_argument("--workload", default=None if from_config else "spec_bench",
                    help="builtin | spec_bench | copy_edit | Spec-Bench JSONL | JSONL with prompt/text "
                         "| text file")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")

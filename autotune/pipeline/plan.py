@@ -47,7 +47,7 @@ class SearchRequest:
     device: str = "auto"
     dtype: str | None = None
     trust_remote_code: bool = False
-    workload: str = "builtin"
+    workload: str = "spec_bench"
     categories: str | None = None          # comma-separated
     prompts: int | None = None
     max_new_tokens: int | None = None
