@@ -70,11 +70,16 @@ def test_train_draft_split_holds_out_every_held_out_prompt(workload, tmp_path):
     # What `search` holds out at any --validation-prompts is among them, and the search
     # part is the same as the search's.
     everything = split_prompts(workload, None, "0.4", 0)
-    search = split_prompts(workload, None, "0.4", 0, prompts=100, held_out=4)
+    search = split_prompts(workload, None, "0.4", 0, prompts=100, held_out=4, pool=6)
     _, part = split_workload(load_workload(workload), 0.4, 0)
-    assert everything.held_out == round_robin(part, len(part))
-    assert {p.prompt_id for p in search.held_out} <= {p.prompt_id for p in everything.held_out}
+    assert everything.pool == round_robin(part, len(part))
+    assert {p.prompt_id for p in everything.held_out} == {p.prompt_id for p in part}
+    assert {p.prompt_id for p in search.held_out} <= {p.prompt_id for p in search.pool}
+    assert {p.prompt_id for p in search.pool} <= {p.prompt_id for p in everything.pool}
     assert everything.search == search.search
+    # The measured prompts are a random permutation's prefix: more of them extend fewer.
+    more = split_prompts(workload, None, "0.4", 0, prompts=100, held_out=5, pool=6)
+    assert more.held_out[:4] == search.held_out
     # A file: every prompt of it.
     held = Path(tmp_path / "held.jsonl")
     held.write_text("".join(json.dumps(x) + "\n" for x in LINES[:5]))

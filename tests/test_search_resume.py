@@ -100,7 +100,7 @@ def test_a_larger_screen_screens_more_and_a_smaller_budget_changes_nothing(
     assert lines == ["autotune: 3 trials are finished already, more than --trials 2: "
                      "nothing more is measured"]
     assert len(_journal_trials(journal, "m")) == all_trials
-    assert "validating" not in err                   # nor the finalists re-measured
+    assert "racing" not in err                   # nor the finalists re-measured
 
 
 def test_beyond_the_screens_distinct_configs_the_sampler_measures_the_rest(

@@ -78,7 +78,7 @@ def test_a_validated_search_records_chooses_and_exports_on_held_out_prompts(
     run = tmp_path / "run"
     assert main(_args(tiny_dir, run)) == 0
     printed = capsys.readouterr()
-    assert "validating" in printed.err and "held-out prompts measured x 2 repeats" in printed.err
+    assert "racing" in printed.err and "held-out prompts measured x 2 repeats" in printed.err
     assert "finalists on 4 held-out prompts x 2 pass(es)" in printed.out
     best = json.loads((run / "best.json").read_text())
     validation = best["validation"]
@@ -113,12 +113,12 @@ def test_a_validated_search_records_chooses_and_exports_on_held_out_prompts(
     capsys.readouterr()
     assert main(_args(tiny_dir, run)) == 0
     again = capsys.readouterr()
-    assert "validating" not in again.err
+    assert "racing" not in again.err
     assert json.loads((run / "best.json").read_text())["validation"]["prompt_ids"] == \
         validation["prompt_ids"]
     # More repeats asked for: the finalists are measured again.
     assert main(_args(tiny_dir, run, "--validation-repeats", "1")) == 0
-    assert "validating" in capsys.readouterr().err
+    assert "racing" in capsys.readouterr().err
     assert json.loads((run / "best.json").read_text())["validation"]["repeats"] == 1
 
 
@@ -141,7 +141,7 @@ def test_ctrl_c_while_validating_keeps_the_search_and_a_rerun_validates(tiny_dir
     rerun = _cli(*args)
     out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
-    assert "validating" in err
+    assert "racing" in err
     assert len(_journal_trials(run / "study.journal", "v")) == len(trials)   # no new trial
     assert json.loads((run / "best.json").read_text())["validation"]["prompts"] == 4
 

@@ -121,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "sample; it corrects the predictions)")
     s.add_argument("--validation-repeats", type=int, default=1, metavar="N",
                    help="passes over the measured held-out prompts, pooled")
+    s.add_argument("--validation-budget", type=float, default=None, metavar="SECONDS",
+                   help="time for racing the finalists: no look starts that would pass "
+                        "it (default: the whole --validation-prompts sample); a rerun "
+                        "resumes a race it left undecided")
     s.add_argument("--min-gain", type=float, default=0.05, metavar="G",
                    help="the smallest speedup worth having, as a fraction (0.05: 5%%): "
                         "no finalist's interval reaching 1+G is 'do not speculate'; "

@@ -59,6 +59,7 @@ class SearchRequest:
     validation_pool: int = DEFAULT_POOL        # held-out prompts predicted by replay
     validation_prompts: int = 16
     validation_repeats: int = 1
+    validation_budget: float | None = None     # seconds for the finalists' race
     finalists: int = 3
     min_gain: float = DEFAULT_MIN_GAIN     # below it, speculating is not worth having
     trials: int | None = None
@@ -111,6 +112,7 @@ class SearchPlan:
     screen: int
     finalists: int
     validation_repeats: int
+    validation_budget_s: float | None      # the finalists' race stops before passing it
     min_gain: float                        # the answer's smallest gain worth having
     timeout_s: float | None
     trial_timeout_s: float | None
@@ -192,7 +194,8 @@ def plan_search(request: SearchRequest) -> SearchPlan:
         workload=request.workload, categories=categories, split=split,
         max_new_tokens=max_new, fidelity=fidelity, in_engine=in_engine,
         trials=trials, screen=request.screen, finalists=request.finalists,
-        validation_repeats=request.validation_repeats, min_gain=request.min_gain,
+        validation_repeats=request.validation_repeats,
+        validation_budget_s=request.validation_budget, min_gain=request.min_gain,
         timeout_s=request.timeout,
         trial_timeout_s=request.trial_timeout, batch_sizes=batch_sizes,
         schedule_ks=schedule_ks, sampler=request.sampler, seed=request.seed,
@@ -233,6 +236,9 @@ def _check_numbers(request: SearchRequest, trials: int) -> None:
                                ("--finalists", request.finalists, 1)):
         if value < least:
             raise AutotuneError(f"{flag} must be at least {least}")
+    if request.validation_budget is not None and not request.validation_budget > 0:
+        raise AutotuneError(f"--validation-budget must be a positive number of seconds, "
+                            f"not {request.validation_budget:g}")
     if not 0.0 <= request.min_gain < 1.0:
         raise AutotuneError(f"--min-gain must lie in [0, 1) (a fraction: 0.05 is 5%), "
                             f"not {request.min_gain:g}")

@@ -271,20 +271,26 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
 
 
 def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
-    """Re-measure the finalists on the held-out prompts and store the record in the
-    study, unless a current record of these prompts and repeats is there already (a
-    rerun of a finished search loses nothing and re-measures nothing)."""
+    """Race the finalists on the held-out prompts and store the record in the study,
+    unless a current record of these prompts and repeats is there already (a rerun of
+    a finished search loses nothing and re-measures nothing); a race its budget
+    stopped undecided is resumed where it stopped."""
     study, held = runner.study, plan.split
     record = finalists.current_record(study)
-    if (record is not None and record.get("workload_sha256") == workload_digest(held.held_out)
+    resume = None
+    if (record is not None
+            and record.get("sample_sha256", record.get("workload_sha256"))
+            == workload_digest(held.held_out)
             and record.get("pool_sha256") == workload_digest(held.pool)
             and record.get("repeats") == plan.validation_repeats):
-        if record.get("min_gain") != plan.min_gain:
-            # Another --min-gain (or a record judged before there was one) judges the
-            # same figures again; nothing is re-measured.
-            study.set_user_attr(finalists.VALIDATION_ATTR,
-                                finalists.rejudged(record, plan.min_gain))
-        return
+        if not _resumable(record):
+            if record.get("min_gain") != plan.min_gain:
+                # Another --min-gain (or a record judged before there was one) judges
+                # the same figures again; nothing is re-measured.
+                study.set_user_attr(finalists.VALIDATION_ATTR,
+                                    finalists.rejudged(record, plan.min_gain))
+            return
+        resume = record
     _, running, _ = runner.progress()
     if running:
         # Many workers share this study: the last one to finish validates what they
@@ -293,12 +299,18 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
               "worker to finish validates the finalists", file=sys.stderr, flush=True)
         return
     chosen = finalists.pick_finalists(study, plan.objective, plan.finalists)
+    if resume is not None and [f["trial"] for f in resume.get("finalists", [])] != [
+            f.trial for f in chosen]:
+        resume = None
     predicted = (predict_pool(runner.context, chosen, held.pool)
                  if len(held.pool) > len(held.held_out) else {})
     names = ", ".join(f"trial {f.trial} ({f.role})" for f in chosen) or "none"
-    print(f"autotune: validating {len(chosen)} finalists ({names}) against the AR "
-          f"baseline: {len(held.held_out)} of the {len(held.pool)} held-out prompts "
-          f"measured x {plan.validation_repeats} repeats", file=sys.stderr, flush=True)
+    again = (f", resumed after {resume['race']['measured']} measured"
+             if resume is not None else "")
+    print(f"autotune: racing {len(chosen)} finalists ({names}) against the AR "
+          f"baseline: up to {len(held.held_out)} of the {len(held.pool)} held-out prompts "
+          f"measured x {plan.validation_repeats} repeats{again}", file=sys.stderr,
+          flush=True)
 
     def progress(done: int, total: int) -> None:
         print(f"  [{done}/{total}] held-out prompt", file=sys.stderr, flush=True)
@@ -307,8 +319,15 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
                                          plan.validation_repeats,
                                          len(ranking.complete(study)), held.source,
                                          on_prompt=progress, min_gain=plan.min_gain,
-                                         pool=held.pool, predicted=predicted)
+                                         pool=held.pool, predicted=predicted,
+                                         budget_s=plan.validation_budget_s, resume=resume)
     study.set_user_attr(finalists.VALIDATION_ATTR, record)
+
+
+def _resumable(record: dict[str, Any]) -> bool:
+    """A race its time budget stopped before it was decided."""
+    race = record.get("race") or {}
+    return race.get("stopped") == "budget" and record.get("decision") == finalists.UNDECIDED
 
 
 def _write_outputs(plan: SearchPlan, study: optuna.Study, context: dict[str, Any]

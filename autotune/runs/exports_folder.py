@@ -204,9 +204,12 @@ def _headline(best: dict[str, Any]) -> str:
         return f"do not speculate: {validation.get('reason')}. Nothing is written."
     if validation.get("decision") == "undecided":
         return f"undecided: {validation.get('reason')}. Nothing is written."
-    return (f"best {_trial_line(best)}, validated {_figure(validation)} on "
-            f"{validation.get('prompts')} held-out prompts x {validation.get('repeats')} "
-            f"repeats (90% interval)")
+    where = (f"{validation.get('prompts')} held-out prompts x {validation.get('repeats')} "
+             "repeats")
+    if validation.get("estimator") == "ppi++":
+        where = (f"a pool of {validation.get('pool_prompts')} held-out prompts, "
+                 f"prediction-powered ({where} measured)")
+    return f"best {_trial_line(best)}, validated {_figure(validation)} on {where} (90% interval)"
 
 
 def _reason(doc: dict[str, Any], fmt: str) -> str:

@@ -230,6 +230,14 @@ def validation_table(study: optuna.Study, objective: Objective) -> str:
             for f in record.get("finalists", [])]
     head = (f"finalists on {record['prompts']} held-out prompts x {record['repeats']} "
             f"pass(es) ({record.get('source')}); AR {_ms(record)} ms/token")
+    race = record.get("race") or {}
+    if race.get("looks"):
+        dropped = [f"trial {f['trial']} after {f['dropped_after']}"
+                   for f in record.get("finalists", []) if f.get("dropped_after")]
+        head += (f"\nraced in {len(race['looks'])} look(s), stopped after "
+                 f"{race.get('measured')} of {record.get('planned_prompts')} prompts "
+                 f"({_STOPPED.get(race.get('stopped'), race.get('stopped'))})"
+                 + (f"; dropped: {', '.join(dropped)}" if dropped else ""))
     if pooled:
         head += (f"\nprediction-powered (ppi++): the replay tier's predictions on all "
                  f"{record.get('pool_prompts')} held-out prompts, corrected by the "
@@ -259,6 +267,10 @@ def validation_table(study: optuna.Study, objective: Objective) -> str:
                   pd.DataFrame(per).to_string(index=False, na_rep="-",
                                               float_format=lambda v: f"{v:.3f}")]
     return "\n".join(lines)
+
+
+_STOPPED = {"decided": "decided", "sample": "the whole sample measured",
+            "budget": "the --validation-budget ran out"}
 
 
 def _category_interval(row: dict[str, Any]) -> str:

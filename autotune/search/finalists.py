@@ -27,6 +27,7 @@ Torch-free but for `measure_finalists`, which imports the measuring code when ca
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -65,9 +66,11 @@ _KEPT = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
          "mean_accepted_tokens", "acceptance_rate", "lossless", "lossless_binding",
          "mismatched_prompts",
          "by_category")
+# What names a finalist in the record, beside its figures.
+_IDENTITY = ("trial", "label", "role", "preset", "params", "search", "dropped_after")
 # The prediction-powered figures a finalist carries besides (`ppi.PoolEstimate.to_json`).
 _POOLED = ("estimator", "ppi_lambda", "measured_prompts", "pool_prompts",
-           "measured_speedup", "measured_ci90", "predicted_speedup")
+           "measured_speedup", "measured_ci90", "predicted_speedup", "look_level", "dropped_after")
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ def judge(finalists: list[dict[str, Any]], min_gain: float = DEFAULT_MIN_GAIN
         return UNDECIDED, None, (
             f"likely {figure(leader)}, not shown: its 90% interval reaches below 1.0 and "
             f"above {worth:.2f} (a gain worth having); rerun with more "
-            f"--validation-prompts or --validation-repeats{not_lossless}")
+            f"--validation-prompts (or a larger --validation-pool){not_lossless}")
     reason = (f"no {which} 90% interval lies above 1.0, and none reaches {worth:.2f} "
               f"(--min-gain {min_gain:g}) (best {figure(best)}){not_lossless}")
     return DO_NOT_SPECULATE, None, reason
@@ -193,71 +196,129 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
                       repeats: int, complete_trials: int, source: str,
                       on_prompt: Callable[[int, int], None] | None = None,
                       min_gain: float = DEFAULT_MIN_GAIN, pool: list[Prompt] | None = None,
-                      predicted: dict[str, list[paired.PromptPair]] | None = None
+                      predicted: dict[str, list[paired.PromptPair]] | None = None,
+                      budget_s: float | None = None, resume: dict[str, Any] | None = None
                       ) -> dict[str, Any]:
-    """Measure `finalists` against the AR baseline on `prompts` (`repeats` pooled) and
+    """Race `finalists` against the AR baseline over `prompts` (`repeats` pooled) and
     judge them: the record stored as the study's `VALIDATION_ATTR`.
+
+    `prompts` are a random permutation's prefix of the held-out `pool`, measured in
+    looks (`autotune.search.racing`): a finalist clearly behind is dropped, and the race
+    stops once decided, at the end of `prompts`, or before a look that would pass
+    `budget_s` seconds (None: no budget). `predicted`: per finalist arm, the replay
+    tier's pairs over the whole pool (`pool_prediction.predict_pool`): a finalist with
+    them gets prediction-powered figures (`autotune.measure.ppi`), one without the
+    measured prompts' alone. `resume`: a record of this race stopped by its budget,
+    continued from where it stopped (its measured runs kept, its error spent).
 
     `complete_trials` is how many trials the study had complete (the record is current
     while that holds); `source` says where the prompts came from, for the record.
     `on_prompt(done, total)` follows each prompt and repeat. `min_gain`: the gain below
-    which speculating is not worth having (`judge`). `pool`: the held-out pool that
-    `prompts` were drawn from at random; `predicted`: per finalist arm, the replay
-    tier's pairs over the whole pool (`pool_prediction.predict_pool`): a finalist with
-    them gets the prediction-powered figures (`autotune.measure.ppi`), one without the
-    measured sample's.
+    which speculating is not worth having (`judge`).
     """
-    from autotune.measure import ppi
     from autotune.decoding.config import config_from_mapping
+    from autotune.measure import ppi
     from autotune.measure.measurement import measure_arms
+    from autotune.search import racing
+    from autotune.search.finalist_figures import figures, row_of
     from autotune.workloads.prompts import workload_digest
 
-    total = len(prompts) * repeats
     pool = list(pool) if pool is not None else list(prompts)
     predicted = {arm: pairs for arm, pairs in (predicted or {}).items()
                  if len(pool) > len(prompts)}
+    alpha = 1.0 - paired.INTERVAL_LEVEL
+    earlier = resume or {}
+    race = earlier.get("race") or {}
+    rows: dict[str, list[list[Any]]] = {f.arm: list((earlier.get("rows") or {}).get(f.arm, []))
+                                         for f in finalists}
+    done = int(race.get("measured", 0))
+    spent = float(race.get("alpha_spent", 0.0))
+    looks: list[dict[str, Any]] = list(race.get("looks", []))
+    active = [f.arm for f in finalists
+              if f.arm not in {arm for look in looks for arm in look.get("dropped", [])}]
+    # What each finalist showed at its last look (a dropped one's stays as it was).
+    shown: dict[str, dict[str, Any]] = {
+        f"trial{entry['trial']}": {k: v for k, v in entry.items() if k not in _IDENTITY}
+        for entry in earlier.get("finalists", [])}
+    facts: dict[str, Any] = {k: earlier[k] for k in ("measured_by", "measured_by_label",
+                                                     "token_exact") if k in earlier}
+    configs = {f.arm: config_from_mapping(f.params).validate() for f in finalists}
+    stopped = "sample" if done >= len(prompts) else None
+    began = time.monotonic()
+    this_run = 0
+    total = len(prompts) * repeats
+    for size in racing.look_sizes(len(prompts)):
+        if size <= done or stopped is not None or not active:
+            continue
+        if racing.overruns(time.monotonic() - began, this_run, budget_s):
+            stopped = "budget"
+            break
+        chunk, offset = prompts[done:size], done
+
+        def each(index: int, repeat: int, runs: Any, so_far: Any) -> None:
+            if on_prompt is not None:
+                on_prompt(repeat * len(prompts) + offset + index + 1, total)
+
+        measured = measure_arms(ctx.target, {arm: configs[arm] for arm in active}, chunk,
+                                ctx.max_new_tokens, repeats=repeats, seed=ctx.seed,
+                                draft=ctx.draft, on_prompt=each, backend=ctx.final_backend)
+        for arm, measurement in measured.items():
+            rows[arm] += [row_of(run) for run in measurement.runs]
+            facts = {"measured_by": measurement.measured_by,
+                     "measured_by_label": measurement.measured_by_label,
+                     "token_exact": measurement.token_exact}
+        done, this_run = size, this_run + 1
+        level = racing.look_level(alpha, spent, size, len(prompts))
+        spent += 1.0 - level
+        for arm in active:
+            shown[arm] = figures(rows[arm], predicted.get(arm), repeats, level,
+                                 configs[arm].greedy, bool(facts.get("token_exact", True)))
+        look = racing.next_look({arm: _interval_or_none(shown[arm]) for arm in active},
+                                last=size >= len(prompts), min_gain=min_gain)
+        looks.append({"prompts": size, "level": level, "active": list(active),
+                      "dropped": look.dropped})
+        active = look.keep
+        stopped = look.stop
+    measured_ids = list(dict.fromkeys(row[0] for arm_rows in rows.values() for row in arm_rows))
+    by_id = {p.prompt_id: p for p in prompts}
+    measured_prompts = [by_id[i] for i in measured_ids if i in by_id]
     record: dict[str, Any] = {
         "statistic": STATISTIC, "level": paired.INTERVAL_LEVEL, "source": source,
         "estimator": ppi.ESTIMATOR if predicted else "measured",
         "pool_prompts": len(pool), "pool_sha256": workload_digest(pool),
         "pool_categories": _counts(p.category for p in pool),
-        "prompts": len(prompts), "prompt_ids": [p.prompt_id for p in prompts],
-        "categories": _counts(p.category for p in prompts),
-        "workload_sha256": workload_digest(prompts), "repeats": repeats,
-        "max_new_tokens": ctx.max_new_tokens, "complete_trials": complete_trials,
-        "min_gain": min_gain,
+        "prompts": len(measured_prompts), "prompt_ids": measured_ids,
+        "categories": _counts(p.category for p in measured_prompts),
+        "workload_sha256": workload_digest(measured_prompts),
+        "planned_prompts": len(prompts), "sample_sha256": workload_digest(prompts),
+        "repeats": repeats, "max_new_tokens": ctx.max_new_tokens,
+        "complete_trials": complete_trials, "min_gain": min_gain,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "finalists": [],
+        "race": {"stopped": stopped or "sample", "measured": done, "looks": looks,
+                 "alpha_spent": spent, "budget_s": budget_s, "spending": racing.SPENDING},
+        "rows": rows, **facts, "finalists": [],
     }
-    if finalists:
-        configs = {f.arm: config_from_mapping(f.params).validate() for f in finalists}
-
-        def each(index: int, repeat: int, runs: Any, so_far: Any) -> None:
-            if on_prompt is not None:
-                on_prompt(repeat * len(prompts) + index + 1, total)
-
-        measured = measure_arms(ctx.target, configs, prompts, ctx.max_new_tokens,
-                                repeats=repeats, seed=ctx.seed, draft=ctx.draft,
-                                on_prompt=each, backend=ctx.final_backend)
-        baseline_ms = None
-        for f in finalists:
-            summary = measured[f.arm].summary()
-            baseline_ms = summary.get("baseline_latency_ms_per_token")
-            record["measured_by"] = summary.get("measured_by")
-            record["measured_by_label"] = summary.get("measured_by_label")
-            figures = {k: summary.get(k) for k in _KEPT}
-            figures["ci90"] = summary.get("speedup_ci90")
-            figures["estimator"] = "measured"
-            if f.arm in predicted:
-                pairs = [run.pair() for run in measured[f.arm].runs]
-                pooled = ppi.estimate(pairs, predicted[f.arm], repeats)
-                figures.update(pooled.to_json())
-                figures["by_category"] = ppi.by_category(pairs, predicted[f.arm], repeats)
-            record["finalists"].append({**asdict(f), **figures})
-        record["baseline"] = {"latency_ms_per_token": baseline_ms}
+    baseline_ms = None
+    for f in finalists:
+        own = shown.get(f.arm)
+        if own is None:
+            continue
+        baseline_ms = own.get("baseline_latency_ms_per_token") or baseline_ms
+        dropped_at = next((look["prompts"] for look in looks if f.arm in look["dropped"]), None)
+        record["finalists"].append({**asdict(f), **own, "dropped_after": dropped_at})
+    record["baseline"] = {"latency_ms_per_token": baseline_ms}
     decision, winner, reason = judge(record["finalists"], min_gain)
+    if decision == UNDECIDED and record["race"]["stopped"] == "budget":
+        reason += (f"; the --validation-budget of {budget_s:g} s ran out after "
+                   f"{done} of {len(prompts)} prompts: rerun with a larger one to resume "
+                   "where it stopped")
     record.update(decision=decision, winner=winner, reason=reason)
     return record
+
+
+def _interval_or_none(figures: dict[str, Any]) -> tuple[float, float] | None:
+    ci = figures.get("ci90")
+    return (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
 
 
 def rejudged(record: dict[str, Any], min_gain: float) -> dict[str, Any]:
@@ -320,9 +381,10 @@ def finalist_view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
                                          "prompt_ids", "categories", "workload_sha256",
                                          "repeats", "max_new_tokens", "decision", "reason",
                                          "winner", "measured_by", "measured_by_label")}
-    # Records before prediction-powered validation have no pool.
+    # Records before prediction-powered validation have no pool, nor a race.
     shared.update({k: record[k] for k in ("estimator", "pool_prompts", "pool_sha256",
-                                          "pool_categories") if k in record})
+                                          "pool_categories", "planned_prompts", "race")
+                   if k in record})
     if isinstance(record.get("min_gain"), (int, float)):     # records before v4 have none
         shared["min_gain"] = record["min_gain"]
     own = next((f for f in record.get("finalists", []) if f["trial"] == trial), None)

@@ -54,9 +54,9 @@ def split_prompts(workload: str, categories: list[str] | None, validation: str, 
     a FILE: its prompts are held out and any workload prompt with the same text is
     dropped from the search; `0`: nothing is held out. The search prompts are drawn
     round-robin over categories (`prompts`, None: all); so is the held-out pool
-    (`pool`, None: all), and `held_out` of the pool are drawn from it at random, seeded
-    (None: the whole pool). The error messages name the `search` flags, which
-    `train-draft` shares."""
+    (`pool`, None: all), and `held_out` of the pool are drawn from it at random, seeded,
+    in a random order whose every prefix is a random sample (None: the whole pool).
+    The error messages name the `search` flags, which `train-draft` shares."""
     spec = str(validation)
     loaded = load_workload(workload, categories)
     try:
@@ -101,11 +101,12 @@ def split_prompts(workload: str, categories: list[str] | None, validation: str, 
 
 
 def _sample(pool: list[Prompt], wanted: int | None, seed: int) -> list[Prompt]:
-    """A seeded simple random sample of `pool` (in pool order), or all of it."""
-    if wanted is None or wanted >= len(pool):
-        return list(pool)
-    chosen = {id(p) for p in random.Random(seed).sample(pool, wanted)}
-    return [p for p in pool if id(p) in chosen]
+    """The first `wanted` prompts of a seeded random permutation of `pool` (all of it
+    for None), in that order: every prefix is a simple random sample of the pool (the
+    finalists are raced over prefixes), and a larger `wanted` extends a smaller one."""
+    order = list(pool)
+    random.Random(seed).shuffle(order)
+    return order if wanted is None else order[:wanted]
 
 
 def _count(wanted: int | None, available: list[Prompt]) -> int:

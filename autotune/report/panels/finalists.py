@@ -137,7 +137,11 @@ def frame_of(record: dict[str, Any]) -> pd.DataFrame:
 def facts_of(record: dict[str, Any]) -> dict[str, str]:
     """The record's shared facts as display strings."""
     facts = {"prompts": f"{plural(record.get('prompts'), 'held-out prompt')} × "
-                        f"{plural(record.get('repeats'), 'repeat')}",
+                        f"{plural(record.get('repeats'), 'repeat')}"
+                        + (f" measured of a pool of {record.get('pool_prompts')}, "
+                           "prediction-powered (ppi++): the replay tier's predictions "
+                           "on the pool corrected by the measured prompts"
+                           if record.get("estimator") == "ppi++" else ""),
              "source": str(record.get("source") or ""),
              "decision": str(record.get("decision") or "").replace("_", " "),
              "reason": str(record.get("reason") or ""),

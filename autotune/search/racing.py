@@ -1,0 +1,100 @@
+"""Racing the finalists: measure the held-out sample in looks, drop a finalist once it is
+clearly behind, stop once the answer is decided or the time budget is spent.
+
+The measured sample is a random permutation's prefix of the held-out pool, so after any
+look the prompts measured so far are themselves a simple random sample of the pool and
+the prediction-powered estimate is valid at every look. Looking repeatedly would break a
+plain 90% interval (each look is another chance to be fooled), so the error is **spent
+over the looks** (Lan and DeMets' alpha-spending, with the power family
+`alpha * t**3`, t the share of the planned sample measured): look k's intervals are
+taken at level `1 - (spent(t_k) - spent(t_{k-1}))`, and by Bonferroni over the looks
+every interval the race ever showed holds at once with probability at least 90%. Early
+looks spend little (they stop a race only on a clear result); the last one spends the
+most. A rerun that resumes a race spends only what is left.
+
+At each look (F-race style, Birattari et al. 2002, with intervals in place of its rank
+test): a finalist whose upper bound lies below the leader's lower bound (the leader: the
+highest lower bound) is dropped; multiplicity across finalists is covered by the look's
+small error. The race stops when one finalist is left and its interval lies above 1
+(speculate), when every finalist's interval lies below 1 + min_gain (nothing worth
+having), when the sample is measured, or when the next look would overrun the budget.
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FIRST_LOOK", "LOOK_PROMPTS", "SPENDING", "Look", "look_level", "look_sizes",
+           "next_look", "overruns", "spent"]
+
+SPENDING = "alpha * t^3 over the looks (Lan-DeMets power family; Bonferroni across looks)"
+# The first look comes after this many prompts (fewer say too little to act on), the
+# next ones every LOOK_PROMPTS (the cross-fitted estimate needs four).
+FIRST_LOOK = 8
+LOOK_PROMPTS = 4
+
+
+def look_sizes(planned: int) -> list[int]:
+    """Prompts measured at each look of a sample of `planned` prompts (the last look is
+    the whole sample)."""
+    if planned <= FIRST_LOOK:
+        return [planned]
+    sizes = list(range(FIRST_LOOK, planned, LOOK_PROMPTS))
+    return [*sizes, planned]
+
+
+def spent(alpha: float, fraction: float) -> float:
+    """The error spent by the time `fraction` of the planned sample is measured."""
+    return alpha * min(max(fraction, 0.0), 1.0) ** 3
+
+
+def look_level(alpha: float, already: float, measured: int, planned: int) -> float:
+    """The interval level of the look at `measured` of `planned` prompts, after
+    `already` was spent: one minus this look's share of the error (the last look
+    spends whatever is left)."""
+    share = (alpha - already if measured >= planned
+             else max(spent(alpha, measured / planned) - already, 0.0))
+    return 1.0 - max(share, 1e-6)
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one look decided: the arms to keep measuring, the arms dropped now, and
+    why the race stops here (None: it goes on)."""
+
+    keep: list[str]
+    dropped: list[str]
+    stop: str | None
+
+
+def next_look(intervals: dict[str, tuple[float, float] | None], last: bool,
+              min_gain: float) -> Look:
+    """The decision after a look from each active arm's interval at the look's level.
+
+    `last`: the sample is measured (or the budget spent), so the race stops whatever
+    the intervals say. An arm without an interval (too few prompts) is kept."""
+    known = {arm: ci for arm, ci in intervals.items() if ci is not None}
+    dropped: list[str] = []
+    if known:
+        leader_low = max(ci[0] for ci in known.values())
+        dropped = [arm for arm, ci in known.items() if ci[1] < leader_low]
+    keep = [arm for arm in intervals if arm not in dropped]
+    stop = "sample" if last else None
+    if len(keep) == 1 and known.get(keep[0]) is not None and known[keep[0]][0] > 1.0:
+        stop = "decided"
+    elif known and len(known) == len(intervals) and all(
+            ci[1] < 1.0 + min_gain for arm, ci in known.items() if arm in keep):
+        stop = "decided"
+    return Look(keep, dropped, stop)
+
+
+def overruns(elapsed_s: float, looks_done: int, budget_s: float | None) -> bool:
+    """Whether another look, as long as the looks so far on average, would pass
+    `budget_s` (None: no budget)."""
+    if budget_s is None:
+        return False
+    if looks_done == 0:
+        return elapsed_s >= budget_s
+    return elapsed_s + elapsed_s / looks_done > budget_s

@@ -1,0 +1,130 @@
+"""Racing the finalists: the look schedule and error spending, dropping, stopping, the
+time budget and resuming, over a stand-in for measurement (no timing here: the arms'
+decode times are given, and the budget runs on a fake clock)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autotune.decoding.decoder import Generation, RoundTrace
+from autotune.measure.measurement import Measurement, PromptRun
+from autotune.search import finalists, racing
+from autotune.search.finalists import Finalist
+from autotune.workloads.prompts import Prompt
+
+PROMPTS = [Prompt(f"p{i}", f"c{i % 3}", f"id{i}") for i in range(24)]
+TOKENS = 33
+
+
+def test_looks_and_error_spending_keep_the_total_at_ten_percent() -> None:
+    assert racing.look_sizes(16) == [8, 12, 16]
+    assert racing.look_sizes(6) == [6]
+    assert racing.look_sizes(21) == [8, 12, 16, 20, 21]
+    spent, levels = 0.0, []
+    for size in racing.look_sizes(16):
+        level = racing.look_level(0.1, spent, size, 16)
+        spent += 1 - level
+        levels.append(level)
+    assert math.isclose(spent, 0.1)
+    # Little is spent early (a race stops early only on a clear result).
+    assert levels[0] == pytest.approx(1 - 0.0125) and levels[-1] == pytest.approx(1 - 0.0578125)
+
+
+def test_a_finalist_clearly_behind_is_dropped_and_one_left_above_one_decides() -> None:
+    look = racing.next_look({"a": (1.2, 1.4), "b": (0.8, 1.1), "c": (1.1, 1.3)},
+                            last=False, min_gain=0.05)
+    assert look.dropped == ["b"] and look.keep == ["a", "c"] and look.stop is None
+    look = racing.next_look({"a": (1.2, 1.4), "c": (1.0, 1.15)}, last=False, min_gain=0.05)
+    assert look.keep == ["a"] and look.stop == "decided"
+    # Every interval below 1 + min_gain: nothing worth having, decided.
+    look = racing.next_look({"a": (0.9, 1.04), "c": (0.95, 1.03)}, last=False, min_gain=0.05)
+    assert look.stop == "decided"
+    # Too close to call: on.
+    look = racing.next_look({"a": (0.98, 1.2), "c": (0.97, 1.15)}, last=False, min_gain=0.05)
+    assert look.stop is None and look.keep == ["a", "c"]
+    assert racing.next_look({"a": (0.98, 1.2)}, last=True, min_gain=0.05).stop == "sample"
+
+
+class _Bench:
+    """A stand-in for `measure_arms`: arm `trialN` decodes `speedups[N]` times faster
+    than the baseline with a little noise per prompt; a fake clock advances 10 s per
+    prompt measured."""
+
+    def __init__(self, speedups: dict[int, float], noise: float = 0.02) -> None:
+        self.speedups = speedups
+        self.noise = noise
+        self.now = 0.0
+        self.measured: list[str] = []
+        self.rng = np.random.default_rng(0)
+
+    def clock(self) -> float:
+        return self.now
+
+    def measure_arms(self, target: Any, configs: dict[str, Any], prompts: list[Prompt],
+                     max_new_tokens: int, repeats: int = 1, seed: int = 0, draft: Any = None,
+                     on_prompt: Any = None, backend: Any = None) -> dict[str, Measurement]:
+        runs: dict[str, list[PromptRun]] = {arm: [] for arm in configs}
+        for prompt in prompts:
+            self.now += 10.0
+            self.measured.append(prompt.prompt_id)
+            base_s = 0.02 * TOKENS * (1 + 0.3 * self.rng.random())
+            baseline = Generation(5, list(range(TOKENS)), 0.01, base_s,
+                                  [RoundTrace(0, 0, 1, [], 0.0, 0.02, 1)] * (TOKENS - 1), 0)
+            for arm in configs:
+                speed = self.speedups[int(arm.removeprefix("trial"))]
+                cand_s = base_s / speed * (1 + self.noise * self.rng.normal())
+                candidate = Generation(5, list(range(TOKENS)), 0.01, cand_s,
+                                       [RoundTrace(3, 1, 2, [], 0.0, 0.02, 4)] * 16, 0)
+                runs[arm].append(PromptRun(prompt.prompt_id, prompt.category, baseline,
+                                           candidate))
+        return {arm: Measurement(configs[arm], "m", None, "cpu", "float32", max_new_tokens,
+                                 arm_runs, None, None, "none")
+                for arm, arm_runs in runs.items()}
+
+
+def _race(monkeypatch: pytest.MonkeyPatch, bench: _Bench, budget: float | None = None,
+          resume: dict[str, Any] | None = None, sample: int = 16) -> dict[str, Any]:
+    import autotune.measure.measurement as measurement
+
+    monkeypatch.setattr(measurement, "measure_arms", bench.measure_arms)
+    monkeypatch.setattr(finalists.time, "monotonic", bench.clock)
+    chosen = [Finalist(n, f"ngram k={n}", f"search #{n}", None,
+                       {"method": "ngram", "k": n}, {}) for n in bench.speedups]
+    ctx = SimpleNamespace(target=None, draft=None, max_new_tokens=TOKENS, seed=0,
+                          final_backend=None)
+    return finalists.measure_finalists(ctx, chosen, PROMPTS[:sample], 1, 5, "test",
+                                       budget_s=budget, resume=resume)
+
+
+def test_a_clear_race_stops_at_the_first_look_with_the_leader(monkeypatch) -> None:
+    bench = _Bench({1: 1.6, 2: 0.7, 3: 1.0})
+    record = _race(monkeypatch, bench)
+    race = record["race"]
+    assert race["stopped"] == "decided" and race["measured"] == 8
+    assert len(bench.measured) == 8 and record["prompts"] == 8
+    assert record["decision"] == finalists.SPECULATE and record["winner"] == 1
+    dropped = {f["trial"]: f["dropped_after"] for f in record["finalists"]}
+    assert dropped == {1: None, 2: 8, 3: 8}
+    winner = next(f for f in record["finalists"] if f["trial"] == 1)
+    assert winner["look_level"] == pytest.approx(0.9875) and winner["ci90"][0] > 1.0
+
+
+def test_the_budget_stops_a_close_race_undecided_and_a_rerun_resumes_it(monkeypatch) -> None:
+    bench = _Bench({1: 1.04, 2: 1.03}, noise=0.15)
+    record = _race(monkeypatch, bench, budget=100.0)
+    assert record["race"]["stopped"] == "budget" and record["race"]["measured"] == 8
+    assert record["decision"] == finalists.UNDECIDED
+    assert "--validation-budget of 100 s ran out after 8 of 16 prompts" in record["reason"]
+    assert bench.measured == [p.prompt_id for p in PROMPTS[:8]]
+    again = _race(monkeypatch, bench, budget=1000.0, resume=record)
+    # Only the prompts not measured yet, then the rest of the error.
+    assert bench.measured[8:] == [p.prompt_id for p in PROMPTS[8:16]]
+    assert again["race"]["measured"] == 16 and again["race"]["stopped"] in ("sample",
+                                                                            "decided")
+    assert again["race"]["alpha_spent"] == pytest.approx(0.1)
+    assert again["prompts"] == 16 and len(again["rows"]["trial1"]) == 16
