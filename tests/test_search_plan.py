@@ -86,3 +86,22 @@ def test_train_draft_split_holds_out_every_held_out_prompt(workload, tmp_path):
     from_file = split_prompts(workload, None, str(held), 0)
     assert sorted(p.text for p in from_file.held_out) == sorted(x["prompt"] for x in LINES[:5])
     assert len(from_file.search) == len(LINES) - 5
+
+
+def test_the_measured_sample_is_random_and_balanced_by_category() -> None:
+    """Every prefix of the measured order holds each category in proportion to the pool
+    (within one prompt); different seeds give different orders."""
+    from autotune.workloads.prompts import Prompt
+    from autotune.workloads.split import _sample
+
+    pool = [Prompt(f"t{i}", "big" if i < 60 else ("mid" if i < 90 else "small"), f"p{i}")
+            for i in range(100)]
+    shares = {"big": 0.6, "mid": 0.3, "small": 0.1}
+    for seed in range(5):
+        order = _sample(pool, None, seed)
+        assert sorted(p.prompt_id for p in order) == sorted(p.prompt_id for p in pool)
+        for n in (4, 10, 16, 33):
+            counts = {c: sum(p.category == c for p in order[:n]) for c in shares}
+            assert all(abs(counts[c] - n * share) < 1 + 1e-9 for c, share in shares.items())
+    assert _sample(pool, 16, 0) != _sample(pool, 16, 1)
+

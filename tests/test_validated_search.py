@@ -86,7 +86,8 @@ def test_a_validated_search_records_chooses_and_exports_on_held_out_prompts(
     search_ids = {p.prompt_id for p in _split(
         str(tiny_dir / "prompts.jsonl"), "0.5", 4)[0]}
     assert len(held) == 4 and held.isdisjoint(search_ids)
-    assert validation["repeats"] == 2 and sum(validation["categories"].values()) == 4
+    # A random sample balanced by category: 2 of each category's 3 pool prompts.
+    assert validation["repeats"] == 2 and validation["categories"] == {"rep": 2, "mix": 2}
     # Prediction-powered over the pool of 6 held-out prompts, 4 of them measured.
     assert validation["pool_prompts"] == 6 and validation["estimator"] == "ppi++"
     assert validation["pool_categories"] == {"rep": 3, "mix": 3}

@@ -1,8 +1,10 @@
 """The workload split: search prompts | held-out validation prompts the search never sees.
 
-The held-out part is a pool: the replay tier predicts every pool prompt, and a simple
-random sample of it is measured (`autotune.measure.ppi` joins the two). A random sample
-keeps the prediction-powered estimate unbiased, for the pool and for each category.
+The held-out part is a pool: the replay tier predicts every pool prompt, and a random
+sample of it, balanced by category, is measured (`autotune.measure.ppi` joins the two).
+A random sample keeps the prediction-powered estimate unbiased, for the pool and for
+each category; the balance gives every large enough category measured prompts of its
+own.
 
 `autotune search` validates its finalists on the held-out part; `autotune train-draft`
 splits the same workload with the same `--validation` and `--seed` and trains on the
@@ -101,11 +103,25 @@ def split_prompts(workload: str, categories: list[str] | None, validation: str, 
 
 
 def _sample(pool: list[Prompt], wanted: int | None, seed: int) -> list[Prompt]:
-    """The first `wanted` prompts of a seeded random permutation of `pool` (all of it
-    for None), in that order: every prefix is a simple random sample of the pool (the
-    finalists are raced over prefixes), and a larger `wanted` extends a smaller one."""
-    order = list(pool)
-    random.Random(seed).shuffle(order)
+    """The first `wanted` prompts (all for None) of a seeded random order of `pool` that
+    is balanced by category: each category's prompts are shuffled and spread evenly
+    over the order from a random offset (prompt r of a category of n sits at
+    (r + U) / n, U uniform), so every prefix holds each category in proportion to the
+    pool (within one prompt, and exactly in expectation) and is a random sample of it.
+    The finalists are raced over prefixes, and a larger `wanted` extends a smaller
+    one."""
+    rng = random.Random(seed)
+    groups: dict[str, list[Prompt]] = {}
+    for p in pool:
+        groups.setdefault(p.category, []).append(p)
+    keyed: list[tuple[float, float, Prompt]] = []
+    for members in groups.values():
+        members = list(members)
+        rng.shuffle(members)
+        offset = rng.random()
+        keyed += [((rank + offset) / len(members), rng.random(), p)
+                  for rank, p in enumerate(members)]
+    order = [p for _, _, p in sorted(keyed, key=lambda k: (k[0], k[1]))]
     return order if wanted is None else order[:wanted]
 
 
