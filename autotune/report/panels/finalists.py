@@ -73,10 +73,13 @@ def finalist_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _hover(f: dict[str, Any], group: str, speedup: float | None, ci: tuple[float, float] | None,
-           prompts: Any, tau: float | None) -> str:
+           prompts: Any, tau: float | None, estimator: Any = None) -> str:
     head = f"#{f.get('trial')} {f.get('label')} ({f.get('role')})"
     if speedup is None:
         return f"{head}<br>{group}: no figure (nothing decoded)"
+    if estimator == "predicted":
+        return (f"{head}<br>{group}: {speedup:.3f}× predicted only (fewer than two of its "
+                "prompts measured: not a result)")
     if ci is not None:
         figure_line = f"{group}: {speedup:.3f}× [{ci[0]:.3f}, {ci[1]:.3f}]"
         count = plural(prompts, "prompt") if isinstance(prompts, int) else ""
@@ -130,7 +133,8 @@ def frame_of(record: dict[str, Any]) -> pd.DataFrame:
                          "speedup": speedup, "ci_low": ci[0] if ci else math.nan,
                          "ci_high": ci[1] if ci else math.nan,
                          "prompts": prompts if isinstance(prompts, int) else None, "tau": tau,
-                         "hover": _hover(f, group, speedup, ci, prompts, tau)})
+                         "hover": _hover(f, group, speedup, ci, prompts, tau,
+                                         figures.get("estimator"))})
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 
