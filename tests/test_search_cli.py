@@ -304,9 +304,11 @@ def test_two_workers_share_one_postgres_study(tmp_path, tiny_dir, postgres_url):
 @pytest.mark.slow
 def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path, capsys):
     out = tmp_path / "run"
+    # The default workload (Spec-Bench), its held-out pool cut to 8 prompts: the replay
+    # tier predicts them, 3 are measured.
     args = ["search", "--space", "ngram", "--trials", "3", "--prompts", "2",
             "--max-new-tokens", "8", "--validation-prompts", "3", "--validation-repeats", "1",
-            "--out", str(out), "--fidelity", "measure"]
+            "--validation-pool", "8", "--out", str(out), "--fidelity", "measure"]
     assert main(args) == 0
     printed = capsys.readouterr()
     assert "speedup" in printed.out and "run folder" in printed.out
@@ -321,6 +323,8 @@ def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path,
     # The answer was chosen on 3 prompts the search never measured.
     validation = best["validation"]
     assert validation["prompts"] == 3 and validation["repeats"] == 1
+    assert validation["pool_prompts"] == 8 and validation["estimator"] == "ppi++"
+    assert validation["race"]["stopped"] in ("decided", "sample")
     assert validation["decision"] in ("speculate", "do_not_speculate", "undecided")
     assert validation["min_gain"] == 0.05
     assert len(validation["finalists"]) >= 1
@@ -394,7 +398,8 @@ def test_llama_cpp_target_searches_in_llama_cpp(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["search", "--target", "llama_cpp", "--fidelity", "engine", "--trials", "3",
             "--prompts", "2", "--validation-prompts", "2", "--validation-repeats", "1",
-            "--max-new-tokens", "8", "--out", str(out), "--no-prune"]
+            "--validation-pool", "4", "--max-new-tokens", "8", "--out", str(out),
+            "--no-prune"]
     assert main(args) == 0
     assert "every trial measured in llama.cpp" in capsys.readouterr().err
     trials = pd.read_csv(out / "trials.csv")
