@@ -283,7 +283,7 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
             == workload_digest(held.held_out)
             and record.get("pool_sha256") == workload_digest(held.pool)
             and record.get("repeats") == plan.validation_repeats):
-        if not _resumable(record):
+        if not finalists.resumable(record):
             if record.get("min_gain") != plan.min_gain:
                 # Another --min-gain (or a record judged before there was one) judges
                 # the same figures again; nothing is re-measured.
@@ -322,12 +322,6 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
                                          pool=held.pool, predicted=predicted,
                                          budget_s=plan.validation_budget_s, resume=resume)
     study.set_user_attr(finalists.VALIDATION_ATTR, record)
-
-
-def _resumable(record: dict[str, Any]) -> bool:
-    """A race its time budget stopped before it was decided."""
-    race = record.get("race") or {}
-    return race.get("stopped") == "budget" and record.get("decision") == finalists.UNDECIDED
 
 
 def _write_outputs(plan: SearchPlan, study: optuna.Study, context: dict[str, Any]

@@ -470,16 +470,15 @@ def parts_key(target: "LoadedModel", draft: "LoadedModel | None") -> dict[str, A
     return key
 
 
-def stored_parts(path: Path, target: "LoadedModel", draft: "LoadedModel | None"
-                 ) -> CostParts | None:
-    """The parts at `path` when they were measured for these models on this machine, at
-    whatever context (another workload's parts price this one's passes, with the
-    error a predictor may have); None when absent, unreadable or made elsewhere."""
+def stored_parts(path: Path, wanted: dict[str, Any]) -> CostParts | None:
+    """The parts at `path` when their key agrees with `wanted` on every entry it names
+    (`parts_key` alone: these models on this machine, at whatever context; another
+    workload's parts then price this one's passes, with the error a predictor may
+    have); None when absent, unreadable or made for something else."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        key = parts_key(target, draft)
         if (isinstance(doc, dict) and doc.get("format") == FORMAT
-                and all(doc["key"].get(k) == v for k, v in key.items())):
+                and all(doc["key"].get(k) == v for k, v in wanted.items())):
             return CostParts.from_json(doc)
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         pass
@@ -493,12 +492,9 @@ def load_or_measure_parts(path: Path, target: "LoadedModel", draft: "LoadedModel
     context = int(statistics.median(len(r.prompt) + len(r.tokens) // 2 for r in refs))
     key = {**parts_key(target, draft), "context": context, "max_new_tokens": max_new}
     if path.is_file():
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("key") == key:
-                return CostParts.from_json(doc)
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            pass
+        stored = stored_parts(path, key)
+        if stored is not None:
+            return stored
         print(f"autotune: {path.name} was measured for other models or another machine, or "
               "is unreadable; measuring the replay cost parts again", file=sys.stderr)
     print("autotune: measuring the replay cost model's parts (target passes, sublayers, "

@@ -1,13 +1,15 @@
-"""Finalists: the search's best distinct configs re-measured on prompts it never saw.
+"""Finalists: the search's best distinct configs validated on prompts it never saw.
 
 A search ranks hundreds of noisy single measurements; its best is partly luck (the
 winner's curse). After the study stops, the top `n` distinct configs, the strongest
 documented default the space holds (vLLM's n-gram, Draft & Verify, ...) and the AR
-baseline are measured again on the validation prompts: interleaved per prompt
-(`measure.measure_arms`), with repeats pooled. The answer is chosen there:
+baseline are predicted by replay on the held-out pool and raced on a random sample of it
+(`measure_finalists`: looks, drops and error spending in `autotune.search.racing`;
+prediction-powered figures from `autotune.measure.ppi`, measured-alone ones where replay
+cannot predict). The answer is chosen there:
 
-- a finalist counts when its greedy output matched the baseline's and the bootstrap
-  interval of its paired speedup (`autotune.measure.paired`) lies wholly above 1.0;
+- a finalist counts when its greedy output matched the baseline's and the interval of
+  its paired speedup lies wholly above 1.0;
 - of those, the highest validated speedup wins: **speculate**;
 - none, and every lossless finalist's interval lies below 1 + `min_gain` (no gain worth
   having is left in the interval): **do not speculate**, with the evidence;
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MIN_GAIN", "DO_NOT_SPECULATE", "SPECULATE", "UNDECIDED", "VALIDATION_ATTR",
            "Answer", "Finalist",
            "answer", "current_record", "finalist_view", "measure_finalists", "rejudged",
+           "resumable",
            "measured_in", "pick_finalists", "shown_faster"]
 
 VALIDATION_ATTR = "validation"
@@ -319,6 +322,12 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
 def _interval_or_none(figures: dict[str, Any]) -> tuple[float, float] | None:
     ci = figures.get("ci90")
     return (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
+
+
+def resumable(record: dict[str, Any]) -> bool:
+    """A race its time budget stopped before it was decided: a rerun resumes it."""
+    race = record.get("race") or {}
+    return race.get("stopped") == "budget" and record.get("decision") == UNDECIDED
 
 
 def rejudged(record: dict[str, Any], min_gain: float) -> dict[str, Any]:

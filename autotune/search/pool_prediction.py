@@ -30,7 +30,7 @@ def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
     and the AR baseline's decode times and tokens) per pool prompt."""
     from autotune.decoding.config import config_from_mapping
     from autotune.replay import PARTS_FILE, replay_refusal
-    from autotune.replay.costs import CostParts, stored_parts
+    from autotune.replay.costs import CostParts, parts_key, stored_parts
     from autotune.replay.reference import cache_dir
     from autotune.replay.run import Replayer
 
@@ -41,7 +41,7 @@ def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
     parts_path = Path(ctx.replay_parts) if ctx.replay_parts else cache_dir() / PARTS_FILE
     search_replayer = ctx.memo.get("replayer")
     parts: CostParts | None = (search_replayer.parts if search_replayer is not None
-                               else stored_parts(parts_path, ctx.target, ctx.draft))
+                               else stored_parts(parts_path, parts_key(ctx.target, ctx.draft)))
     if parts is None:
         # Measured for the pool beside the search's, never over them.
         parts_path = parts_path.with_name(f"pool-{parts_path.name}")
