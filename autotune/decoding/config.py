@@ -91,6 +91,21 @@ class DecodeConfig:
         "int", method_owner("ngram"), "shortest prompt-lookup n-gram", low=1))
     ngram_max: int = field(default=3, metadata=knob(
         "int", method_owner("ngram"), "longest prompt-lookup n-gram", low=1))
+    # Suffix decoding (vLLM `method: "suffix"`, arctic_inference.suffix_decoding); names
+    # and defaults as vLLM 0.33.0's SpeculativeConfig (vllm/config/speculative.py L537-556).
+    suffix_max_tree_depth: int = field(default=24, metadata=knob(
+        "int", method_owner("suffix"), "suffix trees' depth: the longest match plus draft "
+        "(vLLM suffix_decoding_max_tree_depth)", low=1))
+    suffix_max_cached_requests: int = field(default=10000, metadata=knob(
+        "int", method_owner("suffix"), "earlier requests' outputs kept for drafting, FIFO "
+        "(0 = this request's own tokens only; vLLM suffix_decoding_max_cached_requests)",
+        low=0))
+    suffix_max_spec_factor: float = field(default=1.0, metadata=knob(
+        "float", method_owner("suffix"), "draft at most factor × match length tokens "
+        "(vLLM suffix_decoding_max_spec_factor)", low=0.0))
+    suffix_min_token_prob: float = field(default=0.1, metadata=knob(
+        "float", method_owner("suffix"), "draft only tokens whose frequency estimate is "
+        "at least this (vLLM suffix_decoding_min_token_prob)", low=0.0, high=1.0))
     drafter: str = field(default=GENERAL_DRAFTER, metadata=knob(
         "str", DRAFT,
         "which member of a per-category `--draft` folder drafts: `all` (the drafter "
@@ -151,7 +166,9 @@ class DecodeConfig:
             self._check_bounds(name)
         if self.top_p == 0.0:
             raise AutotuneError("top_p=0 keeps no token; use temperature=0 for greedy")
-        for name in ("epsilon", "temperature"):
+        for name in ("epsilon", "temperature", "suffix_max_tree_depth",
+                     "suffix_max_cached_requests", "suffix_max_spec_factor",
+                     "suffix_min_token_prob"):
             self._check_bounds(name)
         if not DRAFTER_NAME.fullmatch(self.drafter):
             raise AutotuneError(f"drafter={self.drafter!r} must be all, routed or a "

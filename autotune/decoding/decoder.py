@@ -17,7 +17,7 @@ that times anything.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -57,12 +57,13 @@ MAX_DRAFT_TOKENS = 64
 def chain_limit(policy_limit: int, budget: int, config: DecodeConfig,
                 rules: EngineRules) -> int:
     """The most chain drafts a round with `budget` tokens left may propose: k drafts can
-    yield k + 1 tokens, so budget - 1, unless the engine drafts n-grams past the budget
-    (transformers' prompt lookup: its full K while 2+ tokens are left; the tokens past the
-    budget are dropped after verification)."""
+    yield k + 1 tokens, so budget - 1, unless the engine drafts a model-free method's
+    tokens past the budget (transformers' prompt lookup, vLLM's n-gram and suffix
+    drafters: the full K while 2+ tokens are left; the tokens past the budget are dropped
+    after verification)."""
     if budget <= 1:
         return 0
-    if config.method == "ngram" and rules.ngram_ignores_budget:
+    if get_method(config.method).model_free and rules.ngram_ignores_budget:
         return min(policy_limit, MAX_DRAFT_TOKENS)
     return min(policy_limit, budget - 1, MAX_DRAFT_TOKENS)
 
@@ -169,6 +170,26 @@ class SpeculativeDecoder:
         self.vocab_size = target.forward.vocab_size if draft is None else min(
             target.forward.vocab_size, draft.forward.vocab_size)
         self.eos = target.eos_token_ids
+        self.spec.require_available()
+        # What the method keeps across the requests this decoder serves (None: nothing).
+        self._state_factory = self.spec.shared_state_factory()
+        self.shared: Any = self._state_factory(config) if self._state_factory else None
+
+    @property
+    def stateful(self) -> bool:
+        """Whether its method keeps state across requests (earlier outputs)."""
+        return self.shared is not None
+
+    def forget(self) -> None:
+        """Start afresh: a new cross-request state, as a restarted engine has."""
+        if self._state_factory is not None:
+            self.shared = self._state_factory(self.config)
+
+    def absorb(self, prompt: list[int], response: list[int]) -> None:
+        """File a request served untimed (a warm history) into the cross-request state,
+        as the engine would have after serving it; nothing for a stateless method."""
+        if self.shared is not None:
+            self.shared.absorb(prompt, response)
 
     def _check_layer_access(self) -> None:
         """A method with layer-indexed keys needs the compact forward on the stack they
@@ -232,7 +253,8 @@ class SpeculativeDecoder:
                  draft: LoadedModel | None) -> Drafter:
         context = DraftContext(target=self.target, draft=draft, config=self.config,
                                target_cache=target_cache, max_len=max_len, choose=choose,
-                               vocab_size=self.vocab_size, spec=self.spec)
+                               vocab_size=self.vocab_size, spec=self.spec,
+                               shared=self.shared)
         return self.spec.drafter_class().build(context)
 
     def _tree_drafter(self, drafter: Drafter, device: torch.device) -> TreeDrafter | None:
@@ -354,7 +376,7 @@ class SpeculativeDecoder:
         # Drafts never run past the token budget, so this many positions always suffice
         # for a chain; a tree also needs scratch room for its side branches.
         max_len = len(prompt) + max_new_tokens + config.shape.scratch_room()
-        if config.method == "ngram" and self.rules.ngram_ignores_budget:
+        if self.spec.model_free and self.rules.ngram_ignores_budget:
             max_len += min(config.k, MAX_DRAFT_TOKENS)     # drafts verified past the budget
         cache = forward.new_cache(1, max_len)
         choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
@@ -410,6 +432,7 @@ class SpeculativeDecoder:
                 other_s=round_end - result.forward_done, exit_layers=result.exit_layers,
                 draft_depth=result.depth))
             round_start = round_end
+        drafter.finish(buffer[:, :length])
         end_time = clock()
         own_cache = drafter.own_cache()
         cache_bytes = cache.nbytes() + (own_cache.nbytes() if own_cache is not None else 0)

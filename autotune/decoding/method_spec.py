@@ -84,6 +84,17 @@ class MethodSpec:
         (autotune/replay/draft_cost.py: its drafting time per replayed round from the
         measured parts), or its "module:Class"; None: it drafts at no cost (the AR
         baseline).
+    model_free: it drafts from token statistics alone (n-grams, suffix trees), so the
+        engines' model-free rules apply to it (`EngineRules.ngram_ignores_budget`).
+    shared_state: a factory `(config) -> state` of what the method keeps across the
+        requests one arm serves (an engine's cache of earlier outputs), or its
+        "module:function"; None when every request starts afresh. The decoder makes one
+        per arm and hands it to each generation's drafter (`DraftContext.shared`); the
+        state `absorb(prompt, response)`s a finished request that was served untimed
+        (a warm history), and `forget()` is a new state.
+    requires: (module, install command) when the method runs on an optional package;
+        without it the method drops out of spaces and a config naming it is refused in
+        one line naming the command.
     derived: counts of set-valued keys for the report's knob panels.
     summary: a short label of the method's own knobs for progress lines and tables.
     presets: documented defaults of this method for an n-layer target, first trials of
@@ -103,6 +114,9 @@ class MethodSpec:
     can_tree: bool = False
     confident_drafts: bool = False
     reads_target_features: bool = False
+    model_free: bool = False
+    shared_state: Factory | None = None
+    requires: tuple[str, str] | None = None
     scorer: Factory | None = None
     replay: Factory | None = None
     draft_cost: Factory | None = None
@@ -140,6 +154,23 @@ class MethodSpec:
                                     f"pass --draft DIR (autotune train-draft --kind {self.name})")
             raise AutotuneError(f"method={self.name} needs a draft model: pass --draft")
 
+    def available(self) -> bool:
+        """Whether the optional package it runs on (`requires`) is installed."""
+        if self.requires is None:
+            return True
+        import importlib.util
+        try:
+            return importlib.util.find_spec(self.requires[0]) is not None
+        except ModuleNotFoundError:              # a missing parent package
+            return False
+
+    def require_available(self) -> None:
+        """Refuse, in one line, to run a method whose optional package is missing."""
+        if not self.available():
+            assert self.requires is not None
+            raise AutotuneError(f"method={self.name} needs {self.requires[0]}: "
+                                f"{self.requires[1]}")
+
     # -- the code behind it (imported on first use) --------------------------------------
 
     def drafter_class(self) -> Any:
@@ -150,6 +181,9 @@ class MethodSpec:
 
     def replay_factory(self) -> Any | None:
         return _resolve(self.replay) if self.replay is not None else None
+
+    def shared_state_factory(self) -> Any | None:
+        return _resolve(self.shared_state) if self.shared_state is not None else None
 
     def draft_cost_class(self) -> Any | None:
         return _resolve(self.draft_cost) if self.draft_cost is not None else None

@@ -106,6 +106,9 @@ class CostParts:
     # A trained --draft's passes (None without one; files written before trained heads
     # have no such key and read as None).
     head: HeadParts | None = None
+    # A suffix-decoding speculate, file included (one per round); None where
+    # arctic_inference was not installed when the parts were measured.
+    suffix_speculate: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -367,6 +370,11 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
         curve = [[n, ms] for (n, _), ms in zip(curve, isotonic([ms for _, ms in curve]))]
     spec_other = 1000 * statistics.median(r.other_s for r in drafted)
     lookup = 1000 * statistics.median(r.draft_s for r in ngram)
+    suffix_speculate = None
+    if get_method("suffix").available():
+        suffix = _decoder_rounds(target, DecodeConfig(method="suffix", k=8), sample,
+                                 max_new, clock)
+        suffix_speculate = 1000 * statistics.median(r.draft_s for r in suffix)
     layers = _layer_parts(target, clock, context) if target.forward.supports_layers else None
     tree_node = tree_other = 0.0
     tree_verify = 1.0
@@ -402,7 +410,8 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
         draft_curve = [[n, ms + choose]
                        for n, ms in pass_curve(draft, DRAFT_SIZES, context, True, dclock)]
     parts = CostParts(FORMAT, key, curve, ar_other, spec_other, lookup, tree_node,
-                      tree_other, tree_verify, layers, draft_curve, draft_layers, {}, head)
+                      tree_other, tree_verify, layers, draft_curve, draft_layers, {}, head,
+                      suffix_speculate)
     parts.draft_factor = _draft_factors(parts, target, draft, sample, max_new, clock)
     return parts
 

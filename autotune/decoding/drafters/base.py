@@ -5,7 +5,8 @@ sequence, with the probabilities it drew them from, asking the exit policy after
 token whether to go on; then it is told how many were accepted (`observe`) so it can cut
 its own cache back. A drafter that can also grow a draft tree implements `TreeHooks`,
 which `tree_drafting.TreeDrafter` drives. A drafter lives for one generation and is made
-by its class's `build(DraftContext)`: nothing carries over between runs or trials.
+by its class's `build(DraftContext)`: nothing carries over between runs or trials but
+the arm's cross-request state (below).
 
 Cache conventions (batch size 1 for now; every tensor keeps its batch dimension):
 the target's cache holds every token of the sequence but the last, which is still
@@ -14,13 +15,17 @@ the target's cache holds every token of the sequence but the last, which is stil
 and cut the cache back before verification, which then overwrites those positions in
 every layer. A drafter with its own cache (`draft_model`, `sorted_exit` over `--draft`)
 catches up on the tokens it has not seen at the start of each round.
+
+A method with state across requests (suffix decoding's cache of earlier outputs) gets it
+as `DraftContext.shared`: one per arm, made by the decoder, so a drafter still lives for
+one generation while what the engine would remember outlives it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import torch
 
@@ -108,7 +113,9 @@ class DraftContext:
     target / draft: the loaded models (draft None without `--draft`); config: the
     candidate; target_cache: the target's cache, which self-drafters write scratch into;
     max_len: positions any cache of this generation needs; choose: draft logits -> token;
-    vocab_size: the vocabulary draft and target share; spec: the method's registry entry.
+    vocab_size: the vocabulary draft and target share; spec: the method's registry entry;
+    shared: what the method keeps across the requests this arm serves
+    (`MethodSpec.shared_state`), None for a method that keeps nothing.
     """
 
     target: "LoadedModel"
@@ -119,6 +126,7 @@ class DraftContext:
     choose: TokenChooser
     vocab_size: int
     spec: "MethodSpec"
+    shared: Any = None
 
     def layer_model(self) -> "LoadedModel":
         """The model whose layers the method's layer-indexed keys name (`stack_model`)."""
@@ -149,6 +157,10 @@ class Drafter(ABC):
         positions its last pass kept: the prompt after the prefill, then the pending
         token and the accepted drafts after each round. Called only for methods whose
         registry entry says `reads_target_features` (trained heads)."""
+
+    def finish(self, seq: torch.Tensor) -> None:
+        """The generation is over; seq [B, N] is the prompt and every token it generated
+        (a drafter with cross-request state files the last round's tokens)."""
 
     def own_cache(self) -> Cache | None:
         """A cache the drafter holds besides the target's (counted in the memory a

@@ -1,0 +1,47 @@
+"""`suffix`: suffix decoding (Oliaro et al., 2024, "SuffixDecoding"; vLLM's `method:
+"suffix"`). A suffix tree over this request's prompt and one over earlier requests'
+outputs (shared by every request the engine serves) propose the continuation whose
+context match scores best; no draft model, no layer access. Runs on Snowflake's own
+implementation, `arctic_inference.suffix_decoding`, which vLLM imports; its cache is
+the method's state across requests (`SuffixState`)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from autotune.decoding.method_spec import MethodSpec, Preset
+
+# arctic-inference builds from its sdist (a C++ suffix tree, nanobind); the build
+# imports torch, so it runs without build isolation in the environment that has torch.
+INSTALL = ("pip install nanobind grpcio-tools cmake ninja && "
+           "CMAKE_PREFIX_PATH=$(python -m nanobind --cmake_dir) pip install --no-deps "
+           "--no-build-isolation arctic-inference==0.3.0")
+
+
+def _summary(c: Mapping[str, Any]) -> str:
+    cached = c.get("suffix_max_cached_requests")
+    return (f"depth={c.get('suffix_max_tree_depth')} factor={c.get('suffix_max_spec_factor')}"
+            f" p>={c.get('suffix_min_token_prob')}"
+            + (" prompt-only" if cached == 0 else ""))
+
+
+def _presets(n_layers: int) -> list[Preset]:
+    # vLLM 0.33.0 vllm/config/speculative.py L537-556 (tree depth 24, 10000 cached
+    # requests, spec factor 1.0, min token prob 0.1) and L1733-1735: without
+    # num_speculative_tokens suffix decoding drafts up to the tree depth.
+    return [Preset("vllm_suffix", "vLLM suffix decoding defaults: num_speculative_tokens="
+                   "suffix_decoding_max_tree_depth=24, max_cached_requests=10000, "
+                   "max_spec_factor=1.0, min_token_prob=0.1",
+                   {"method": "suffix", "k": 24, "suffix_max_tree_depth": 24,
+                    "suffix_max_cached_requests": 10000, "suffix_max_spec_factor": 1.0,
+                    "suffix_min_token_prob": 0.1, "exit_policy": "fixed"},
+                   rank=3, engine="vllm")]
+
+
+SPEC = MethodSpec(
+    "suffix", label="suffix", color="#CC79A7", order=45, model_free=True,
+    about="suffix decoding: drafts from suffix trees over the prompt and earlier outputs",
+    drafter=f"{__name__}.drafter:SuffixDrafter", scorer=f"{__name__}.agreement:scorer",
+    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:SuffixCost",
+    shared_state=f"{__name__}.drafter:SuffixState",
+    requires=("arctic_inference", INSTALL), summary=_summary, presets=_presets)
