@@ -237,8 +237,11 @@ def test_search_with_a_target_exports_its_winner_to_that_engine(tiny_dir: Path,
     measured = [t.user_attrs["config"] for t in study.trials
                 if t.state == optuna.trial.TrialState.COMPLETE]
     speculative = [c for c in measured if c["method"] != "none"]
-    assert speculative and all(c["method"] == "ngram" and c["engine"] == "vllm"
+    # vLLM's methods that run without a draft: n-grams and suffix decoding (its default
+    # queued first), every one under vLLM's rules.
+    assert speculative and all(c["method"] in ("ngram", "suffix") and c["engine"] == "vllm"
                                and c["exit_policy"] == "fixed" for c in speculative)
+    assert {c["method"] for c in speculative} == {"ngram", "suffix"}
     readme = (run / "exports" / "README.txt").read_text()
     assert "vllm" in readme
     if best["params"]["method"] == "ngram" and (run / "exports" / "vllm.json").exists():
@@ -271,7 +274,7 @@ def test_a_target_queues_only_its_own_engines_documented_defaults() -> None:
     assert {"vllm_ngram", "hf_assisted", "dv_default"} <= set(every)
     # Some engines' defaults are queued only when tuning for that engine.
     assert not {"hf_prompt_lookup", "sglang_ngram", "llama_cpp_prompt_lookup"} & set(every)
-    assert [p.name for p in presets(30, "vllm")] == ["baseline", "vllm_ngram"]
+    assert [p.name for p in presets(30, "vllm")] == ["baseline", "vllm_ngram", "vllm_suffix"]
     assert [p.name for p in presets(30, "hf")] == ["baseline", "hf_assisted",
                                                     "hf_prompt_lookup"]
     assert [p.name for p in presets(30, "trtllm")] == ["baseline"]

@@ -25,7 +25,7 @@ from autotune.space import loading as space_loading
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 SHIPPED = ["draft_model", "engine_hf", "engine_llama_cpp", "engine_sglang", "engine_trtllm",
-           "engine_vllm", "joint", "layer_skip", "ngram", "sorted_exit", "tree"]
+           "engine_vllm", "joint", "layer_skip", "ngram", "sorted_exit", "suffix", "tree"]
 POLICY_KNOBS = {"gamma", "target_acceptance", "epsilon", "beta1", "beta2"}
 
 
@@ -111,9 +111,10 @@ def test_random_trials_give_valid_configs_or_infeasible(name, n_layers, draft_la
 
 
 def test_draft_model_choice_dropped_without_draft():
-    assert load_space("joint").bind(30).knobs()[0]["choices"] == ["ngram", "layer_skip", "sorted_exit"]
+    assert load_space("joint").bind(30).knobs()[0]["choices"] == [
+        "ngram", "suffix", "layer_skip", "sorted_exit"]
     assert load_space("joint").bind(30, 10).knobs()[0]["choices"] == [
-        "ngram", "draft_model", "layer_skip", "sorted_exit"]
+        "ngram", "suffix", "draft_model", "layer_skip", "sorted_exit"]
 
 
 @pytest.mark.parametrize("kind", TRAINED)
@@ -122,7 +123,7 @@ def test_a_trained_head_brings_its_own_method_and_no_other_draft(kind):
     model) stays out, and so does sorted_exit (with --draft it would run over the
     drafter's stack: a trained drafter serves its own method only)."""
     assert load_space("joint").bind(30, None, kind).knobs()[0]["choices"] == [
-        "ngram", "layer_skip", kind]
+        "ngram", "suffix", "layer_skip", kind]
     other = "medusa" if kind == "eagle" else "eagle"
     with pytest.raises(AutotuneError, match=f"no method that runs with a trained {other}"):
         load_space(kind).bind(30, None, other)
@@ -190,7 +191,7 @@ def test_joint_suggests_only_the_chosen_methods_params():
             assert result.method == method
             if method == "ngram":
                 assert result.k == params["ngram.k"] and result.ngram_min == params["ngram.ngram_min"]
-    assert methods == {"ngram", "draft_model", "layer_skip", "sorted_exit"}
+    assert methods == {"ngram", "suffix", "draft_model", "layer_skip", "sorted_exit"}
 
 
 def test_joint_params_are_namespaced_and_conditions_chain():

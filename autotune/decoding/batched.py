@@ -171,6 +171,8 @@ class BatchedDecoder:
         active = [row for row in rows if not self._done(row)]
         for row in rows:
             row.finished_at = decode_start
+            if row not in active:
+                row.drafter.finish(row.seq)
         if len(active) < len(rows):
             self._compact(batch_cache, rows, active)
         batch_rounds: list[BatchRound] = []
@@ -197,6 +199,9 @@ class BatchedDecoder:
                 if on_features is not None:
                     on_features(row.index, features[i, :kept])
             still = [row for row in active if not self._done(row)]
+            for row in active:
+                if row not in still:          # its outputs filed where a method keeps them
+                    row.drafter.finish(row.seq)
             round_end = clock()
             for row in active:
                 if row not in still:

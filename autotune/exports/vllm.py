@@ -106,7 +106,18 @@ FILE = "vllm.json"
 # (autotune/exports/heads.py says what vLLM's loaders want, read at which commit).
 # Model Runner V1 keeps a per-batch-size K for each of them (vllm/config/vllm.py
 # L1088-1108, above; tests/test_export_schedule.py holds them to it).
-METHODS = engine_methods("draft_model", "ngram", "eagle")
+METHODS = engine_methods("draft_model", "ngram", "suffix", "eagle")
+# Suffix decoding: vllm/config/speculative.py L537-556 (the suffix_decoding_* fields, their
+# defaults), L1726-1759 (`_validate_suffix_decoding`: arctic_inference required, depth
+# >= 1, cached requests >= 0, factor >= 0, min prob in [0, 1]);
+# v1/spec_decode/suffix_decoding.py (how it drives arctic_inference; the drafter's
+# docstring in autotune/methods/suffix/drafter.py). vllm/config/vllm.py L3066-3068: V2
+# does not run "suffix", so vLLM picks Model Runner V1, whose `_maybe_disable_dynamic_sd_
+# for_v1` (L1088-1108) drops a per-batch-size schedule for it.
+SUFFIX_FIELDS = {"suffix_decoding_max_tree_depth": "suffix_max_tree_depth",
+                 "suffix_decoding_max_cached_requests": "suffix_max_cached_requests",
+                 "suffix_decoding_max_spec_factor": "suffix_max_spec_factor",
+                 "suffix_decoding_min_token_prob": "suffix_min_token_prob"}
 # vLLM 0.33.0 has no Medusa: vllm/config/speculative.py L74-82 `SpeculativeMethod` lists
 # no "medusa" (and SpeculativeConfig validates it), the wheel has no medusa.py. 0.32.0
 # (the PyPI wheel, commit 5df63a720) still lists it (L75) and loads it.
@@ -124,8 +135,22 @@ def check(src: Source) -> list[Loss]:
         chain_only_tree_loss(src, "vLLM drafts a chain of num_speculative_tokens (its "
                                   "SpeculativeConfig has no draft-tree field)"),
         rules_loss(src, RULES),
+        _suffix_schedule_loss(src),
     ]
     return [loss for loss in losses if loss is not None]
+
+
+def _suffix_schedule_loss(src: Source) -> Loss | None:
+    """Suffix decoding runs on Model Runner V1, which drops a per-batch-size schedule for
+    it: one K at every batch size."""
+    if src.cfg.method != "suffix" or src.schedule is None:
+        return None
+    return Loss("schedule", (),
+                "vLLM runs suffix decoding on Model Runner V1, which keeps a per-batch-size "
+                "K only for ngram, eagle, eagle3, mtp, draft_model and dflash "
+                "(vllm/config/vllm.py L1088-1108); the schedule "
+                f"({src.schedule.describe()}) is dropped and num_speculative_tokens="
+                f"{src.cfg.k} runs at every batch size")
 
 
 def _medusa_loss(src: Source) -> Loss | None:
@@ -152,6 +177,10 @@ def speculative_config(src: Source, options: dict[str, Any]) -> dict[str, Any]:
         spec = {"method": cfg.method, "model": f"{src.draft}/{VLLM_DIR}",
                 "num_speculative_tokens": src.shape.chain_length,
                 "draft_sample_method": "greedy"}
+    elif cfg.method == "suffix":
+        spec = {"method": "suffix", "num_speculative_tokens": cfg.k,
+                **{field: getattr(cfg, key) for field, key in SUFFIX_FIELDS.items()}}
+        return spec                    # V1 drops a schedule for suffix (a loss, above)
     else:
         spec = {"method": "ngram", "num_speculative_tokens": cfg.k,
                 "prompt_lookup_max": cfg.ngram_max, "prompt_lookup_min": cfg.ngram_min}
@@ -184,6 +213,12 @@ def launch(src: Source, files: dict[str, str]) -> str:
 
 def _runner_text(src: Source) -> str:
     """Which of vLLM's model runners drafts as measured."""
+    if src.cfg.method == "suffix":
+        return ("vLLM runs suffix decoding on Model Runner V1 (V2 does not run it; "
+                "vllm/config/vllm.py L3066-3068) and needs arctic-inference installed "
+                "beside it. Its cache of earlier outputs lives as long as the server: the "
+                "figures hold for a server that had served the measured workload's earlier "
+                "requests, in order (docs/engines/vllm.md says what warm means).\n")
     if src.cfg.method == "ngram":
         return ("The figures hold for vLLM's default Model Runner V2 (vLLM 0.33.0): the "
                 "longest n-gram's most recent occurrence, and num_speculative_tokens drafts "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -222,7 +222,8 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
                  draft: LoadedModel | None = None,
                  on_prompt: Callable[[int, int, dict[str, PromptRun],
                                       dict[str, Measurement]], None] | None = None,
-                 backend: Backend | None = None) -> dict[str, Measurement]:
+                 backend: Backend | None = None, history: Sequence[Prompt] = (),
+                 responses: dict[str, list[int]] | None = None) -> dict[str, Measurement]:
     """Time every config of `configs` (by arm name) against one AR baseline on `prompts`.
 
     All arms run on a prompt before the next prompt starts, the baseline among them, in an
@@ -236,6 +237,14 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     `backend` runs every arm, the baseline included (the engine's own decoding without
     speculation): default our decoder (`EmbeddedBackend(target, draft)`). `target`
     gives the tokenizer that encodes the prompts, the same token ids for every engine.
+
+    Cross-request state (a method whose engine remembers earlier outputs: `suffix`):
+    each stateful arm keeps its own, warmed only by its own requests. It starts empty
+    after the warm-up (which it must not remember), then files `history`, the requests
+    served before `prompts` (each prompt with the baseline's output, decoded untimed
+    once and kept in `responses` by prompt id), then serves `prompts` in their order;
+    every repeat starts again from that history, so no repeat drafts from its own
+    earlier answers.
     """
     if not configs:
         raise ValueError("measure_arms needs at least one config")
@@ -279,9 +288,26 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
             runner.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock,
                             generator(0, 0), category=prompts[0].category)
 
+        stateful = [runners[name] for name in configs
+                    if getattr(runners[name], "stateful", False)]
+        served: list[tuple[list[int], list[int]]] = []
+        if stateful:
+            responses = {} if responses is None else responses
+            for earlier in history:
+                ids = encode_prompt(target.tokenizer, earlier)
+                if earlier.prompt_id not in responses:
+                    responses[earlier.prompt_id] = runners["baseline"].generate(
+                        ids, max_new_tokens, clock, generator(0, 0),
+                        category=earlier.category).tokens
+                served.append((ids, responses[earlier.prompt_id]))
+
         arms = list(runners)
         step = 0
         for repeat in range(repeats):
+            for runner in stateful:
+                runner.forget()
+                for ids, response in served:
+                    runner.absorb(ids, response)
             for index, ids in enumerate(encoded):
                 shift = step % len(arms)
                 step += 1

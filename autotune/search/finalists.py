@@ -248,6 +248,7 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
     configs = {f.arm: config_from_mapping(f.params).validate() for f in finalists}
     stopped = "sample" if done >= len(prompts) else None
     began = time.monotonic()
+    responses: dict[str, list[int]] = {}      # earlier looks' outputs, for a warm history
     this_run = 0
     total = len(prompts) * repeats
     for size in racing.look_sizes(len(prompts)):
@@ -262,9 +263,12 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
             if on_prompt is not None:
                 on_prompt(repeat * len(prompts) + offset + index + 1, total)
 
+        # A method with cross-request state serves the sample in its order: a look's
+        # prompts come after the earlier looks' (their outputs filed untimed first).
         measured = measure_arms(ctx.target, {arm: configs[arm] for arm in active}, chunk,
                                 ctx.max_new_tokens, repeats=repeats, seed=ctx.seed,
-                                draft=ctx.draft, on_prompt=each, backend=ctx.final_backend)
+                                draft=ctx.draft, on_prompt=each, backend=ctx.final_backend,
+                                history=prompts[:offset], responses=responses)
         for arm, measurement in measured.items():
             rows[arm] += [row_of(run) for run in measurement.runs]
             facts = {"measured_by": measurement.measured_by,

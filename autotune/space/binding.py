@@ -92,6 +92,9 @@ class SearchSpace:
                 entry = dataclasses.replace(entry, spec=spec.resolve(depth, entry.where))
             elif entry.key == "method":
                 if isinstance(spec, Fixed) and missing(spec.value) and not entry.when:
+                    fixed = find_method(spec.value)
+                    if fixed is not None:
+                        fixed.require_available()     # "needs arctic_inference: pip ..."
                     raise needs_draft
                 if isinstance(spec, Choices):
                     left = tuple(c for c in spec.choices if not missing(c))
@@ -140,12 +143,15 @@ def _adapter_exits(spec: LayerSet, exit_layers: tuple[int, ...]) -> LayerSet:
 
 
 def _missing_draft(method: Any, has_model: bool, trained: str | None) -> bool:
-    """Whether `method` cannot run with the draft given: it drafts with --draft and a
+    """Whether `method` cannot run here: its optional package is missing
+    (`MethodSpec.requires`), or with the draft given: it drafts with --draft and a
     trained drafter is there that serves another method (`models.trained.SERVES`), or
     it needs a draft that is not there (a trained head of its own kind, a draft model)."""
     spec = find_method(method)
     if spec is None:
         return False
+    if not spec.available():          # its optional package is not installed
+        return True
     if trained is not None and spec.uses_draft:
         # Imported here: binding stays torch-free unless a trained drafter is loaded.
         from autotune.models.drafter_folder import served_method
