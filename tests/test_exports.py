@@ -652,6 +652,47 @@ def test_approximation_is_the_formats_engines_whatever_measured_it() -> None:
     assert approximation(DecodeConfig(method="ngram"), "trtllm") is None
 
 
+def test_suffix_measured_as_vllm_exports_its_fields_and_runs_nowhere_else() -> None:
+    from test_engine_fields import check_vllm
+
+    doc = frozen(method="suffix", engine="vllm", k=12, suffix_max_tree_depth=32,
+                 suffix_max_cached_requests=0, suffix_max_spec_factor=2.5,
+                 suffix_min_token_prob=0.2)
+    assert expressible(doc) == ["vllm"]
+    result = export(doc, "vllm")
+    assert list(result.files) == ["vllm.json"] and result.dropped == []
+    spec = valid("vllm", result.primary())
+    check_vllm(spec)
+    assert spec == {"method": "suffix", "num_speculative_tokens": 12,
+                    "suffix_decoding_max_tree_depth": 32,
+                    "suffix_decoding_max_cached_requests": 0,
+                    "suffix_decoding_max_spec_factor": 2.5,
+                    "suffix_decoding_min_token_prob": 0.2}
+    text = launch(doc, "vllm", result.files)
+    assert "Model Runner V1" in text and "arctic-inference" in text
+    # No other engine runs suffix decoding: a fatal loss naming the method.
+    for fmt in ("sglang", "trtllm", "hf", "llama_cpp", "dv"):
+        assert "method=suffix" in error_of(fmt, doc, lossy=True)
+
+
+def test_a_suffix_schedule_is_dropped_on_vllm_as_a_named_loss() -> None:
+    doc = frozen(method="suffix", engine="vllm", k=8)
+    doc["schedule"] = {"method": "suffix", "batch_sizes": [1, 2, 4],
+                       "objective": "throughput",
+                       "ranges": [{"start": 1, "end": 1, "k": 8},
+                                  {"start": 2, "end": 4, "k": 0}],
+                       "points": [{"batch_size": 1, "k": 8, "split": "held_out",
+                                   "speedup": 1.3, "ci90": [1.1, 1.4], "tokens_per_s": 80.0,
+                                   "ar_tokens_per_s": 61.0, "tau": 2.3, "chosen": True}]}
+    assert "schedule" in error_of("vllm", doc)
+    result = export(doc, "vllm", lossy=True)
+    spec = valid("vllm", result.primary())
+    assert spec["num_speculative_tokens"] == 8
+    assert "num_speculative_tokens_per_batch_size" not in spec
+    assert any(line.startswith("schedule: vLLM runs suffix decoding on Model Runner V1")
+               for line in result.dropped)
+
+
 # ---------------------------------------------------------------- launch commands
 
 
