@@ -136,8 +136,29 @@ def check(src: Source) -> list[Loss]:
                                   "SpeculativeConfig has no draft-tree field)"),
         rules_loss(src, RULES),
         _suffix_schedule_loss(src),
+        _model_drafter_schedule_loss(src),
     ]
     return [loss for loss in losses if loss is not None]
+
+
+def _model_drafter_schedule_loss(src: Source) -> Loss | None:
+    """A model drafter's schedule with a K below its largest: vLLM drafts more there than
+    was measured (V2: the largest K every step; V1: one draft forward where K is 0), so
+    those ranges' figures do not hold. The schedule is still written (with --lossy)."""
+    schedule = src.schedule
+    if schedule is None or not src.spec.drafts or src.spec.model_free:
+        return None
+    short = [r for r in schedule.ranges if r.k < schedule.max_k]
+    if not short:
+        return None
+    spans = ", ".join(f"{r.span()} (K={r.k})" for r in short)
+    return Loss("schedule drafting", (),
+                f"at batch sizes {spans} vLLM drafts more than autotune measured: Model "
+                f"Runner V2 (the default) drafts num_speculative_tokens={schedule.max_k} "
+                "every step and verifies only the step's K (v1/worker/gpu/model_runner.py "
+                "L2308-2337); V1 drafts the step's K but runs one draft forward even where "
+                "K is 0 (v1/spec_decode/llm_base_proposer.py L599 before L616-619); the "
+                "schedule is written as tuned, and those ranges run slower than measured")
 
 
 def _suffix_schedule_loss(src: Source) -> Loss | None:
@@ -245,8 +266,8 @@ def _schedule_text(src: Source) -> str:
             "Model Runner V1 (`VLLM_USE_V2_MODEL_RUNNER=0`, as vLLM's dynamic-SD "
             "examples run) drafts each step's K n-gram tokens, but a draft model's first "
             "draft forward runs even where K is 0 (v1/spec_decode/llm_base_proposer.py "
-            "L599 runs it before L616-619 return no draft), and V1 uses piecewise CUDA graphs with a "
-            "schedule; V2 (the default) drafts num_speculative_tokens every step and "
+            "L599 runs it before L616-619 return no draft), and V1 uses piecewise CUDA "
+            "graphs with a schedule; V2 (the default) drafts num_speculative_tokens every step and "
             "verifies the first K, so drafting costs more than measured wherever K is "
             "smaller. With `--data-parallel-size` > 1 "
             "vLLM drops the schedule and runs num_speculative_tokens at every batch size.\n")

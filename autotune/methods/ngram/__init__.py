@@ -41,7 +41,7 @@ def _presets(n_layers: int) -> list[Preset]:
 
 
 SPEC = MethodSpec(
-    "ngram", label="ngram", color="#0072B2", order=40, confident_drafts=True,
+    "ngram", label="ngram", color="#0072B2", order=40, confident_drafts=True, model_free=True,
     about="prompt lookup: drafts what followed an earlier occurrence of the last n tokens",
     drafter=f"{__name__}.drafter:NgramDrafter", scorer=f"{__name__}.agreement:scorer",
     replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:NgramCost",
