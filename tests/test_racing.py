@@ -60,6 +60,7 @@ class _Bench:
         self.noise = noise
         self.now = 0.0
         self.measured: list[str] = []
+        self.histories: list[list[str]] = []
         self.rng = np.random.default_rng(0)
 
     def clock(self) -> float:
@@ -67,7 +68,10 @@ class _Bench:
 
     def measure_arms(self, target: Any, configs: dict[str, Any], prompts: list[Prompt],
                      max_new_tokens: int, repeats: int = 1, seed: int = 0, draft: Any = None,
-                     on_prompt: Any = None, backend: Any = None) -> dict[str, Measurement]:
+                     on_prompt: Any = None, backend: Any = None, history: Any = (),
+                     responses: Any = None) -> dict[str, Measurement]:
+        # What each look was told came before it (a stateful method's warm history).
+        self.histories.append([p.prompt_id for p in history])
         runs: dict[str, list[PromptRun]] = {arm: [] for arm in configs}
         for prompt in prompts:
             self.now += 10.0
@@ -128,3 +132,7 @@ def test_the_budget_stops_a_close_race_undecided_and_a_rerun_resumes_it(monkeypa
                                                                             "decided")
     assert again["race"]["alpha_spent"] == pytest.approx(0.1)
     assert again["prompts"] == 16 and len(again["rows"]["trial1"]) == 16
+    # Every look is served after the sample's earlier prompts, a resumed race's too.
+    ids = [p.prompt_id for p in PROMPTS]
+    assert bench.histories[0] == [] and bench.histories[1:] == [
+        ids[:n] for n in (8, 12)][:len(bench.histories) - 1]
