@@ -27,6 +27,7 @@ from tiny import llama_model, one_thread, save_tiny, tiny_loaded  # noqa: F401
 from autotune.cli.main import main
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.decoding.methods import get_method
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.methods.sorted_exit.drafter import (
     exit_logits,
@@ -221,13 +222,17 @@ def test_each_trained_kind_serves_its_own_method(target, drafter, tmp_path):
         SpeculativeDecoder(target, DecodeConfig(method="sorted_exit", exits=(2, 7)), drafter)
 
 
+# Suffix decoding joins every space where arctic-inference is installed (CI requires it).
+SUFFIX = ["suffix"] if get_method("suffix").available() else []
+
+
 def test_the_space_keeps_sorted_exit_on_the_adapter_layers():
     joint = load_space("joint")
     assert joint.bind(30, None, "exits").knobs()[0]["choices"] == [
-        "ngram", "layer_skip", "sorted_exit"]
+        "ngram", *SUFFIX, "layer_skip", "sorted_exit"]
     # An eagle or medusa head serves its own method only: sorted_exit leaves with it.
     assert joint.bind(30, None, "eagle").knobs()[0]["choices"] == [
-        "ngram", "layer_skip", "eagle"]
+        "ngram", *SUFFIX, "layer_skip", "eagle"]
     bound = load_space("sorted_exit").bind(30, None, "exits", exit_layers=(7, 10, 13))
     params = {r["param"] for r in bound.knobs() if r["key"] == "exits"}
     assert params == {"exits[7]", "exits[10]", "exits[13]"}
