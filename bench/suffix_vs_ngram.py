@@ -20,8 +20,12 @@ Prints per workload and arm the held-out speedup with its 90% bootstrap interval
 prompts, τ, acceptance, and the replay check; then the speedup by category of the two
 tuned configs (where suffix decoding pays and where it does not).
 
+With `--turns all`, Spec-Bench's MT-bench questions bring their second turns, each served
+right after its first with the model's own answer in the conversation
+(`measure.conversations`); a conversation stays on one side of the split.
+
 Usage: python bench/suffix_vs_ngram.py [--workloads spec_bench,copy_edit] [--search 40]
-       [--held-out 40] [--max-new-tokens 64] [--seed 0] [--csv FILE]
+       [--held-out 40] [--max-new-tokens 64] [--turns first|all] [--seed 0] [--csv FILE]
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import pandas as pd
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.methods import get_method
 from autotune.measure import paired
+from autotune.measure.conversations import with_later_turns
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import load_model
 from autotune.replay.run import Replayer
@@ -88,9 +93,16 @@ def _triples(rounds) -> list[tuple[int, int, int]]:
 
 def run_workload(target, workload: str, args) -> tuple[list[dict], list[dict]]:
     prompts = round_robin(load_workload(workload, None), args.search + args.held_out)
-    fraction = args.held_out / len(prompts)
+    # A workload smaller than asked for is split in the same proportion.
+    fraction = args.held_out / (args.search + args.held_out)
     search, held_out = split_workload(prompts, fraction, args.seed)
-    print(f"{workload}: {len(search)} search, {len(held_out)} held-out prompts",
+    if args.turns == "all":
+        # Every conversation whole on one side of the split, its later turns right after
+        # the turn before them (answered by the model, greedy).
+        search = with_later_turns(target, search, args.max_new_tokens)
+        held_out = with_later_turns(target, held_out, args.max_new_tokens)
+    print(f"{workload}: {len(search)} search, {len(held_out)} held-out prompts "
+          f"({args.turns} turns)",
           file=sys.stderr, flush=True)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
@@ -146,6 +158,8 @@ def main() -> None:
     ap.add_argument("--held-out", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--turns", default="first", choices=("first", "all"),
+                    help="multi-turn prompts: first turns only, or every turn in order")
     ap.add_argument("--csv", default=None)
     args = ap.parse_args()
     if not get_method("suffix").available():
@@ -157,15 +171,17 @@ def main() -> None:
         more_rows, more_categories = run_workload(target, workload.strip(), args)
         rows += more_rows
         categories += more_categories
-    table = pd.DataFrame(rows)
-    with pd.option_context("display.width", 250, "display.max_columns", 30,
-                           "display.max_colwidth", 70):
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-        print()
-        print(pd.DataFrame(categories).to_string(index=False,
-                                                 float_format=lambda v: f"{v:.3f}"))
-    if args.csv:
-        table.to_csv(args.csv, index=False)
+        # Each workload's tables as soon as it is done (a later one may fail).
+        with pd.option_context("display.width", 250, "display.max_columns", 30,
+                               "display.max_colwidth", 70):
+            print(pd.DataFrame(more_rows).to_string(index=False,
+                                                    float_format=lambda v: f"{v:.3f}"))
+            print()
+            print(pd.DataFrame(more_categories).to_string(
+                index=False, float_format=lambda v: f"{v:.3f}"))
+            print(flush=True)
+        if args.csv:
+            pd.DataFrame(rows).to_csv(args.csv, index=False)
 
 
 if __name__ == "__main__":

@@ -109,7 +109,12 @@ TRTLLM_ALIASES = ("speculative_model_dir",)
 TRTLLM_DRAFT_TARGET = ("decoding_type",) + TRTLLM_DECODING_BASE          # "Draft_Target"
 TRTLLM_NGRAM = ("decoding_type", "max_matching_ngram_size", "is_keep_all",
                 "is_use_oldest", "is_public_pool") + TRTLLM_DECODING_BASE  # "NGram"
-TRTLLM_DECODING_TYPES = {"Draft_Target": TRTLLM_DRAFT_TARGET, "NGram": TRTLLM_NGRAM}
+# SADecodingConfig (llm_args.py as the code index holds it, file 55143598664, commit not
+# given): its own fields on top of the base.
+TRTLLM_SA = ("decoding_type", "max_matching_ngram_size", "enable_global_pool",
+             "global_pool_size") + TRTLLM_DECODING_BASE                    # "SA"
+TRTLLM_DECODING_TYPES = {"Draft_Target": TRTLLM_DRAFT_TARGET, "NGram": TRTLLM_NGRAM,
+                         "SA": TRTLLM_SA}
 # BaseLlmArgs' field that holds the union above (the YAML's top-level key).
 TRTLLM_LLM_ARGS = ("speculative_config",)
 # Names of older releases, absent from llm_args.py @ 00043967.

@@ -282,7 +282,8 @@ def test_schemas_describe_only_pinned_fields() -> None:
     assert set(sglang["speculative-algorithm"]["enum"]) <= set(pins.SGLANG_ALGORITHMS)
 
     trtllm = schema("trtllm")["properties"]
-    accepted = set(pins.TRTLLM_DRAFT_TARGET) | set(pins.TRTLLM_NGRAM) | set(pins.TRTLLM_ALIASES)
+    accepted = (set(pins.TRTLLM_DRAFT_TARGET) | set(pins.TRTLLM_NGRAM) | set(pins.TRTLLM_SA)
+                | set(pins.TRTLLM_ALIASES))
     assert set(trtllm) <= accepted, set(trtllm) - accepted
     assert set(pins.TRTLLM_DECODING_TYPES) <= set(trtllm["decoding_type"]["enum"])
 

@@ -25,6 +25,7 @@ METHODS = {
     "draft_model": dict(method="draft_model"),
     "ngram": dict(method="ngram", ngram_min=1, ngram_max=3),
     "suffix": dict(method="suffix"),
+    "sa": dict(method="sa"),
 }
 POLICIES = {
     "fixed": dict(exit_policy="fixed", k=4),
@@ -77,7 +78,7 @@ def test_greedy_lossless(method, default_model, truncated_draft, prompt_ids, bas
         # Every pair must exercise speculation: drafts were made and (but for n-gram
         # copies, which may all be right in 16 tokens) some were rejected.
         assert drafted > 0, policy
-        if method not in ("ngram", "suffix"):
+        if method not in ("ngram", "suffix", "sa"):
             assert accepted < drafted, policy
         accepted_by_policy[policy] = accepted
     # And the accept path ran for every method. The truncated draft (first 10 layers)

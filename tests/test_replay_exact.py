@@ -5,6 +5,7 @@ equal the decoder's round by round, hence τ.
 Claims checked (greedy, float32):
 - `ngram`: exact for every exit policy (fixed, adaptive, heuristic, confidence);
 - `suffix`: exact, the prompts served in order through one cache (earlier outputs);
+- `sa` (TensorRT-LLM's suffix automaton): exact;
 - a separate `draft_model`: exact chains under fixed and heuristic exits; under a
   confidence exit the accepted and emitted tokens are exact, the drafted count only where
   the decoder stopped drafting at or before its first rejected draft; a static tree
@@ -56,6 +57,8 @@ CASES: dict[str, dict] = {
     # each prompt drafts from the earlier prompts' outputs too (the cache, exact).
     "suffix_fixed": dict(method="suffix", exit_policy="fixed", k=8),
     "suffix_vllm": dict(method="suffix", exit_policy="fixed", k=24, engine="vllm"),
+    # TensorRT-LLM's suffix automaton: k drafts verified every round (padded).
+    "sa_trtllm": dict(method="sa", exit_policy="fixed", k=4, engine="trtllm"),
     "draft_fixed": dict(method="draft_model", exit_policy="fixed", k=4),
     "draft_heuristic": dict(method="draft_model", exit_policy="heuristic", k=3),
     "draft_confidence": dict(method="draft_model", exit_policy="confidence", k=6, gamma=0.5),
@@ -68,7 +71,7 @@ CASES: dict[str, dict] = {
 USES_DRAFT = {"draft_fixed", "draft_heuristic", "draft_confidence", "draft_static_tree"}
 # The cases `Replayer.summary` is compared on run every prompt; the others every other
 # prompt (three categories each, alternating), which halves this module's decoding.
-EVERY_OTHER = {"ngram_vllm": 1, "suffix_vllm": 0, "ngram_heuristic": 0, "ngram_confidence": 1, "draft_heuristic": 1,
+EVERY_OTHER = {"ngram_vllm": 1, "suffix_vllm": 0, "sa_trtllm": 1, "ngram_heuristic": 0, "ngram_confidence": 1, "draft_heuristic": 1,
                "draft_confidence": 0, "draft_static_tree": 1, "layer_skip_k1": 0,
                "sorted_exit_k1": 1}
 
@@ -140,7 +143,7 @@ def _exercised(case: Case) -> None:
 
 @pytest.mark.parametrize("name", ["ngram_fixed", "ngram_adaptive", "ngram_heuristic",
                                   "ngram_confidence", "ngram_vllm", "suffix_fixed",
-                                  "suffix_vllm", "draft_fixed",
+                                  "suffix_vllm", "sa_trtllm", "draft_fixed",
                                   "draft_heuristic"])
 def test_exact_chains_replay_round_by_round(cases, name):
     case = cases[name]

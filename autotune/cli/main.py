@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to decode both arms: autotune's decoder (default), or the "
                         "engine itself (hf: transformers' generate() with the config's HF "
                         "export; llama_cpp: llama-cpp-python on the GGUF --model)")
+    m.add_argument("--turns", default="first", choices=("first", "all"),
+                   help="multi-turn prompts (Spec-Bench's MT-bench questions): their first "
+                        "user turn only (default), or every turn, each later turn right "
+                        "after the one before it, with the model's own greedy answers as "
+                        "the conversation so far")
     m.add_argument("--batch-size", type=int, default=None, metavar="B",
                    help="decode B prompts together (autotune's batched decoder) and "
                         "report output tokens/s against batched AR at the same B")

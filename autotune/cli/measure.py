@@ -236,6 +236,14 @@ def run_measure_command(args: argparse.Namespace) -> int:
     from autotune.models.trained import load_draft
     target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
     draft = load_draft(args.draft, target, args.device, args.dtype, args.trust_remote_code)
+    if getattr(args, "turns", "first") == "all":
+        from autotune.measure.conversations import with_later_turns
+
+        def answered(done: int, total: int) -> None:
+            print(f"autotune: answering earlier turns {done}/{total}", file=sys.stderr,
+                  flush=True)
+
+        prompts = with_later_turns(target, prompts, args.max_new_tokens, answered)
     if args.replay:
         return _replay(args, config, target, draft, prompts)
     if batch_size is not None:

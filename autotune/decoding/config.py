@@ -106,6 +106,10 @@ class DecodeConfig:
     suffix_min_token_prob: float = field(default=0.1, metadata=knob(
         "float", method_owner("suffix"), "draft only tokens whose frequency estimate is "
         "at least this (vLLM suffix_decoding_min_token_prob)", low=0.0, high=1.0))
+    # TensorRT-LLM's SA (suffix automaton) drafter: SADecodingConfig.max_matching_ngram_size.
+    sa_max_matching_ngram_size: int = field(default=-1, metadata=knob(
+        "int", method_owner("sa"), "`sa`: the longest suffix matched (-1 = the longest "
+        "repeated suffix; TensorRT-LLM max_matching_ngram_size)", low=-1))
     drafter: str = field(default=GENERAL_DRAFTER, metadata=knob(
         "str", DRAFT,
         "which member of a per-category `--draft` folder drafts: `all` (the drafter "
@@ -168,7 +172,7 @@ class DecodeConfig:
             raise AutotuneError("top_p=0 keeps no token; use temperature=0 for greedy")
         for name in ("epsilon", "temperature", "suffix_max_tree_depth",
                      "suffix_max_cached_requests", "suffix_max_spec_factor",
-                     "suffix_min_token_prob"):
+                     "suffix_min_token_prob", "sa_max_matching_ngram_size"):
             self._check_bounds(name)
         if not DRAFTER_NAME.fullmatch(self.drafter):
             raise AutotuneError(f"drafter={self.drafter!r} must be all, routed or a "
@@ -176,6 +180,9 @@ class DecodeConfig:
         if not KNOBS["ngram_min"].low <= self.ngram_min <= self.ngram_max:
             raise AutotuneError(
                 f"ngram_min={self.ngram_min}, ngram_max={self.ngram_max}: need 1 <= min <= max")
+        if self.sa_max_matching_ngram_size == 0:
+            raise AutotuneError("sa_max_matching_ngram_size=0: give -1 (the longest "
+                                "match) or a size of at least 1")
         self._validate_tree()
         if self.method in KNOBS["exits"].methods:        # the knob's owner: sorted_exit
             if not self.exits:

@@ -148,9 +148,17 @@ SGLANG = EngineRules(
 # sampled target accepts a draft only when it equals its own sampled token unless
 # use_rejection_sampling is set (llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412
 # and the torch sampler).
+# Its SA drafter (autotune/methods/sa/drafter.py names the files read): each request's
+# own suffix automaton, the first occurrence of the longest repeated suffix, and
+# max_draft_len tokens verified every step; slots the lookup leaves unwritten keep the
+# previous step's draft, which autotune pads with the last token instead.
 TRTLLM = EngineRules(
     "trtllm", "TensorRT-LLM", ngram_match=EARLIEST, ngram_pool=True,
-    greedy_model_drafts=True, match_verification=True)
+    greedy_model_drafts=True, match_verification=True,
+    approximate=(("sa", "TensorRT-LLM verifies max_draft_len SA tokens every step, the "
+                  "slots its lookup leaves unwritten holding the previous step's draft; "
+                  "autotune pads them with the last token (the cost is the same, a lucky "
+                  "stale token accepted is not reproduced)"),))
 
 # llama.cpp through llama-cpp-python 0.3.36 (the sdist; abetlen/llama-cpp-python tag
 # v0.3.36 @ 1652066e0af45f2313b339670ef9555e8a54e545; docs/engines/llama_cpp.md):

@@ -104,16 +104,17 @@ ENGINE = "TensorRT-LLM"
 RULES = "trtllm"
 FILE = "trtllm.json"
 YAML_FILE = "trtllm.yaml"
-# The LLM API's decoding types autotune measures: Draft_Target, NGram.
-METHODS = engine_methods("draft_model", "ngram")
+# The LLM API's decoding types autotune measures: Draft_Target, NGram, SA (the suffix
+# automaton; SADecodingConfig read in autotune/methods/sa/drafter.py).
+METHODS = engine_methods("draft_model", "ngram", "sa")
 
 
 def check(src: Source) -> list[Loss]:
     cfg = src.cfg
     losses = [
         method_loss(src, METHODS,
-                    "TensorRT-LLM's LLM API speculates with a draft model or n-grams, not "
-                    "with the target's own layers",
+                    "TensorRT-LLM's LLM API speculates with a draft model, n-grams or a "
+                    "suffix automaton, not with the target's own layers",
                     heads="TensorRT-LLM builds EAGLE-1 and Medusa heads into an engine "
                           "with its examples' convert_checkpoint.py (examples/eagle, "
                           "examples/medusa), from the original repositories' checkpoints, "
@@ -128,7 +129,13 @@ def check(src: Source) -> list[Loss]:
         losses.append(Loss(f"ngram_min={cfg.ngram_min}", (),
                            "TensorRT-LLM tries n-gram sizes from max_matching_ngram_size "
                            "down to 1; exported without a minimum"))
-    losses.append(schedule_loss(src))
+    if cfg.method == "sa" and src.schedule is not None:
+        losses.append(Loss("schedule", (),
+                           "TensorRT-LLM's draft_len_schedule was not read for the SA "
+                           "drafter (its worker drafts max_draft_len every step); the "
+                           f"batch-1 max_draft_len={cfg.k} runs at every batch size"))
+    else:
+        losses.append(schedule_loss(src))
     losses.append(rules_loss(src, RULES))
     return [loss for loss in losses if loss is not None]
 
@@ -171,6 +178,11 @@ def speculative_config(src: Source) -> dict[str, Any]:
     if cfg.method == "draft_model":
         spec = {"decoding_type": "Draft_Target", "max_draft_len": src.shape.chain_length,
                 "speculative_model": src.draft}
+    elif cfg.method == "sa":
+        # Each request's own automaton (no global pool), as measured.
+        return {"decoding_type": "SA", "max_draft_len": cfg.k,
+                "max_matching_ngram_size": cfg.sa_max_matching_ngram_size,
+                "enable_global_pool": False}
     else:
         # This request's own tokens (a private pool), the earliest occurrence (the oldest
         # match), every continuation kept.

@@ -11,6 +11,8 @@ with ``limit`` spreads across categories instead of taking the head of the file.
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import random
@@ -39,11 +41,19 @@ DEFAULT_CATEGORY = "default"
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt of a workload."""
+    """One prompt of a workload: a user turn, after the earlier turns of its conversation.
+
+    A multi-turn source (Spec-Bench's MT-bench questions) gives its first turn as `text`
+    and keeps the later user turns in `follow_ups`; a later turn, once the earlier ones
+    are answered (`measure.conversations`), is a Prompt whose `history` holds the
+    earlier (user, assistant) turns.
+    """
 
     text: str  # the user turn (first turn for multi-turn files)
     category: str  # e.g. "translation"; "default" when the source has none
     prompt_id: str  # stable id, e.g. "builtin-3" or the Spec-Bench question_id as str
+    follow_ups: tuple[str, ...] = ()  # the later user turns of a multi-turn source
+    history: tuple[tuple[str, str], ...] = ()  # earlier (user, assistant) turns
 
 
 def load_workload(
@@ -89,11 +99,14 @@ def load_workload(
 
 
 def workload_digest(prompts: Sequence[Prompt]) -> str:
-    """A short hash of prompts' ids, categories and texts, in order (provenance: which
-    prompts a figure was measured on)."""
+    """A short hash of prompts' ids, categories and texts (and a later turn's earlier
+    turns), in order (provenance: which prompts a figure was measured on)."""
     digest = hashlib.sha256()
     for p in prompts:
-        digest.update(json.dumps([p.prompt_id, p.category, p.text]).encode())
+        row: list[Any] = [p.prompt_id, p.category, p.text]
+        if p.history:                # first turns hash as they always have
+            row.append([list(turn) for turn in p.history])
+        digest.update(json.dumps(row).encode())
     return digest.hexdigest()[:16]
 
 
@@ -138,15 +151,19 @@ def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
     if getattr(tokenizer, "chat_template", None):
         # Render to a string first: in transformers 5, tokenize=True returns a
         # BatchEncoding rather than a list of ids.
+        messages = [message for user, assistant in prompt.history
+                    for message in ({"role": "user", "content": user},
+                                    {"role": "assistant", "content": assistant})]
         rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt.text}],
+            messages + [{"role": "user", "content": prompt.text}],
             add_generation_prompt=True,
             tokenize=False,
         )
         # The template already contains BOS/special markers; don't add them twice.
         ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
     else:
-        ids = tokenizer(prompt.text, add_special_tokens=True)["input_ids"]
+        earlier = "".join(f"{user}\n{assistant}\n" for user, assistant in prompt.history)
+        ids = tokenizer(earlier + prompt.text, add_special_tokens=True)["input_ids"]
     if hasattr(ids, "tolist"):  # tolerate tokenizers that return tensors/arrays
         ids = ids.tolist()
     return [int(i) for i in ids]
@@ -160,7 +177,7 @@ def _unique_ids(prompts: list[Prompt]) -> list[Prompt]:
     for p in prompts:
         seen[p.prompt_id] = seen.get(p.prompt_id, 0) + 1
         count = seen[p.prompt_id]
-        out.append(p if count == 1 else Prompt(p.text, p.category, f"{p.prompt_id}#{count}"))
+        out.append(p if count == 1 else dataclasses.replace(p, prompt_id=f"{p.prompt_id}#{count}"))
     return out
 
 
@@ -199,8 +216,17 @@ def _parse_jsonl(text: str, where: str, id_prefix: str) -> list[Prompt]:
         # Prefer the source's own id so results can be traced back to it.
         raw_id = obj.get("question_id", obj.get("id"))
         prompt_id = str(raw_id) if raw_id not in (None, "") else f"{id_prefix}-{len(prompts)}"
-        prompts.append(Prompt(text=body, category=category, prompt_id=prompt_id))
+        prompts.append(Prompt(text=body, category=category, prompt_id=prompt_id,
+                              follow_ups=_follow_ups(obj)))
     return prompts
+
+
+def _follow_ups(obj: dict[str, Any]) -> tuple[str, ...]:
+    """The later user turns of a multi-turn JSONL object (`turns[1:]`)."""
+    turns = obj.get("turns")
+    if not isinstance(turns, list):
+        return ()
+    return tuple(t for t in turns[1:] if isinstance(t, str) and t.strip())
 
 
 def _prompt_text(obj: dict[str, Any]) -> str | None:

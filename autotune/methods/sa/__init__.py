@@ -1,0 +1,25 @@
+"""`sa`: TensorRT-LLM's suffix automaton drafter (`decoding_type: "SA"`). A suffix
+automaton over this request's prompt and generated tokens finds the longest suffix of
+the sequence that occurred before (or, with `sa_max_matching_ngram_size` n, at most n
+tokens of it); the draft is what followed its first occurrence; no draft model, no layer
+access. Every step verifies the full draft length."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from autotune.decoding.method_spec import MethodSpec
+
+
+def _summary(c: Mapping[str, Any]) -> str:
+    n = c.get("sa_max_matching_ngram_size")
+    return "longest match" if n in (None, -1) else f"match<={n}"
+
+
+SPEC = MethodSpec(
+    "sa", label="suffix automaton", color="#882255", order=47, model_free=True,
+    confident_drafts=True,
+    about="TensorRT-LLM's suffix automaton: drafts what followed the first occurrence of "
+          "the longest repeated suffix",
+    drafter=f"{__name__}.drafter:SADrafter", replay=f"{__name__}.replay:source",
+    draft_cost=f"{__name__}.replay:SACost", summary=_summary)

@@ -1,0 +1,107 @@
+"""TensorRT-LLM's SA drafter (`sa`): the suffix automaton against a brute-force reading of
+its rule, losslessness, padding, exact replay and the TensorRT-LLM export (tiny random
+Llamas; the default model's cases are in test_lossless_real.py and test_replay_exact.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import jsonschema
+import pytest
+import yaml
+from test_engine_fields import check_trtllm
+from test_exports import error_of, frozen
+from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
+
+from autotune.common.errors import AutotuneError
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.decoder import SpeculativeDecoder
+from autotune.decoding.methods import get_method
+from autotune.exports import approximation, export, expressible, schema
+from autotune.methods.ngram.drafter import lookup
+from autotune.methods.sa.drafter import LONGEST, SuffixAutomaton
+from autotune.replay.reference import Reference
+from autotune.replay.simulate import simulate
+from autotune.workloads.prompts import Prompt, encode_prompt
+
+MAX_NEW = 16
+PROMPTS = [Prompt("t1 t2 t3 t4 t1 t2", "code", "p0"), Prompt("t5 t6 t7 t5 t6", "code", "p1"),
+           Prompt("t9 t8 t9 t8 t9", "chat", "p2")]
+
+
+def _brute(tokens: list[int], limit: int, max_ngram: int) -> list[int]:
+    """The rule read in TensorRT-LLM: the longest suffix (at most max_ngram tokens) that
+    occurs ending before the last token, continued after its first occurrence."""
+    longest = len(tokens) - 1 if max_ngram == LONGEST else max_ngram
+    return lookup(tokens, 1, longest, limit, earliest=True)
+
+
+@pytest.mark.parametrize("max_ngram", [LONGEST, 1, 2, 3, 5])
+def test_the_automaton_drafts_the_first_occurrence_of_the_longest_repeated_suffix(max_ngram):
+    rng = random.Random(max_ngram)
+    checked = matched = 0
+    for _ in range(40):
+        vocab = rng.choice([2, 3, 5])
+        tokens = [rng.randrange(vocab) for _ in range(rng.randrange(1, 60))]
+        automaton = SuffixAutomaton()
+        for end, token in enumerate(tokens):
+            automaton.extend(token)
+            got = automaton.draft(6, max_ngram)
+            assert got == _brute(tokens[:end + 1], 6, max_ngram), (tokens[:end + 1], max_ngram)
+            checked += 1
+            matched += bool(got)
+    assert matched > checked // 2            # mostly matches: the rule was exercised
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(seed=0, scale=2.0)
+
+
+def test_greedy_sa_is_lossless_padded_and_replays_round_by_round(target):
+    baseline = SpeculativeDecoder(target, DecodeConfig())
+    for engine in ("autotune", "trtllm"):
+        config = DecodeConfig(method="sa", k=4, engine=engine)
+        decoder = SpeculativeDecoder(target, config)
+        source = get_method("sa").replay_factory()(target, None)
+        accepted = 0
+        for prompt in PROMPTS:
+            ids = encode_prompt(target.tokenizer, prompt)
+            expected = baseline.generate(ids, MAX_NEW, time.perf_counter).tokens
+            generation = decoder.generate(ids, MAX_NEW, time.perf_counter)
+            assert generation.tokens == expected
+            # TensorRT-LLM verifies max_draft_len tokens every step (within the budget).
+            left = MAX_NEW - 1
+            for r in generation.rounds:
+                assert r.drafted == min(4, left - 1)
+                left -= r.emitted
+            accepted += sum(r.accepted for r in generation.rounds)
+            ref = Reference(prompt.prompt_id, prompt.category, ids, expected)
+            replayed = simulate(source.track(config, ref), config, ref, MAX_NEW)
+            assert ([(r.drafted, r.accepted, r.emitted) for r in replayed]
+                    == [(r.drafted, r.accepted, r.emitted) for r in generation.rounds])
+        assert accepted > 0
+
+
+def test_zero_is_refused_in_one_line():
+    with pytest.raises(AutotuneError, match="sa_max_matching_ngram_size=0") as error:
+        DecodeConfig(method="sa", sa_max_matching_ngram_size=0).validate()
+    assert "\n" not in str(error.value)
+
+
+def test_sa_exports_to_tensorrt_llm_only():
+    doc = frozen(method="sa", engine="trtllm", k=6, sa_max_matching_ngram_size=-1)
+    assert expressible(doc) == ["trtllm"]
+    result = export(doc, "trtllm")
+    spec = json.loads(result.files["trtllm.json"])
+    assert spec == {"decoding_type": "SA", "max_draft_len": 6,
+                    "max_matching_ngram_size": -1, "enable_global_pool": False}
+    jsonschema.Draft202012Validator(schema("trtllm")).validate(spec)
+    check_trtllm(spec, yaml.safe_load(result.files["trtllm.yaml"]))
+    assert "previous step's draft" in approximation(doc, "trtllm")
+    fixed = frozen(method="sa", engine="trtllm", k=3, sa_max_matching_ngram_size=4)
+    assert json.loads(export(fixed, "trtllm").primary())["max_matching_ngram_size"] == 4
+    for fmt in ("vllm", "sglang", "hf", "llama_cpp"):
+        assert "method=sa" in error_of(fmt, doc, lossy=True)
