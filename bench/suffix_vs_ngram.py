@@ -25,7 +25,8 @@ right after its first with the model's own answer in the conversation
 (`measure.conversations`); a conversation stays on one side of the split.
 
 Usage: python bench/suffix_vs_ngram.py [--workloads spec_bench,copy_edit] [--search 40]
-       [--held-out 40] [--max-new-tokens 64] [--turns first|all] [--seed 0] [--csv FILE]
+       [--held-out 40] [--max-new-tokens 64] [--turns first|all] [--categories a,b]
+       [--seed 0] [--csv FILE]
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def _triples(rounds) -> list[tuple[int, int, int]]:
 
 
 def run_workload(target, workload: str, args) -> tuple[list[dict], list[dict]]:
-    prompts = round_robin(load_workload(workload, None), args.search + args.held_out)
+    categories = args.categories.split(",") if args.categories else None
+    prompts = round_robin(load_workload(workload, categories), args.search + args.held_out)
     # A workload smaller than asked for is split in the same proportion.
     fraction = args.held_out / (args.search + args.held_out)
     search, held_out = split_workload(prompts, fraction, args.seed)
@@ -123,6 +125,16 @@ def run_workload(target, workload: str, args) -> tuple[list[dict], list[dict]]:
     print(f"{workload}: measured {len(held_out)} held-out prompts x {len(arms) + 1} arms in "
           f"{time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     rows, categories = [], []
+    # Tuned suffix against tuned n-gram directly, paired per prompt (their decode times
+    # on the same prompts, interleaved): > 1 means suffix decoding is faster.
+    head_to_head = [
+        paired.PromptPair(s.prompt_id, s.category, n.candidate.decode_s, n.candidate.decoded,
+                          s.candidate.decode_s, s.candidate.decoded)
+        for s, n in zip(measured["tuned suffix"].runs, measured["tuned ngram"].runs)]
+    versus = paired.interval(head_to_head)
+    print(f"{workload}: tuned suffix vs tuned ngram (paired, >1: suffix faster): "
+          f"{paired.speedup(head_to_head):.3f} [{versus[0]:.3f}, {versus[1]:.3f}]"
+          if versus else "", flush=True)
     for name, config in arms.items():
         pairs = [run.pair() for run in measured[name].runs]
         ci = paired.interval(pairs)
@@ -160,6 +172,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--turns", default="first", choices=("first", "all"),
                     help="multi-turn prompts: first turns only, or every turn in order")
+    ap.add_argument("--categories", default=None,
+                    help="comma-separated categories to keep (e.g. MT-bench's eight)")
     ap.add_argument("--csv", default=None)
     args = ap.parse_args()
     if not get_method("suffix").available():

@@ -61,3 +61,28 @@ def test_measure_all_turns_from_the_command_line(tmp_path: Path, capsys):
                  "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["prompts"] == 2
+
+
+def test_search_turns_all_keeps_each_later_turn_after_its_first(tmp_path: Path):
+    from autotune.pipeline.plan import SearchRequest, plan_search
+    from autotune.pipeline.run import _with_later_turns
+
+    model = save_tiny(llama_model(seed=0, layers=2, scale=2.0), tmp_path / "model")
+    workload = tmp_path / "mt.jsonl"
+    rows = [{"question_id": i, "category": "chat" if i % 2 else "code",
+             "turns": [f"t{i} t{i + 1} t{i}", f"t{i + 2}"]} for i in range(1, 13)]
+    workload.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plan = plan_search(SearchRequest.from_mapping({
+        "model": str(model), "workload": str(workload), "validation": "0.5",
+        "validation_pool": 6, "validation_prompts": 4, "max_new_tokens": 4,
+        "turns": "all", "out": str(tmp_path / "run")}))
+    target = tiny_llama(seed=0, scale=2.0)
+    expanded = _with_later_turns(plan, target)
+    for prompts, before in ((expanded.prompts, plan.prompts),
+                            (expanded.held_out, plan.held_out),
+                            (expanded.pool, plan.pool)):
+        assert [p.prompt_id for p in prompts] == [
+            i for p in before for i in (p.prompt_id, turn_id(p.prompt_id, 2))]
+    # The measured sample is still a prefix of a random order, each conversation whole.
+    assert {p.prompt_id for p in expanded.held_out} <= {p.prompt_id for p in expanded.pool}
+    assert "every turn of multi-turn prompts" in expanded.split.source

@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time for racing the finalists: no look starts that would pass "
                         "it (default: the whole --validation-prompts sample); a rerun "
                         "resumes a race it left undecided")
+    s.add_argument("--turns", default="first", choices=("first", "all"),
+                   help="multi-turn prompts (Spec-Bench's MT-bench questions): their first "
+                        "user turn (default), or every turn, each right after the one "
+                        "before it with the model's own greedy answers")
     s.add_argument("--min-gain", type=float, default=0.05, metavar="G",
                    help="the smallest speedup worth having, as a fraction (0.05: 5%%): "
                         "no finalist's interval reaching 1+G is 'do not speculate'; "

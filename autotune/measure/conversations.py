@@ -25,16 +25,20 @@ TURNS = ("first", "all")         # `--turns`: first user turns only, or every tu
 
 
 def turn_id(prompt_id: str, turn: int) -> str:
-    """The id of a conversation's later turn (`81` -> `81.t2`)."""
-    return f"{prompt_id}.t{turn}"
+    """The id of a conversation's turn (`81`, 2 -> `81.t2`; the first turn keeps its
+    prompt's id)."""
+    return prompt_id if turn == 1 else f"{prompt_id}.t{turn}"
 
 
 def with_later_turns(target: LoadedModel, prompts: Sequence[Prompt], max_new_tokens: int,
-                     on_turn: Callable[[int, int], None] | None = None) -> list[Prompt]:
+                     on_turn: Callable[[int, int], None] | None = None,
+                     answers: dict[str, str] | None = None) -> list[Prompt]:
     """`prompts` with every later turn inserted right after the turn before it (a prompt
     without follow-ups stays as it is). `on_turn(done, total)` follows each answer
-    decoded."""
+    decoded; `answers` (by turn id) keeps them across calls, so lists that share
+    conversations (the held-out sample and its pool) decode each answer once."""
     decoder = SpeculativeDecoder(target, DecodeConfig())
+    answers = {} if answers is None else answers
     total = sum(len(p.follow_ups) for p in prompts)
     done = 0
     out: list[Prompt] = []
@@ -42,9 +46,13 @@ def with_later_turns(target: LoadedModel, prompts: Sequence[Prompt], max_new_tok
         turn = dataclasses.replace(prompt, follow_ups=())
         out.append(turn)
         for number, follow_up in enumerate(prompt.follow_ups, start=2):
-            ids = encode_prompt(target.tokenizer, turn)
-            tokens = decoder.generate(ids, max_new_tokens, time.perf_counter).tokens
-            answer = target.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+            answered = turn_id(prompt.prompt_id, number - 1)
+            if answered not in answers:
+                ids = encode_prompt(target.tokenizer, turn)
+                tokens = decoder.generate(ids, max_new_tokens, time.perf_counter).tokens
+                answers[answered] = target.tokenizer.decode(
+                    tokens, skip_special_tokens=True).strip()
+            answer = answers[answered]
             turn = Prompt(text=follow_up, category=prompt.category,
                           prompt_id=turn_id(prompt.prompt_id, number),
                           history=(*turn.history, (turn.text, answer)))

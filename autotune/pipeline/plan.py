@@ -60,6 +60,7 @@ class SearchRequest:
     validation_prompts: int = 16
     validation_repeats: int = 1
     validation_budget: float | None = None     # seconds for the finalists' race
+    turns: str = "first"                       # multi-turn prompts: "first" or "all"
     finalists: int = 3
     min_gain: float = DEFAULT_MIN_GAIN     # below it, speculating is not worth having
     trials: int | None = None
@@ -113,6 +114,7 @@ class SearchPlan:
     finalists: int
     validation_repeats: int
     validation_budget_s: float | None      # the finalists' race stops before passing it
+    turns: str                             # "all": later turns follow their first
     min_gain: float                        # the answer's smallest gain worth having
     timeout_s: float | None
     trial_timeout_s: float | None
@@ -195,7 +197,8 @@ def plan_search(request: SearchRequest) -> SearchPlan:
         max_new_tokens=max_new, fidelity=fidelity, in_engine=in_engine,
         trials=trials, screen=request.screen, finalists=request.finalists,
         validation_repeats=request.validation_repeats,
-        validation_budget_s=request.validation_budget, min_gain=request.min_gain,
+        validation_budget_s=request.validation_budget, turns=request.turns,
+        min_gain=request.min_gain,
         timeout_s=request.timeout,
         trial_timeout_s=request.trial_timeout, batch_sizes=batch_sizes,
         schedule_ks=schedule_ks, sampler=request.sampler, seed=request.seed,
@@ -236,6 +239,8 @@ def _check_numbers(request: SearchRequest, trials: int) -> None:
                                ("--finalists", request.finalists, 1)):
         if value < least:
             raise AutotuneError(f"{flag} must be at least {least}")
+    if request.turns not in ("first", "all"):
+        raise AutotuneError(f"--turns {request.turns!r}: first or all")
     if request.validation_budget is not None and not request.validation_budget > 0:
         raise AutotuneError(f"--validation-budget must be a positive number of seconds, "
                             f"not {request.validation_budget:g}")

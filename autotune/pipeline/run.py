@@ -21,6 +21,7 @@ validated answer.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import warnings
@@ -89,10 +90,33 @@ class SearchOutcome:
         return 130 if self.reason == INTERRUPTED else 0
 
 
+def _with_later_turns(plan: SearchPlan, target: Any) -> SearchPlan:
+    """`--turns all`: every prompt list with its conversations' later turns, each right
+    after the turn before it (the measured sample's order too), answered once."""
+    from autotune.measure.conversations import with_later_turns
+
+    answers: dict[str, str] = {}
+    total = sum(len(p.follow_ups) for p in (*plan.split.search, *plan.split.pool))
+    if total:
+        print(f"autotune: answering the earlier turns of multi-turn prompts (up to "
+              f"{total} greedy decodes, once)", file=sys.stderr, flush=True)
+
+    def expand(prompts: list[Any]) -> list[Any]:
+        return with_later_turns(target, prompts, plan.max_new_tokens, answers=answers)
+
+    split = plan.split._replace(
+        search=expand(plan.split.search), held_out=expand(plan.split.held_out),
+        pool=expand(plan.split.pool),
+        source=plan.split.source + "; every turn of multi-turn prompts, in order")
+    return dataclasses.replace(plan, split=split)
+
+
 def run_search(plan: SearchPlan) -> SearchOutcome:
     """Run `plan`: load its models, open (or resume) its study, screen, measure, validate
     the finalists, tune the schedule, and write the run folder."""
     models = load_models(plan)
+    if plan.turns == "all":
+        plan = _with_later_turns(plan, models.target)
     _quiet_optuna()
     identity = study_identity(plan, models)
     settings = SearchSettings(
