@@ -299,7 +299,7 @@ def test_ngram_policies() -> None:
 
 def test_ngram_is_not_a_dv_config_even_lossy() -> None:
     doc = frozen(method="ngram", engine="vllm")
-    expected = ("dv cannot express method=ngram (ngram_min, ngram_max): "
+    expected = ("dv cannot express method=ngram (ngram_min, ngram_max, ngram_pool): "
                 "use --format vllm")
     assert error_of("dv", doc) == expected
     assert error_of("dv", doc, lossy=True) == expected
@@ -610,7 +610,7 @@ def test_engine_losses_of_a_bare_config() -> None:
     assert engine_losses(vllm_ngram, "sglang", has_draft=False) == [
         "ngram_min=2", "ngram_max=4", "engine=vllm"]
     assert engine_losses(vllm_ngram, "dv", has_draft=False) == [
-        "method=ngram (ngram_min, ngram_max)", "engine=vllm"]
+        "method=ngram (ngram_min, ngram_max, ngram_pool)", "engine=vllm"]
     confidence = DecodeConfig(method="draft_model", engine="hf", exit_policy="confidence")
     assert engine_losses(confidence, "hf", has_draft=True) == []
     assert engine_losses(confidence, "vllm", has_draft=True) == [

@@ -147,7 +147,7 @@ def test_absorb_files_a_request_as_serving_it_would(target):
     absorbed = SpeculativeDecoder(target, config)
     first, second = _ids(target, PROMPTS[0]), _ids(target, PROMPTS[2])
     response = served.generate(first, MAX_NEW, time.perf_counter).tokens
-    absorbed.absorb(first, response)
+    absorbed.absorb(first, response, MAX_NEW)
     a = served.generate(second, MAX_NEW, time.perf_counter)
     b = absorbed.generate(second, MAX_NEW, time.perf_counter)
     assert [(r.drafted, r.accepted) for r in a.rounds] == [(r.drafted, r.accepted)

@@ -91,6 +91,10 @@ class DecodeConfig:
         "int", method_owner("ngram"), "shortest prompt-lookup n-gram", low=1))
     ngram_max: int = field(default=3, metadata=knob(
         "int", method_owner("ngram"), "longest prompt-lookup n-gram", low=1))
+    ngram_pool: str = field(default="private", metadata=knob(
+        "str", method_owner("ngram"), "TensorRT-LLM's n-gram pool (`engine=trtllm`): this "
+        "request's own (`private`) or one shared by every request (`public`; "
+        "is_public_pool)", choices=("private", "public")))
     # Suffix decoding (vLLM `method: "suffix"`, arctic_inference.suffix_decoding); names
     # and defaults as vLLM 0.33.0's SpeculativeConfig (vllm/config/speculative.py L537-556).
     suffix_max_tree_depth: int = field(default=24, metadata=knob(
@@ -180,6 +184,14 @@ class DecodeConfig:
         if not KNOBS["ngram_min"].low <= self.ngram_min <= self.ngram_max:
             raise AutotuneError(
                 f"ngram_min={self.ngram_min}, ngram_max={self.ngram_max}: need 1 <= min <= max")
+        pools = KNOBS["ngram_pool"].choices or ()
+        if self.ngram_pool not in pools:
+            raise AutotuneError(f"ngram_pool={self.ngram_pool!r} is not one of "
+                                f"{', '.join(pools)}")
+        if self.method == "ngram" and self.ngram_pool == "public" and (
+                self.engine != "trtllm" or self.exit_policy != "fixed"):
+            raise AutotuneError("ngram_pool=public is TensorRT-LLM's shared n-gram pool: "
+                                "it needs engine=trtllm and exit_policy=fixed")
         if self.sa_max_matching_ngram_size == 0:
             raise AutotuneError("sa_max_matching_ngram_size=0: give -1 (the longest "
                                 "match) or a size of at least 1")

@@ -185,11 +185,12 @@ class SpeculativeDecoder:
         if self._state_factory is not None:
             self.shared = self._state_factory(self.config)
 
-    def absorb(self, prompt: list[int], response: list[int]) -> None:
-        """File a request served untimed (a warm history) into the cross-request state,
-        as the engine would have after serving it; nothing for a stateless method."""
+    def absorb(self, prompt: list[int], response: list[int], max_new_tokens: int) -> None:
+        """File a request served untimed (a warm history: `response` generated within
+        `max_new_tokens`) into the cross-request state, as the engine would have after
+        serving it; nothing for a stateless method."""
         if self.shared is not None:
-            self.shared.absorb(prompt, response)
+            self.shared.absorb(prompt, response, max_new_tokens)
 
     def _check_layer_access(self) -> None:
         """A method with layer-indexed keys needs the compact forward on the stack they

@@ -89,9 +89,10 @@ class MethodSpec:
     shared_state: a factory `(config) -> state` of what the method keeps across the
         requests one arm serves (an engine's cache of earlier outputs), or its
         "module:function"; None when every request starts afresh. The decoder makes one
-        per arm and hands it to each generation's drafter (`DraftContext.shared`); the
-        state `absorb(prompt, response)`s a finished request that was served untimed
-        (a warm history), and `forget()` is a new state.
+        per arm (the factory may return None: this config keeps nothing) and hands it
+        to each generation's drafter (`DraftContext.shared`); the state
+        `absorb(prompt, response, max_new_tokens)`s a finished request that was served
+        untimed (a warm history), and `forget()` is a new state.
     requires: (module, install command) when the method runs on an optional package;
         without it the method drops out of spaces and a config naming it is refused in
         one line naming the command.

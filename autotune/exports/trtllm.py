@@ -184,11 +184,11 @@ def speculative_config(src: Source) -> dict[str, Any]:
                 "max_matching_ngram_size": cfg.sa_max_matching_ngram_size,
                 "enable_global_pool": False}
     else:
-        # This request's own tokens (a private pool), the earliest occurrence (the oldest
-        # match), every continuation kept.
+        # The pool measured (this request's own, or one shared by every request), the
+        # earliest occurrence (the oldest match), every continuation kept.
         spec = {"decoding_type": "NGram", "max_draft_len": cfg.k,
                 "max_matching_ngram_size": cfg.ngram_max, "is_keep_all": True,
-                "is_use_oldest": True, "is_public_pool": False}
+                "is_use_oldest": True, "is_public_pool": cfg.ngram_pool == "public"}
     if src.schedule is not None:
         # The validator wants the smallest key (batch size 1) to carry max_draft_len.
         spec["max_draft_len"] = src.schedule.ranges[0].k

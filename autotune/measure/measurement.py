@@ -307,7 +307,7 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
             for runner in stateful:
                 runner.forget()
                 for ids, response in served:
-                    runner.absorb(ids, response)
+                    runner.absorb(ids, response, max_new_tokens)
             for index, ids in enumerate(encoded):
                 shift = step % len(arms)
                 step += 1

@@ -45,4 +45,5 @@ SPEC = MethodSpec(
     about="prompt lookup: drafts what followed an earlier occurrence of the last n tokens",
     drafter=f"{__name__}.drafter:NgramDrafter", scorer=f"{__name__}.agreement:scorer",
     replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:NgramCost",
+    shared_state=f"{__name__}.drafter:ngram_state",
     summary=_summary, presets=_presets)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Collection
+from typing import Collection, Sequence
 
 import torch
 
@@ -40,9 +40,12 @@ class MatchPool:
     max_draft + max_ngram - 1 tokens before the end. The draft is the oldest continuation
     filed under the longest suffix of the sequence that has one."""
 
-    def __init__(self, max_ngram: int, max_draft: int) -> None:
+    def __init__(self, max_ngram: int, max_draft: int,
+                 pool: dict[tuple[int, ...], list[tuple[int, ...]]] | None = None) -> None:
         self.max_ngram, self.max_draft = max_ngram, max_draft
-        self.pool: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        # A public pool is one dict shared by every request (`PublicPool`); the window
+        # start is always this request's own.
+        self.pool: dict[tuple[int, ...], list[tuple[int, ...]]] = {} if pool is None else pool
         self.start = 0
 
     def _file(self, prefix: list[int]) -> None:
@@ -69,6 +72,47 @@ class MatchPool:
         return []
 
 
+class PublicPool:
+    """TensorRT-LLM's public n-gram pool (`is_public_pool`, its default): one pattern ->
+    continuations map filed by every request's draft calls and never emptied
+    (NGramPoolManager in tensorrt_llm/_torch/speculative/ngram.py @
+    0249976575050d2c624a5f285683c66de311a3b7: `pool = self.pool if self.is_public_pool
+    else self.pool[request_id]`; `update_resources` returns early for a public pool,
+    "TODO: Here should be an strategy to update the pool"). The state an arm keeps
+    across requests for `ngram_pool=public`."""
+
+    def __init__(self, config: DecodeConfig) -> None:
+        self.config = config
+        self.patterns: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+
+    def absorb(self, prompt: Sequence[int], response: Sequence[int],
+               max_new_tokens: int) -> None:
+        """File a request served untimed as serving it files it: the pool grows inside
+        each draft call, so the request's rounds are replayed along its response (its
+        own drafts, accepted while they equal the response; greedy, fixed K)."""
+        pool = MatchPool(self.config.ngram_max, self.config.k, self.patterns)
+        tokens, generated = list(prompt), 1
+        while generated < len(response):
+            limit = min(self.config.k, max_new_tokens - generated - 1)
+            if limit <= 0:
+                break
+            drafted = pool.draft(tokens + list(response[:generated]), limit)
+            accepted = 0
+            for token, truth in zip(drafted, response[generated:]):
+                if token != truth:
+                    break
+                accepted += 1
+            generated += accepted + 1
+
+
+def ngram_state(config: DecodeConfig) -> PublicPool | None:
+    """The n-gram method's cross-request state: TensorRT-LLM's public pool, or None
+    (every other config keeps nothing across requests)."""
+    if config.ngram_pool == "public" and engine_rules(config.engine).ngram_pool:
+        return PublicPool(config)
+    return None
+
+
 class NgramProposer:
     """The n-gram drafts of `config` for one generation, under its engine's rules: the
     match rule (most recent or earliest occurrence, or TensorRT-LLM's pool, which keeps
@@ -76,10 +120,13 @@ class NgramProposer:
     first EOS token where the engine does that (transformers), and a draft padded to
     `limit` with the last token where the engine does that (vLLM's V2 runner)."""
 
-    def __init__(self, config: DecodeConfig, eos: Collection[int]) -> None:
+    def __init__(self, config: DecodeConfig, eos: Collection[int],
+                 shared: PublicPool | None = None) -> None:
         self.config, self.eos = config, frozenset(eos)
         self.rules = engine_rules(config.engine)
-        self.pool = MatchPool(config.ngram_max, config.k) if self.rules.ngram_pool else None
+        self.pool = (MatchPool(config.ngram_max, config.k,
+                               shared.patterns if shared is not None else None)
+                     if self.rules.ngram_pool else None)
 
     def __call__(self, tokens: list[int], limit: int) -> list[int]:
         if self.pool is not None:
@@ -107,14 +154,16 @@ class NgramDrafter(Drafter):
     """The tokens `lookup` finds are the draft. Deterministic: q is one-hot, confidence 1
     (so a confidence exit rule never stops it)."""
 
-    def __init__(self, config: DecodeConfig, vocab_size: int, eos: Collection[int]) -> None:
-        self.proposer = NgramProposer(config, eos)
+    def __init__(self, config: DecodeConfig, vocab_size: int, eos: Collection[int],
+                 shared: PublicPool | None = None) -> None:
+        self.proposer = NgramProposer(config, eos, shared)
         self.vocab_size = vocab_size
         self.sampling = not config.greedy          # greedy verification needs no q
 
     @classmethod
     def build(cls, context: DraftContext) -> "NgramDrafter":
-        return cls(context.config, context.vocab_size, context.target.eos_token_ids)
+        return cls(context.config, context.vocab_size, context.target.eos_token_ids,
+                   context.shared)
 
     def propose(self, seq: torch.Tensor, limit: int, policy: ExitPolicy) -> Draft:
         found = self.proposer(seq[0].tolist(), limit)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Collection
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.policies import ExitPolicy
-from autotune.methods.ngram.drafter import NgramProposer
+from autotune.methods.ngram.drafter import NgramProposer, PublicPool, ngram_state
 from autotune.replay.draft_cost import DraftCost
 from autotune.replay.reference import Reference
 from autotune.replay.simulate import ChainDraft, ReplayRound, Track
@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 class NgramTrack:
     """Prompt lookup over the sequence the decoder holds after g generated tokens."""
 
-    def __init__(self, ref: Reference, config: DecodeConfig, eos: Collection[int]) -> None:
+    def __init__(self, ref: Reference, config: DecodeConfig, eos: Collection[int],
+                 shared: PublicPool | None = None) -> None:
         self.ref, self.sequence = ref, ref.sequence
         # One proposer per prompt, asked once per round in order, as the decoder's is.
-        self.proposer = NgramProposer(config, eos)
+        self.proposer = NgramProposer(config, eos, shared)
 
     def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
         end = len(self.ref.prompt) + g
@@ -49,13 +50,20 @@ def _leading_matches(drafts: list[int], reference: list[int]) -> int:
 
 class NgramSource:
     """The drafter's own lookup over the reference so far, under the config's engine
-    rules: exact."""
+    rules: exact. TensorRT-LLM's public pool is one per config and replay pass
+    (`prepare` starts a pass), the references served in order through it."""
 
     def __init__(self, eos: frozenset[int]) -> None:
         self.eos = eos
+        self._pools: dict[DecodeConfig, PublicPool | None] = {}
+
+    def prepare(self, config: DecodeConfig, refs: list[Reference]) -> None:
+        self._pools[config] = ngram_state(config)
 
     def track(self, config: DecodeConfig, ref: Reference) -> Track:
-        return NgramTrack(ref, config, self.eos)
+        if config not in self._pools:
+            self.prepare(config, [ref])
+        return NgramTrack(ref, config, self.eos, self._pools[config])
 
     def fidelity(self, config: DecodeConfig) -> tuple[bool, list[str]]:
         return True, []

@@ -44,8 +44,10 @@ class SuffixState:
         self.cache.start_request(request, list(prompt))
         return request
 
-    def absorb(self, prompt: Sequence[int], response: Sequence[int]) -> None:
-        """A request served untimed: its prompt and output filed as serving it would."""
+    def absorb(self, prompt: Sequence[int], response: Sequence[int],
+               max_new_tokens: int) -> None:
+        """A request served untimed: its prompt and output filed as serving it would
+        (the cache takes whole tokens whatever the rounds, so the budget is not read)."""
         request = self.start(prompt)
         if response:
             self.cache.add_active_response(request, list(response))
