@@ -105,3 +105,11 @@ def test_sa_exports_to_tensorrt_llm_only():
     assert json.loads(export(fixed, "trtllm").primary())["max_matching_ngram_size"] == 4
     for fmt in ("vllm", "sglang", "hf", "llama_cpp"):
         assert "method=sa" in error_of(fmt, doc, lossy=True)
+
+
+def test_the_agreement_scorer_is_the_first_draft_token_at_every_prefix():
+    ids = [3, 1, 2, 3, 1, 2, 4, 3, 1]
+    config = DecodeConfig(method="sa", k=2)
+    scored = get_method("sa").scorer_factory()(None, config, None)(ids)
+    assert scored == [(_brute(ids[:t + 1], 1, LONGEST) or [-1])[0] for t in range(len(ids))]
+    assert scored[4] == 2 and scored[0] == -1

@@ -21,5 +21,6 @@ SPEC = MethodSpec(
     confident_drafts=True,
     about="TensorRT-LLM's suffix automaton: drafts what followed the first occurrence of "
           "the longest repeated suffix",
-    drafter=f"{__name__}.drafter:SADrafter", replay=f"{__name__}.replay:source",
+    drafter=f"{__name__}.drafter:SADrafter", scorer=f"{__name__}.agreement:scorer",
+    replay=f"{__name__}.replay:source",
     draft_cost=f"{__name__}.replay:SACost", summary=_summary)
