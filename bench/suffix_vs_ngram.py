@@ -47,7 +47,7 @@ from autotune.measure.conversations import with_later_turns
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import load_model
 from autotune.replay.run import Replayer
-from autotune.workloads.prompts import load_workload, round_robin, split_workload
+from autotune.workloads.prompts import TURNS, load_workload, round_robin, split_workload
 
 NGRAM_SIZES = [(1, 1), (1, 2), (1, 3), (2, 2), (2, 3), (2, 4), (3, 3), (3, 5), (4, 4), (5, 5)]
 NGRAM_GRID = [dict(method="ngram", k=k, ngram_min=lo, ngram_max=hi)
@@ -170,7 +170,7 @@ def main() -> None:
     ap.add_argument("--held-out", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--turns", default="first", choices=("first", "all"),
+    ap.add_argument("--turns", default="first", choices=TURNS,
                     help="multi-turn prompts: first turns only, or every turn in order")
     ap.add_argument("--categories", default=None,
                     help="comma-separated categories to keep (e.g. MT-bench's eight)")

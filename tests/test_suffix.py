@@ -160,10 +160,24 @@ def test_absorb_files_a_request_as_serving_it_would(target):
 def test_sampling_drafts_are_one_hot(target):
     import torch
 
+    from autotune.decoding.policies import make_policy
+    from autotune.methods.suffix.drafter import SuffixDrafter
+
     decoder = SpeculativeDecoder(target, _config(temperature=1.0))
     generation = decoder.generate(_ids(target, PROMPTS[0]), MAX_NEW, time.perf_counter,
                                   torch.Generator().manual_seed(0))
     assert 1 <= len(generation.tokens) <= MAX_NEW
+    # The drafter's own draft under sampling: q puts all mass on each drafted token.
+    config = _config(temperature=1.0)
+    drafter = SuffixDrafter(SuffixState(config), vocab_size=64, sampling=True)
+    seq = torch.tensor([[1, 2, 3, 4, 1, 2, 3, 4, 1, 2]])
+    drafter.prefill(seq[:, :8])
+    draft = drafter.propose(seq, 4, make_policy(config))
+    assert draft.k >= 1 and draft.q is not None and draft.q.shape == (1, draft.k, 64)
+    assert draft.tokens[0].tolist() == [3, 4, 1, 2][:draft.k]
+    assert torch.equal(draft.q.argmax(-1), draft.tokens)
+    assert torch.allclose(draft.q.sum(-1), torch.ones(1, draft.k))
+    assert float(draft.q.max(-1).values.min()) == 1.0
 
 
 def _rounds(measurement) -> list[list[tuple[int, int]]]:

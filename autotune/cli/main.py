@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 
 from autotune.common.errors import AutotuneError
 from autotune.models.drafter_folder import KINDS
+from autotune.workloads.prompts import TURNS
 from autotune.workloads.split import DEFAULT_POOL
 
 EXIT_USAGE = 2
@@ -67,6 +68,15 @@ def _add_workload_args(p: argparse.ArgumentParser, max_new_tokens: int | None,
     p.add_argument("--seed", type=int, default=None if from_config else 0)
 
 
+def _add_turns_arg(p: argparse.ArgumentParser) -> None:
+    """`--turns` (measure, search): which turns of multi-turn prompts are served."""
+    p.add_argument("--turns", default="first", choices=TURNS,
+                   help="multi-turn prompts (Spec-Bench's MT-bench questions): their first "
+                        "user turn only (default), or every turn, each later turn right "
+                        "after the one before it, with the model's own greedy answers as "
+                        "the conversation so far")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autotune",
                      description="Offline auto-tuner for LLM speculative decoding.")
@@ -91,11 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to decode both arms: autotune's decoder (default), or the "
                         "engine itself (hf: transformers' generate() with the config's HF "
                         "export; llama_cpp: llama-cpp-python on the GGUF --model)")
-    m.add_argument("--turns", default="first", choices=("first", "all"),
-                   help="multi-turn prompts (Spec-Bench's MT-bench questions): their first "
-                        "user turn only (default), or every turn, each later turn right "
-                        "after the one before it, with the model's own greedy answers as "
-                        "the conversation so far")
+    _add_turns_arg(m)
     m.add_argument("--batch-size", type=int, default=None, metavar="B",
                    help="decode B prompts together (autotune's batched decoder) and "
                         "report output tokens/s against batched AR at the same B")
@@ -130,10 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time for racing the finalists: no look starts that would pass "
                         "it (default: the whole --validation-prompts sample); a rerun "
                         "resumes a race it left undecided")
-    s.add_argument("--turns", default="first", choices=("first", "all"),
-                   help="multi-turn prompts (Spec-Bench's MT-bench questions): their first "
-                        "user turn (default), or every turn, each right after the one "
-                        "before it with the model's own greedy answers")
+    _add_turns_arg(s)
     s.add_argument("--min-gain", type=float, default=0.05, metavar="G",
                    help="the smallest speedup worth having, as a fraction (0.05: 5%%): "
                         "no finalist's interval reaching 1+G is 'do not speculate'; "

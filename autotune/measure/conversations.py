@@ -21,9 +21,6 @@ from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt
 
-TURNS = ("first", "all")         # `--turns`: first user turns only, or every turn
-
-
 def turn_id(prompt_id: str, turn: int) -> str:
     """The id of a conversation's turn (`81`, 2 -> `81.t2`; the first turn keeps its
     prompt's id)."""

@@ -28,7 +28,7 @@ from autotune.search.schedule import parse_batch_sizes, parse_ks
 from autotune.search.storage import JOURNAL_NAME
 from autotune.search.targets import DEFAULT_TARGET, default_space
 from autotune.space import SearchSpace, load_space
-from autotune.workloads.prompts import Prompt
+from autotune.workloads.prompts import TURNS, Prompt
 from autotune.workloads.split import DEFAULT_POOL, PromptSplit, split_prompts
 
 # Where run folders go by default: reports/<study>/.
@@ -239,8 +239,8 @@ def _check_numbers(request: SearchRequest, trials: int) -> None:
                                ("--finalists", request.finalists, 1)):
         if value < least:
             raise AutotuneError(f"{flag} must be at least {least}")
-    if request.turns not in ("first", "all"):
-        raise AutotuneError(f"--turns {request.turns!r}: first or all")
+    if request.turns not in TURNS:
+        raise AutotuneError(f"--turns {request.turns!r}: one of {', '.join(TURNS)}")
     if request.validation_budget is not None and not request.validation_budget > 0:
         raise AutotuneError(f"--validation-budget must be a positive number of seconds, "
                             f"not {request.validation_budget:g}")

@@ -37,6 +37,7 @@ from typing import Protocol, runtime_checkable
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS, chain_limit
+from autotune.decoding.drafters.base import kept_by_policy
 from autotune.decoding.engines import engine_rules
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.shape import DYNAMIC, STATIC
@@ -68,6 +69,20 @@ class ChainDraft:
     accepted: int
     confidences: list[float]
     exits: list[int]
+
+    @classmethod
+    def along(cls, found: list[int], confidences: list[float], policy: ExitPolicy,
+              reference: list[int]) -> "ChainDraft":
+        """A model-free chain (`found`, each token with its confidence) as the drafter
+        keeps it under `policy`, accepted while it equals `reference` (the tokens the
+        decoder will emit from here)."""
+        kept = kept_by_policy(confidences[:len(found)], policy)
+        accepted = 0
+        for token, truth in zip(found[:kept], reference):
+            if token != truth:
+                break
+            accepted += 1
+        return cls(kept, accepted, list(confidences[:kept]), [])
 
 
 class Track(Protocol):

@@ -37,6 +37,9 @@ BUILTIN_SETS: dict[str, tuple[str, str]] = {
 # Every name `--workload` takes besides a file path.
 WORKLOAD_NAMES = (*BUILTIN_SETS, COPY_EDIT)
 DEFAULT_CATEGORY = "default"
+# `--turns`: a multi-turn prompt's first user turn only, or every turn in order
+# (`measure.conversations`).
+TURNS = ("first", "all")
 
 
 @dataclass(frozen=True)

@@ -58,9 +58,32 @@ class Draft:
         """No draft tokens after seq [B, N]: the round is one plain target step."""
         return cls(seq.new_empty((seq.shape[0], 0)), None, [])
 
+    @classmethod
+    def fixed_tokens(cls, seq: torch.Tensor, found: list[int], confidences: list[float],
+                     policy: ExitPolicy, vocab_size: int, sampling: bool) -> "Draft":
+        """A model-free draft after seq [1, N]: `found` tokens (each with the confidence
+        its method gives it) kept while `policy.keep_going` allows; deterministic, so
+        under sampling q is one-hot [1, k, vocab_size] (verified as vLLM and TensorRT-LLM
+        verify n-gram drafts)."""
+        kept = kept_by_policy(confidences[:len(found)], policy)
+        tokens = torch.tensor(found[:kept], dtype=seq.dtype, device=seq.device).reshape(1, -1)
+        q = (torch.nn.functional.one_hot(tokens, vocab_size).float() if sampling else None)
+        return cls(tokens, q, list(confidences[:kept]))
+
     @property
     def k(self) -> int:
         return self.tokens.shape[1]
+
+
+def kept_by_policy(confidences: list[float], policy: ExitPolicy) -> int:
+    """How many of a proposed chain's tokens a drafter keeps: each is kept, then the
+    policy asked (with its confidence) whether to draft another."""
+    kept = 0
+    for confidence in confidences:
+        kept += 1
+        if not policy.keep_going(confidence):
+            break
+    return kept
 
 
 class TokenChooser:

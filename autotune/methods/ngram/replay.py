@@ -30,22 +30,7 @@ class NgramTrack:
     def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
         end = len(self.ref.prompt) + g
         found = self.proposer(self.sequence[:end], limit)
-        kept: list[int] = []
-        for token in found:
-            kept.append(token)
-            if not policy.keep_going(1.0):
-                break
-        return ChainDraft(len(kept), _leading_matches(kept, self.ref.tokens[g:]),
-                          [1.0] * len(kept), [])
-
-
-def _leading_matches(drafts: list[int], reference: list[int]) -> int:
-    n = 0
-    for draft, token in zip(drafts, reference):
-        if draft != token:
-            break
-        n += 1
-    return n
+        return ChainDraft.along(found, [1.0] * len(found), policy, self.ref.tokens[g:])
 
 
 class NgramSource:

@@ -130,12 +130,5 @@ class SADrafter(Drafter):
 
     def propose(self, seq: torch.Tensor, limit: int, policy: ExitPolicy) -> Draft:
         found = self.proposer(seq[0].tolist(), limit)
-        kept: list[int] = []
-        for token in found:
-            kept.append(token)
-            if not policy.keep_going(1.0):
-                break
-        draft_tokens = torch.tensor(kept, dtype=seq.dtype, device=seq.device).reshape(1, -1)
-        q = (torch.nn.functional.one_hot(draft_tokens, self.vocab_size).float()
-             if self.sampling else None)
-        return Draft(draft_tokens, q, [1.0] * len(kept))
+        return Draft.fixed_tokens(seq, found, [1.0] * len(found), policy, self.vocab_size,
+                                  self.sampling)

@@ -24,17 +24,7 @@ class SATrack:
 
     def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
         found = self.proposer(self.sequence[:len(self.ref.prompt) + g], limit)
-        kept: list[int] = []
-        for token in found:
-            kept.append(token)
-            if not policy.keep_going(1.0):
-                break
-        accepted = 0
-        for token, truth in zip(kept, self.ref.tokens[g:]):
-            if token != truth:
-                break
-            accepted += 1
-        return ChainDraft(len(kept), accepted, [1.0] * len(kept), [])
+        return ChainDraft.along(found, [1.0] * len(found), policy, self.ref.tokens[g:])
 
 
 class SASource:

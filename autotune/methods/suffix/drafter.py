@@ -106,15 +106,7 @@ class SuffixDrafter(Drafter):
     def propose(self, seq: torch.Tensor, limit: int, policy: ExitPolicy) -> Draft:
         assert self.proposer is not None, "prefill comes first"
         found, probs = self.proposer(seq[0].tolist(), limit)
-        kept: list[int] = []
-        for token, prob in zip(found, probs):
-            kept.append(token)
-            if not policy.keep_going(prob):
-                break
-        draft_tokens = torch.tensor(kept, dtype=seq.dtype, device=seq.device).reshape(1, -1)
-        q = (torch.nn.functional.one_hot(draft_tokens, self.vocab_size).float()
-             if self.sampling else None)
-        return Draft(draft_tokens, q, probs[:len(kept)])
+        return Draft.fixed_tokens(seq, found, probs, policy, self.vocab_size, self.sampling)
 
     def finish(self, seq: torch.Tensor) -> None:
         if self.proposer is not None:

@@ -29,17 +29,7 @@ class SuffixTrack:
 
     def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
         found, probs = self.proposer(self.sequence[:len(self.ref.prompt) + g], limit)
-        kept: list[int] = []
-        for token, prob in zip(found, probs):
-            kept.append(token)
-            if not policy.keep_going(prob):
-                break
-        accepted = 0
-        for token, truth in zip(kept, self.ref.tokens[g:]):
-            if token != truth:
-                break
-            accepted += 1
-        return ChainDraft(len(kept), accepted, probs[:len(kept)], [])
+        return ChainDraft.along(found, probs, policy, self.ref.tokens[g:])
 
     def finish(self) -> None:
         """The decoder files every generated token when a request ends."""
