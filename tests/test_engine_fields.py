@@ -38,6 +38,12 @@ METHODS: list[tuple[dict | None, dict[str, Any]]] = [
     (None, dict(method="layer_skip", attn_skip=[2], tree_width=2, tree_depth=2)),
     (None, dict(method="sorted_exit", exits=[10], k=4)),
     (None, dict(method="sorted_exit", exits=[8, 16], thresholds=[0.5])),
+    (None, dict(method="llama_ngram", llama_spec_type="ngram-simple", k=16)),
+    (None, dict(method="llama_ngram", llama_spec_type="ngram-mod,ngram-map-k4v", k=64,
+                llama_ngram_min_hits=2, llama_ngram_mod_n_min=8)),
+    (None, dict(method="llama_ngram", llama_spec_type="ngram-cache", k=8)),
+    (None, dict(method="llama_ngram", llama_spec_type="ngram-map-k,ngram-simple", k=24,
+                llama_ngram_size_n=3)),
 ]
 POLICIES = [dict(exit_policy="fixed"), dict(exit_policy="confidence", gamma=0.5),
             dict(exit_policy="heuristic"),
@@ -85,6 +91,21 @@ def check_vllm(spec: dict) -> None:
     if spec["method"] == "ngram":
         # Both sizes always: unset both would be vLLM's 5/5.
         assert {"prompt_lookup_min", "prompt_lookup_max"} <= set(spec)
+
+
+def check_llama_server(data: dict) -> None:
+    args = data["args"]
+    flags, values = args[0::2], args[1::2]
+    assert len(flags) == len(values) and set(flags) <= set(pins.LLAMA_SERVER_FLAGS), flags
+    assert not set(flags) & set(pins.LLAMA_SERVER_GONE)
+    types = values[flags.index("--spec-type")].split(",")
+    assert types and set(types) <= set(pins.LLAMA_SERVER_SPEC_TYPES), types
+    for flag in flags:
+        family = next((t for t in pins.LLAMA_SERVER_SPEC_TYPES
+                       if flag.startswith(f"--spec-{t}-")), None)
+        # A type's sizes only with the type itself (a flag of another type is inert).
+        assert family is None or family in types, flag
+    assert set(data["request"]) <= set(pins.LLAMA_SERVER_REQUEST), data["request"]
 
 
 def check_sglang_yaml(config: dict) -> None:
@@ -196,6 +217,12 @@ def test_every_exported_key_is_a_pinned_field(fmt: str) -> None:
                             json.loads(server) if server is not None else None)
             compile(files["llama_cpp/run_llama_cpp.py"], "run_llama_cpp.py", "exec")
             kinds[tuple(sorted(files))] += 1
+        elif fmt == "llama_server":
+            data = json.loads(files["llama_server/llama_server.json"])
+            check_llama_server(data)
+            script = files["llama_server/run-llama-server.sh"]
+            assert shlex.split(script.splitlines()[-1])[2:-1] == data["args"]
+            kinds[data["args"][3]] += 1
         else:
             data = json.loads(files["dv.json"])
             check_dv(data)
@@ -207,6 +234,8 @@ def test_every_exported_key_is_a_pinned_field(fmt: str) -> None:
                        ("hf/assistant_generation_config.json", "hf/generation_config.json"),
                        ("hf/generate_kwargs.json", "hf/generation_config.json")},
                 "dv": {"essg", "sss"},
+                "llama_server": {"ngram-simple", "ngram-map-k4v,ngram-mod", "ngram-cache",
+                                 "ngram-simple,ngram-map-k"},
                 "llama_cpp": {("llama_cpp/llama_cpp.json", "llama_cpp/run_llama_cpp.py"),
                               ("llama_cpp/llama_cpp.json", "llama_cpp/run_llama_cpp.py",
                                "llama_cpp/server_config.json")}}[fmt]
@@ -349,3 +378,18 @@ def test_the_llama_cpp_pins_hold_for_the_installed_binding() -> None:
     lookup = inspect.signature(LlamaPromptLookupDecoding.__init__).parameters
     assert tuple(lookup)[1:] == pins.LLAMA_CPP_PROMPT_LOOKUP
     assert lookup["max_ngram_size"].default == 2      # the server's hard-wired size
+
+
+def test_the_llama_server_check_fails_on_a_flag_or_type_it_does_not_have() -> None:
+    request = {"temperature": 0.0}
+    check_llama_server({"args": ["-m", "m.gguf", "--spec-type", "ngram-mod"],
+                        "request": request})
+    for args in (["-m", "m.gguf", "--spec-type", "ngram-lookup"],            # no such type
+                 ["-m", "m.gguf", "--spec-type", "ngram-mod", "--draft-max", "4"],  # removed
+                 ["-m", "m.gguf", "--spec-type", "ngram-mod",
+                  "--spec-ngram-simple-size-n", "4"]):                     # another type's
+        with pytest.raises(AssertionError):
+            check_llama_server({"args": args, "request": request})
+    with pytest.raises(AssertionError):
+        check_llama_server({"args": ["-m", "m.gguf", "--spec-type", "ngram-mod"],
+                            "request": {"speculative.n_max": 4}})

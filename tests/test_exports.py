@@ -826,7 +826,7 @@ def test_unknown_format_and_options() -> None:
     doc = frozen(method="ngram")
     assert error_of("vlm", doc) == (
         "unknown export format 'vlm' (did you mean 'vllm'?); formats: vllm, sglang, hf, "
-        "trtllm, dv, llama_cpp")
+        "trtllm, dv, llama_cpp, llama_server")
     assert error_of("vllm", doc, options={"draft_tp": 2}).startswith(
         "unknown export option 'draft_tp'")
     assert error_of("vllm", doc, options={"draft_tensor_parallel_size": 0}) == (
@@ -864,9 +864,11 @@ SAMPLES = {
     "trtllm": frozen(DRAFT, method="draft_model"),
     "dv": frozen(method="layer_skip", attn_skip=[2]),
     "llama_cpp": frozen(method="ngram", engine="llama_cpp"),
+    "llama_server": frozen(method="llama_ngram", k=16, engine="llama_server"),
 }
 REQUIRED = {"vllm": "num_speculative_tokens", "sglang": "speculative-algorithm",
-            "hf": "do_sample", "trtllm": "max_draft_len", "llama_cpp": "draft_model"}
+            "hf": "do_sample", "trtllm": "max_draft_len", "llama_cpp": "draft_model",
+            "llama_server": "args"}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

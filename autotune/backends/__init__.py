@@ -4,6 +4,8 @@
 - `hf`: HF transformers' own generate() with the config's HF export;
 - `llama_cpp`: llama.cpp through llama-cpp-python (an optional extra: `pip install
   'autotune[llama_cpp]'`), on the GGUF file itself;
+- `llama_server`: llama.cpp's own server, one process per config on loopback, over
+  HTTP (a binary built by `python -m autotune.backends.llama_server_install`);
 - `vllm`, `sglang`: the same interface, refused on a machine without them.
 
 `autotune.measure.measurement.measure_arms(..., backend=...)` times any of them the same way. The
@@ -27,7 +29,7 @@ __all__ = ["Backend", "BackendUnavailable", "ENGINE_BACKENDS", "Runner", "input_
 
 # Engines with a backend that measures in the engine itself (the others' --target
 # searches measure in our decoder under their rules).
-ENGINE_BACKENDS = ("hf", "llama_cpp", "vllm", "sglang")
+ENGINE_BACKENDS = ("hf", "llama_cpp", "llama_server", "vllm", "sglang")
 
 
 def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None" = None,
@@ -48,6 +50,12 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
         from autotune.workloads.prompts import encode_prompt
         longest = max((len(encode_prompt(target.tokenizer, p)) for p in prompts), default=1)
         return LlamaCppBackend.for_model(model_spec, target, draft, longest, max_new_tokens)
+    if engine == "llama_server":
+        from autotune.backends.llama_server import LlamaServerBackend
+        from autotune.workloads.prompts import encode_prompt
+        longest = max((len(encode_prompt(target.tokenizer, p)) for p in prompts), default=1)
+        return LlamaServerBackend.for_model(model_spec, target, draft, longest,
+                                            max_new_tokens)
     if engine in ("vllm", "sglang"):
         from autotune.backends.gpu_engines import open_gpu_backend
         return open_gpu_backend(engine, target, draft)
@@ -58,10 +66,13 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
 def input_error(engine: str, model_spec: str, draft_spec: str | None) -> str | None:
     """What in the user's input keeps `engine` from measuring (a model it cannot read, a
     draft it cannot use), or None: an error whatever the fidelity."""
-    if engine != "llama_cpp":
+    if engine not in ("llama_cpp", "llama_server"):
         return None
     from autotune.backends import llama_cpp
     if draft_spec:
+        if engine == "llama_server":
+            return ("llama-server drafts with a GGUF draft model only; autotune measures "
+                    "its model-free types: drop --draft for --target llama_server")
         return ("llama-cpp-python offers prompt lookup only (no draft-model drafter): "
                 "drop --draft for --target llama_cpp")
     try:
@@ -78,6 +89,13 @@ def unavailable(engine: str, model_spec: str, draft_spec: str | None) -> str | N
         from autotune.backends import llama_cpp
         if not llama_cpp.installed():
             return f"llama-cpp-python is not installed ({llama_cpp.INSTALL})"
+        return input_error(engine, model_spec, draft_spec)
+    if engine == "llama_server":
+        from autotune.backends.llama_server import find_server
+        try:
+            find_server()
+        except BackendUnavailable as exc:
+            return str(exc)
         return input_error(engine, model_spec, draft_spec)
     if engine in ("vllm", "sglang"):
         from autotune.backends.gpu_engines import missing

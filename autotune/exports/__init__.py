@@ -36,18 +36,19 @@ from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.engines import engine_rules
-from autotune.exports import dv, hf, llama_cpp, sglang, trtllm, vllm
+from autotune.exports import dv, hf, llama_cpp, llama_server, sglang, trtllm, vllm
 from autotune.exports._common import Loss, Source, read_frozen, routing_loss
 
-FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv", "llama_cpp")
+FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv", "llama_cpp", "llama_server")
 _MODULES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang, "hf": hf,
-                                   "trtllm": trtllm, "dv": dv, "llama_cpp": llama_cpp}
+                                   "trtllm": trtllm, "dv": dv, "llama_cpp": llama_cpp,
+                                   "llama_server": llama_server}
 # Whose engine rules each format runs (Draft & Verify's repository drafts as ours).
 FORMAT_ENGINES: dict[str, str] = {fmt: module.RULES for fmt, module in _MODULES.items()}
 # Section titles of launch.md.
 TITLES = {"vllm": "vLLM", "sglang": "SGLang", "hf": "Hugging Face transformers",
           "trtllm": "TensorRT-LLM", "dv": "Draft & Verify",
-          "llama_cpp": "llama.cpp via llama-cpp-python"}
+          "llama_cpp": "llama.cpp via llama-cpp-python", "llama_server": "llama.cpp's llama-server"}
 _OPTIONS = ("draft_tensor_parallel_size",)
 BASELINE_MESSAGE = "the best config is plain autoregressive decoding; there is nothing to export"
 

@@ -75,6 +75,10 @@ class Measurement:
         rounds = [t for g in cand for t in g.rounds]
         drafted = sum(t.drafted for t in rounds)
         accepted = sum(t.accepted for t in rounds)
+        # An engine that reports totals only (no rounds): its totals.
+        totals = [g.draft_totals for g in cand if g.draft_totals is not None]
+        if totals and not rounds:
+            drafted, accepted = (sum(t[0] for t in totals), sum(t[1] for t in totals))
         # An engine's rounds carry no draft / verify times: those figures are None.
         timed_parts = all(g.timed_parts for g in cand)
         draft_s = sum(t.draft_s for t in rounds)
@@ -112,6 +116,10 @@ class Measurement:
             # τ: tokens appended per round, counted after the EOS / length cut.
             "mean_accepted_tokens": paired.tau(pairs),
             "acceptance_rate": accepted / drafted if drafted else None,
+            "drafted_tokens": drafted,
+            "accepted_tokens": accepted,
+            # The engine's own decode clock (llama-server's timings), where it has one.
+            **_engine_clock(cand, base),
             "pos_acc": position_acceptance(rounds),
             "depth_acceptance": depth_acceptance(rounds),
             # Tokens in the target's verify pass per round, the pending one included
@@ -146,6 +154,23 @@ class Measurement:
                  "baseline_decode_s": r.baseline.decode_s,
                  "baseline_tokens": len(r.baseline.tokens),
                  "rounds": [asdict(t) for t in r.candidate.rounds]} for r in self.runs]
+
+
+def _engine_clock(cand: list[Generation], base: list[Generation]) -> dict[str, float | None]:
+    """The engine's own decode time per token for both arms and their ratio (baseline
+    over candidate), where every generation carries it; {} otherwise."""
+    if not cand or any(g.engine_decode_s is None for g in cand + base):
+        return {}
+    ms = {}
+    for name, gens in (("engine", cand), ("engine_baseline", base)):
+        decoded = sum(g.decoded for g in gens)
+        ms[name] = (1000 * sum(g.engine_decode_s or 0.0 for g in gens) / decoded
+                    if decoded else None)
+    ratio = (ms["engine_baseline"] / ms["engine"]
+             if ms["engine"] and ms["engine_baseline"] else None)
+    return {"engine_latency_ms_per_token": ms["engine"],
+            "engine_baseline_latency_ms_per_token": ms["engine_baseline"],
+            "engine_speedup": ratio}
 
 
 def _ms_per_token(gens: list[Generation]) -> float | None:

@@ -21,6 +21,7 @@ from typing import Any
 from autotune.backends import ENGINE_BACKENDS, input_error, unavailable
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import config_from_mapping, load_config_file
+from autotune.decoding.engines import ENGINES
 from autotune.search.finalists import DEFAULT_MIN_GAIN
 from autotune.search.objectives import Objective, load_objective
 from autotune.search.samplers import check_sampler_name
@@ -159,9 +160,10 @@ def plan_search(request: SearchRequest) -> SearchPlan:
     if request.fidelity not in DEFAULT_TRIALS:
         raise AutotuneError(f"--fidelity must be one of {', '.join(DEFAULT_TRIALS)}, "
                             f"not {request.fidelity!r}")
-    trials = request.trials if request.trials is not None else DEFAULT_TRIALS[request.fidelity]
-    _check_numbers(request, trials)
     target = request.target
+    asked = _engine_fidelity(request)
+    trials = request.trials if request.trials is not None else DEFAULT_TRIALS[asked]
+    _check_numbers(request, trials)
     space = load_space(request.space or default_space(target))
     objective = load_objective(request.objective)
     if objective.multi and request.sampler in ("cmaes", "bayes_opt"):
@@ -187,7 +189,7 @@ def plan_search(request: SearchRequest) -> SearchPlan:
     split = split_prompts(request.workload, categories, request.validation, request.seed,
                           prompts_n, request.validation_prompts, request.validation_pool)
     batch_sizes, schedule_ks = _schedule(request, len(split.search))
-    fidelity = _fidelity(request.fidelity, objective)
+    fidelity = _fidelity(asked, objective)
     in_engine = _engine_measures(request, fidelity)
     return SearchPlan(
         model=request.model, draft=request.draft, device=request.device,
@@ -267,6 +269,22 @@ def _schedule(request: SearchRequest, n_search_prompts: int
                             f"(one batch of {largest}); the search has {n_search_prompts}: "
                             "give more --prompts")
     return batch_sizes, ks
+
+
+def _engine_fidelity(request: SearchRequest) -> str:
+    """The fidelity asked, where the --target engine's drafters run in the engine only
+    (`EngineRules.measures_in_engine`: llama-server): its default `multi` becomes
+    `engine`, and replay or our decoder alone is refused."""
+    if request.target not in ENGINES or not ENGINES[request.target].measures_in_engine:
+        return request.fidelity
+    if request.fidelity == "multi":
+        return "engine"
+    if request.fidelity != "engine":
+        raise AutotuneError(f"--target {request.target} measures every trial in "
+                            f"{ENGINES[request.target].label} itself (most of its drafters "
+                            f"run nowhere else): drop --fidelity {request.fidelity}, or "
+                            "give --fidelity engine")
+    return request.fidelity
 
 
 def _fidelity(asked: str, objective: Objective) -> str:

