@@ -87,13 +87,14 @@ class ServerProcess:
                             f"{self.log_tail()}")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        """The last lines of the server's log, joined into one line."""
+        """The server's last error line, else the last lines of its log, as one line."""
         try:
             text = self.log.read_text(errors="replace")
         except OSError:
             return "(no log)"
-        kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
-        return " | ".join(kept) or "(empty log)"
+        kept = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+        errors = [line for line in kept if "error" in line.lower()]
+        return (errors[-1] if errors else " | ".join(kept[-lines:])) or "(empty log)"
 
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
