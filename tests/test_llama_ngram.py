@@ -95,5 +95,5 @@ def test_llama_ngram_exports_to_llama_server_only():
         "--spec-type", "ngram-simple,ngram-mod",
         "--spec-ngram-simple-size-n", "6", "--spec-ngram-simple-size-m", "32",
         "--spec-ngram-mod-n-match", "16", "--spec-ngram-mod-n-min", "4",
-        "--spec-ngram-mod-n-max", "32", "--poll", "0"]
+        "--spec-ngram-mod-n-max", "32", "-np", "1", "--poll", "0"]
     assert data["request"]["temperature"] == 0.0 and data["request"]["top_k"] == 0

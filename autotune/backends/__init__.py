@@ -53,9 +53,9 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
     if engine == "llama_server":
         from autotune.backends.llama_server import LlamaServerBackend
         from autotune.workloads.prompts import encode_prompt
-        longest = max((len(encode_prompt(target.tokenizer, p)) for p in prompts), default=1)
-        return LlamaServerBackend.for_model(model_spec, target, draft, longest,
-                                            max_new_tokens)
+        return LlamaServerBackend.for_model(
+            model_spec, target, draft, [encode_prompt(target.tokenizer, p) for p in prompts],
+            max_new_tokens)
     if engine in ("vllm", "sglang"):
         from autotune.backends.gpu_engines import open_gpu_backend
         return open_gpu_backend(engine, target, draft)

@@ -23,9 +23,11 @@ request untimed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,7 +96,7 @@ class LlamaServerRunner:
         from autotune.exports.llama_server import request, server_args
         self.backend = backend
         self.config = config
-        self.args = backend.base_args() + server_args(config)
+        self.args = backend.base_args(config.concurrency) + server_args(config)
         self.body = request(config)
         self.stateful = config.method == "llama_ngram" and stateful(config.llama_spec_type)
         self.server = self._start()
@@ -121,9 +123,14 @@ class LlamaServerRunner:
             if chunk.get("tokens") and "first" not in stamps:
                 stamps["first"] = clock()
 
-        start = clock()
-        chunks = self.server.stream("/completion", body, on_chunk)
-        end = clock()
+        others = self._beside(prompt, max_new_tokens)
+        try:
+            start = clock()
+            chunks = self.server.stream("/completion", body, on_chunk)
+            end = clock()
+        finally:
+            for thread in others:
+                thread.join()
         for chunk in chunks:
             tokens.extend(int(t) for t in chunk.get("tokens") or ())
         final = chunks[-1] if chunks else {}
@@ -140,6 +147,29 @@ class LlamaServerRunner:
                            int(timings.get("draft_n_accepted", 0))) if speculates else None),
             engine_decode_s=(float(timings["predicted_ms"]) / 1000
                              if "predicted_ms" in timings else None))
+
+    def _beside(self, prompt: list[int], max_new_tokens: int) -> list[threading.Thread]:
+        """At concurrency N, N - 1 other requests started just before the timed one (the
+        workload's next prompts after this one, in order, each with the same budget), so
+        that it is served beside them as one of N concurrent clients; untimed."""
+        others = self.config.concurrency - 1
+        if others < 1:
+            return []
+        pool = self.backend.background or [prompt]
+        at = pool.index(prompt) + 1 if prompt in pool else 0
+        threads = []
+        for i in range(others):
+            body = {**self.body, "prompt": list(pool[(at + i) % len(pool)]),
+                    "n_predict": max_new_tokens, "cache_prompt": False}
+            thread = threading.Thread(target=self._quietly, args=(body,), daemon=True)
+            thread.start()
+            threads.append(thread)
+        return threads
+
+    def _quietly(self, body: dict[str, Any]) -> None:
+        # A failing companion request shows in the timed one (the server's state).
+        with contextlib.suppress(AutotuneError):
+            self.server.post("/completion", body)
 
     def slots(self) -> list[dict[str, Any]]:
         """The server's GET /slots report (its own view of each slot's settings)."""
@@ -171,6 +201,8 @@ class LlamaServerBackend:
     # Its batched verify passes break near-ties unlike its one-token passes (as in
     # llama-cpp-python, the same kernels): a mismatch is reported, not held against it.
     token_exact = False
+    # Serves `concurrency` > 1 (its slots, with companion requests per timed one).
+    serves_concurrently = True
 
     def __init__(self, gguf: Path, binary: Path | None = None, threads: int | None = None,
                  n_ctx: int = 2048) -> None:
@@ -183,20 +215,24 @@ class LlamaServerBackend:
             threads = torch.get_num_threads() or os.cpu_count() or 1
         self.threads = threads
         self.n_ctx = n_ctx
+        # The workload's prompts (token ids): the companions of a timed request.
+        self.background: list[list[int]] = []
         self.label = f"llama-server ({server_version(self.binary)}, {gguf.name})"
 
     @classmethod
     def for_model(cls, model_spec: str, target: "LoadedModel", draft: "LoadedModel | None",
-                  longest_prompt: int, max_new_tokens: int) -> "LlamaServerBackend":
+                  prompts: list[list[int]], max_new_tokens: int) -> "LlamaServerBackend":
         """The backend for `--model model_spec` (a GGUF file, or the default model's),
-        its context sized to the workload."""
+        its context sized to the workload's `prompts` (token ids), which also serve as
+        companion requests at concurrency > 1."""
         from autotune.backends.llama_cpp import gguf_for
         if draft is not None:
             raise BackendUnavailable("llama-server drafts with a GGUF draft model only; "
                                      "autotune measures its model-free types: drop --draft "
                                      "for --target llama_server")
         backend = cls(gguf_for(model_spec))
-        backend.fit_context(longest_prompt, max_new_tokens)
+        backend.fit_context(max((len(p) for p in prompts), default=1), max_new_tokens)
+        backend.background = [list(p) for p in prompts]
         return backend
 
     def fit_context(self, longest_prompt: int, max_new_tokens: int) -> None:
@@ -204,10 +240,12 @@ class LlamaServerBackend:
         need = longest_prompt + max_new_tokens + 2
         self.n_ctx = -(-need // CONTEXT_STEP) * CONTEXT_STEP
 
-    def base_args(self) -> list[str]:
-        """The flags every server of this backend gets, speculating or not."""
+    def base_args(self, concurrency: int = 1) -> list[str]:
+        """The flags every server of this backend gets, speculating or not: `concurrency`
+        slots of the workload's context each."""
         from autotune.exports.llama_server import deployment_args
-        return ["-m", str(self.gguf), *deployment_args(self.threads, self.n_ctx)]
+        return ["-m", str(self.gguf), *deployment_args(self.threads, self.n_ctx,
+                                                       concurrency)]
 
     def runner(self, config: DecodeConfig) -> LlamaServerRunner:
         if config.method != "none":

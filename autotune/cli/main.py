@@ -160,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(K=0: off), measured with the batched decoder against batched AR "
                         "and confirmed on the held-out prompts; best.json gets a schedule "
                         "that exports to vLLM and TensorRT-LLM")
+    s.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="requests served side by side (--target llama_server: the server "
+                        "runs -np N slots and every timed request is served beside N-1 "
+                        "others); the export writes -np N. One search per deployment")
     s.add_argument("--schedule-k", default=None, metavar="K,K,...",
                    help="draft lengths tried per batch size (default 1,2,3,4,6,8 up to the "
                         "space's largest K, plus the winner's own)")

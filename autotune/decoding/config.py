@@ -142,6 +142,10 @@ class DecodeConfig:
         "float", WORKLOAD, "0 = greedy; sampling uses Leviathan rejection sampling", low=0.0))
     top_p: float = field(default=1.0, metadata=knob(
         "float", WORKLOAD, "nucleus mass kept when sampling (0 excluded)", low=0.0, high=1.0))
+    concurrency: int = field(default=1, metadata=knob(
+        "int", WORKLOAD, "requests served side by side: llama-server's `-np` slots, each "
+        "timed request beside that many minus one others (`search --concurrency`; "
+        "llama_server only)", low=1))
     engine: str = field(default="autotune", metadata=knob(
         "str", WORKLOAD, "whose drafting and verification rules the decoder follows "
         "(`search --target`): `autotune`, `vllm`, `sglang`, `trtllm`, `hf`, `llama_cpp`",
@@ -193,7 +197,7 @@ class DecodeConfig:
             self._check_bounds(name)
         if self.top_p == 0.0:
             raise AutotuneError("top_p=0 keeps no token; use temperature=0 for greedy")
-        for name in ("epsilon", "temperature", "suffix_max_tree_depth",
+        for name in ("epsilon", "temperature", "concurrency", "suffix_max_tree_depth",
                      "suffix_max_cached_requests", "suffix_max_spec_factor",
                      "suffix_min_token_prob", "sa_max_matching_ngram_size"):
             self._check_bounds(name)

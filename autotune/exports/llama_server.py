@@ -110,7 +110,10 @@ def request(cfg: DecodeConfig) -> dict[str, Any]:
 
 def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
     model = model_path(src)
-    args = ["-m", model, *server_args(src.cfg), "--poll", str(POLL)]
+    # -np always: the server's own default (-1) is 4 slots sharing one KV cache, not
+    # the measured deployment.
+    args = ["-m", model, *server_args(src.cfg), "-np", str(src.cfg.concurrency),
+            "--poll", str(POLL)]
     data = {"binary": BINARY, "source": SOURCE, "args": args, "request": request(src.cfg)}
     script = ("#!/bin/sh\n# llama-server with the config autotune measured; extra flags "
               "(-t, -c, -np, --port) pass through.\nexec " + BINARY + " "
@@ -124,10 +127,13 @@ def launch(src: Source, files: dict[str, str]) -> str:
     text = (fenced(f"python -m autotune.backends.llama_server_install   # or your own "
                    f"llama-server build\nsh {SCRIPT} -t THREADS --port 8080", "sh")
             + f"\nThe flags are those autotune measured ({SOURCE}'s llama.cpp): "
-            f"`{' '.join(shlex.quote(a) for a in data['args'])}`. It measured one slot "
-            "(`-np 1`) with `-t`/`-tb` set to its threads (the frozen config's "
-            "environment.threads); give the server the cores you serve on. Speculative "
-            "settings are server flags only (per-request overrides are compiled out).\n")
+            f"`{' '.join(shlex.quote(a) for a in data['args'])}`. It measured "
+            f"{_slots(src.cfg.concurrency)} with `-t`/`-tb` set to its threads (the frozen "
+            "config's environment.threads); give the server the cores you serve on, and a "
+            "context (`-c`) of your longest prompt plus completion per slot. Speculative "
+            "settings are server flags only (per-request overrides are compiled out), one "
+            "setting per deployment: a server serving another number of concurrent "
+            "requests is another search (`--concurrency`).\n")
     types = spec_types(src.cfg.llama_spec_type) if src.cfg.method == "llama_ngram" else ()
     if any(t != "ngram-simple" for t in types):
         text += ("\nState: these types keep what they saw across requests (ngram-mod one "
@@ -140,3 +146,10 @@ def launch(src: Source, files: dict[str, str]) -> str:
              "(the server's own defaults sample at temperature 0.8 with top_k 40, top_p "
              "0.95 and min_p 0.05).\n")
     return text
+
+
+def _slots(concurrency: int) -> str:
+    if concurrency == 1:
+        return "one request at a time (`-np 1`)"
+    return (f"{concurrency} concurrent requests on {concurrency} slots (`-np "
+            f"{concurrency}`), each timed request served beside {concurrency - 1} others")

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from autotune.backends.base import Backend
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation
 from autotune.measure import paired
@@ -273,15 +274,21 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     """
     if not configs:
         raise ValueError("measure_arms needs at least one config")
-    sampling = {(c.temperature, c.top_p) for c in configs.values()}
+    sampling = {(c.temperature, c.top_p, c.concurrency) for c in configs.values()}
     if len(sampling) != 1:
         raise ValueError(f"arms sample differently ({sorted(sampling)}); one baseline "
                          "cannot pair them")
     if backend is None:
         from autotune.backends.embedded import EmbeddedBackend
         backend = EmbeddedBackend(target, draft)
-    temperature, top_p = sampling.pop()
-    runners = {"baseline": backend.runner(DecodeConfig(temperature=temperature, top_p=top_p))}
+    temperature, top_p, concurrency = sampling.pop()
+    if concurrency > 1 and not getattr(backend, "serves_concurrently", False):
+        raise AutotuneError(f"concurrency={concurrency} is measured in llama-server (measure "
+                            f"--in llama_server, search --target llama_server); "
+                            f"{backend.label} serves one request at a time (batch sizes: "
+                            "search --batch-sizes)")
+    runners = {"baseline": backend.runner(DecodeConfig(temperature=temperature, top_p=top_p,
+                                                       concurrency=concurrency))}
     runners.update({name: backend.runner(config) for name, config in configs.items()})
     device = torch.device(backend.device)
     clock = Clock(device)

@@ -62,6 +62,7 @@ class SearchRequest:
     validation_repeats: int = 1
     validation_budget: float | None = None     # seconds for the finalists' race
     turns: str = "first"                       # multi-turn prompts: "first" or "all"
+    concurrency: int = 1                       # requests served side by side (llama-server)
     finalists: int = 3
     min_gain: float = DEFAULT_MIN_GAIN     # below it, speculating is not worth having
     trials: int | None = None
@@ -116,6 +117,7 @@ class SearchPlan:
     validation_repeats: int
     validation_budget_s: float | None      # the finalists' race stops before passing it
     turns: str                             # "all": later turns follow their first
+    concurrency: int                       # requests served side by side (-np)
     min_gain: float                        # the answer's smallest gain worth having
     timeout_s: float | None
     trial_timeout_s: float | None
@@ -180,7 +182,9 @@ def plan_search(request: SearchRequest) -> SearchPlan:
         raise AutotuneError("--prompts must be at least 1")
     categories = ([c for c in request.categories.split(",") if c] if request.categories
                   else list(defaults.categories) if defaults.categories else None)
-    study_name = request.study or f"{model_slug(request.model)}-{space.name}-{objective.name}"
+    study_name = request.study or (f"{model_slug(request.model)}-{space.name}-{objective.name}"
+                                   + (f"-c{request.concurrency}"
+                                      if request.concurrency > 1 else ""))
     run_dir = Path(request.out) if request.out else REPORTS / study_name
     if run_dir.exists() and not run_dir.is_dir():
         raise AutotuneError(f"--out {run_dir} exists and is not a folder")
@@ -200,6 +204,7 @@ def plan_search(request: SearchRequest) -> SearchPlan:
         trials=trials, screen=request.screen, finalists=request.finalists,
         validation_repeats=request.validation_repeats,
         validation_budget_s=request.validation_budget, turns=request.turns,
+        concurrency=request.concurrency,
         min_gain=request.min_gain,
         timeout_s=request.timeout,
         trial_timeout_s=request.trial_timeout, batch_sizes=batch_sizes,
@@ -241,6 +246,12 @@ def _check_numbers(request: SearchRequest, trials: int) -> None:
                                ("--finalists", request.finalists, 1)):
         if value < least:
             raise AutotuneError(f"{flag} must be at least {least}")
+    if request.concurrency < 1:
+        raise AutotuneError("--concurrency must be at least 1")
+    if request.concurrency > 1 and request.target != "llama_server":
+        raise AutotuneError(f"--concurrency {request.concurrency} is measured in llama-server "
+                            "(--target llama_server); for batched serving in the other "
+                            "engines tune K per batch size with --batch-sizes")
     if request.turns not in TURNS:
         raise AutotuneError(f"--turns {request.turns!r}: one of {', '.join(TURNS)}")
     if request.validation_budget is not None and not request.validation_budget > 0:

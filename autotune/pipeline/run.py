@@ -123,6 +123,7 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
         study_name=plan.study_name, storage=plan.storage, trials=plan.trials,
         sampler=plan.sampler, seed=plan.seed, timeout_s=plan.timeout_s,
         trial_timeout_s=plan.trial_timeout_s, prune=plan.prune, enqueue=list(plan.enqueue),
+        concurrency=plan.concurrency,
         study_attrs={**identity.to_json(),
                      "fidelity": plan.fidelity if plan.fidelity in ("replay", "engine")
                      else "measure"})

@@ -95,6 +95,7 @@ class SearchSettings:
     screened: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
     study_attrs: dict[str, Any] = field(default_factory=dict)     # what defines the study
     startup_trials: int | None = None  # random trials before the sampler models (TPE)
+    concurrency: int = 1               # requests served side by side (llama-server -np)
 
 
 @dataclass
@@ -412,7 +413,8 @@ class StudyRunner:
             raise optuna.TrialPruned(str(exc)) from None
         workload = self.objective.workload
         config = dataclasses.replace(config, temperature=workload.temperature,
-                                     top_p=workload.top_p)
+                                     top_p=workload.top_p,
+                                     concurrency=self.settings.concurrency)
         trial.set_user_attr("config", config.to_dict())
         if self._on_start is not None:
             self._on_start(config.to_dict())
