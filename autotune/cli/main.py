@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multi: replay screens --screen configs, the best --trials are "
                         "measured; measure: every trial decodes; replay: every trial is "
                         "predicted (greedy only); engine: every trial runs in the --target "
-                        "engine itself (hf, llama_cpp). Finalists are always measured, in "
+                        "engine itself (hf, llama_cpp, llama_server: its default). Finalists are always measured, in "
                         "the --target engine itself where it runs here")
     s.add_argument("--batch-sizes", default=None, metavar="B,B,...",
                    help="after the search, tune the winner's draft length per batch size "
@@ -200,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write a frozen config in a server's format")
     e.add_argument("config", help="frozen config (best.json)")
-    e.add_argument("--format", required=True, help="vllm | sglang | hf | trtllm | dv | llama_cpp")
+    e.add_argument("--format", required=True,
+                   help="vllm | sglang | hf | trtllm | dv | llama_cpp | llama_server")
     e.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
     e.add_argument("--lossy", action="store_true",
                    help="drop knobs the format cannot express (each is listed) "

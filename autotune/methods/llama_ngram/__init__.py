@@ -13,7 +13,13 @@ from autotune.decoding.method_spec import MethodSpec, Preset
 
 def _summary(c: Mapping[str, Any]) -> str:
     types = str(c.get("llama_spec_type", "ngram-simple"))
-    return f"{types} m={c.get('k')}"
+    parts = [types]
+    if any(t in types for t in ("ngram-simple", "ngram-map-k")):
+        parts.append(f"n={c.get('llama_ngram_size_n')}")
+    if "ngram-mod" in types:
+        parts.append(f"match={c.get('llama_ngram_mod_n_match')} "
+                     f"min={c.get('llama_ngram_mod_n_min')}")
+    return " ".join(parts)
 
 
 def _presets(n_layers: int) -> list[Preset]:
