@@ -193,8 +193,10 @@ def test_a_targets_space_yields_only_configs_its_engine_runs_exactly(target: str
         methods.add(config.method)
         assert config.engine == target
         assert engine_losses(config, target, True) == []
-    # llama-cpp-python drafts by prompt lookup only (engine_llama_cpp.yaml).
-    expected = {"ngram"} if target == "llama_cpp" else {"ngram", "draft_model"}
+    # llama-cpp-python drafts by prompt lookup only (engine_llama_cpp.yaml); llama-server
+    # is searched over its model-free types (engine_llama_server.yaml).
+    expected = {"llama_cpp": {"ngram"}, "llama_server": {"llama_ngram"}}.get(
+        target, {"ngram", "draft_model"})
     assert made > 40 and expected <= methods
 
 
