@@ -4,11 +4,15 @@ For each workload (default: Spec-Bench and the copy-heavy `copy_edit`) and each
 concurrency (default 1 and 4 parallel slots), on the default model's GGUF, one timing
 job, nothing else on the machine:
 
-1. a seeded split, stratified by category, into search and held-out prompts;
-2. the tuned config: `autotune search --target llama_server --concurrency C` run on the
-   search prompts only (a JSONL of them; the search splits them again for its own
-   finalists' race) with `--trials`; its answer is a config, or plain decoding when it
-   says "do not speculate" or "undecided";
+1. a seeded split, stratified by category, into search and held-out prompts; the
+   workload's other prompts are never timed: at concurrency C > 1 each timed request
+   is served beside C - 1 of them (a companion later timed itself would leave its own
+   answer in ngram-mod's shared table);
+2. the tuned config: `autotune search --target llama_server --concurrency C` run on
+   every prompt but the held-out ones (a JSONL of them: it searches on --search of
+   them, holds out its own pool for its finalists' race, serves the rest as
+   companions) with `--trials`; its answer is a config, or plain decoding when it says
+   "do not speculate" or "undecided";
 3. the best single fixed draft cap: every model-free type at llama.cpp's defaults with
    only its cap swept (`k` = --spec-ngram-*-size-m / --spec-ngram-mod-n-max, ngram-mod's
    n_min kept at most k), measured on the search prompts; the best is "fixed n-max";
@@ -89,17 +93,19 @@ def _fixed_caps(concurrency: int) -> dict[str, DecodeConfig]:
     return arms
 
 
-def _tuned(search: list[Prompt], args, concurrency: int, folder: Path) -> DecodeConfig:
-    """autotune's own search on the search prompts: its answer (plain decoding when it
-    recommends nothing)."""
+def _tuned(seen: list[Prompt], args, concurrency: int, folder: Path) -> DecodeConfig:
+    """autotune's own search on every prompt but the held-out ones (`seen`: it searches
+    on --search of them, holds out its own pool and serves the rest as companions at
+    concurrency > 1): its answer (plain decoding when it recommends nothing)."""
     source = folder / "search.jsonl"
     source.write_text("".join(json.dumps({"question_id": p.prompt_id, "category": p.category,
-                                          "prompt": p.text}) + "\n" for p in search))
+                                          "prompt": p.text}) + "\n" for p in seen))
     out = folder / f"run-c{concurrency}"
     plan = plan_search(SearchRequest(
         workload=str(source), target="llama_server", concurrency=concurrency,
-        trials=args.trials, prompts=len(search), max_new_tokens=args.max_new_tokens,
-        validation_prompts=max(2, int(len(search) * 0.4)), seed=args.seed, out=str(out)))
+        trials=args.trials, prompts=args.search, max_new_tokens=args.max_new_tokens,
+        validation_prompts=max(2, args.search // 2), validation_pool=max(2, args.search // 2),
+        seed=args.seed, out=str(out)))
     run_search(plan)
     best = json.loads((out / "best.json").read_text())
     return config_from_mapping(best["params"]).validate()
@@ -119,18 +125,24 @@ def _row(workload: str, concurrency: int, name: str, config: DecodeConfig, measu
 
 
 def run_case(target, workload: str, concurrency: int, args) -> list[dict]:
-    prompts = round_robin(load_workload(workload), args.search + args.held_out)
+    everything = load_workload(workload)
+    prompts = round_robin(everything, args.search + args.held_out)
     fraction = args.held_out / (args.search + args.held_out)
     search, held_out = split_workload(prompts, fraction, args.seed)
+    held_ids = {p.prompt_id for p in held_out}
+    measured_ids = held_ids | {p.prompt_id for p in search}
+    # Never timed: served beside the timed requests at concurrency > 1.
+    companions = [p for p in everything if p.prompt_id not in measured_ids]
     print(f"{workload} x{concurrency}: {len(search)} search, {len(held_out)} held-out",
           file=sys.stderr, flush=True)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
-        tuned = _tuned(search, args, concurrency, Path(folder))
+        tuned = _tuned([p for p in everything if p.prompt_id not in held_ids], args,
+                       concurrency, Path(folder))
     print(f"{workload} x{concurrency}: autotune search in {time.perf_counter() - began:.0f} s: "
           f"{_label(tuned)}", file=sys.stderr, flush=True)
     backend = open_backend("llama_server", target, None, "default", search + held_out,
-                           args.max_new_tokens)
+                           args.max_new_tokens, companions)
     began = time.perf_counter()
     sweep = measure_arms(target, _fixed_caps(concurrency), search, args.max_new_tokens,
                          seed=args.seed, backend=backend)

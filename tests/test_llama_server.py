@@ -120,19 +120,32 @@ def test_ngram_simple_drafts_as_the_server_does(backend, n, m):
 
 
 @needs_server
-def test_the_export_starts_a_server_that_speculates_as_exported(backend):
-    doc = frozen(method="llama_ngram", llama_spec_type="ngram-map-k", k=24,
+def test_the_export_starts_a_server_that_reproduces_the_measured_drafts(backend):
+    """The exported command line, started as launch.md says, drafts and accepts exactly
+    what the backend measured for the same config on the same prompt (the server's own
+    counts), with the types it reports."""
+    knobs = dict(method="llama_ngram", llama_spec_type="ngram-map-k", k=24,
                  llama_ngram_size_n=4, engine="llama_server")
-    data = json.loads(export(doc, "llama_server").files["llama_server/llama_server.json"])
+    measured = backend.runner(DecodeConfig(**knobs))
+    try:
+        prompt = _tokens(measured, CODE)
+        want = measured.generate(prompt, 64, time.perf_counter)
+    finally:
+        measured.close()
+    data = json.loads(export(frozen(**knobs), "llama_server").files[
+        "llama_server/llama_server.json"])
     args = list(data["args"])
     args[1] = str(_gguf())                      # the frozen doc names a placeholder model
-    with ServerProcess(find_server(), args + ["-t", "2", "-c", "1024", "-np", "1"]) as server:
-        status, tokens = server.request("POST", "/tokenize", {"content": CODE})
-        answer = server.post("/completion", {**data["request"], "prompt": tokens["tokens"],
-                                             "n_predict": 64, "cache_prompt": False})
-        assert answer["timings"].get("draft_n", 0) > 0
+    with ServerProcess(find_server(), args + ["-t", "2", "-c", "1024"]) as server:
+        answer = server.post("/completion", {**data["request"], "prompt": prompt,
+                                             "n_predict": 64, "cache_prompt": False,
+                                             "return_tokens": True})
+        timings = answer["timings"]
+        assert timings.get("draft_n", 0) > 0
+        assert (timings["draft_n"], timings["draft_n_accepted"]) == want.draft_totals
+        assert answer["tokens"] == want.tokens
         status, slots = server.request("GET", "/slots")
-        assert slots[0]["params"]["speculative.types"] == "none,ngram-map-k"
+        assert [s["params"]["speculative.types"] for s in slots] == ["none,ngram-map-k"]
 
 
 @needs_server
@@ -221,3 +234,22 @@ def test_a_missing_binary_is_refused_in_one_line_naming_the_install(monkeypatch,
     assert "python -m autotune.backends.llama_server_install" in str(caught.value)
     from autotune.backends import unavailable
     assert "llama-server is not installed" in unavailable("llama_server", "default", None)
+
+
+@needs_server
+def test_companions_are_never_timed_prompts_and_are_required(backend):
+    """At concurrency > 1 the companions come from prompts that are never timed (a
+    timed prompt served earlier as a companion would leave its own answer in ngram-mod's
+    shared table); without enough of them the run stops in one line."""
+    timed, other = [1, 2, 3, 4], [5, 6, 7, 8]
+    pooled = LlamaServerBackend.for_model("default", None, None, [timed], 8,
+                                          [timed, other])
+    assert pooled.companions == [other] and pooled.timed == [timed]
+    config = DecodeConfig(method="llama_ngram", k=8, concurrency=2)
+    runner = backend.runner(config)
+    try:
+        backend.companions = []
+        with pytest.raises(AutotuneError, match="companions from prompts that are never timed"):
+            runner.generate(_tokens(runner, CODE), 8, time.perf_counter)
+    finally:
+        runner.close()

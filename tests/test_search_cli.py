@@ -409,3 +409,30 @@ def test_llama_cpp_target_searches_in_llama_cpp(tmp_path, capsys):
     best = json.loads((out / "best.json").read_text())
     assert best["validation"]["measured_by"] == "llama_cpp"
     assert "llama-cpp-python" in (out / "report.html").read_text()
+
+
+def test_llama_server_target_searches_in_the_server(tmp_path, capsys):
+    """`--target llama_server` on the default model, end to end: every trial and the
+    finalists run in llama-server processes (its default fidelity is engine), the
+    workload's `--concurrency` reaches every config, and no server is left running."""
+    from autotune.backends.llama_server import installed
+    if not installed() and not os.environ.get("AUTOTUNE_REQUIRE_LLAMA_SERVER"):
+        pytest.skip("llama-server is not installed")
+    out = tmp_path / "run"
+    args = ["search", "--target", "llama_server", "--workload", "copy_edit",
+            "--concurrency", "2", "--trials", "3", "--prompts", "4",
+            "--validation-prompts", "2", "--validation-pool", "4", "--max-new-tokens", "16",
+            "--out", str(out), "--no-prune"]
+    assert main(args) == 0
+    assert "every trial measured in llama-server" in capsys.readouterr().err
+    trials = pd.read_csv(out / "trials.csv")
+    assert set(trials["metrics.measured_by"].dropna()) == {"llama_server"}
+    drafted = trials[trials["config.method"] == "llama_ngram"]
+    assert len(drafted) >= 1 and set(drafted["config.engine"]) == {"llama_server"}
+    assert set(trials["config.concurrency"]) == {2}
+    best = json.loads((out / "best.json").read_text())
+    assert best["validation"]["measured_by"] == "llama_server"
+    import subprocess
+    left = subprocess.run(["pgrep", "-f", "llama-server.*--poll"], capture_output=True,
+                          text=True).stdout.split()
+    assert left == [], f"llama-server processes left running: {left}"

@@ -34,11 +34,13 @@ ENGINE_BACKENDS = ("hf", "llama_cpp", "llama_server", "vllm", "sglang")
 
 def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None" = None,
                  model_spec: str = "default", prompts: "Sequence[Prompt]" = (),
-                 max_new_tokens: int = 0) -> Backend:
+                 max_new_tokens: int = 0, companions: "Sequence[Prompt]" = ()) -> Backend:
     """The backend that measures in `engine` (`autotune`: our decoder). `model_spec` is
     what the user named (a GGUF file for llama.cpp); `prompts` and `max_new_tokens` are
-    the most it will be asked to decode (llama.cpp sizes its context to them). Raises
-    BackendUnavailable (one line) where the engine cannot run here."""
+    the most it will be asked to decode (llama.cpp sizes its context to them);
+    `companions`: prompts never timed, served beside a timed one at concurrency > 1
+    (llama-server). Raises BackendUnavailable (one line) where the engine cannot run
+    here."""
     if engine == "autotune":
         from autotune.backends.embedded import EmbeddedBackend
         return EmbeddedBackend(target, draft)
@@ -55,7 +57,7 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
         from autotune.workloads.prompts import encode_prompt
         return LlamaServerBackend.for_model(
             model_spec, target, draft, [encode_prompt(target.tokenizer, p) for p in prompts],
-            max_new_tokens)
+            max_new_tokens, [encode_prompt(target.tokenizer, p) for p in companions])
     if engine in ("vllm", "sglang"):
         from autotune.backends.gpu_engines import open_gpu_backend
         return open_gpu_backend(engine, target, draft)

@@ -149,14 +149,23 @@ class LlamaServerRunner:
                              if "predicted_ms" in timings else None))
 
     def _beside(self, prompt: list[int], max_new_tokens: int) -> list[threading.Thread]:
-        """At concurrency N, N - 1 other requests started just before the timed one (the
-        workload's next prompts after this one, in order, each with the same budget), so
-        that it is served beside them as one of N concurrent clients; untimed."""
+        """At concurrency N, N - 1 companion requests started just before the timed one
+        (each with the same budget), so that it is served beside them as one of N
+        concurrent clients; untimed. Companions come from the backend's pool of prompts
+        that are never timed: a companion that is later timed itself would leave its own
+        answer in a shared n-gram table (ngram-mod) for its timed run to copy. Every arm
+        gives a prompt the same companions."""
         others = self.config.concurrency - 1
         if others < 1:
             return []
-        pool = self.backend.background or [prompt]
-        at = pool.index(prompt) + 1 if prompt in pool else 0
+        pool = self.backend.companions
+        if len(pool) < others:
+            raise AutotuneError(
+                f"concurrency={self.config.concurrency} serves each timed request beside "
+                f"{others} companions from prompts that are never timed; this workload "
+                f"leaves {len(pool)} such prompts: give a workload with more prompts, or "
+                "fewer --prompts / a smaller held-out pool")
+        at = self.backend.companion_offset(prompt)
         threads = []
         for i in range(others):
             body = {**self.body, "prompt": list(pool[(at + i) % len(pool)]),
@@ -215,25 +224,37 @@ class LlamaServerBackend:
             threads = torch.get_num_threads() or os.cpu_count() or 1
         self.threads = threads
         self.n_ctx = n_ctx
-        # The workload's prompts (token ids): the companions of a timed request.
-        self.background: list[list[int]] = []
+        # Prompts (token ids) that are never timed: the companions of a timed request at
+        # concurrency > 1; and the timed ones, which pick their companions.
+        self.companions: list[list[int]] = []
+        self.timed: list[list[int]] = []
         self.label = f"llama-server ({server_version(self.binary)}, {gguf.name})"
 
     @classmethod
     def for_model(cls, model_spec: str, target: "LoadedModel", draft: "LoadedModel | None",
-                  prompts: list[list[int]], max_new_tokens: int) -> "LlamaServerBackend":
+                  prompts: list[list[int]], max_new_tokens: int,
+                  companions: list[list[int]] = ()) -> "LlamaServerBackend":
         """The backend for `--model model_spec` (a GGUF file, or the default model's),
-        its context sized to the workload's `prompts` (token ids), which also serve as
-        companion requests at concurrency > 1."""
+        its context sized to the `prompts` it times and the `companions` (token ids)
+        served beside them at concurrency > 1."""
         from autotune.backends.llama_cpp import gguf_for
         if draft is not None:
             raise BackendUnavailable("llama-server drafts with a GGUF draft model only; "
                                      "autotune measures its model-free types: drop --draft "
                                      "for --target llama_server")
         backend = cls(gguf_for(model_spec))
-        backend.fit_context(max((len(p) for p in prompts), default=1), max_new_tokens)
-        backend.background = [list(p) for p in prompts]
+        backend.fit_context(max((len(p) for p in [*prompts, *companions]), default=1),
+                            max_new_tokens)
+        backend.timed = [list(p) for p in prompts]
+        timed = {tuple(p) for p in backend.timed}
+        backend.companions = [list(p) for p in companions if tuple(p) not in timed]
         return backend
+
+    def companion_offset(self, prompt: list[int]) -> int:
+        """Where in the companion pool the companions of `prompt` start (the same for
+        every arm, so that pairs stay paired)."""
+        at = self.timed.index(prompt) if prompt in self.timed else 0
+        return at * 7919 % max(len(self.companions), 1)
 
     def fit_context(self, longest_prompt: int, max_new_tokens: int) -> None:
         """Size the server's context to the workload (prompt + budget + 2 spare)."""

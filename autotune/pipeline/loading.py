@@ -18,7 +18,7 @@ from autotune.pipeline.plan import SearchPlan
 from autotune.search.targets import refusal
 from autotune.space import BoundSpace
 from autotune.space.binding import trained_space_args
-from autotune.workloads.prompts import Prompt, prompt_digest
+from autotune.workloads.prompts import Prompt, load_workload, prompt_digest
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,21 @@ def check_unseen(draft: Any, held_out: list[Prompt]) -> None:
                             "it with the same --workload, --validation and --seed as the search")
 
 
+def _companions(plan: SearchPlan) -> list[Prompt]:
+    """At --concurrency N > 1: the workload's prompts that the search never times (not
+    searched on, not in the held-out pool), served beside timed ones."""
+    if plan.concurrency < 2:
+        return []
+    used = {p.prompt_id for p in [*plan.prompts, *plan.held_out, *plan.split.pool]}
+    return [p for p in load_workload(plan.workload, plan.categories)
+            if p.prompt_id not in used]
+
+
 def _open_engine_backend(plan: SearchPlan, target: Any, draft: Any) -> Backend:
     """The --target engine's backend, sized for every prompt it may be asked to decode."""
     backend = open_backend(plan.target, target, draft, plan.model,
-                           [*plan.prompts, *plan.held_out], plan.max_new_tokens)
+                           [*plan.prompts, *plan.held_out], plan.max_new_tokens,
+                           _companions(plan))
     print(f"autotune: {'every trial' if plan.fidelity == 'engine' else 'the finalists'} "
           f"measured in {backend.label}", file=sys.stderr, flush=True)
     return backend
