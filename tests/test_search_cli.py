@@ -420,8 +420,8 @@ def test_llama_server_target_searches_in_the_server(tmp_path, capsys):
         pytest.skip("llama-server is not installed")
     out = tmp_path / "run"
     args = ["search", "--target", "llama_server", "--workload", "copy_edit",
-            "--concurrency", "2", "--trials", "3", "--prompts", "4",
-            "--validation-prompts", "2", "--validation-pool", "4", "--max-new-tokens", "16",
+            "--concurrency", "2", "--trials", "2", "--prompts", "3",
+            "--validation-prompts", "2", "--validation-pool", "3", "--max-new-tokens", "12",
             "--out", str(out), "--no-prune"]
     assert main(args) == 0
     assert "every trial measured in llama-server" in capsys.readouterr().err
