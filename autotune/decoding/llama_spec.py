@@ -30,7 +30,6 @@ STATEFUL = frozenset({"ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"
 # Types autotune's decoder drafts exactly as the server does (the rest are measured in
 # the server only).
 REPRODUCED = frozenset({"ngram-simple"})
-NGRAM_CACHE_DRAFT = 8          # speculative.cpp L2272: ngram-cache's hard-coded n_draft
 
 
 def spec_types(value: str) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ import shlex
 from typing import Any
 
 from autotune.decoding.config import DecodeConfig
-from autotune.decoding.llama_spec import spec_types
+from autotune.decoding.llama_spec import canonical, spec_types
 from autotune.exports._common import (
     Loss,
     Source,
@@ -77,7 +77,7 @@ def server_args(cfg: DecodeConfig) -> list[str]:
     if cfg.method != "llama_ngram":
         return []
     types = spec_types(cfg.llama_spec_type)
-    args = ["--spec-type", ",".join(types)]
+    args = ["--spec-type", canonical(cfg.llama_spec_type)]
     n, m = str(cfg.llama_ngram_size_n), str(cfg.k)
     for name in types:
         if name in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
