@@ -1,7 +1,8 @@
 """Does a config tuned in our decoder transfer to the engine? Tuned in the engine instead?
 
-For each engine (`hf`, `llama_cpp`), on the default model and Spec-Bench prompts split
-three ways by category (seeded): a search part, and a bench part that no search sees.
+For each engine (`hf`; llama-server has its own bench, bench/llama_server.py), on the
+default model and Spec-Bench prompts split three ways by category (seeded): a search
+part, and a bench part that no search sees.
 
 1. decoder-tuned: `autotune search --target ENGINE --fidelity multi --validation 0` on
    the search part: every trial measured in autotune's decoder under the engine's
@@ -17,7 +18,7 @@ three ways by category (seeded): a search part, and a bench part that no search 
 Goals: the engine-loop answer is never below the engine without speculation
 and at least the engine's default. Run it alone on the machine: it times decoding.
 
-    python bench/engine_transfer.py --out /tmp/transfer [--engines hf,llama_cpp]
+    python bench/engine_transfer.py --out /tmp/transfer [--engines hf]
         [--max-new-tokens 32] [--bench-prompts 16] [--repeats 2] [--skip-search]
 """
 
@@ -33,7 +34,8 @@ from typing import Any
 
 from _spec_bench import spec_bench
 
-DEFAULT_PRESET = {"hf": "hf_prompt_lookup", "llama_cpp": "llama_cpp_prompt_lookup"}
+# Each engine this bench runs, with its documented default speculative setting (a preset).
+DEFAULT_PRESET = {"hf": "hf_prompt_lookup"}
 
 
 def split_files(out: Path, fraction: float, seed: int) -> tuple[Path, Path]:
@@ -139,7 +141,7 @@ def bench_engine(engine: str, out: Path, search_file: Path, bench_file: Path,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--engines", default="llama_cpp,hf")
+    parser.add_argument("--engines", default="hf", help=", ".join(DEFAULT_PRESET))
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--prompts", type=int, default=12,
                         help="search prompts per trial")
@@ -152,10 +154,15 @@ def main() -> int:
     parser.add_argument("--skip-search", action="store_true",
                         help="reuse the runs already in --out")
     args = parser.parse_args()
+    engines = [e for e in args.engines.split(",") if e]
+    unknown = [e for e in engines if e not in DEFAULT_PRESET]
+    if unknown:
+        parser.error(f"--engines: {', '.join(unknown)} not benched here; engines: "
+                     f"{', '.join(DEFAULT_PRESET)}")
     args.out.mkdir(parents=True, exist_ok=True)
     search_file, bench_file = split_files(args.out, args.bench_fraction, args.seed)
     rows = []
-    for engine in [e for e in args.engines.split(",") if e]:
+    for engine in engines:
         rows += bench_engine(engine, args.out, search_file, bench_file, args)
     keys = ["engine", "arm", "config", "speedup", "tau", "lossless"]
     print("| " + " | ".join(keys) + " |")

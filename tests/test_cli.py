@@ -85,11 +85,30 @@ def test_search_help_lists_every_sampler():
 
 def test_cli_lists_the_same_targets_and_backends_as_the_registries():
     # cli.py restates them so that `--help` loads nothing.
-    from autotune import backends
+    from autotune import backends, exports
     from autotune.cli import main as cli
     from autotune.decoding.engines import ENGINES
     assert cli._TARGETS == tuple(ENGINES)
     assert cli._BACKENDS == ("autotune", *backends.ENGINE_BACKENDS)
+    assert cli._FORMATS == exports.FORMATS
+
+
+RETIRED_LINE = ("autotune: error: argument {flag}: llama_cpp (llama-cpp-python) was "
+                "retired: use llama_server (llama.cpp's llama-server; install it with "
+                "python -m autotune.backends.llama_server_install)")
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["search", "--target", "llama_cpp"], "--target"),
+    (["measure", "--in", "llama_cpp", "--set", "method=ngram"], "--in"),
+    # Refused before the file is read: the format is wrong whatever the file holds.
+    (["export", "/nonexistent/best.json", "--format", "llama_cpp"], "--format"),
+])
+def test_the_retired_llama_cpp_engine_is_one_line_naming_its_replacement(
+        argv, flag, capsys, no_loading):
+    assert main(argv) == 2
+    assert _one_error_line(capsys) == RETIRED_LINE.format(flag=flag)
+    assert no_loading == []
 
 
 def test_measure_in_an_engine_that_cannot_run_here_fails_before_loading(capsys, no_loading):
@@ -97,7 +116,7 @@ def test_measure_in_an_engine_that_cannot_run_here_fails_before_loading(capsys, 
     line = _one_error_line(capsys)
     assert line.startswith("autotune: error: --in vllm: it cannot measure here")
     assert no_loading == []
-    assert main(["measure", "--in", "llama_cpp", "--replay", "--set", "method=ngram"]) == 2
+    assert main(["measure", "--in", "hf", "--replay", "--set", "method=ngram"]) == 2
     assert "--replay and --trace read autotune's decoder only" in _one_error_line(capsys)
 
 

@@ -59,6 +59,23 @@ def test_each_engine_drafts_ngrams_by_its_own_rule() -> None:
                           eos={7}) == [8, 9]
 
 
+def test_a_retired_engine_names_its_replacement_wherever_it_is_named() -> None:
+    """llama_cpp (llama-cpp-python) is no engine any more: its rules, a config recorded
+    under it and its space say so in one line naming llama_server, not "unknown"."""
+    from autotune.common.errors import AutotuneError
+    assert "llama_cpp" not in ENGINES and "llama_cpp" not in TARGETS
+    retired = "llama_cpp (llama-cpp-python) was retired: use llama_server"
+    with pytest.raises(AutotuneError, match=r"^llama_cpp \(llama-cpp-python\) was retired"):
+        engine_rules("llama_cpp")
+    with pytest.raises(AutotuneError) as caught:
+        DecodeConfig(method="ngram", k=3, engine="llama_cpp").validate()
+    assert retired in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(AutotuneError, match="was retired: use llama_server"):
+        default_space("llama_cpp")
+    with pytest.raises(AutotuneError, match="unknown engine 'llama_cpx'"):
+        engine_rules("llama_cpx")
+
+
 def test_vllm_pads_every_ngram_draft_to_k_with_the_last_token() -> None:
     """vLLM 0.33.0's NgramGPUSpeculator: slots no match fills hold the last sampled token."""
     vllm = DecodeConfig(method="ngram", k=6, ngram_min=2, ngram_max=2, engine="vllm")
@@ -193,10 +210,8 @@ def test_a_targets_space_yields_only_configs_its_engine_runs_exactly(target: str
         methods.add(config.method)
         assert config.engine == target
         assert engine_losses(config, target, True) == []
-    # llama-cpp-python drafts by prompt lookup only (engine_llama_cpp.yaml); llama-server
-    # is searched over its model-free types (engine_llama_server.yaml).
-    expected = {"llama_cpp": {"ngram"}, "llama_server": {"llama_ngram"}}.get(
-        target, {"ngram", "draft_model"})
+    # llama-server is searched over its model-free types (engine_llama_server.yaml).
+    expected = {"llama_server": {"llama_ngram"}}.get(target, {"ngram", "draft_model"})
     assert made > 40 and expected <= methods
 
 
@@ -277,10 +292,8 @@ def test_a_target_queues_only_its_own_engines_documented_defaults() -> None:
     every = [p.name for p in presets(30)]
     assert {"vllm_ngram", "hf_assisted", "dv_default"} <= set(every)
     # Some engines' defaults are queued only when tuning for that engine.
-    assert not {"hf_prompt_lookup", "sglang_ngram", "llama_cpp_prompt_lookup"} & set(every)
+    assert not {"hf_prompt_lookup", "sglang_ngram"} & set(every)
     assert [p.name for p in presets(30, "vllm")] == ["baseline", "vllm_ngram", "vllm_suffix"]
     assert [p.name for p in presets(30, "hf")] == ["baseline", "hf_assisted",
                                                     "hf_prompt_lookup"]
     assert [p.name for p in presets(30, "trtllm")] == ["baseline"]
-    assert [p.name for p in presets(30, "llama_cpp")] == ["baseline",
-                                                           "llama_cpp_prompt_lookup"]

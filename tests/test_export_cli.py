@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from autotune.cli.main import main
+from autotune.common.errors import AutotuneError
 from autotune.exports import schema
 from autotune.frozen.document import frozen_document
 from autotune.runs.exports_folder import write_exports
@@ -90,6 +91,7 @@ def test_what_a_format_cannot_express_is_an_error_unless_lossy(tmp_path, capsys)
 @pytest.mark.parametrize("argv, message", [
     (["--format", "vlm"], "did you mean 'vllm'"),
     (["--format", "vllm", "--draft-tp", "0"], "draft_tensor_parallel_size=0"),
+    (["--format", "llama_cpp"], "llama_cpp (llama-cpp-python) was retired: use llama_server"),
 ])
 def test_bad_export_arguments_are_one_line(tmp_path, capsys, argv, message):
     path = _write(tmp_path)
@@ -103,6 +105,29 @@ def test_export_of_a_non_frozen_file_is_refused(tmp_path, capsys):
     path.write_text(json.dumps({"method": "ngram"}))
     assert main(["export", str(path), "--format", "vllm"]) == 2
     assert "not a frozen config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("version", ["autotune.frozen/v3", "autotune.frozen/v4"])
+def test_a_best_json_tuned_for_the_retired_llama_cpp_is_one_line(tmp_path, capsys, version):
+    """v3 files could record `engine: llama_cpp` (frozen-v3's schema keeps it, as
+    written); reading one, in any version, names the retirement, not a schema enum."""
+    doc = frozen_document({"method": "ngram", "k": 10, "ngram_min": 1, "ngram_max": 2},
+                          context={"model": MODEL})
+    doc["schema"] = version
+    doc["params"]["engine"] = "llama_cpp"
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps(doc))
+    retired = "llama_cpp (llama-cpp-python) was retired: use llama_server"
+    assert main(["export", str(path), "--format", "llama_server"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"autotune: error: {path}: params.engine: ")
+    assert retired in err[0] and "python -m autotune.backends.llama_server_install" in err[0]
+    assert main(["validate", str(path)]) != 0
+    assert retired in capsys.readouterr().err
+    # The library's reader (exports, measure --config, the report) says the same.
+    from autotune.frozen.checks import read_parts
+    with pytest.raises(AutotuneError, match="retired: use llama_server"):
+        read_parts(doc)
 
 
 def test_run_exports_replace_a_previous_best(tmp_path):

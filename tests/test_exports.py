@@ -1,5 +1,5 @@
 """Exports: frozen config -> vLLM / SGLang / transformers / TensorRT-LLM / Draft & Verify /
-llama.cpp (llama-cpp-python; its own tests are in tests/test_export_llama_cpp.py).
+llama-server (its own tests are in tests/test_llama_server.py).
 
 No model is loaded (except the tiny ones that run the launch snippet of transformers):
 frozen documents are built by hand. Every valid output is checked against the format's
@@ -671,7 +671,7 @@ def test_suffix_measured_as_vllm_exports_its_fields_and_runs_nowhere_else() -> N
     text = launch(doc, "vllm", result.files)
     assert "Model Runner V1" in text and "arctic-inference" in text
     # No other engine runs suffix decoding: a fatal loss naming the method.
-    for fmt in ("sglang", "trtllm", "hf", "llama_cpp", "dv"):
+    for fmt in ("sglang", "trtllm", "hf", "llama_server", "dv"):
         assert "method=suffix" in error_of(fmt, doc, lossy=True)
 
 
@@ -826,7 +826,12 @@ def test_unknown_format_and_options() -> None:
     doc = frozen(method="ngram")
     assert error_of("vlm", doc) == (
         "unknown export format 'vlm' (did you mean 'vllm'?); formats: vllm, sglang, hf, "
-        "trtllm, dv, llama_cpp, llama_server")
+        "trtllm, dv, llama_server")
+    # The retired engine's format: its line names the replacement, not "unknown".
+    assert error_of("llama_cpp", doc) == (
+        "export format llama_cpp (llama-cpp-python) was retired: use llama_server "
+        "(llama.cpp's llama-server; install it with python -m "
+        "autotune.backends.llama_server_install)")
     assert error_of("vllm", doc, options={"draft_tp": 2}).startswith(
         "unknown export option 'draft_tp'")
     assert error_of("vllm", doc, options={"draft_tensor_parallel_size": 0}) == (
@@ -863,12 +868,10 @@ SAMPLES = {
     "hf": frozen(DRAFT, method="draft_model"),
     "trtllm": frozen(DRAFT, method="draft_model"),
     "dv": frozen(method="layer_skip", attn_skip=[2]),
-    "llama_cpp": frozen(method="ngram", engine="llama_cpp"),
     "llama_server": frozen(method="llama_ngram", k=16, engine="llama_server"),
 }
 REQUIRED = {"vllm": "num_speculative_tokens", "sglang": "speculative-algorithm",
-            "hf": "do_sample", "trtllm": "max_draft_len", "llama_cpp": "draft_model",
-            "llama_server": "args"}
+            "hf": "do_sample", "trtllm": "max_draft_len", "llama_server": "args"}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -103,7 +103,7 @@ def test_sa_exports_to_tensorrt_llm_only():
     assert "previous step's draft" in approximation(doc, "trtllm")
     fixed = frozen(method="sa", engine="trtllm", k=3, sa_max_matching_ngram_size=4)
     assert json.loads(export(fixed, "trtllm").primary())["max_matching_ngram_size"] == 4
-    for fmt in ("vllm", "sglang", "hf", "llama_cpp"):
+    for fmt in ("vllm", "sglang", "hf", "llama_server"):
         assert "method=sa" in error_of(fmt, doc, lossy=True)
 
 

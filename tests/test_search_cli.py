@@ -72,7 +72,9 @@ def no_loading(monkeypatch):
     (["--target", "trtllm", "--fidelity", "engine"], "'trtllm' has no backend"),
     (["--target", "vllm", "--fidelity", "engine"], "vllm cannot measure here"),
     (["--target", "sglang", "--fidelity", "engine"], "sglang cannot measure here"),
-    (["--target", "llama_cpp", "--model", "nowhere.gguf"], "GGUF file not found"),
+    # A retired target: the line names its replacement and how to install it.
+    (["--target", "llama_cpp"], "llama_cpp (llama-cpp-python) was retired: use llama_server"),
+    (["--target", "llama_cpp"], "python -m autotune.backends.llama_server_install"),
 ])
 def test_bad_search_inputs_are_one_line_before_loading(capsys, no_loading, tmp_path, args, message):
     assert main(["search", "--out", str(tmp_path / "r"), *args]) == 2
@@ -387,28 +389,6 @@ def test_hf_target_validates_its_finalists_in_transformers_generate(tmp_path, ti
     trials = pd.read_csv(out / "trials.csv")
     assert set(trials["metrics.measured_by"].dropna()) == {"autotune"}
     assert "HF transformers" in (out / "report.html").read_text()
-
-
-def test_llama_cpp_target_searches_in_llama_cpp(tmp_path, capsys):
-    """`--target llama_cpp --fidelity engine` on the default model: every trial and the
-    finalists decode in llama.cpp on the default model's own GGUF."""
-    from autotune.backends.llama_cpp import installed
-    if not installed() and not os.environ.get("AUTOTUNE_REQUIRE_LLAMA_CPP"):
-        pytest.skip("llama-cpp-python is not installed")
-    out = tmp_path / "run"
-    args = ["search", "--target", "llama_cpp", "--fidelity", "engine", "--trials", "3",
-            "--prompts", "2", "--validation-prompts", "2", "--validation-repeats", "1",
-            "--validation-pool", "4", "--max-new-tokens", "8", "--out", str(out),
-            "--no-prune"]
-    assert main(args) == 0
-    assert "every trial measured in llama.cpp" in capsys.readouterr().err
-    trials = pd.read_csv(out / "trials.csv")
-    assert set(trials["metrics.measured_by"].dropna()) == {"llama_cpp"}
-    ngram = trials[trials["config.method"] == "ngram"]
-    assert len(ngram) >= 1 and set(ngram["config.engine"]) == {"llama_cpp"}
-    best = json.loads((out / "best.json").read_text())
-    assert best["validation"]["measured_by"] == "llama_cpp"
-    assert "llama-cpp-python" in (out / "report.html").read_text()
 
 
 def test_llama_server_target_searches_in_the_server(tmp_path, capsys):

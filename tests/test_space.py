@@ -25,8 +25,7 @@ from autotune.space import loading as space_loading
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-SHIPPED = ["draft_model", "engine_hf", "engine_llama_cpp", "engine_llama_server", "engine_sglang",
-           "engine_trtllm",
+SHIPPED = ["draft_model", "engine_hf", "engine_llama_server", "engine_sglang", "engine_trtllm",
            "engine_vllm", "joint", "layer_skip", "ngram", "sa", "sorted_exit", "suffix", "tree"]
 POLICY_KNOBS = {"gamma", "target_acceptance", "epsilon", "beta1", "beta2"}
 

@@ -2,8 +2,6 @@
 
 - `autotune`: our own decoder (every knob, every engine's drafting rules);
 - `hf`: HF transformers' own generate() with the config's HF export;
-- `llama_cpp`: llama.cpp through llama-cpp-python (an optional extra: `pip install
-  'autotune[llama_cpp]'`), on the GGUF file itself;
 - `llama_server`: llama.cpp's own server, one process per config on loopback, over
   HTTP (a binary built by `python -m autotune.backends.llama_server_install`);
 - `vllm`, `sglang`: the same interface, refused on a machine without them.
@@ -19,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from autotune.backends.base import Backend, BackendUnavailable, Runner
+from autotune.decoding.engines import retirement
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
@@ -29,15 +28,15 @@ __all__ = ["Backend", "BackendUnavailable", "ENGINE_BACKENDS", "Runner", "input_
 
 # Engines with a backend that measures in the engine itself (the others' --target
 # searches measure in our decoder under their rules).
-ENGINE_BACKENDS = ("hf", "llama_cpp", "llama_server", "vllm", "sglang")
+ENGINE_BACKENDS = ("hf", "llama_server", "vllm", "sglang")
 
 
 def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None" = None,
                  model_spec: str = "default", prompts: "Sequence[Prompt]" = (),
                  max_new_tokens: int = 0, companions: "Sequence[Prompt]" = ()) -> Backend:
     """The backend that measures in `engine` (`autotune`: our decoder). `model_spec` is
-    what the user named (a GGUF file for llama.cpp); `prompts` and `max_new_tokens` are
-    the most it will be asked to decode (llama.cpp sizes its context to them);
+    what the user named (a GGUF file for llama-server); `prompts` and `max_new_tokens`
+    are the most it will be asked to decode (llama-server sizes its context to them);
     `companions`: prompts never timed, served beside a timed one at concurrency > 1
     (llama-server). Raises BackendUnavailable (one line) where the engine cannot run
     here."""
@@ -47,11 +46,6 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
     if engine == "hf":
         from autotune.backends.hf import HFBackend
         return HFBackend(target, draft)
-    if engine == "llama_cpp":
-        from autotune.backends.llama_cpp import LlamaCppBackend
-        from autotune.workloads.prompts import encode_prompt
-        longest = max((len(encode_prompt(target.tokenizer, p)) for p in prompts), default=1)
-        return LlamaCppBackend.for_model(model_spec, target, draft, longest, max_new_tokens)
     if engine == "llama_server":
         from autotune.backends.llama_server import LlamaServerBackend
         from autotune.workloads.prompts import encode_prompt
@@ -61,6 +55,8 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
     if engine in ("vllm", "sglang"):
         from autotune.backends.gpu_engines import open_gpu_backend
         return open_gpu_backend(engine, target, draft)
+    if (retired := retirement(engine)) is not None:
+        raise BackendUnavailable(retired)
     raise BackendUnavailable(f"no measurement backend runs in {engine}; engines with one: "
                              f"{', '.join(('autotune',) + ENGINE_BACKENDS)}")
 
@@ -68,17 +64,14 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
 def input_error(engine: str, model_spec: str, draft_spec: str | None) -> str | None:
     """What in the user's input keeps `engine` from measuring (a model it cannot read, a
     draft it cannot use), or None: an error whatever the fidelity."""
-    if engine not in ("llama_cpp", "llama_server"):
+    if engine != "llama_server":
         return None
-    from autotune.backends import llama_cpp
+    from autotune.backends.llama_server import gguf_for
     if draft_spec:
-        if engine == "llama_server":
-            return ("llama-server drafts with a GGUF draft model only; autotune measures "
-                    "its model-free types: drop --draft for --target llama_server")
-        return ("llama-cpp-python offers prompt lookup only (no draft-model drafter): "
-                "drop --draft for --target llama_cpp")
+        return ("llama-server drafts with a GGUF draft model only; autotune measures "
+                "its model-free types: drop --draft for --target llama_server")
     try:
-        gguf = llama_cpp.gguf_for(model_spec)
+        gguf = gguf_for(model_spec)
     except BackendUnavailable as exc:
         return str(exc)
     return None if gguf.is_file() else f"GGUF file not found: {gguf}"
@@ -87,11 +80,8 @@ def input_error(engine: str, model_spec: str, draft_spec: str | None) -> str | N
 def unavailable(engine: str, model_spec: str, draft_spec: str | None) -> str | None:
     """Why `engine` cannot measure here (one line), or None; checked before any model
     loads (for hf: nothing to check, transformers is a dependency)."""
-    if engine == "llama_cpp":
-        from autotune.backends import llama_cpp
-        if not llama_cpp.installed():
-            return f"llama-cpp-python is not installed ({llama_cpp.INSTALL})"
-        return input_error(engine, model_spec, draft_spec)
+    if (retired := retirement(engine)) is not None:
+        return retired
     if engine == "llama_server":
         from autotune.backends.llama_server import find_server
         try:

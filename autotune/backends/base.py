@@ -43,16 +43,16 @@ class Runner(Protocol):
 class Backend(Protocol):
     """A measurement backend.
 
-    name: the engine (`autotune`, `hf`, `llama_cpp`, `vllm`, `sglang`), as in --target.
-    label: who measured, for the report and best.json ("llama.cpp (llama-cpp-python
-        0.3.36, SmolLM2-135M-Instruct.Q4_1.gguf)").
+    name: the engine (`autotune`, `hf`, `llama_server`, `vllm`, `sglang`), as in --target.
+    label: who measured, for the report and best.json ("llama-server (VERSION,
+        SmolLM2-135M-Instruct.Q4_1.gguf)").
     device: the torch device string whose queue the clock synchronises ("cpu" for
         engines that synchronise themselves).
     memory_kind: how `weights_bytes` + a generation's cache_bytes measure peak memory,
         or a sentence saying memory is not measured.
     token_exact: whether the engine's multi-token (verify) passes give the logits of its
         one-token passes, so that its greedy speculative output must equal its greedy
-        output token for token. Where not (llama.cpp: its batched quantized kernels break
+        output token for token. Where not (llama-server: its batched quantized kernels break
         near-ties differently), a mismatch is reported per prompt but does not disqualify
         a config, as bf16 multi-token numerics do not.
     """

@@ -14,6 +14,7 @@ import sys
 from typing import Callable, Sequence
 
 from autotune.common.errors import AutotuneError
+from autotune.decoding.engines import retirement
 from autotune.models.drafter_folder import KINDS
 from autotune.workloads.prompts import TURNS
 from autotune.workloads.split import DEFAULT_POOL
@@ -23,10 +24,22 @@ EXIT_INTERRUPTED = 130
 # samplers.SAMPLERS, restated so that `--help` stays fast (that module loads optuna);
 # tests/test_cli.py fails when the two differ.
 # The engines `search --target` tunes for (autotune/decoding/engines.py, torch-free).
-_TARGETS = ("autotune", "vllm", "sglang", "trtllm", "hf", "llama_cpp", "llama_server")
+_TARGETS = ("autotune", "vllm", "sglang", "trtllm", "hf", "llama_server")
 # autotune/backends ENGINE_BACKENDS, with our decoder first (tests/test_cli.py checks).
-_BACKENDS = ("autotune", "hf", "llama_cpp", "llama_server", "vllm", "sglang")
+_BACKENDS = ("autotune", "hf", "llama_server", "vllm", "sglang")
+# autotune/exports FORMATS (tests/test_cli.py checks); `export` checks the name itself.
+_FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv", "llama_server")
 _SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
+
+
+def _engine_name(value: str) -> str:
+    """argparse `type` of --target, --in and --format: a retired engine's name is refused
+    with the line naming its replacement (argparse checks `type` before `choices`, so it
+    never reaches "invalid choice")."""
+    retired = retirement(value)
+    if retired is not None:
+        raise argparse.ArgumentTypeError(retired)
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,10 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "marked fidelity replay")
     m.add_argument("--trace", default=None, metavar="FILE",
                    help="write the per-round traces of every prompt as JSON")
-    m.add_argument("--in", dest="measure_in", default="autotune", choices=_BACKENDS,
+    m.add_argument("--in", dest="measure_in", default="autotune", type=_engine_name,
+                   choices=_BACKENDS,
                    help="where to decode both arms: autotune's decoder (default), or the "
                         "engine itself (hf: transformers' generate() with the config's HF "
-                        "export; llama_cpp: llama-cpp-python on the GGUF --model)")
+                        "export; llama_server: llama.cpp's server on the GGUF --model)")
     _add_turns_arg(m)
     m.add_argument("--batch-size", type=int, default=None, metavar="B",
                    help="decode B prompts together (autotune's batched decoder) and "
@@ -110,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("search", help="search the joint space for the fastest config")
     _add_model_args(s)
     _add_workload_args(s, max_new_tokens=None)
-    s.add_argument("--target", default="autotune", choices=_TARGETS,
+    s.add_argument("--target", default="autotune", type=_engine_name, choices=_TARGETS,
                    help="the engine the config will run on: the space is cut to what it "
                         "expresses and every candidate is measured under its drafting "
                         "rules, so the winner exports to it exactly (default autotune: "
@@ -153,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multi: replay screens --screen configs, the best --trials are "
                         "measured; measure: every trial decodes; replay: every trial is "
                         "predicted (greedy only); engine: every trial runs in the --target "
-                        "engine itself (hf, llama_cpp; llama_server: its default). "
+                        "engine itself (hf; llama_server: its default). "
                         "Finalists are always measured, in the --target engine itself "
                         "where it runs here")
     s.add_argument("--batch-sizes", default=None, metavar="B,B,...",
@@ -201,8 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write a frozen config in a server's format")
     e.add_argument("config", help="frozen config (best.json)")
-    e.add_argument("--format", required=True,
-                   help="vllm | sglang | hf | trtllm | dv | llama_cpp | llama_server")
+    e.add_argument("--format", required=True, type=_engine_name, help=" | ".join(_FORMATS))
     e.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
     e.add_argument("--lossy", action="store_true",
                    help="drop knobs the format cannot express (each is listed) "

@@ -17,7 +17,7 @@ import yaml
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
-from autotune.decoding.engines import ENGINES
+from autotune.decoding.engines import ENGINES, retirement
 from autotune.decoding.knobs import (
     ALL,
     DRAFT,
@@ -148,7 +148,7 @@ class DecodeConfig:
         "llama_server only)", low=1))
     engine: str = field(default="autotune", metadata=knob(
         "str", WORKLOAD, "whose drafting and verification rules the decoder follows "
-        "(`search --target`): `autotune`, `vllm`, `sglang`, `trtllm`, `hf`, `llama_cpp`",
+        "(`search --target`): `autotune`, `vllm`, `sglang`, `trtllm`, `hf`, `llama_server`",
         choices=tuple(ENGINES)))
     # Draft trees (EAGLE-2's dynamic tree, or a static one). tree_width 0 and no
     # tree_choices = a chain of up to k tokens under the exit policy.
@@ -191,6 +191,8 @@ class DecodeConfig:
             raise AutotuneError(
                 f"exit_policy={self.exit_policy!r} is not one of {', '.join(choices)}")
         engines = KNOBS["engine"].choices or ()
+        if (retired := retirement(self.engine)) is not None:
+            raise AutotuneError(f"engine: {retired}")
         if self.engine not in engines:
             raise AutotuneError(f"engine={self.engine!r} is not one of {', '.join(engines)}")
         for name in ("k", "gamma", "target_acceptance", "beta1", "beta2", "top_p"):

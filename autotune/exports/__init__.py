@@ -35,20 +35,19 @@ from typing import Any, Mapping
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
 from autotune.decoding.config import DecodeConfig
-from autotune.decoding.engines import engine_rules
-from autotune.exports import dv, hf, llama_cpp, llama_server, sglang, trtllm, vllm
+from autotune.decoding.engines import engine_rules, retirement
+from autotune.exports import dv, hf, llama_server, sglang, trtllm, vllm
 from autotune.exports._common import Loss, Source, read_frozen, routing_loss
 
-FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv", "llama_cpp", "llama_server")
+FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv", "llama_server")
 _MODULES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang, "hf": hf,
-                                   "trtllm": trtllm, "dv": dv, "llama_cpp": llama_cpp,
-                                   "llama_server": llama_server}
+                                   "trtllm": trtllm, "dv": dv, "llama_server": llama_server}
 # Whose engine rules each format runs (Draft & Verify's repository drafts as ours).
 FORMAT_ENGINES: dict[str, str] = {fmt: module.RULES for fmt, module in _MODULES.items()}
 # Section titles of launch.md.
 TITLES = {"vllm": "vLLM", "sglang": "SGLang", "hf": "Hugging Face transformers",
           "trtllm": "TensorRT-LLM", "dv": "Draft & Verify",
-          "llama_cpp": "llama.cpp via llama-cpp-python", "llama_server": "llama.cpp's llama-server"}
+          "llama_server": "llama.cpp's llama-server"}
 _OPTIONS = ("draft_tensor_parallel_size",)
 BASELINE_MESSAGE = "the best config is plain autoregressive decoding; there is nothing to export"
 
@@ -73,6 +72,8 @@ class Export:
 def _check_format(fmt: Any) -> str:
     if fmt in FORMATS:
         return fmt
+    if (retired := retirement(fmt)) is not None:     # a retired engine's format went too
+        raise AutotuneError(f"export format {retired}")
     hint = did_you_mean(str(fmt).lower(), FORMATS, inline=True)
     raise AutotuneError(f"unknown export format {fmt!r}{hint}; formats: {', '.join(FORMATS)}")
 
@@ -198,8 +199,7 @@ def launch(frozen: dict, fmt: str, files: Mapping[str, str]) -> str:
 
 def schema(fmt: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of `fmt`'s primary file (SGLang's YAML mapping;
-    for hf, each of its generation configs; llama_cpp's also describes its server config
-    under `$defs`), shipped as package data in
+    for hf, each of its generation configs), shipped as package data in
     autotune/exports/schemas/<format>.schema.json."""
     fmt = _check_format(fmt)
     text = resources.files(__name__).joinpath("schemas", f"{fmt}.schema.json").read_text("utf-8")

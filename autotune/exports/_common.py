@@ -18,7 +18,7 @@ with `lossy` it degrades to a chain as long as the tree is deep (its best path),
 Engine rules (`rules_loss`): every config records the engine whose drafting and
 verification rules it was measured under (DecodeConfig's `engine`, set by `search
 --target`; autotune/decoding/engines.py). Each format runs its engine's rules (vllm,
-sglang, trtllm, hf, llama_cpp; Draft & Verify's repository drafts as autotune does).
+sglang, trtllm, hf, llama_server; Draft & Verify's repository drafts as autotune does).
 Where the measured rules differ from the format's in a rule that matters to the config
 (`engines.relevant`), the figures were measured on a decoder the engine is not, and the
 export is a (non-fatal) loss labelled `engine=<measured>`.

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
 from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.decoding.engines import retirement
 from autotune.decoding.methods import find_method
 from autotune.frozen.schedule import Schedule, read_schedule
 from autotune.frozen.schema import READABLE, SCHEMA, SCHEMA_PREFIX, validation_schema
@@ -101,6 +102,11 @@ def problems(doc: Any) -> list[str]:
     if version is not None:
         return [version]
     version = doc.get("schema")
+    # A retired engine is no longer in the schema's enum: name the retirement and the
+    # replacement rather than list the engines it is not one of.
+    params = doc.get("params")
+    if isinstance(params, dict) and (retired := retirement(params.get("engine"))):
+        return [f"params.engine: {retired}"]
     validator = jsonschema.Draft202012Validator(
         validation_schema(version if version in READABLE else SCHEMA))
     found = []

@@ -131,12 +131,11 @@ def _never_speculates(doc: dict[str, Any]) -> bool:
 
 
 def _schedule_lines(doc: dict[str, Any]) -> list[str]:
-    """The README's line on a per-batch-size schedule (none without one). hf, dv and
-    llama_cpp decode one request at a time, so they run the batch-1 config: transformers
-    5.23.0 generation/utils.py L4029 "assisted generate is only supported for batch_size
-    = 1"; Draft & Verify's decoding.py @ f69f2a750c83a34097e975afcef1d6a85229f58f calls
-    `.item()` on one row's draft probability; llama-cpp-python 0.3.36
-    llama_cpp/server/app.py L64-89 holds a lock per request."""
+    """The README's line on a per-batch-size schedule (none without one). hf and dv
+    decode one request at a time, so they run the batch-1 config: transformers 5.23.0
+    generation/utils.py L4029 "assisted generate is only supported for batch_size = 1";
+    Draft & Verify's decoding.py @ f69f2a750c83a34097e975afcef1d6a85229f58f calls
+    `.item()` on one row's draft probability."""
     schedule = _schedule(doc)
     if schedule is None:
         return []
@@ -146,8 +145,7 @@ def _schedule_lines(doc: dict[str, Any]) -> list[str]:
             "held_out rows confirmed on prompts the choice never saw). Beyond batch size "
             f"{schedule.largest} nothing was measured: vLLM carries the last K on, "
             "TensorRT-LLM uses its implicit tail (launch.md), SGLang runs one K at every "
-            "batch size; hf, dv and llama_cpp decode one request at a time and run the "
-            "batch-1 config."]
+            "batch size; hf and dv decode one request at a time and run the batch-1 config."]
 
 
 def refusal_reason(doc: dict[str, Any]) -> str | None:

@@ -1,6 +1,7 @@
-"""`ngram`: prompt lookup (Saxena, 2023; vLLM's, SGLang's, TensorRT-LLM's, HF's and
-llama.cpp's n-gram drafting). The draft is the tokens that followed an earlier
-occurrence of the sequence's last n tokens; no draft model, no layer access."""
+"""`ngram`: prompt lookup (Saxena, 2023; vLLM's, SGLang's, TensorRT-LLM's and HF's n-gram
+drafting; llama-server's n-gram types are `llama_ngram`). The draft is the tokens that
+followed an earlier occurrence of the sequence's last n tokens; no draft model, no layer
+access."""
 
 from __future__ import annotations
 
@@ -30,14 +31,7 @@ def _presets(n_layers: int) -> list[Preset]:
             Preset("sglang_ngram", "SGLang NGRAM defaults: speculative_num_draft_tokens=12, "
                    "speculative_ngram_max_trie_depth=18",
                    {"method": "ngram", "k": 11, "ngram_min": 1, "ngram_max": 7,
-                    "exit_policy": "fixed"}, rank=8, engine="sglang", targeted=True),
-            # llama-cpp-python 0.3.36 llama_speculative.py LlamaPromptLookupDecoding
-            # (max_ngram_size=2, num_pred_tokens=10); its server's draft_model_num_pred_tokens
-            # defaults to 10 as well.
-            Preset("llama_cpp_prompt_lookup", "llama-cpp-python prompt lookup defaults: "
-                   "LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=10)",
-                   {"method": "ngram", "k": 10, "ngram_min": 1, "ngram_max": 2,
-                    "exit_policy": "fixed"}, rank=9, engine="llama_cpp", targeted=True)]
+                    "exit_policy": "fixed"}, rank=8, engine="sglang", targeted=True)]
 
 
 SPEC = MethodSpec(
