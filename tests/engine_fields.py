@@ -171,7 +171,8 @@ DV_ENTRY = ("attention", "mlp", "generate_fn", "generate_kwargs")
 # common/arg.cpp: the flags autotune writes, each taking one value: -m L3038, -t L1520,
 # -tb L1530, --poll L1577, -c L1642, -np L2547, --spec-type L4274, --spec-ngram-mod-*
 # L4284-4304, --spec-ngram-simple-* L4315-4335, --spec-ngram-map-k-* L4346-4366,
-# --spec-ngram-map-k4v-* L4377-4397.
+# --spec-ngram-map-k4v-* L4377-4397; draft-simple's -md L4266, --spec-draft-n-max L4150,
+# --spec-draft-n-min L4160, --spec-draft-p-min L4207.
 LLAMA_SERVER_FLAGS = (
     "-m", "-t", "-tb", "--poll", "-c", "-np", "--spec-type",
     "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max", "--spec-ngram-mod-n-match",
@@ -179,10 +180,15 @@ LLAMA_SERVER_FLAGS = (
     "--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits",
     "--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m",
     "--spec-ngram-map-k4v-min-hits",
+    "-md", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
 )
-# common/speculative.cpp L72 common_speculative_type_from_name_map: the model-free names.
+# common/speculative.cpp L72-83 common_speculative_type_from_name_map: the model-free
+# names and draft-simple (L74).
 LLAMA_SERVER_SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
-                           "ngram-cache")
+                           "ngram-cache", "draft-simple")
+# The flags of the draft-model types (a draft GGUF and its limits).
+LLAMA_SERVER_DRAFT_FLAGS = ("-md", "--spec-draft-n-max", "--spec-draft-n-min",
+                            "--spec-draft-p-min")
 # Removed flags (arg.cpp L4411-4446: "the argument has been removed").
 LLAMA_SERVER_GONE = ("--draft-max", "--draft-min", "--spec-ngram-size-n",
                      "--spec-ngram-size-m", "--spec-ngram-min-hits")

@@ -44,6 +44,8 @@ METHODS: list[tuple[dict | None, dict[str, Any]]] = [
     (None, dict(method="llama_ngram", llama_spec_type="ngram-cache", k=8)),
     (None, dict(method="llama_ngram", llama_spec_type="ngram-map-k,ngram-simple", k=24,
                 llama_ngram_size_n=3)),
+    (None, dict(method="llama_draft", exits=[8], k=3, llama_draft_p_min=0.4)),
+    (DRAFT, dict(method="llama_draft", k=5, llama_draft_n_min=2)),
 ]
 POLICIES = [dict(exit_policy="fixed"), dict(exit_policy="confidence", gamma=0.5),
             dict(exit_policy="heuristic"),
@@ -105,6 +107,7 @@ def check_llama_server(data: dict) -> None:
                        if flag.startswith(f"--spec-{t}-")), None)
         # A type's sizes only with the type itself (a flag of another type is inert).
         assert family is None or family in types, flag
+        assert flag not in pins.LLAMA_SERVER_DRAFT_FLAGS or "draft-simple" in types, flag
     assert set(data["request"]) <= set(pins.LLAMA_SERVER_REQUEST), data["request"]
 
 
@@ -192,7 +195,11 @@ def test_every_exported_key_is_a_pinned_field(fmt: str) -> None:
             data = json.loads(files["llama_server/llama_server.json"])
             check_llama_server(data)
             script = files["llama_server/run-llama-server.sh"]
-            assert shlex.split(script.splitlines()[-1])[2:-1] == data["args"]
+            # The script names a truncated draft from its own folder ($ROOT).
+            draft = (data.get("draft") or {}).get("file")
+            assert [w.replace("$ROOT/", "") for w in
+                    shlex.split(script.splitlines()[-1])[2:-1]] == data["args"]
+            assert draft is None or f'"$ROOT/{draft}"' in script.splitlines()[-1]
             kinds[data["args"][3]] += 1
         else:
             data = json.loads(files["dv.json"])
@@ -206,10 +213,10 @@ def test_every_exported_key_is_a_pinned_field(fmt: str) -> None:
                        ("hf/generate_kwargs.json", "hf/generation_config.json")},
                 "dv": {"essg", "sss"},
                 "llama_server": {"ngram-simple", "ngram-map-k4v,ngram-mod", "ngram-cache",
-                                 "ngram-simple,ngram-map-k"}}[fmt]
+                                 "ngram-simple,ngram-map-k", "draft-simple"}}[fmt]
     assert set(kinds) == expected
     # (llama_server carries the fewest: its own methods' configs, under every engine's rules.)
-    assert min(kinds.values()) >= 10 and len(exported) >= 40
+    assert min(kinds.values()) >= 10 and len(exported) >= 50
 
 
 def test_the_checks_fail_on_a_field_the_engine_does_not_have() -> None:

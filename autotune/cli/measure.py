@@ -257,7 +257,7 @@ def run_measure_command(args: argparse.Namespace) -> int:
                        if p.prompt_id not in {q.prompt_id for q in prompts}]
                       if config.concurrency > 1 else [])
         backend = open_backend(measure_in, target, draft, args.model, prompts,
-                               args.max_new_tokens, companions)
+                               args.max_new_tokens, companions, args.draft)
         print(f"autotune: measuring in {backend.label}", file=sys.stderr, flush=True)
     if doc is not None:
         return _remeasure(args, doc, config, objective, target, draft, prompts, overridden,

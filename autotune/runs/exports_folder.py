@@ -81,7 +81,9 @@ def write_exports(best_path: Path, out_dir: Path,
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text, encoding="utf-8")
                 written.append(name)
-            line = f"{fmt}: {', '.join(result.files)}"
+            built = _build(result, scratch)
+            written += built
+            line = f"{fmt}: {', '.join([*result.files, *built])}"
             if chosen is not best:
                 line += (f": {_trial_line(chosen)}, the best trial {fmt} expresses exactly "
                          f"(for the best trial: {_reason(best, fmt)})")
@@ -101,6 +103,21 @@ def write_exports(best_path: Path, out_dir: Path,
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return written
+
+
+def _build(result: exports.Export, scratch: Path) -> list[str]:
+    """Make the format's built files (a draft model file); one that cannot be made is
+    left to the launch notes' command, never a failed export."""
+    made = []
+    for name, build in result.builds.items():
+        path = scratch / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            build(path)
+        except (AutotuneError, OSError):
+            continue
+        made.append(name)
+    return made
 
 
 def _swap_in(scratch: Path, out_dir: Path) -> None:

@@ -249,6 +249,8 @@ class BoundSpace:
             return spec.value
         if isinstance(spec, Choices):
             return trial.suggest_categorical(entry.id, spec.choices)
+        if isinstance(spec, BoundSet) and spec.single:
+            return (int(trial.suggest_categorical(entry.id, spec.candidates)),)
         if isinstance(spec, BoundSet):
             chosen = tuple(c for c in spec.candidates
                            if trial.suggest_int(f"{entry.id}[{c}]", 0, 1))
@@ -334,6 +336,8 @@ class BoundSpace:
         if isinstance(spec, BoundSet):
             if not set(value) <= set(spec.candidates):
                 return None
+            if spec.single:
+                return {entry.id: int(value[0])} if len(value) == 1 else None
             return {f"{entry.id}[{c}]": int(c in value) for c in spec.candidates}
         assert isinstance(spec, Range)
         if entry.type == "thresholds":
@@ -396,7 +400,9 @@ class BoundSpace:
             spec = entry.spec
             if isinstance(spec, Fixed):
                 continue
-            if isinstance(spec, BoundSet):
+            if isinstance(spec, BoundSet) and spec.single:
+                yield entry, entry.id, []
+            elif isinstance(spec, BoundSet):
                 for c in spec.candidates:
                     yield entry, f"{entry.id}[{c}]", []
             elif entry.type == "thresholds":
@@ -412,6 +418,8 @@ def _threshold_depths(exits: Entry | None) -> Iterator[tuple[int, str]]:
     """Depths that can carry a threshold (any exit but the deepest possible one)."""
     if exits is None:
         return
+    if isinstance(exits.spec, BoundSet) and exits.spec.single:
+        return                                   # one exit: the deepest, no threshold
     if isinstance(exits.spec, BoundSet):
         for d in exits.spec.candidates[:-1]:
             yield d, f"{exits.id}[{d}] == 1 and not the deepest exit"

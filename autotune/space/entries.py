@@ -143,12 +143,18 @@ class LayerSet:
 
 @dataclass(frozen=True)
 class BoundSet:
-    """layers / exits knob after binding: one 0/1 param per candidate."""
+    """layers / exits knob after binding: one 0/1 param per candidate, or, where exactly
+    one is chosen (`single`), one categorical param over the candidates (0/1 bits would
+    draw one set bit in few trials)."""
 
     kind: str
     candidates: tuple[int, ...]
     min_count: int
     max_count: int
+
+    @property
+    def single(self) -> bool:
+        return self.min_count == self.max_count == 1
 
 
 Spec = Fixed | Range | Choices | LayerSet | BoundSet
