@@ -15,11 +15,13 @@ job, nothing else on the machine:
    "do not speculate" or "undecided";
 3. the best single fixed draft cap: every model-free type at llama.cpp's defaults with
    only its cap swept (`k` = --spec-ngram-*-size-m / --spec-ngram-mod-n-max, ngram-mod's
-   n_min kept at most k), measured on the search prompts; the best is "fixed n-max";
+   n_min kept at most k), and draft-simple (a draft of the target's first quarter of
+   layers, autotune's truncated GGUF) with only --spec-draft-n-max swept, measured on
+   the search prompts; the best is "fixed n-max";
 4. on the held-out prompts, interleaved per prompt against the server without
    speculation (every server at the same concurrency): the tuned config, the fixed
    n-max winner and llama.cpp's documented defaults of each type (ngram-mod's are
-   `--spec-default`).
+   `--spec-default`; draft-simple's n_max 3, n_min 0, p_min 0 on that draft).
 
 Prints per workload, concurrency and arm the held-out speedup with its 90% bootstrap
 interval over prompts, the server's own clock's speedup, acceptance, and the tuned
@@ -58,6 +60,10 @@ DEFAULTS = {"ngram-simple": dict(k=48, llama_ngram_size_n=12),
             "ngram-mod": dict(k=64, llama_ngram_mod_n_match=24, llama_ngram_mod_n_min=48),
             "ngram-cache": dict()}
 CAPS = (4, 16, 64)
+# draft-simple: llama.cpp's defaults (common/common.h L328-333) on the target's first
+# quarter (the llama_draft preset's depth); its --spec-draft-n-max swept over DRAFT_CAPS.
+DRAFT_SIMPLE = dict(k=3, llama_draft_n_min=0, llama_draft_p_min=0.0)
+DRAFT_CAPS = (1, 3, 8)
 
 
 def _config(spec_type: str, concurrency: int, **knobs) -> DecodeConfig:
@@ -65,10 +71,21 @@ def _config(spec_type: str, concurrency: int, **knobs) -> DecodeConfig:
                         engine="llama_server", concurrency=concurrency, **knobs).validate()
 
 
+def _draft_simple(depth: int, concurrency: int, **knobs) -> DecodeConfig:
+    return DecodeConfig(method="llama_draft", exits=(depth,), exit_policy="fixed",
+                        engine="llama_server", concurrency=concurrency,
+                        **{**DRAFT_SIMPLE, **knobs}).validate()
+
+
 def _label(config: DecodeConfig) -> str:
     if config.method == "none":
         return "no speculation"
-    knobs = [config.llama_spec_type, f"k={config.k}"]
+    if config.method == "llama_draft":
+        return (f"draft-simple first {config.exits[0]} layers k={config.k} "
+                f"n_min={config.llama_draft_n_min} p_min={config.llama_draft_p_min:.2f}")
+    # ngram-cache drafts a fixed 8 whatever k (llama_spec.py).
+    knobs = [config.llama_spec_type,
+             "k=8 (fixed)" if config.llama_spec_type == "ngram-cache" else f"k={config.k}"]
     if "ngram-mod" in config.llama_spec_type:
         knobs.append(f"match={config.llama_ngram_mod_n_match} "
                      f"min={config.llama_ngram_mod_n_min}")
@@ -77,9 +94,10 @@ def _label(config: DecodeConfig) -> str:
     return " ".join(knobs)
 
 
-def _fixed_caps(concurrency: int) -> dict[str, DecodeConfig]:
+def _fixed_caps(concurrency: int, depth: int) -> dict[str, DecodeConfig]:
     """Each type at its defaults with only its draft cap swept (ngram-cache has none)."""
-    arms = {}
+    arms = {f"draft-simple k={cap}": _draft_simple(depth, concurrency, k=cap)
+            for cap in DRAFT_CAPS}
     for spec_type in TYPES:
         base = DEFAULTS[spec_type]
         if spec_type == "ngram-cache":
@@ -144,7 +162,8 @@ def run_case(target, workload: str, concurrency: int, args) -> list[dict]:
     backend = open_backend("llama_server", target, None, "default", search + held_out,
                            args.max_new_tokens, companions)
     began = time.perf_counter()
-    sweep = measure_arms(target, _fixed_caps(concurrency), search, args.max_new_tokens,
+    depth = max(1, target.n_layers // 4)
+    sweep = measure_arms(target, _fixed_caps(concurrency, depth), search, args.max_new_tokens,
                          seed=args.seed, backend=backend)
     best_name = max(sweep, key=lambda n: paired.speedup([r.pair() for r in sweep[n].runs])
                     or 0.0)
@@ -155,6 +174,7 @@ def run_case(target, workload: str, concurrency: int, args) -> list[dict]:
     if tuned.method != "none":
         arms["autotune tuned"] = tuned
     arms.update({f"default {t}": _config(t, concurrency, **DEFAULTS[t]) for t in TYPES})
+    arms["default draft-simple"] = _draft_simple(depth, concurrency)
     began = time.perf_counter()
     measured = measure_arms(target, arms, held_out, args.max_new_tokens, seed=args.seed,
                             backend=backend)
