@@ -236,3 +236,23 @@ def test_measure_in_the_server_from_the_cli(tmp_path, monkeypatch, capsys, trunc
     assert main(["measure", "--set", "method=llama_draft", "--set", "exits=4", *common]) == 2
     err = capsys.readouterr().err.strip()
     assert "llama-server only" in err and "\n" not in err
+
+
+def test_the_run_exports_folder_holds_the_draft_beside_the_command(tmp_path):
+    """A run's exports/ holds the truncated draft the command names (made from the
+    model's GGUF), and its README lists it."""
+    from autotune.frozen.document import frozen_document
+    from autotune.runs.exports_folder import write_exports
+    model = {"id": "SmolLM2-135M-Instruct", "spec": "default", "path": "/models/smollm2",
+             "sha256": "a" * 64, "hash_of": "weights", "dtype": "float32", "n_layers": 30}
+    doc = frozen_document({"method": "llama_draft", "exits": [4], "k": 2,
+                           "engine": "llama_server"}, context={"model": model})
+    best = tmp_path / "best.json"
+    best.write_text(json.dumps(doc))
+    out = tmp_path / "exports"
+    names = write_exports(best, out)
+    assert names[:3] == ["llama_server/llama_server.json", "llama_server/run-llama-server.sh",
+                         "llama_server/draft-first4.gguf"]
+    assert gguf_draft.block_count(out / "llama_server" / "draft-first4.gguf") == 4
+    assert "llama_server/draft-first4.gguf" in (out / "README.txt").read_text()
+    assert "draft-first4.gguf" in (out / "launch.md").read_text()

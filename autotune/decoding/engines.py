@@ -167,7 +167,9 @@ TRTLLM = EngineRules(
 # docs/engines/llama_server.md name the files): every draft is verified by
 # sample-and-match (common/sampling.cpp L686-716 `common_sampler_sample_and_accept_n`:
 # accepted while the target's sample equals the draft token); its model-free types keep
-# state across requests and slots, so trials are measured in the server itself.
+# state across requests and slots, and its draft-simple drafts from a quantised GGUF
+# draft through its own top-10 sampler (speculative.cpp L218-478), so trials are
+# measured in the server itself.
 LLAMA_SERVER = EngineRules("llama_server", "llama-server", match_verification=True,
                            greedy_model_drafts=True, measures_in_engine=True)
 

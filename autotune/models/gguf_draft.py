@@ -21,8 +21,12 @@ import hashlib
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autotune.common.errors import AutotuneError
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 # One block's tensors: `blk.<index>.<name>` (gguf-py's MODEL_TENSOR names, llama.cpp's
 # llama-arch.cpp LLM_TENSOR_NAMES).
@@ -101,12 +105,12 @@ def cached_truncated(source: Path, layers: int, cache: Path) -> Path:
     return write_truncated(source, layers, dest)
 
 
-def _arch(reader: object) -> str:
+def _arch(reader: "GGUFReader") -> str:
     return str(_field(reader, "general.architecture"))
 
 
-def _field(reader: object, key: str) -> object:
-    field = reader.fields.get(key)                          # type: ignore[attr-defined]
+def _field(reader: "GGUFReader", key: str) -> object:
+    field = reader.fields.get(key)
     if field is None:
         raise AutotuneError(f"the GGUF file has no {key}: not a model llama.cpp loads")
     return field.contents()

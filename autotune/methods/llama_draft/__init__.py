@@ -19,7 +19,7 @@ def _summary(c: Mapping[str, Any]) -> str:
     exits = c.get("exits") or []
     layers = f"first {exits[0]} layers" if exits else "the whole --draft"
     return (f"{layers} n_min={c.get('llama_draft_n_min')} "
-            f"p_min={c.get('llama_draft_p_min')}")
+            f"p_min={float(c.get('llama_draft_p_min') or 0.0):.2f}")
 
 
 def _presets(n_layers: int) -> list[Preset]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import torch
+
 from autotune.common.errors import AutotuneError
-from autotune.decoding.drafters.base import DraftContext, Drafter
+from autotune.decoding.drafters.base import Draft, DraftContext, Drafter
+from autotune.decoding.policies import ExitPolicy
 
 REFUSAL = ("method llama_draft (llama-server's draft-simple) runs in llama-server only: "
            "measure it there (measure --in llama_server, search --target llama_server)")
@@ -11,14 +14,14 @@ REFUSAL = ("method llama_draft (llama-server's draft-simple) runs in llama-serve
 
 class LlamaDraftDrafter(Drafter):
     """Never built: llama-server's draft-simple drafts from a quantised GGUF draft with
-    its own sampler, which autotune's decoder does not reproduce."""
+    its own top-10 sampler, which autotune's decoder does not reproduce."""
 
     @classmethod
     def build(cls, context: DraftContext) -> "LlamaDraftDrafter":
         raise AutotuneError(REFUSAL)
 
-    def propose(self, seq, limit, policy):  # type: ignore[no-untyped-def]
+    def propose(self, seq: torch.Tensor, limit: int, policy: ExitPolicy) -> Draft:
         raise AutotuneError(REFUSAL)
 
-    def tree_root(self, seq):  # type: ignore[no-untyped-def]
+    def tree_root(self, seq: torch.Tensor) -> tuple[torch.Tensor, list[int] | None]:
         raise AutotuneError(REFUSAL)
