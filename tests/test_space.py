@@ -710,3 +710,7 @@ def test_one_exit_is_one_categorical_choice():
     assert drawn and all(len(e) == 1 and 1 <= e[0] <= 30 for e in drawn)
     preset = get_method("llama_draft").presets(30)[0].values
     assert bound.encode(preset) is not None                  # the preset's depth is in it
+    row = next(r for r in bound.knobs() if r["param"] == "llama_draft.exits")
+    assert row["choices"] == list(range(1, 31))
+    hf = load_space("engine_hf").bind(30)
+    assert hf.grid()["sorted_exit.exits"] == [2, 6, 10, 14, 18, 22, 26, 30]

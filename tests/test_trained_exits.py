@@ -237,7 +237,9 @@ def test_the_space_keeps_sorted_exit_on_the_adapter_layers():
     params = {r["param"] for r in bound.knobs() if r["key"] == "exits"}
     assert params == {"exits[7]", "exits[10]", "exits[13]"}
     one = load_space("sorted_exit").bind(4, None, "exits", exit_layers=(1,))
-    assert {r["param"] for r in one.knobs() if r["key"] == "exits"} == {"exits[1]"}
+    # One adapter layer: exactly one exit, drawn as one categorical param.
+    assert [(r["param"], r["choices"]) for r in one.knobs() if r["key"] == "exits"] == [
+        ("exits", [1])]
     with pytest.raises(AutotuneError, match="no method that runs with a trained eagle"):
         load_space("sorted_exit").bind(30, None, "eagle")
 

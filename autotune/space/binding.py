@@ -356,6 +356,8 @@ class BoundSpace:
             spec = entry.spec
             if isinstance(spec, Choices):
                 grid[param] = list(spec.choices)
+            elif isinstance(spec, BoundSet) and spec.single:
+                grid[param] = list(spec.candidates)
             elif isinstance(spec, BoundSet):
                 grid[param] = [0, 1]
             else:
@@ -384,6 +386,8 @@ class BoundSpace:
                                    "choices": None}
             if isinstance(spec, Choices):
                 row["choices"] = list(spec.choices)
+            elif isinstance(spec, BoundSet) and spec.single:
+                row["choices"] = list(spec.candidates)
             elif isinstance(spec, BoundSet):
                 row.update(low=0, high=1, step=1)
             else:

@@ -39,4 +39,5 @@ SPEC = MethodSpec(
     layer_stack=DRAFT_OR_TARGET_STACK,
     about="llama-server's draft-simple: a GGUF draft (the target's first layers, or "
           "--draft FILE.gguf), measured in the server",
-    drafter=f"{__name__}.drafter:LlamaDraftDrafter", summary=_summary, presets=_presets)
+    drafter=f"{__name__}.drafter:LlamaDraftDrafter", scorer=f"{__name__}.agreement:scorer",
+    summary=_summary, presets=_presets)
