@@ -215,10 +215,9 @@ def test_the_exported_script_writes_its_draft_and_the_export_reproduces_the_draf
 
 
 @needs_server
-def test_measure_in_the_server_from_the_cli(tmp_path, monkeypatch, capsys, truncated):
-    """`measure --in llama_server` runs llama_draft with the target's first layers and
-    with a GGUF --draft as a whole; our decoder and a draft that is not GGUF are refused
-    in one line."""
+def test_measure_in_the_server_from_the_cli(tmp_path, monkeypatch, capsys):
+    """`measure --in llama_server` runs llama_draft with the target's first layers; our
+    decoder and a draft that is not GGUF are refused in one line."""
     from autotune.cli.main import main
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     common = ["--workload", "copy_edit", "--prompts", "2", "--max-new-tokens", "8", "--json"]
@@ -226,9 +225,6 @@ def test_measure_in_the_server_from_the_cli(tmp_path, monkeypatch, capsys, trunc
                  "--set", "exits=4", "--set", "k=2", *common]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["measured_by"] == "llama_server" and summary["drafted_tokens"] > 0
-    assert main(["measure", "--in", "llama_server", "--draft", str(truncated),
-                 "--set", "method=llama_draft", "--set", "k=2", *common]) == 0
-    assert json.loads(capsys.readouterr().out)["drafted_tokens"] > 0
     assert main(["measure", "--in", "llama_server", "--draft", str(tmp_path),
                  "--set", "method=llama_draft", *common]) == 2
     err = capsys.readouterr().err.strip()
@@ -256,3 +252,26 @@ def test_the_run_exports_folder_holds_the_draft_beside_the_command(tmp_path):
     assert gguf_draft.block_count(out / "llama_server" / "draft-first4.gguf") == 4
     assert "llama_server/draft-first4.gguf" in (out / "README.txt").read_text()
     assert "draft-first4.gguf" in (out / "launch.md").read_text()
+
+
+@needs_server
+def test_a_gguf_draft_drafts_whole_or_truncated(backend, truncated, tmp_path, monkeypatch):
+    """With --draft FILE.gguf, no exits drafts with the whole file and exits=[L] with its
+    first L layers (the draft's depth, not the target's)."""
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    with_draft = LlamaServerBackend.for_model("default", None, None, [[1, 2, 3]], 16,
+                                              draft_spec=str(truncated))
+    whole = _draft_config(exits=(), k=2)
+    assert with_draft.draft_for(whole) == truncated
+    assert gguf_draft.block_count(with_draft.draft_for(_draft_config(exits=(3,)))) == 3
+    assert with_draft.draft_for(_draft_config(exits=(LAYERS,))) == truncated
+    runner = with_draft.runner(whole)
+    try:
+        status, answer = runner.server.request("POST", "/tokenize", {"content": PROSE})
+        generation = runner.generate(answer["tokens"], 16, time.perf_counter)
+        assert runner.args[runner.args.index("-md") + 1] == str(truncated)
+        assert generation.draft_totals[0] > 0
+    finally:
+        runner.close()
+    with pytest.raises(AutotuneError, match="none was given"):
+        backend.draft_for(whole)

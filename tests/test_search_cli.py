@@ -412,6 +412,8 @@ def test_llama_server_target_searches_in_the_server(tmp_path, capsys):
     assert set(trials["config.concurrency"].dropna()) == {2}
     best = json.loads((out / "best.json").read_text())
     assert best["validation"]["measured_by"] == "llama_server"
+    # Our forward's cost profile would describe another engine than the one measured.
+    assert not (out / "hardware_profile.json").exists()
     import subprocess
     left = subprocess.run(["pgrep", "-f", "llama-server.*--poll"], capture_output=True,
                           text=True).stdout.split()

@@ -31,6 +31,7 @@ from typing import Any
 
 import optuna
 
+from autotune.decoding.engines import engine_rules
 from autotune.measure.profile import PROFILE_FILE, run_profile, save_run_profile
 from autotune.pipeline.loading import load_models
 from autotune.pipeline.plan import SearchPlan
@@ -139,7 +140,11 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     # the baseline and presets as it starts, before the other workers use up the
     # budget) and written only once the study has accepted this run; the folder itself
     # is made only after it, so a Ctrl-C while loading or profiling leaves nothing.
-    profile, fresh = run_profile(plan.run_dir, models.target)
+    # Not for an engine that decodes in its own process (llama-server): our forward's
+    # cost would describe another engine than the one every trial is measured in.
+    in_own_process = engine_rules(plan.target).measures_in_engine
+    profile, fresh = (None, False) if in_own_process else run_profile(plan.run_dir,
+                                                                      models.target)
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     # The measured study is opened first: a run it refuses (another space, model,
     # workload) is refused before anything is screened or written.
