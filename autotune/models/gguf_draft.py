@@ -17,16 +17,16 @@ Torch-free (the `gguf` package and numpy only): exports call it too.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.common.errors import AutotuneError
+from autotune.common.files import file_version
 
 if TYPE_CHECKING:
-    from gguf import GGUFReader
+    from gguf import GGUFReader, GGUFWriter
 
 # One block's tensors: `blk.<index>.<name>` (gguf-py's MODEL_TENSOR names, llama.cpp's
 # llama-arch.cpp LLM_TENSOR_NAMES).
@@ -39,12 +39,11 @@ WRITER_KEYS = ("general.architecture",)
 def block_count(source: Path) -> int:
     """The number of transformer blocks in a GGUF file (`<arch>.block_count`); read once
     per file version (reading parses the whole vocabulary: seconds)."""
-    stat = source.stat()
-    return _block_count(source.resolve(), stat.st_size, stat.st_mtime_ns)
+    return _block_count(source.resolve(), file_version(source))
 
 
 @functools.lru_cache(maxsize=32)
-def _block_count(source: Path, size: int, mtime_ns: int) -> int:
+def _block_count(source: Path, version: str) -> int:
     from gguf import GGUFReader
     reader = GGUFReader(source)
     return int(_field(reader, f"{_arch(reader)}.block_count"))
@@ -71,35 +70,40 @@ def write_truncated(source: Path, layers: int, dest: Path) -> Path:
     partial = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
     writer = GGUFWriter(partial, arch)
     try:
-        for key, field in reader.fields.items():
-            if key.startswith("GGUF.") or key in WRITER_KEYS:
-                continue
-            value = layers if key == f"{arch}.block_count" else field.contents()
-            sub_type = field.types[1] if len(field.types) > 1 else None
-            writer.add_key_value(key, value, field.types[0], sub_type)
-        for tensor in reader.tensors:
-            block = BLOCK_TENSOR.match(tensor.name)
-            if block and int(block.group(1)) >= layers:
-                continue
-            # Stored bytes as they are: raw_dtype keeps the quantisation (the reader's
-            # array of a quantised tensor is its bytes per row, which the writer reads).
-            writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+        try:
+            _copy_truncated(reader, writer, arch, layers)
+        finally:
+            writer.close()                 # flushed before the rename; closed on an error
         os.replace(partial, dest)
     finally:
         partial.unlink(missing_ok=True)
     return dest
 
 
+def _copy_truncated(reader: "GGUFReader", writer: "GGUFWriter", arch: str,
+                    layers: int) -> None:
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in WRITER_KEYS:
+            continue
+        value = layers if key == f"{arch}.block_count" else field.contents()
+        sub_type = field.types[1] if len(field.types) > 1 else None
+        writer.add_key_value(key, value, field.types[0], sub_type)
+    for tensor in reader.tensors:
+        block = BLOCK_TENSOR.match(tensor.name)
+        if block and int(block.group(1)) >= layers:
+            continue
+        # Stored bytes as they are: raw_dtype keeps the quantisation (the reader's array
+        # of a quantised tensor is its bytes per row, which the writer reads).
+        writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+
+
 def cached_truncated(source: Path, layers: int, cache: Path) -> Path:
     """The truncated draft of `source` at `layers` blocks under `cache`, written on first
     use; keyed by the source's path, size and mtime, so an edited file is not reused."""
-    stat = source.stat()
-    key = hashlib.sha256(f"{source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    dest = cache / f"{source.stem}-{key.hexdigest()[:12]}-first{layers}.gguf"
+    dest = cache / f"{source.stem}-{file_version(source)}-first{layers}.gguf"
     if dest.is_file():
         return dest
     return write_truncated(source, layers, dest)

@@ -8,7 +8,6 @@ crash never leaves half a cache behind.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 import os
@@ -23,6 +22,7 @@ from typing import Any, Iterator
 import torch
 
 from autotune.common.errors import AutotuneError
+from autotune.common.files import file_version
 from autotune.models.hf_forward import HFForward
 from autotune.models.llama import SUPPORTED_MODEL_TYPES, LlamaForward
 
@@ -109,9 +109,7 @@ def default_gguf() -> Path:
 
 
 def _gguf_cache_dir(gguf: Path) -> Path:
-    stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return cache_root() / "models" / f"{gguf.stem}-{key.hexdigest()[:12]}"
+    return cache_root() / "models" / f"{gguf.stem}-{file_version(gguf)}"
 
 
 def convert_gguf(gguf: Path) -> Path:
