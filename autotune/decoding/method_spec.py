@@ -69,6 +69,9 @@ class MethodSpec:
         layer-indexed keys (skip sets, exits) index; such a method needs the compact
         Llama-family forward on that stack.
     can_tree: its drafts come with distributions, so it can draft a tree (EAGLE-2).
+    own_trees: its drafter builds the whole verify tree itself, every round, with no
+        tree knobs (SGLang's NGRAM trie: `drafters.base.TreeProposer`); the decoder
+        verifies it as a tree.
     confident_drafts: every draft token carries confidence 1.0 (n-gram lookups), so a
         confidence exit rule never stops it: its effective policy is `fixed`.
     reads_target_features: its drafter reads the target's features (trained heads:
@@ -113,6 +116,7 @@ class MethodSpec:
     uses_draft: bool = False
     layer_stack: str | None = None
     can_tree: bool = False
+    own_trees: bool = False
     confident_drafts: bool = False
     reads_target_features: bool = False
     model_free: bool = False

@@ -92,7 +92,14 @@ SHELL = "sglang/sglang.sh"
 # NGRAM.
 # EAGLE: a trained EAGLE-1 head (train-draft's `sglang/` checkpoint); SGLang has no
 # Medusa (exports/heads.py).
-METHODS = engine_methods("draft_model", "ngram", "eagle")
+METHODS = engine_methods("draft_model", "ngram", "sglang_ngram", "eagle")
+# sglang_ngram's knobs -> SGLang's fields (sglang 0.5.23 arg_groups/fields/spec.py
+# L252-275), pinned in tests/engine_fields.py.
+NGRAM_FIELDS = {"speculative_ngram_max_trie_depth": "sglang_ngram_max_trie_depth",
+                "speculative_ngram_min_bfs_breadth": "sglang_ngram_min_bfs_breadth",
+                "speculative_ngram_max_bfs_breadth": "sglang_ngram_max_bfs_breadth",
+                "speculative_ngram_match_type": "sglang_ngram_match_type",
+                "speculative_ngram_capacity": "sglang_ngram_capacity"}
 
 
 def check(src: Source) -> list[Loss]:
@@ -184,6 +191,11 @@ def server_args(src: Source) -> dict[str, Any]:
             # The verify pass: the root (last verified token) plus the kept tree nodes.
             "speculative_num_draft_tokens": nodes + 1,
         })
+    elif cfg.method == "sglang_ngram":
+        # SGLang's trie as measured: k tree nodes plus the root per verify pass.
+        args.update({"speculative_algorithm": "NGRAM",
+                     "speculative_num_draft_tokens": cfg.k + 1})
+        args.update({name: getattr(cfg, knob) for name, knob in NGRAM_FIELDS.items()})
     else:
         # NGRAM sets eagle_topk to max_bfs_breadth itself; num_draft_tokens counts the
         # root plus num_draft_tokens - 1 = k proposed nodes.

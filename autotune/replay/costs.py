@@ -168,7 +168,7 @@ class CostModel:
     def round_seconds(self, r: ReplayRound) -> tuple[float, float, float]:
         """(draft, verify, other) predicted seconds of one round."""
         verify = self.target(r.verified)
-        if self.config.is_tree:
+        if self.config.is_tree or get_method(self.config.method).own_trees:
             other = self.parts.spec_other + self.parts.tree_other * r.drafted
             verify *= self.parts.tree_verify_factor
         else:

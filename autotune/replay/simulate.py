@@ -21,6 +21,8 @@ source (its package's replay.py):
 - `heads.AnchoredTrack` (trained heads: eagle, medusa) reads one small table per round
   start instead: its draft along the reference from that start, as a `TableTrack`
   over the reference shifted there.
+A track with `own_tree(g) -> (nodes, accepted depth, deepest level)` drafts its whole
+tree itself every round (SGLang's NGRAM trie), model-free, so it is exact.
 Trees (a `TreeTrack`: TableTrack, AnchoredTrack): a static tree (`tree_choices`)
 accepts along the reference as far as the path of the reference tokens' ranks is
 listed: exact where the table is. A dynamic tree (EAGLE-2) keeps a level's `width` best
@@ -220,8 +222,16 @@ def simulate(track: Track, config: DecodeConfig, ref: Reference, max_new_tokens:
     rounds: list[ReplayRound] = []
     make_cache = getattr(track, "own_cache", None)
     own_cache: OwnCache = make_cache() if make_cache is not None else OwnCache()
+    own_tree = getattr(track, "own_tree", None)
     while g < n:
         budget = max_new_tokens - g
+        if own_tree is not None:
+            # The drafter's own whole tree (SGLang's NGRAM), whatever the budget.
+            nodes, accepted, depth = own_tree(g)
+            emitted = min(accepted + 1, n - g)
+            rounds.append(ReplayRound(nodes, accepted, emitted, nodes + 1, depth, []))
+            g += emitted
+            continue
         if shape.is_tree:
             if not isinstance(track, TreeTrack):
                 raise TypeError(f"{type(track).__name__} cannot replay a draft tree")

@@ -4,7 +4,8 @@ A chain drafter (`Drafter`) `propose`s up to `limit` draft tokens after the curr
 sequence, with the probabilities it drew them from, asking the exit policy after each
 token whether to go on; then it is told how many were accepted (`observe`) so it can cut
 its own cache back. A drafter that can also grow a draft tree implements `TreeHooks`,
-which `tree_drafting.TreeDrafter` drives. A drafter lives for one generation and is made
+which `tree_drafting.TreeDrafter` drives; one that builds its whole tree itself from
+token statistics (SGLang's NGRAM) is a `TreeProposer`. A drafter lives for one generation and is made
 by its class's `build(DraftContext)`: nothing carries over between runs or trials but
 the arm's cross-request state (below).
 
@@ -35,6 +36,7 @@ from autotune.decoding.sampling import probabilities
 if TYPE_CHECKING:
     from autotune.decoding.config import DecodeConfig
     from autotune.decoding.methods import MethodSpec
+    from autotune.decoding.tree import DraftTree
     from autotune.models.hf_forward import HFCache
     from autotune.models.llama import KVCache
     from autotune.models.loading import LoadedModel
@@ -216,6 +218,15 @@ class TreeHooks(ABC):
     @abstractmethod
     def tree_finish(self) -> None:
         """Drop the tree's scratch: the cache is back where `tree_root` left the prefix."""
+
+
+class TreeProposer(ABC):
+    """A drafter that builds its own draft tree each round (`MethodSpec.own_trees`),
+    from token statistics alone: no tree knobs, no draft passes."""
+
+    @abstractmethod
+    def propose_tree(self, seq: torch.Tensor) -> "DraftTree":
+        """The tree to verify after seq [1, N] (its root is seq's last token)."""
 
 
 DraftStep = Callable[[torch.Tensor], tuple[torch.Tensor, "torch.Tensor | None", float]]

@@ -1,0 +1,39 @@
+"""`sglang_ngram`: SGLang's NGRAM speculative algorithm as sglang 0.5.23 runs it. One trie
+of token suffixes is shared by every request the server serves; each step matches the
+request's suffixes in it and drafts a tree (by recency, BFS, or by frequency, PROB) of
+`speculative_num_draft_tokens - 1` nodes, verified whole. No draft model, no layer
+access. The trie is the method's state across requests (`NgramState`)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from autotune.decoding.method_spec import MethodSpec, Preset
+
+
+def _summary(c: Mapping[str, Any]) -> str:
+    return (f"{c.get('sglang_ngram_match_type')} depth={c.get('sglang_ngram_max_trie_depth')}"
+            f" breadth={c.get('sglang_ngram_min_bfs_breadth')}.."
+            f"{c.get('sglang_ngram_max_bfs_breadth')}")
+
+
+def _presets(n_layers: int) -> list[Preset]:
+    # sglang 0.5.23: arg_groups/fields/spec.py L252-275 (breadth 1..10, BFS, trie depth
+    # 18, capacity 10M) and arg_groups/speculative_hook.py `_handle_ngram` (num draft
+    # tokens 12 when unset).
+    return [Preset("sglang_ngram_default", "SGLang NGRAM defaults: num_draft_tokens 12, "
+                   "BFS breadth 1..10, max_trie_depth 18, capacity 10M",
+                   {"method": "sglang_ngram", "k": 11, "sglang_ngram_max_trie_depth": 18,
+                    "sglang_ngram_min_bfs_breadth": 1, "sglang_ngram_max_bfs_breadth": 10,
+                    "sglang_ngram_match_type": "BFS", "sglang_ngram_capacity": 10_000_000,
+                    "exit_policy": "fixed"}, rank=3, engine="sglang", targeted=True)]
+
+
+SPEC = MethodSpec(
+    "sglang_ngram", label="SGLang n-gram trie", color="#44AA99", order=49, model_free=True,
+    confident_drafts=True, own_trees=True,
+    about="SGLang's NGRAM: a trie of suffixes shared by all requests drafts a tree "
+          "(BFS by recency or PROB by frequency)",
+    drafter=f"{__name__}.drafter:SglangNgramDrafter", scorer=f"{__name__}.agreement:scorer",
+    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:NgramCost",
+    shared_state=f"{__name__}.drafter:NgramState", summary=_summary, presets=_presets)
