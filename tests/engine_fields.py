@@ -52,7 +52,9 @@ VLLM_SCHEDULE_V1_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "d
 
 # ---------------------------------------------------------------- SGLang
 # python/sglang/srt/arg_groups/fields/spec.py @ 015c872628e328b530880bcf95ae91222604b225:
-# ServerArgs' 40 speculative fields (docs/engines/sglang.md).
+# ServerArgs' 40 speculative fields (docs/engines/sglang.md). The eight
+# speculative_ngram_* fields were read again in the sglang 0.5.23 wheel (the same file,
+# L252-286): unchanged, and the ones method sglang_ngram exports.
 SGLANG_SPECULATIVE_FIELDS = (
     "speculative_algorithm", "speculative_draft_model_path",
     "speculative_boundary_reduction", "speculative_draft_model_revision",

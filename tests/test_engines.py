@@ -211,7 +211,9 @@ def test_a_targets_space_yields_only_configs_its_engine_runs_exactly(target: str
         assert config.engine == target
         assert engine_losses(config, target, True) == []
     # llama-server is searched over its model-free types (engine_llama_server.yaml).
-    expected = {"llama_server": {"llama_ngram"}}.get(target, {"ngram", "draft_model"})
+    # SGLang's over its NGRAM trie (engine_sglang.yaml: sglang_ngram, drafted exactly).
+    expected = {"llama_server": {"llama_ngram"},
+                "sglang": {"sglang_ngram", "draft_model"}}.get(target, {"ngram", "draft_model"})
     assert made > 40 and expected <= methods
 
 

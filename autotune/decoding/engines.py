@@ -130,7 +130,8 @@ VLLM = EngineRules("vllm", "vLLM", ngram_pads_drafts=True, ngram_ignores_budget=
 # SGLang (sgl-project/sglang; python/sglang/srt/speculative/, read at the commits in
 # autotune/exports/sglang.py): STANDALONE drafts the draft model's greedy top-k and
 # verifies under sampling with tree_speculative_sampling_target_only and all-zero draft
-# probabilities (a deterministic draft); NGRAM drafts from a trie shared by every request.
+# probabilities (a deterministic draft); NGRAM drafts from a trie shared by every request
+# (method sglang_ngram: autotune/methods/sglang_ngram/corpus.py, read in sglang 0.5.23).
 SGLANG = EngineRules(
     "sglang", "SGLang", greedy_model_drafts=True,
     approximate_sampling=(
@@ -142,7 +143,8 @@ SGLANG = EngineRules(
                   "matching every suffix up to max_trie_depth and drafting a tree of "
                   "num_draft_tokens-1 nodes; autotune's drafter reads this request's "
                   "own tokens as a chain (the trie's depth and breadth are exported, "
-                  "its cross-request matches cannot be measured here)"),))
+                  "its cross-request matches are not measured); method sglang_ngram "
+                  "drafts SGLang's trie exactly"),))
 
 # TensorRT-LLM (NVIDIA/TensorRT-LLM): tensorrt_llm/_torch/speculative/ngram.py @
 # 0249976575050d2c624a5f285683c66de311a3b7 (a per-request pool of continuations, longest

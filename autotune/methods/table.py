@@ -44,8 +44,9 @@ def row(spec: MethodSpec) -> str:
         run_by = "every engine (no speculation)"
     else:
         run_by = ", ".join(f"`{fmt}`" for fmt in engines(spec.name)) or "autotune only"
-    return (f"| `{spec.name}` | {spec.about} | {_draft_column(spec)} | "
-            f"{'yes' if spec.can_tree else 'no'} | {run_by} |")
+    tree = "yes" if spec.can_tree else "always, its own" if spec.own_trees else "no"
+    return (f"| `{spec.name}` | {spec.about} | {_draft_column(spec)} | {tree} | "
+            f"{run_by} |")
 
 
 def table() -> str:
