@@ -6,6 +6,7 @@ Claims checked (greedy, float32):
 - `ngram`: exact for every exit policy (fixed, adaptive, heuristic, confidence);
 - `suffix`: exact, the prompts served in order through one cache (earlier outputs);
 - `sa` (TensorRT-LLM's suffix automaton): exact;
+- `sglang_ngram` (SGLang's shared trie, whole trees): exact, the prompts in order;
 - a separate `draft_model`: exact chains under fixed and heuristic exits; under a
   confidence exit the accepted and emitted tokens are exact, the drafted count only where
   the decoder stopped drafting at or before its first rejected draft; a static tree
@@ -59,6 +60,14 @@ CASES: dict[str, dict] = {
     "suffix_vllm": dict(method="suffix", exit_policy="fixed", k=24, engine="vllm"),
     # TensorRT-LLM's suffix automaton: k drafts verified every round (padded).
     "sa_trtllm": dict(method="sa", exit_policy="fixed", k=4, engine="trtllm"),
+    # SGLang's NGRAM: one trie over the prompts served in order, a whole tree of k nodes
+    # verified every round (its defaults; PROB with a shallower, narrower trie).
+    "sglang_ngram_bfs": dict(method="sglang_ngram", exit_policy="fixed", k=11,
+                             engine="sglang"),
+    "sglang_ngram_prob": dict(method="sglang_ngram", exit_policy="fixed", k=6,
+                              engine="sglang", sglang_ngram_match_type="PROB",
+                              sglang_ngram_max_trie_depth=8,
+                              sglang_ngram_max_bfs_breadth=3),
     "draft_fixed": dict(method="draft_model", exit_policy="fixed", k=4),
     "draft_heuristic": dict(method="draft_model", exit_policy="heuristic", k=3),
     "draft_confidence": dict(method="draft_model", exit_policy="confidence", k=6, gamma=0.5),
@@ -143,7 +152,8 @@ def _exercised(case: Case) -> None:
 
 @pytest.mark.parametrize("name", ["ngram_fixed", "ngram_adaptive", "ngram_heuristic",
                                   "ngram_confidence", "ngram_vllm", "suffix_fixed",
-                                  "suffix_vllm", "sa_trtllm", "draft_fixed",
+                                  "suffix_vllm", "sa_trtllm", "sglang_ngram_bfs",
+                                  "sglang_ngram_prob", "draft_fixed",
                                   "draft_heuristic"])
 def test_exact_chains_replay_round_by_round(cases, name):
     case = cases[name]

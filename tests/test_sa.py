@@ -100,7 +100,7 @@ def test_sa_exports_to_tensorrt_llm_only():
                     "max_matching_ngram_size": -1, "enable_global_pool": False}
     jsonschema.Draft202012Validator(schema("trtllm")).validate(spec)
     check_trtllm(spec, yaml.safe_load(result.files["trtllm.yaml"]))
-    assert "previous step's draft" in approximation(doc, "trtllm")
+    assert "earlier lookups left in its draft buffer" in approximation(doc, "trtllm")
     fixed = frozen(method="sa", engine="trtllm", k=3, sa_max_matching_ngram_size=4)
     assert json.loads(export(fixed, "trtllm").primary())["max_matching_ngram_size"] == 4
     for fmt in ("vllm", "sglang", "hf", "llama_server"):
@@ -113,3 +113,43 @@ def test_the_agreement_scorer_is_the_first_draft_token_at_every_prefix():
     scored = get_method("sa").scorer_factory()(None, config, None)(ids)
     assert scored == [(_brute(ids[:t + 1], 1, LONGEST) or [-1])[0] for t in range(len(ids))]
     assert scored[4] == 2 and scored[0] == -1
+
+
+def test_unwritten_slots_keep_what_earlier_lookups_left():
+    """TensorRT-LLM's kernel writes only the tokens it found into the draft buffer (zero
+    at the start); the other slots keep an earlier lookup's tokens, this request's or
+    an earlier one's."""
+    from autotune.methods.sa.drafter import SAProposer, SAState
+
+    config = DecodeConfig(method="sa", k=4, engine="trtllm")
+    state = SAState(config)
+    first = SAProposer(config, 3, state)
+    assert first([5, 6, 7, 8], 4) == [0, 0, 0, 0]                # no repeat: zeros
+    assert first([5, 6, 7, 8, 9, 5], 4) == [6, 7, 8, 9]          # "5" recurs
+    # "9" recurs: three tokens after it before the end, the fourth slot left over.
+    assert first([5, 6, 7, 8, 9, 5, 1, 9], 4) == [5, 1, 9, 9]
+    assert first([5, 6, 7, 8, 9, 5, 1, 9, 2], 4) == [5, 1, 9, 9]   # no repeat: unchanged
+    first.finish([5, 6, 7, 8, 9, 5, 1, 9, 2, 6])     # its last lookup: "6" -> 7 8 9 5
+    second = SAProposer(config, 2, state)                         # the same row, reused
+    assert second.row == 0 and first.row == -1                    # row 0 freed, reused
+    assert second([3, 4, 3], 4) == [4, 3, 9, 5]                   # "3" recurs: 2 tokens
+    other = SAProposer(config, 2, state)                          # a second row: zeros
+    assert other.row == 1 and other([1, 2, 1], 4) == [2, 1, 0, 0]
+
+
+def test_the_buffer_outlives_requests_and_a_history_fills_it_as_serving_did(target):
+    """One arm serves the prompts in order: its second request's first drafts read the
+    slots the first request's lookups left; `absorb` leaves the buffer as serving did."""
+    config = DecodeConfig(method="sa", k=6, engine="trtllm")
+    served = SpeculativeDecoder(target, config)
+    warmed = SpeculativeDecoder(target, config)
+    first, second = (encode_prompt(target.tokenizer, p) for p in PROMPTS[:2])
+    response = served.generate(first, MAX_NEW, time.perf_counter).tokens
+    assert served.shared.rows[0] != [0] * 6                   # the first request wrote it
+    warmed.absorb(first, response, MAX_NEW)
+    assert warmed.shared.rows == served.shared.rows
+    rounds = [[(r.drafted, r.accepted) for r in d.generate(second, MAX_NEW,
+                                                           time.perf_counter).rounds]
+              for d in (served, warmed)]
+    assert rounds[0] == rounds[1]
+    assert warmed.shared.rows == served.shared.rows

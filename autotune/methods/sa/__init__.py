@@ -2,7 +2,9 @@
 automaton over this request's prompt and generated tokens finds the longest suffix of
 the sequence that occurred before (or, with `sa_max_matching_ngram_size` n, at most n
 tokens of it); the draft is what followed its first occurrence; no draft model, no layer
-access. Every step verifies the full draft length."""
+access. Every step verifies the full draft length: slots the lookup leaves unwritten
+hold what earlier lookups left in the engine's draft buffer (`SAState`, kept across
+requests)."""
 
 from __future__ import annotations
 
@@ -23,4 +25,5 @@ SPEC = MethodSpec(
           "the longest repeated suffix",
     drafter=f"{__name__}.drafter:SADrafter", scorer=f"{__name__}.agreement:scorer",
     replay=f"{__name__}.replay:source",
-    draft_cost=f"{__name__}.replay:SACost", summary=_summary)
+    draft_cost=f"{__name__}.replay:SACost", shared_state=f"{__name__}.drafter:SAState",
+    summary=_summary)

@@ -20,16 +20,28 @@ commits as the index gave them):
   max_draft_len tokens after that first occurrence, cut at the sequence's end (L380-381).
   Fixed mode (cu L128-130, h L322, L352): sizes n, n-1, ..., 1, the first one found: the
   suffix of min(n, longest) tokens, drafted after its first occurrence.
-- sa_worker.py @ ec4eb98041d0a2d71c2e316c3ae30c018a674814: the draft buffer is returned
-  as is and verified whole (`max_draft_len` + 1 tokens every step, strict prefix match);
-  slots the lookup did not write keep the previous step's contents. autotune pads them
-  with the sequence's last token (its engine rule: what those stale slots hold is not
-  reproduced, only that they are verified).
+- sa_worker.py @ 0260785a25a7139fd240e227c493b77c0d4a407a: the draft buffer the kernel
+  wrote is returned as is and verified whole (`max_draft_len` + 1 tokens every step,
+  strict prefix match). suffix_automaton.py @ 1412a497a5db05a5a88c1a9c105f1858e814da90
+  `SuffixAutomatonManager`: that buffer, `_gpu_draft_tokens` [max_num_requests,
+  max_draft_len], is allocated zeroed once per engine and indexed by the request's
+  position in the batch, not its slot; the kernel (`suffixAutomatonExtendNgramKernel`)
+  runs after every step (the prefill's too), extends the automaton with the step's
+  accepted tokens, looks up, and writes only the tokens found (up to max_draft_len, cut
+  at the sequence's end): slots it does not write keep what an earlier lookup, of this
+  request or an earlier one, left there. `SAState` is that buffer (one per arm): exact
+  at batch size 1; in the batched decoder each request keeps the row it was given at
+  its prefill (TensorRT-LLM's rows follow batch positions, which shift as requests
+  finish: named). Two assumptions: the buffer is taken to be zero when serving starts
+  (CUDA-graph warm-up runs dummy requests through it), and the last step's lookup is
+  over the tokens emitted (the kernel extends with the step's accepted tokens before
+  the sampler cuts them at an EOS or the budget: they differ only when that step
+  accepted past the stop).
 """
 
 from __future__ import annotations
 
-from typing import Collection
+from typing import Sequence
 
 import torch
 
@@ -100,35 +112,133 @@ class SuffixAutomaton:
         return self.tokens[start:start + limit]
 
 
-class SAProposer:
-    """One request's drafts: call it once per round, in order, with the whole sequence;
-    the automaton takes the tokens it has not seen first. Drafts are padded to `limit`
-    with the last token (TensorRT-LLM verifies max_draft_len tokens every step)."""
+class SAState:
+    """TensorRT-LLM's draft buffer, one row per batch position, kept across requests:
+    what a row's slots hold when a lookup writes fewer than max_draft_len tokens."""
 
     def __init__(self, config: DecodeConfig) -> None:
-        self.max_ngram = config.sa_max_matching_ngram_size
-        self.automaton = SuffixAutomaton()
+        self.config = config
+        self.rows: list[list[int]] = []
+        self._busy: set[int] = set()
 
-    def __call__(self, tokens: list[int], limit: int) -> list[int]:
+    def claim(self) -> int:
+        """The lowest free row (a new request's batch position)."""
+        row = next(i for i in range(len(self.rows) + 1) if i not in self._busy)
+        if row == len(self.rows):
+            self.rows.append([0] * self.config.k)
+        self._busy.add(row)
+        return row
+
+    def release(self, row: int) -> None:
+        self._busy.discard(row)
+
+    def absorb(self, prompt: Sequence[int], response: Sequence[int],
+               max_new_tokens: int) -> None:
+        """A request served untimed, its steps replayed along `response` (greedy: a
+        round accepts its leading drafts equal to the response), so the buffer is left
+        as serving it left it."""
+        proposer = SAProposer(self.config, len(prompt), self)
+        sequence = list(prompt) + list(response)
+        g = 1
+        while g < len(response):
+            limit = min(self.config.k, max_new_tokens - g - 1)
+            if limit <= 0:
+                break
+            drafted = proposer(sequence[:len(prompt) + g], limit)
+            accepted = 0
+            for token, truth in zip(drafted, response[g:]):
+                if token != truth:
+                    break
+                accepted += 1
+            proposer.observe(accepted)
+            g += accepted + 1
+        proposer.finish(sequence[:len(prompt) + len(response)])
+
+
+class SAProposer:
+    """One request's drafts: call it once per round, in order, with the whole sequence;
+    the automaton takes the tokens it has not seen first. A draft is `limit` slots of
+    the request's buffer row after the lookup wrote what it found (TensorRT-LLM verifies
+    max_draft_len tokens every step); `observe` the accepted count after each round, and
+    `finish` at the end (the kernel's lookups after the last rounds)."""
+
+    def __init__(self, config: DecodeConfig, prompt_len: int,
+                 state: SAState | None = None) -> None:
+        self.max_ngram = config.sa_max_matching_ngram_size
+        self.k = config.k
+        self.automaton = SuffixAutomaton()
+        self.state = state if state is not None else SAState(config)
+        self.row = self.state.claim()
+        self.looked = 0          # sequence length at the last lookup
+        # Where the next round starts, as far as known: after the prefill's token, then
+        # after each drafted round's accepted tokens and the target's own.
+        self.next_start = prompt_len + 1
+
+    def _lookup(self, tokens: Sequence[int], width: int = 0) -> list[int]:
+        """Extend, look up and write the found tokens into the row, which is (at least)
+        `width` slots wide: max_draft_len, or a policy's larger K outside TensorRT-LLM's
+        fixed rule (new slots start at zero, as the engine's buffer does)."""
         for token in tokens[len(self.automaton.tokens):]:
             self.automaton.extend(token)
-        found = self.automaton.draft(limit, self.max_ngram)
-        return found + [tokens[-1]] * (limit - len(found))
+        slots = self.state.rows[self.row]
+        width = max(self.k, width)
+        if len(slots) < width:
+            slots.extend([0] * (width - len(slots)))
+        found = self.automaton.draft(width, self.max_ngram)
+        slots[:len(found)] = found
+        self.looked = len(tokens)
+        return slots
+
+    def __call__(self, tokens: Sequence[int], limit: int) -> list[int]:
+        slots = list(self._lookup(tokens, limit)[:limit])
+        self.next_start = self.looked
+        return slots
+
+    def observe(self, accepted: int) -> None:
+        self.next_start = self.looked + accepted + 1
+
+    def finish(self, tokens: Sequence[int]) -> None:
+        """The request ended at `tokens`: the lookups the kernel ran that the decoder
+        asked for no draft (rounds with one token left emit one token each), then the
+        one after the last step; the row is freed."""
+        if self.row < 0:
+            return
+        for length in range(max(self.next_start, self.looked + 1), len(tokens)):
+            self._lookup(tokens[:length])
+        self._lookup(tokens)
+        self.state.release(self.row)
+        self.row = -1
 
 
 class SADrafter(Drafter):
-    """The automaton's draft; deterministic: q one-hot, confidence 1."""
+    """The automaton's draft over the arm's buffer; deterministic: q one-hot,
+    confidence 1."""
 
-    def __init__(self, config: DecodeConfig, vocab_size: int, eos: Collection[int]) -> None:
-        self.proposer = SAProposer(config)
+    def __init__(self, config: DecodeConfig, vocab_size: int, state: SAState) -> None:
+        self.config, self.state = config, state
+        self.proposer: SAProposer | None = None
         self.vocab_size = vocab_size
         self.sampling = not config.greedy
 
     @classmethod
     def build(cls, context: DraftContext) -> "SADrafter":
-        return cls(context.config, context.vocab_size, context.target.eos_token_ids)
+        state = context.shared if context.shared is not None else SAState(context.config)
+        return cls(context.config, context.vocab_size, state)
+
+    def prefill(self, prompt: torch.Tensor) -> None:
+        self.proposer = SAProposer(self.config, prompt.shape[1], self.state)
 
     def propose(self, seq: torch.Tensor, limit: int, policy: ExitPolicy) -> Draft:
+        assert self.proposer is not None, "prefill comes first"
         found = self.proposer(seq[0].tolist(), limit)
         return Draft.fixed_tokens(seq, found, [1.0] * len(found), policy, self.vocab_size,
                                   self.sampling)
+
+    def observe(self, n_accepted: int) -> None:
+        if self.proposer is not None:
+            self.proposer.observe(n_accepted)
+
+    def finish(self, seq: torch.Tensor) -> None:
+        if self.proposer is not None:
+            self.proposer.finish(seq[0].tolist())
+            self.proposer = None
