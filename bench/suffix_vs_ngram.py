@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from _replay_tuning import round_triples, tune_by_replay
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.methods import get_method
@@ -76,22 +77,6 @@ def _label(config: DecodeConfig) -> str:
             f"cached={config.suffix_max_cached_requests}")
 
 
-def _tune(replayer: Replayer, grid: list[dict]) -> tuple[DecodeConfig, float]:
-    """The grid's config of highest predicted speedup on the replayer's prompts."""
-    best: tuple[DecodeConfig, float] | None = None
-    for params in grid:
-        config = _config(params)
-        predicted = paired.speedup([run.pair() for run in replayer.replay(config).runs])
-        if predicted is not None and (best is None or predicted > best[1]):
-            best = (config, predicted)
-    assert best is not None
-    return best
-
-
-def _triples(rounds) -> list[tuple[int, int, int]]:
-    return [(r.drafted, r.accepted, r.emitted) for r in rounds]
-
-
 def run_workload(target, workload: str, args) -> tuple[list[dict], list[dict]]:
     categories = args.categories.split(",") if args.categories else None
     prompts = round_robin(load_workload(workload, categories), args.search + args.held_out)
@@ -109,8 +94,8 @@ def run_workload(target, workload: str, args) -> tuple[list[dict], list[dict]]:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         tuner = Replayer(target, None, search, args.max_new_tokens, Path(folder) / "parts.json")
-        tuned_ngram, ngram_pred = _tune(tuner, NGRAM_GRID)
-        tuned_suffix, suffix_pred = _tune(tuner, SUFFIX_GRID)
+        tuned_ngram, ngram_pred = tune_by_replay(tuner, NGRAM_GRID, _config)
+        tuned_suffix, suffix_pred = tune_by_replay(tuner, SUFFIX_GRID, _config)
         checker = Replayer(target, None, held_out, args.max_new_tokens,
                            Path(folder) / "parts.json", parts=tuner.parts)
     print(f"{workload}: tuned by replay in {time.perf_counter() - began:.0f} s "
@@ -139,7 +124,7 @@ def run_workload(target, workload: str, args) -> tuple[list[dict], list[dict]]:
         pairs = [run.pair() for run in measured[name].runs]
         ci = paired.interval(pairs)
         replayed = checker.replay(config)
-        equal = sum(_triples(run.candidate.rounds) == _triples(sim.candidate.rounds)
+        equal = sum(round_triples(run.candidate.rounds) == round_triples(sim.candidate.rounds)
                     for run, sim in zip(measured[name].runs, replayed.runs))
         lossless = all(run.candidate.tokens == run.baseline.tokens
                        for run in measured[name].runs)
