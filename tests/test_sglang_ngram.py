@@ -209,3 +209,11 @@ def test_the_agreement_scorer_reads_the_first_level():
     scored = get_method("sglang_ngram").scorer_factory()(None, _config(k=3), None)(ids)
     assert scored[0] == -1 and len(scored) == len(ids)     # an empty trie: padding only
     assert scored[4] == 2            # "1" was followed by "2" before
+
+
+def test_batched_decoding_refuses_its_trees_in_one_line(target):
+    from autotune.decoding.batched import BatchedDecoder
+
+    with pytest.raises(AutotuneError, match="drafts its own trees") as error:
+        BatchedDecoder(target, _config())
+    assert "\n" not in str(error.value)

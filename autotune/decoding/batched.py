@@ -110,6 +110,9 @@ class BatchedDecoder:
         if config.is_tree:
             raise AutotuneError("batched decoding drafts chains only; a draft tree "
                                 "(tree_width > 0) runs at batch size 1")
+        if self.single.spec.own_trees:
+            raise AutotuneError(f"batched decoding drafts chains only; method={config.method} "
+                                "drafts its own trees and runs at batch size 1")
         if self.single.spec.reads_target_features:
             raise AutotuneError(f"batched decoding does not run method={config.method} yet "
                                 "(its head reads per-row target features); it runs at "

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import optuna
 
 from autotune.decoding.config import config_from_mapping
+from autotune.decoding.methods import get_method
 from autotune.search import ranking
 from autotune.search.finalists import answer
 from autotune.search.objectives import EvalContext
@@ -119,10 +120,10 @@ def run_schedule(study: optuna.Study, objective: Any, context: EvalContext, spac
     if config is None or config.method == "none":
         schedule = _off(batch_sizes, "none", "the run's answer is not to speculate at batch "
                         "size 1; no batch size was tuned")
-    elif config.is_tree:
+    elif config.is_tree or get_method(config.method).own_trees:
         schedule = _off(batch_sizes, config.method, "the answer drafts a tree, which the "
-                        "batched decoder does not run; search chains (tree_width=0) for a "
-                        "batch-size schedule")
+                        "batched decoder does not run; search chains (tree_width=0, a "
+                        "chain-drafting method) for a batch-size schedule")
     else:
         print(f"autotune: tuning K per batch size {','.join(map(str, batch_sizes))} for "
               f"trial {chosen.trial.number} ({config.method}) against batched AR",

@@ -5,9 +5,9 @@ sequence, with the probabilities it drew them from, asking the exit policy after
 token whether to go on; then it is told how many were accepted (`observe`) so it can cut
 its own cache back. A drafter that can also grow a draft tree implements `TreeHooks`,
 which `tree_drafting.TreeDrafter` drives; one that builds its whole tree itself from
-token statistics (SGLang's NGRAM) is a `TreeProposer`. A drafter lives for one generation and is made
-by its class's `build(DraftContext)`: nothing carries over between runs or trials but
-the arm's cross-request state (below).
+token statistics (SGLang's NGRAM) is a `TreeProposer`. A drafter lives for one
+generation and is made by its class's `build(DraftContext)`: nothing carries over
+between runs or trials but the arm's cross-request state (below).
 
 Cache conventions (batch size 1 for now; every tensor keeps its batch dimension):
 the target's cache holds every token of the sequence but the last, which is still
