@@ -23,7 +23,8 @@ prompts, τ, acceptance and the replay check, then tuned sglang_ngram against SG
 defaults, paired per prompt.
 
 Usage: python bench/sglang_ngram.py [--workloads spec_bench,copy_edit] [--search 24]
-       [--held-out 24] [--max-new-tokens 64] [--turns first|all] [--seed 0] [--csv FILE]
+       [--held-out 24] [--max-new-tokens 64] [--turns first|all] [--categories a,b]
+       [--seed 0] [--csv FILE]
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def _label(config: DecodeConfig) -> str:
 
 
 def run_workload(target, workload: str, args) -> list[dict]:
-    prompts = round_robin(load_workload(workload), args.search + args.held_out)
+    categories = args.categories.split(",") if args.categories else None
+    prompts = round_robin(load_workload(workload, categories), args.search + args.held_out)
     fraction = args.held_out / (args.search + args.held_out)
     search, held_out = split_workload(prompts, fraction, args.seed)
     if args.turns == "all":
@@ -144,6 +146,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--turns", default="first", choices=TURNS,
                     help="multi-turn prompts: first turns only, or every turn in order")
+    ap.add_argument("--categories", default=None,
+                    help="comma-separated categories to keep (e.g. MT-bench's eight)")
     ap.add_argument("--csv", default=None)
     args = ap.parse_args()
     target = load_model("default")
