@@ -390,7 +390,9 @@ class SpeculativeDecoder:
         # Drafts never run past the token budget, so this many positions always suffice
         # for a chain; a tree also needs scratch room for its side branches.
         max_len = len(prompt) + max_new_tokens + config.shape.scratch_room()
-        if (self.spec.model_free and self.rules.ngram_ignores_budget) or self.spec.own_trees:
+        if self.spec.own_trees:
+            max_len += config.k                            # its whole tree, every round
+        elif self.spec.model_free and self.rules.ngram_ignores_budget:
             max_len += min(config.k, MAX_DRAFT_TOKENS)     # drafts verified past the budget
         cache = forward.new_cache(1, max_len)
         choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
