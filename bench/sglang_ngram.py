@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from _replay_tuning import round_triples, tune_by_replay
+from _replay_tuning import arm_row, tune_by_replay
 
 from autotune.decoding.config import DecodeConfig
 from autotune.measure import paired
@@ -117,24 +117,8 @@ def run_workload(target, workload: str, args) -> list[dict]:
         print(f"{workload}: tuned NGRAM vs SGLang's default (paired, >1: tuned faster): "
               f"{paired.speedup(head_to_head):.3f} [{versus[0]:.3f}, {versus[1]:.3f}]",
               flush=True)
-    rows = []
-    for name, config in arms.items():
-        pairs = [run.pair() for run in measured[name].runs]
-        ci = paired.interval(pairs)
-        replayed = checker.replay(config)
-        equal = sum(round_triples(run.candidate.rounds) == round_triples(sim.candidate.rounds)
-                    for run, sim in zip(measured[name].runs, replayed.runs))
-        summary = measured[name].summary()
-        rows.append({
-            "workload": workload, "arm": name, "config": _label(config),
-            "speedup": paired.speedup(pairs), "ci90_low": ci[0] if ci else None,
-            "ci90_high": ci[1] if ci else None, "tau": paired.tau(pairs),
-            "acceptance": summary.get("acceptance_rate"),
-            "replay_tau": paired.tau([run.pair() for run in replayed.runs]),
-            "replay_rounds_equal": f"{equal}/{len(replayed.runs)}",
-            "lossless": all(run.candidate.tokens == run.baseline.tokens
-                            for run in measured[name].runs)})
-    return rows
+    return [arm_row(workload, name, _label(config), measured[name], checker.replay(config))
+            for name, config in arms.items()]
 
 
 def main() -> None:

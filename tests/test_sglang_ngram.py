@@ -158,16 +158,20 @@ def test_greedy_trees_are_lossless_verified_whole_and_replay_round_by_round(targ
     assert accepted > 0
 
 
-def test_sampled_trees_keep_the_target_distribution_shape(target):
-    """Under sampling the deterministic tree goes through the multi-candidate rule: the
-    run completes with the budget and accepts drafts."""
+def test_sampled_decoding_verifies_the_whole_tree_every_round(target):
+    """Under sampling the deterministic tree goes through the multi-candidate rule: every
+    round still verifies all k nodes, and the run ends within the budget."""
+    import torch
+
     config = _config(temperature=1.0)
     decoder = SpeculativeDecoder(target, config)
-    import torch
-    ids = encode_prompt(target.tokenizer, PROMPTS[0])
-    out = decoder.generate(ids, MAX_NEW, time.perf_counter,
-                           generator=torch.Generator().manual_seed(0))
-    assert 1 <= len(out.tokens) <= MAX_NEW
+    for prompt in PROMPTS[:2]:
+        ids = encode_prompt(target.tokenizer, prompt)
+        out = decoder.generate(ids, MAX_NEW, time.perf_counter,
+                               generator=torch.Generator().manual_seed(0))
+        assert 1 <= len(out.tokens) <= MAX_NEW
+        assert out.rounds and all(r.drafted == config.k and r.verified == config.k + 1
+                                  for r in out.rounds)
 
 
 def test_a_warm_history_equals_serving_it(target):

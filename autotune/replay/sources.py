@@ -8,12 +8,14 @@ configs (a draft's table, the target's full keys/values, a stack's hidden states
 trained head's anchor tables), so a search replays many configs of one method for the
 price of one pass per distinct table key. Methods that draft by position read
 `TableSource` tables through `TableSourceAdapter`; trained heads draft from the round's
-start, not the position, and build on heads.py instead.
+start, not the position, and build on heads.py instead. Methods whose engine keeps state
+across requests (suffix decoding, SGLang's trie, TensorRT-LLM's SA buffer) serve the
+references in order through `ServedInOrder`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from autotune.decoding.shape import DYNAMIC
 from autotune.replay.reference import Reference
@@ -33,6 +35,42 @@ class ReplaySource(Protocol):
         """(whether replay's accepted tokens per round, hence τ, are exact, notes on what
         is approximate)."""
         ...
+
+
+class ServedInOrder:
+    """The replay source of a method whose engine keeps state across requests (a cache
+    of earlier outputs, a shared trie, a draft buffer): one state per config and replay
+    pass (`prepare` starts a pass), tracks asked for in the decoder's prompt order, each
+    request finished (`track.finish()`) before the next starts.
+
+    new_state(config) -> the method's cross-request state; new_track(ref, state, config)
+    -> a track with `finish()`; sampled_note: why replay is not exact under sampling
+    (the state holds the greedy references, not the sampled outputs the decoder files).
+    """
+
+    def __init__(self, new_state: Callable[["DecodeConfig"], Any],
+                 new_track: Callable[[Reference, Any, "DecodeConfig"], Any],
+                 sampled_note: str) -> None:
+        self.new_state, self.new_track, self.sampled_note = new_state, new_track, sampled_note
+        self._states: dict["DecodeConfig", Any] = {}
+        self._open: dict["DecodeConfig", Any] = {}
+
+    def prepare(self, config: "DecodeConfig", refs: list[Reference]) -> None:
+        self._states[config] = self.new_state(config)
+        self._open.pop(config, None)
+
+    def track(self, config: "DecodeConfig", ref: Reference) -> Track:
+        if config not in self._states:
+            self.prepare(config, [ref])
+        last = self._open.pop(config, None)
+        if last is not None:
+            last.finish()
+        track = self.new_track(ref, self._states[config], config)
+        self._open[config] = track
+        return track
+
+    def fidelity(self, config: "DecodeConfig") -> tuple[bool, list[str]]:
+        return (True, []) if config.greedy else (False, [self.sampled_note])
 
 
 class TableSourceAdapter:

@@ -11,11 +11,11 @@ from autotune.decoding.policies import ExitPolicy
 from autotune.methods.sa.drafter import SAProposer, SAState
 from autotune.replay.draft_cost import DraftCost
 from autotune.replay.reference import Reference
-from autotune.replay.simulate import ChainDraft, ReplayRound, Track
+from autotune.replay.simulate import ChainDraft, ReplayRound
+from autotune.replay.sources import ReplaySource, ServedInOrder
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
-    from autotune.replay.sources import ReplaySource
 
 
 class SATrack:
@@ -33,35 +33,12 @@ class SATrack:
         self.proposer.finish(self.sequence)
 
 
-class SASource:
-    """One draft buffer per config and replay pass (`prepare` starts a pass); tracks
-    are asked for in the decoder's prompt order, each request finished before the next
-    starts (its last lookups write the buffer the next request's first drafts read)."""
-
-    def __init__(self) -> None:
-        self._states: dict[DecodeConfig, SAState] = {}
-        self._open: dict[DecodeConfig, SATrack] = {}
-
-    def prepare(self, config: DecodeConfig, refs: list[Reference]) -> None:
-        self._states[config] = SAState(config)
-        self._open.pop(config, None)
-
-    def track(self, config: DecodeConfig, ref: Reference) -> Track:
-        if config not in self._states:
-            self.prepare(config, [ref])
-        last = self._open.pop(config, None)
-        if last is not None:
-            last.finish()
-        track = SATrack(ref, self._states[config], config)
-        self._open[config] = track
-        return track
-
-    def fidelity(self, config: DecodeConfig) -> tuple[bool, list[str]]:
-        return True, []
-
-
-def source(target: "LoadedModel", draft: "LoadedModel | None") -> "ReplaySource":
-    return SASource()
+def source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
+    """One draft buffer per config and replay pass, the references served in order (a
+    request's last lookups write the slots the next request's first drafts read)."""
+    return ServedInOrder(SAState, SATrack,
+                         "sa: the draft buffer holds lookups over the greedy references, "
+                         "not over the sampled outputs")
 
 
 class SACost(DraftCost):

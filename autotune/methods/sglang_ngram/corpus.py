@@ -120,12 +120,12 @@ class NgramTree:
     parents: list[int]
     drafted: int
 
-    def paths(self) -> set[tuple[int, ...]]:
-        """Every node's token path from the root (root excluded): the tree as a set."""
-        out: list[tuple[int, ...]] = [()]
-        for token, parent in zip(self.tokens[1:], self.parents):
-            out.append(out[parent] + (token,))
-        return set(out[1:])
+    def depths(self) -> list[int]:
+        """Each node's depth below the root (nodes 1..N-1; a parent comes first)."""
+        out: list[int] = []
+        for parent in self.parents:
+            out.append(1 if parent == 0 else out[parent - 1] + 1)
+        return out
 
 
 class NgramCorpus:

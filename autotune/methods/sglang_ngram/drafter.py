@@ -94,9 +94,7 @@ def accepted_along(tree: NgramTree, reference: Sequence[int]) -> int:
 
 def draft_tree(tree: NgramTree, device: torch.device) -> DraftTree:
     """The decoder's DraftTree of an NGRAM tree (padding included: SGLang verifies it)."""
-    depths: list[int] = []
-    for parent in tree.parents:
-        depths.append(1 if parent == 0 else depths[parent - 1] + 1)
+    depths = tree.depths()
     tokens = torch.tensor([tree.tokens[1:]], dtype=torch.long, device=device)
     return DraftTree(tokens, list(tree.parents), depths, [1.0] * len(depths))
 

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.decoding.config import DecodeConfig
 from autotune.decoding.policies import ExitPolicy
 from autotune.methods.sglang_ngram.drafter import NgramProposer, NgramState, accepted_along
 from autotune.replay.draft_cost import DraftCost
 from autotune.replay.reference import Reference
-from autotune.replay.simulate import ChainDraft, ReplayRound, Track
+from autotune.replay.simulate import ChainDraft, ReplayRound
+from autotune.replay.sources import ReplaySource, ServedInOrder
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
-    from autotune.replay.sources import ReplaySource
 
 
 class NgramTrack:
@@ -33,46 +32,17 @@ class NgramTrack:
         """(tree nodes, accepted depth, deepest node) of the round after g tokens."""
         tree = self.proposer(self.sequence[:len(self.ref.prompt) + g])
         accepted = accepted_along(tree, self.ref.tokens[g:])
-        depths: list[int] = []
-        for parent in tree.parents:
-            depths.append(1 if parent == 0 else depths[parent - 1] + 1)
-        return len(tree.parents), accepted, max(depths, default=0)
+        return len(tree.parents), accepted, max(tree.depths(), default=0)
 
     def finish(self) -> None:
         self.proposer.finish()
 
 
-class NgramSource:
-    """One corpus per config and replay pass (`prepare` starts a pass); tracks are asked
-    for in the decoder's prompt order, each request finished before the next starts."""
-
-    def __init__(self) -> None:
-        self._states: dict[DecodeConfig, NgramState] = {}
-        self._open: dict[DecodeConfig, NgramTrack] = {}
-
-    def prepare(self, config: DecodeConfig, refs: list[Reference]) -> None:
-        self._states[config] = NgramState(config)
-        self._open.pop(config, None)
-
-    def track(self, config: DecodeConfig, ref: Reference) -> Track:
-        if config not in self._states:
-            self.prepare(config, [ref])
-        last = self._open.pop(config, None)
-        if last is not None:
-            last.finish()
-        track = NgramTrack(ref, self._states[config])
-        self._open[config] = track
-        return track
-
-    def fidelity(self, config: DecodeConfig) -> tuple[bool, list[str]]:
-        if config.greedy:
-            return True, []
-        return False, ["sglang_ngram: the trie holds the greedy references, not the "
-                       "sampled outputs the decoder inserts"]
-
-
-def source(target: "LoadedModel", draft: "LoadedModel | None") -> "ReplaySource":
-    return NgramSource()
+def source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
+    """One trie per config and replay pass, the references served in order."""
+    return ServedInOrder(NgramState, lambda ref, state, config: NgramTrack(ref, state),
+                         "sglang_ngram: the trie holds the greedy references, not the "
+                         "sampled outputs the decoder inserts")
 
 
 class NgramCost(DraftCost):

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.decoding.config import DecodeConfig
 from autotune.decoding.policies import ExitPolicy
 from autotune.methods.suffix.drafter import SuffixProposer, SuffixState
 from autotune.replay.draft_cost import DraftCost
 from autotune.replay.reference import Reference
-from autotune.replay.simulate import ChainDraft, ReplayRound, Track
+from autotune.replay.simulate import ChainDraft, ReplayRound
+from autotune.replay.sources import ReplaySource, ServedInOrder
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
-    from autotune.replay.sources import ReplaySource
 
 
 class SuffixTrack:
@@ -36,37 +35,11 @@ class SuffixTrack:
         self.proposer.finish(self.sequence)
 
 
-class SuffixSource:
-    """One cache per config and replay pass (`prepare` starts a pass); tracks are asked
-    for in the decoder's prompt order, each request finished before the next starts."""
-
-    def __init__(self) -> None:
-        self._states: dict[DecodeConfig, SuffixState] = {}
-        self._open: dict[DecodeConfig, SuffixTrack] = {}
-
-    def prepare(self, config: DecodeConfig, refs: list[Reference]) -> None:
-        self._states[config] = SuffixState(config)
-        self._open.pop(config, None)
-
-    def track(self, config: DecodeConfig, ref: Reference) -> Track:
-        if config not in self._states:
-            self.prepare(config, [ref])
-        last = self._open.pop(config, None)
-        if last is not None:
-            last.finish()
-        track = SuffixTrack(ref, self._states[config])
-        self._open[config] = track
-        return track
-
-    def fidelity(self, config: DecodeConfig) -> tuple[bool, list[str]]:
-        if config.greedy:
-            return True, []
-        return False, ["suffix: earlier outputs in the cache are the greedy references, "
-                       "not the sampled outputs the decoder files"]
-
-
-def source(target: "LoadedModel", draft: "LoadedModel | None") -> "ReplaySource":
-    return SuffixSource()
+def source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
+    """One cache per config and replay pass, the references served in order."""
+    return ServedInOrder(SuffixState, lambda ref, state, config: SuffixTrack(ref, state),
+                         "suffix: earlier outputs in the cache are the greedy references, "
+                         "not the sampled outputs the decoder files")
 
 
 class SuffixCost(DraftCost):
