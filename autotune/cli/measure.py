@@ -78,6 +78,22 @@ def _figure_rows(summary: dict[str, Any], keys: tuple[str, ...]) -> list[tuple[s
             if key == "speedup" else (key, _fmt(summary.get(key))) for key in keys]
 
 
+def _lossless_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """What `lossless` rests on: its tier, the runs per verdict where any run differed
+    from AR, the prompts that differ at a near-tie and those that diverge for real."""
+    rows: list[tuple[str, str]] = []
+    counts = summary.get("divergences")
+    if summary.get("lossless_tier") and summary.get("lossless") is not None:
+        rows.append(("lossless_tier", str(summary["lossless_tier"])))
+    if isinstance(counts, dict) and (counts.get("near_tie") or counts.get("real")):
+        rows.append(("divergences", ", ".join(f"{k} {v}" for k, v in counts.items())))
+    if summary.get("near_tie_prompts"):
+        rows.append(("near_tie_prompts", _fmt(summary["near_tie_prompts"])))
+    if summary.get("mismatched_prompts"):
+        rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
+    return rows
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The text of `autotune measure`: one `key  value` row per figure (speedup with its
     90% interval over prompts), then the speedup, τ and prompts per category."""
@@ -89,8 +105,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup", "prefill_ms",
         "mean_accepted_tokens", "acceptance_rate", "pos_acc", "depth_acceptance",
         "mean_verified_tokens", "draft_time_share", "peak_memory_mb", "lossless"))
+    rows += _lossless_rows(summary)
     if summary.get("mismatched_prompts"):
-        rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
         if summary.get("lossless_binding") is False:
             rows.append(("", "(the engine's multi-token passes round near-ties unlike its "
                              "one-token passes: reported, not held against the config)"))
@@ -319,8 +335,7 @@ def format_batched_summary(summary: dict[str, Any]) -> str:
         "ar_tokens_per_s", "speedup", "latency_ms_per_token",
         "baseline_latency_ms_per_token", "mean_accepted_tokens", "acceptance_rate",
         "mean_verify_width", "lossless"))]
-    if summary.get("mismatched_prompts"):
-        rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
+    rows += _lossless_rows(summary)
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 

@@ -39,6 +39,7 @@ from autotune.decoding.decoder import (
     chain_limit,
 )
 from autotune.decoding.drafters.base import Draft, Drafter, TokenChooser
+from autotune.decoding.numerics import NumericsRecorder, records
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.models.llama import KVCache, LlamaForward
 from autotune.models.loading import LoadedModel
@@ -93,6 +94,8 @@ class _Row:
     generated: list[int] = field(default_factory=list)
     rounds: list[RoundTrace] = field(default_factory=list)
     finished_at: float = 0.0
+    # Greedy low precision: the rows that chose each token (decoding/numerics.py).
+    numerics: NumericsRecorder | None = None
 
     @property
     def seq(self) -> torch.Tensor:
@@ -158,7 +161,10 @@ class BatchedDecoder:
             draft = single.draft_for(categories[index] if categories else None)
             rows.append(_Row(index, len(prompt), cache,
                              single._drafter(cache, max_len, choose, draft),
-                             make_policy(config), buffer, len(prompt), max_new_tokens))
+                             make_policy(config), buffer, len(prompt), max_new_tokens,
+                             numerics=(NumericsRecorder(self.target.dtype)
+                                       if records(self.target.dtype, config.greedy)
+                                       else None)))
 
         start_time = clock()
         for row in rows:
@@ -169,7 +175,10 @@ class BatchedDecoder:
             else:
                 logits = self.forward.forward(row.seq, row.cache, last_only=True)
             row.drafter.prefill(row.seq)
-            self._append(row, [int(single._target_token(logits[:, -1], generator)[0])])
+            first = self._append(row, [int(single._target_token(logits[:, -1],
+                                                                generator)[0])])
+            if row.numerics is not None:
+                row.numerics.add(logits[0, -1:], first)
         decode_start = clock()
         active = [row for row in rows if not self._done(row)]
         for row in rows:
@@ -219,7 +228,10 @@ class BatchedDecoder:
         end_time = clock()
         per_row = [Generation(prompt_len=row.prompt_len, tokens=row.generated,
                               prefill_s=0.0, decode_s=row.finished_at - decode_start,
-                              rounds=row.rounds, cache_bytes=0, timed_parts=False)
+                              rounds=row.rounds, cache_bytes=0, timed_parts=False,
+                              # Folded after the clock stopped: the top-K is not timed.
+                              numerics=(row.numerics.finish() if row.numerics is not None
+                                        else None))
                    for row in rows]
         return BatchGeneration(per_row, prefill_s=decode_start - start_time,
                                decode_s=end_time - decode_start, rounds=batch_rounds)
@@ -250,6 +262,9 @@ class BatchedDecoder:
             row.drafter.observe(n_accepted)
         row.policy.update(draft.k, n_accepted, draft.confidences)
         new = self._append(row, draft.tokens[0, :n_accepted].tolist() + [next_token])
+        if row.numerics is not None:
+            # Row j of this row's pass chose the slot after its j-th kept token.
+            row.numerics.add(logits[0, :len(new)], new)
         row.rounds.append(RoundTrace(
             drafted=draft.k, accepted=min(n_accepted, len(new)), emitted=len(new),
             confidences=draft.confidences, draft_s=0.0, verify_s=0.0, verified=draft.k + 1,

@@ -35,6 +35,7 @@ from autotune.decoding.drafters.base import (
 )
 from autotune.decoding.engines import EngineRules, engine_rules
 from autotune.decoding.methods import MethodSpec, get_method
+from autotune.decoding.numerics import NumericsRecorder, TokenNumerics, records
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.sampling import probabilities
 from autotune.decoding.tree import DraftTree, compact_cache
@@ -107,6 +108,9 @@ class Generation:
     # The engine's own decode clock (llama-server's timings.predicted_ms), beside the
     # client's `decode_s`; None for our decoder.
     engine_decode_s: float | None = None
+    # Per emitted token, the top-K logits of the target pass that chose it, and tier a's
+    # count (decoding/numerics.py); only greedy bfloat16 / float16 runs of our decoder.
+    numerics: TokenNumerics | None = None
 
     @property
     def decoded(self) -> int:
@@ -135,6 +139,9 @@ class RoundResult:
     depth: int
     draft_done: float
     forward_done: float
+    # [len(new_tokens), V] the verify pass's logits rows that chose new_tokens (row i:
+    # new_tokens[i]), kept only when the run records its numerics; else None.
+    chose: torch.Tensor | None = None
 
 
 @dataclass
@@ -150,6 +157,8 @@ class _Run:
     # The drafter reads the target's features (EAGLE, Medusa): each target pass hands
     # over those of the tokens it kept.
     features: bool = False
+    # Greedy low precision: the rows that chose each token (decoding/numerics.py).
+    numerics: NumericsRecorder | None = None
 
 
 class SpeculativeDecoder:
@@ -331,7 +340,9 @@ class SpeculativeDecoder:
             new_tokens=draft.tokens[0, :n_accepted].tolist() + [next_token],
             n_accepted=n_accepted, drafted=draft.k, verified=verify_ids.shape[1],
             confidences=draft.confidences, exit_layers=draft.exit_layers, depth=draft.k,
-            draft_done=draft_done, forward_done=forward_done)
+            draft_done=draft_done, forward_done=forward_done,
+            # Row j scored the slot after the j-th kept token: rows 0..n_accepted.
+            chose=logits[0, :n_accepted + 1] if run.numerics is not None else None)
 
     def _tree_round(self, run: _Run, seq: torch.Tensor, budget: int) -> RoundResult:
         """Draft a tree, verify every node in one target pass with a tree mask, keep the
@@ -370,7 +381,9 @@ class SpeculativeDecoder:
             new_tokens=tree.path_tokens(path) + [next_token], n_accepted=len(path),
             drafted=tree.size, verified=tree.size + 1, confidences=tree.probs,
             exit_layers=tree.exit_layers, depth=tree.depth, draft_done=draft_done,
-            forward_done=forward_done)
+            forward_done=forward_done,
+            # The root's row chose the first path token, each path node's the next.
+            chose=logits[0, [0] + path] if run.numerics is not None else None)
 
     @torch.inference_mode()
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Callable[[], float],
@@ -400,8 +413,10 @@ class SpeculativeDecoder:
                               drafted_confidence=self.rules.drafted_token_confidence)
         drafter = self._drafter(cache, max_len, choose, self.draft_for(category))
         tree_drafter = self._tree_drafter(drafter, device)
+        numerics = (NumericsRecorder(self.target.dtype)
+                    if records(self.target.dtype, config.greedy) else None)
         run = _Run(cache, drafter, tree_drafter, make_policy(config), generator, clock,
-                   features=self.spec.reads_target_features)
+                   features=self.spec.reads_target_features, numerics=numerics)
         draft_round = self._tree_round if tree_drafter is not None else self._chain_round
         # The sequence lives in one preallocated buffer; `seq` views its filled part.
         buffer = torch.zeros((1, max_len), dtype=torch.long, device=device)
@@ -417,6 +432,8 @@ class SpeculativeDecoder:
             logits = forward.forward(buffer[:, :length], cache, last_only=True)
         drafter.prefill(buffer[:, :length])
         first = int(self._target_token(logits[:, -1], generator)[0])
+        if numerics is not None:
+            numerics.add(logits[0, -1:], [first])
         buffer[0, length] = first
         length += 1
         generated = [first]
@@ -432,6 +449,9 @@ class SpeculativeDecoder:
             # Up to the budget (an engine may draft past it) and the first EOS.
             new_tokens = _through_first(result.new_tokens[: max_new_tokens - len(generated)],
                                         self.eos)
+            if numerics is not None:
+                assert result.chose is not None, "a recording round keeps its rows"
+                numerics.add(result.chose[: len(new_tokens)], new_tokens)
             buffer[0, length:length + len(new_tokens)] = torch.tensor(new_tokens)
             length += len(new_tokens)
             generated.extend(new_tokens)
@@ -454,7 +474,9 @@ class SpeculativeDecoder:
         cache_bytes = cache.nbytes() + (own_cache.nbytes() if own_cache is not None else 0)
         return Generation(prompt_len=len(prompt), tokens=generated,
                           prefill_s=decode_start - start_time, decode_s=end_time - decode_start,
-                          rounds=rounds, cache_bytes=cache_bytes)
+                          rounds=rounds, cache_bytes=cache_bytes,
+                          # Folded after the clock stopped: the top-K is not timed.
+                          numerics=numerics.finish() if numerics is not None else None)
 
 
 class _OwnTrees:

@@ -25,7 +25,7 @@ from autotune.common.errors import AutotuneError
 from autotune.decoding.batched import BatchedDecoder, BatchGeneration
 from autotune.decoding.config import DecodeConfig
 from autotune.measure import paired
-from autotune.measure.measurement import WARMUP_TOKENS, Clock
+from autotune.measure.measurement import WARMUP_TOKENS, Clock, PromptRun, lossless_verdicts
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt
 
@@ -76,7 +76,10 @@ class BatchMeasurement:
         # finished, over the tokens it decoded (what one request of the batch sees).
         latency = [c.decode_s / c.decoded for _, c, _ in rows if c.decoded]
         base_latency = [b.decode_s / b.decoded for _, _, b in rows if b.decoded]
-        mismatched = list(dict.fromkeys(p.prompt_id for p, c, b in rows if c.tokens != b.tokens))
+        # Each row against its batched-AR row: exact, a near-tie the dtype's rounding
+        # explains, or real (measure/divergence.py); `lossless` fails on a real one.
+        verdicts = lossless_verdicts([PromptRun(p.prompt_id, p.category, b, c)
+                                      for p, c, b in rows], self.config.greedy)
         drafted = sum(t.drafted for _, c, _ in rows for t in c.rounds)
         accepted = sum(t.accepted for _, c, _ in rows for t in c.rounds)
         return {
@@ -100,8 +103,7 @@ class BatchMeasurement:
             "mean_verify_width": (statistics.fmean(x.width for r in self.runs
                                                    for x in r.candidate.rounds)
                                   if any(r.candidate.rounds for r in self.runs) else None),
-            "lossless": not mismatched if self.config.greedy else None,
-            "mismatched_prompts": mismatched,
+            **verdicts,
         }
 
 

@@ -26,7 +26,7 @@ from autotune.backends.base import Backend
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation
-from autotune.measure import paired
+from autotune.measure import divergence, paired
 from autotune.measure.timing import Clock
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt
@@ -50,6 +50,11 @@ class PromptRun:
             self.baseline.decoded, self.candidate.decode_s,
             self.candidate.decoded, rounds=len(self.candidate.rounds),
             emitted=sum(t.emitted for t in self.candidate.rounds))
+
+    def verdict(self) -> divergence.Divergence:
+        """The candidate's output against the baseline's (greedy runs): exact, a near-tie
+        the dtype's rounding explains, or a real divergence (measure/divergence.py)."""
+        return divergence.classify(self.baseline, self.candidate)
 
 
 @dataclass
@@ -92,9 +97,7 @@ class Measurement:
         base_ms = _ms_per_token(base)
         pairs = [r.pair() for r in self.runs]
         ci = paired.interval(pairs)
-        # Each prompt once, however many of its repeats differed.
-        mismatched = list(dict.fromkeys(r.prompt_id for r in self.runs
-                                        if r.baseline.tokens != r.candidate.tokens))
+        verdicts = lossless_verdicts(self.runs, self.config.greedy)
         return {
             "config": self.config.to_dict(),
             "model": self.model,
@@ -139,11 +142,11 @@ class Measurement:
             "peak_memory_mb": (self.peak_memory_bytes / 2**20
                                if self.peak_memory_bytes is not None else None),
             "memory_kind": self.memory_kind,
-            "lossless": (not mismatched) if self.config.greedy else None,
+            # Greedy: no real divergence from AR (near-ties the dtype explains allowed).
+            **verdicts,
             # Whether `lossless` judges the config (see Backend.token_exact); False: the
             # engine's own numerics may differ, reported but not held against it.
             "lossless_binding": self.token_exact,
-            "mismatched_prompts": mismatched if self.config.greedy else [],
             "by_category": paired.by_category(pairs),
         }
 
@@ -155,6 +158,31 @@ class Measurement:
                  "baseline_decode_s": r.baseline.decode_s,
                  "baseline_tokens": len(r.baseline.tokens),
                  "rounds": [asdict(t) for t in r.candidate.rounds]} for r in self.runs]
+
+
+def lossless_verdicts(runs: Sequence[PromptRun], greedy: bool) -> dict[str, Any]:
+    """The lossless figures of a summary: `lossless` (greedy: no prompt diverged from AR
+    beyond a near-tie, no emitted token off its pass's argmax; sampling: None),
+    `lossless_tier` ("exact" where float32 must match token for token, "near-tie
+    (bfloat16)" where our decoder recorded the passes' numerics), `mismatched_prompts`
+    (the prompts with a real divergence: what makes `lossless` False),
+    `near_tie_prompts` (those that differ at a near-tie only) and `divergences` (runs
+    per verdict: {"exact", "near_tie", "real"}). Each prompt is named once, however
+    many of its repeats diverged."""
+    if not greedy:
+        return {"lossless": None, "lossless_tier": None, "mismatched_prompts": [],
+                "near_tie_prompts": [], "divergences": None}
+    kinds = [(r.prompt_id, r.verdict().kind) for r in runs]
+    named = {kind: list(dict.fromkeys(pid for pid, k in kinds if k is kind))
+             for kind in divergence.Kind}
+    dtypes = [g.numerics.dtype for r in runs for g in (r.candidate, r.baseline)
+              if g.numerics is not None]
+    return {"lossless": not named[divergence.Kind.REAL],
+            "lossless_tier": divergence.tier_label(dtypes[0]) if dtypes else "exact",
+            "mismatched_prompts": named[divergence.Kind.REAL],
+            "near_tie_prompts": named[divergence.Kind.NEAR_TIE],
+            "divergences": {kind.value: sum(1 for _, k in kinds if k is kind)
+                            for kind in divergence.Kind}}
 
 
 def _engine_clock(cand: list[Generation], base: list[Generation]) -> dict[str, float | None]:

@@ -127,6 +127,9 @@ def _finalist_line(f: dict[str, Any]) -> str:
         line += f" (search {search:.2f}×)"
     if f.get("lossless") is False:
         line += ", not lossless"
+    elif f.get("near_tie_prompts"):
+        n = len(f["near_tie_prompts"])
+        line += f", lossless up to {n} near-tie{'s' if n != 1 else ''}"
     return line
 
 

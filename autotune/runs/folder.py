@@ -226,6 +226,10 @@ def validation_table(study: optuna.Study, objective: Objective) -> str:
                  "predicted": f.get("predicted_speedup"),
                  "weight": f.get("ppi_lambda")} if pooled else {}),
              "tau": f.get("mean_accepted_tokens"), "lossless": f.get("lossless"),
+             # Prompts whose output left AR's at a near-tie (bf16 / fp16 rounding).
+             **({"near-ties": len(f.get("near_tie_prompts") or [])}
+                if any(g.get("near_tie_prompts") for g in record.get("finalists", []))
+                else {}),
              "chosen": "*" if f["trial"] == record.get("winner") else ""}
             for f in record.get("finalists", [])]
     head = (f"finalists on {record['prompts']} held-out prompts x {record['repeats']} "

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from autotune.measure import paired, ppi
+from autotune.measure.divergence import Kind
 from autotune.measure.paired import PromptPair
 
 if TYPE_CHECKING:
@@ -24,6 +25,11 @@ __all__ = ["ROW_FIELDS", "figures", "row_of"]
 # One measured run (a prompt, one repeat) of a finalist against its paired baseline run.
 ROW_FIELDS = ("prompt_id", "category", "baseline_s", "baseline_tokens", "candidate_s",
               "candidate_tokens", "rounds", "emitted", "drafted", "accepted", "same_tokens")
+# `same_tokens` holds the run's lossless verdict as a code. 1 and 0 keep what they meant
+# in rows written before near-ties were told apart (same tokens / not: a failure); a
+# difference the dtype's rounding explains is 2.
+VERDICT_CODE: dict[Kind, int] = {Kind.EXACT: 1, Kind.REAL: 0, Kind.NEAR_TIE: 2}
+CODE_VERDICT: dict[int, Kind] = {code: kind for kind, code in VERDICT_CODE.items()}
 
 
 def row_of(run: PromptRun) -> list[Any]:
@@ -33,7 +39,7 @@ def row_of(run: PromptRun) -> list[Any]:
     return [pair.prompt_id, pair.category, pair.baseline_s, pair.baseline_tokens,
             pair.candidate_s, pair.candidate_tokens, pair.rounds, pair.emitted,
             sum(t.drafted for t in rounds), sum(t.accepted for t in rounds),
-            int(run.baseline.tokens == run.candidate.tokens)]
+            VERDICT_CODE[run.verdict().kind]]
 
 
 def _pairs(rows: list[list[Any]]) -> list[PromptPair]:
@@ -52,15 +58,20 @@ def figures(rows: list[list[Any]], predicted: list[PromptPair] | None, repeats: 
     cand_s = sum(p.candidate_s for p in pooled)
     cand_t = sum(p.candidate_tokens for p in pooled)
     drafted = sum(row[8] for row in rows)
-    mismatched = list(dict.fromkeys(row[0] for row in rows if not row[10]))
+    kinds = [(row[0], CODE_VERDICT.get(int(row[10]), Kind.REAL)) for row in rows]
+    named = {kind: list(dict.fromkeys(pid for pid, k in kinds if k is kind)) for kind in Kind}
     out: dict[str, Any] = {
         "latency_ms_per_token": 1000 * cand_s / cand_t if cand_t else None,
         "baseline_latency_ms_per_token": 1000 * base_s / base_t if base_t else None,
         "mean_accepted_tokens": paired.tau(pairs),
         "acceptance_rate": sum(row[9] for row in rows) / drafted if drafted else None,
-        "lossless": (not mismatched) if greedy else None,
+        # Greedy: no run diverged from AR beyond a near-tie (measure/divergence.py).
+        "lossless": (not named[Kind.REAL]) if greedy else None,
         "lossless_binding": token_exact,
-        "mismatched_prompts": mismatched if greedy else [],
+        "mismatched_prompts": named[Kind.REAL] if greedy else [],
+        "near_tie_prompts": named[Kind.NEAR_TIE] if greedy else [],
+        "divergences": ({kind.value: sum(1 for _, k in kinds if k is kind) for kind in Kind}
+                        if greedy else None),
         "look_level": level,
         "measured_prompts": len(pooled),
     }

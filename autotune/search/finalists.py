@@ -67,7 +67,7 @@ STATISTIC = ("AR / candidate decode time per generated token, summed over the he
 # Figures kept per finalist from its validation summary.
 _KEPT = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
          "mean_accepted_tokens", "acceptance_rate", "lossless", "lossless_binding",
-         "mismatched_prompts",
+         "mismatched_prompts", "near_tie_prompts", "divergences",
          "by_category")
 # What names a finalist in the record, beside its figures.
 _IDENTITY = ("trial", "label", "role", "preset", "params", "search", "dropped_after")
@@ -221,7 +221,7 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
     """
     from autotune.decoding.config import config_from_mapping
     from autotune.measure import ppi
-    from autotune.measure.measurement import measure_arms
+    from autotune.measure.measurement import lossless_verdicts, measure_arms
     from autotune.search import racing
     from autotune.search.finalist_figures import figures, row_of
     from autotune.workloads.prompts import workload_digest
@@ -244,7 +244,8 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
         f"trial{entry['trial']}": {k: v for k, v in entry.items() if k not in _IDENTITY}
         for entry in earlier.get("finalists", [])}
     facts: dict[str, Any] = {k: earlier[k] for k in ("measured_by", "measured_by_label",
-                                                     "token_exact") if k in earlier}
+                                                     "token_exact", "lossless_tier")
+                             if k in earlier}
     configs = {f.arm: config_from_mapping(f.params).validate() for f in finalists}
     stopped = "sample" if done >= len(prompts) else None
     began = time.monotonic()
@@ -273,7 +274,10 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
             rows[arm] += [row_of(run) for run in measurement.runs]
             facts = {"measured_by": measurement.measured_by,
                      "measured_by_label": measurement.measured_by_label,
-                     "token_exact": measurement.token_exact}
+                     "token_exact": measurement.token_exact,
+                     # What `lossless` means here: exact (float32) or near-tie (bf16).
+                     "lossless_tier": lossless_verdicts(measurement.runs,
+                                                        True)["lossless_tier"]}
         done, this_run = size, this_run + 1
         level = racing.look_level(alpha, spent, size, len(prompts))
         spent += 1.0 - level
@@ -365,6 +369,15 @@ def measured_in(record: dict[str, Any]) -> dict[str, str]:
                 f". {label or 'This engine'}'s multi-token passes break near-ties unlike "
                 "its one-token passes, so its speculative output may differ from its own "
                 "greedy output with no drafting fault: reported, not held against a config")
+    tied = [f for f in record.get("finalists") or []
+            if isinstance(f, dict) and f.get("near_tie_prompts")]
+    if tied:
+        facts["near-ties"] = "; ".join(
+            f"trial {f.get('trial')}: {len(f['near_tie_prompts'])} of "
+            f"{record.get('prompts')} prompts" for f in tied) + (
+            " differ from greedy AR only at a near-tie the dtype's rounding explains "
+            f"(lossless tier: {record.get('lossless_tier') or 'near-tie'}; counted, not "
+            "held against a config)")
     return facts
 
 
@@ -394,6 +407,8 @@ def finalist_view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
                                          "prompt_ids", "categories", "workload_sha256",
                                          "repeats", "max_new_tokens", "decision", "reason",
                                          "winner", "measured_by", "measured_by_label")}
+    if record.get("lossless_tier"):            # records before the near-tie tier have none
+        shared["lossless_tier"] = record["lossless_tier"]
     # Records before prediction-powered validation have no pool, nor a race.
     shared.update({k: record[k] for k in ("estimator", "pool_prompts", "pool_sha256",
                                           "pool_categories", "planned_prompts", "race")
@@ -410,7 +425,8 @@ def finalist_view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
                    "baseline_latency_ms_per_token": baseline_ms, "lossless": True}
     evidence = [{k: f.get(k) for k in ("trial", "label", "role", "preset", "search",
                                        "speedup", "ci90", "mean_accepted_tokens", "lossless",
-                                       "by_category", *_POOLED) if k in f or k not in _POOLED}
+                                       "divergences", "by_category", *_POOLED)
+                 if k in f or k not in (*_POOLED, "divergences")}
                 for f in record.get("finalists", [])]
     return {**shared, **figures, "finalists": evidence}
 

@@ -171,9 +171,15 @@ def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, float) and not math.isfinite(value):
                 value = None
             keep[key] = value
-        elif key in ("pos_acc", "depth_acceptance", "mismatched_prompts", "speedup_ci90",
-                     "replay_notes"):
+        elif key in ("pos_acc", "depth_acceptance", "mismatched_prompts", "near_tie_prompts",
+                     "speedup_ci90", "replay_notes"):
             keep[key] = list(value)[:64]
+        elif key == "divergences" and isinstance(value, dict):
+            # Runs that left AR's output at a near-tie / for real (trials.csv columns).
+            # Only where near-ties are allowed (bf16 / fp16); float32 must be exact.
+            if metrics.get("lossless_tier") not in (None, "exact"):
+                keep["near_ties"] = value.get("near_tie")
+                keep["real_divergences"] = value.get("real")
         elif key == "by_category" and isinstance(value, dict):
             # Each category's speedup only (the report's per-category drafter panel).
             keep["speedup_by_category"] = {

@@ -58,7 +58,9 @@ def _ci(value: Any) -> tuple[float, float] | None:
 def finalist_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per finalist, in the record's order: trial, label, role, search_speedup
     (the search's own figure), speedup (validated), ci90 ([low, high] or None), tau
-    (validated tokens per round), lossless, chosen (the record's winner)."""
+    (validated tokens per round), lossless, near_ties (prompts that left AR's output
+    at a near-tie the dtype's rounding explains; None for a record without the count),
+    chosen (the record's winner)."""
     rows = []
     for f in record.get("finalists") or []:
         if not isinstance(f, dict):
@@ -68,6 +70,8 @@ def finalist_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
                      "search_speedup": finite((f.get("search") or {}).get("speedup")),
                      "speedup": finite(f.get("speedup")), "ci90": list(ci) if ci else None,
                      "tau": finite(f.get("mean_accepted_tokens")), "lossless": f.get("lossless"),
+                     "near_ties": (len(f["near_tie_prompts"])
+                                   if isinstance(f.get("near_tie_prompts"), list) else None),
                      "chosen": f.get("trial") is not None and f.get("trial") == record.get("winner")})
     return rows
 
@@ -217,16 +221,19 @@ _TABLE_HEADS = (("trial", "trial", False), ("label", "config", True), ("role", "
                 ("search_speedup", "search speedup", False),
                 ("speedup", "validated speedup", False), ("ci90", "90% interval", False),
                 ("tau", "τ (tokens/round)", False), ("lossless", "lossless", False),
-                ("chosen", "chosen", False))
+                ("near_ties", "near-ties", False), ("chosen", "chosen", False))
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
+    # The near-tie count only where some finalist has one (bf16 / fp16 records).
+    shown = tuple(h for h in _TABLE_HEADS
+                  if h[0] != "near_ties" or any(r.get("near_ties") for r in rows))
     heads = "".join(f'<th class="{"text" if text else ""}">{esc(title)}</th>'
-                    for _, title, text in _TABLE_HEADS)
+                    for _, title, text in shown)
     body = []
     for row in rows:
         cells = []
-        for key, _, text in _TABLE_HEADS:
+        for key, _, text in shown:
             value = row.get(key)
             if text:
                 cells.append(f'<td class="text{" label" if key == "label" else " nowrap"}">'

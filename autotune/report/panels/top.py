@@ -26,7 +26,8 @@ from autotune.report.trials import (
 from autotune.search.finalists import answer
 
 TOP_METRICS = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
-               "mean_accepted_tokens", "mean_verified_tokens", "acceptance_rate", "lossless")
+               "mean_accepted_tokens", "mean_verified_tokens", "acceptance_rate", "lossless",
+               "near_ties")
 
 
 @dataclass
@@ -107,7 +108,9 @@ _HEADS = {"rank": "#", "number": "trial", "label": "config", "preset": "preset",
           "baseline_latency_ms_per_token": "AR ms/token",
           "mean_accepted_tokens": "τ (tokens/round)",
           "mean_verified_tokens": "verified (tokens/pass)", "acceptance_rate": "acceptance",
-          "lossless": "lossless"}
+          "lossless": "lossless",
+          # Prompt runs whose output left AR's at a near-tie (bf16 / fp16 rounding).
+          "near_ties": "near-ties"}
 
 
 def render(top: TopTrials) -> str:
