@@ -407,7 +407,7 @@ class SpeculativeDecoder:
             max_len += config.k                            # its whole tree, every round
         elif self.spec.model_free and self.rules.ngram_ignores_budget:
             max_len += min(config.k, MAX_DRAFT_TOKENS)     # drafts verified past the budget
-        cache = forward.new_cache(1, max_len)
+        cache = forward.decode_cache(max_len)
         choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
                               greedy_drafts=self.rules.greedy_model_drafts,
                               drafted_confidence=self.rules.drafted_token_confidence)

@@ -104,7 +104,7 @@ def forward_times(forward: Any, vocab: int, sizes: Sequence[int], context: int,
     """Seconds of one forward over n new tokens after `context` cached tokens, `repeats`
     samples for each n of `sizes` (increasing), timed as `time_points` times.
 
-    `forward` is a model's forward (`new_cache(batch, length)`, `forward(ids [1, n],
+    `forward` is a model's forward (`decode_cache(length)`, `forward(ids [1, n],
     cache, start=, last_only=)` -> logits [1, n, V] or [1, 1, V] with `last_only`).
     The context [1, context] is prefilled once, untimed; every timed forward writes its
     n tokens right after it, where a verify pass (all logits) or a draft step (the last
@@ -117,7 +117,9 @@ def forward_times(forward: Any, vocab: int, sizes: Sequence[int], context: int,
     ids = torch.randint(vocab, (1, context + largest),
                         generator=torch.Generator().manual_seed(0)).to(device)
     with torch.inference_mode():
-        cache = forward.new_cache(1, context + largest)
+        # The cache a generation decodes into: on a static forward, the one its graphs
+        # are bound to, so the profile times the passes the decoder runs.
+        cache = forward.decode_cache(context + largest)
         forward.forward(ids[:, :context], cache)
 
         def run(n: int) -> None:

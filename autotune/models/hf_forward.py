@@ -58,6 +58,10 @@ class HFForward:
     def new_cache(self, batch: int, max_len: int) -> HFCache:
         return HFCache(self.config, max_len)
 
+    def decode_cache(self, max_len: int, role: str = "target") -> HFCache:
+        """The cache one generation decodes into: a fresh one (see LlamaForward)."""
+        return self.new_cache(1, max_len)
+
     def nbytes(self) -> int:
         return sum(p.element_size() * p.nelement() for p in self.model.parameters())
 

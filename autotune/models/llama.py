@@ -232,6 +232,13 @@ class LlamaForward:
         return KVCache(self.n_layers, batch, self.n_kv_heads, max_len, self.head_dim,
                        self.dtype, self.device)
 
+    def decode_cache(self, max_len: int, role: str = "target") -> KVCache:
+        """The cache one generation decodes into (`role`: whose it is, the target's or a
+        draft's). Here a fresh `new_cache(1, max_len)`; the static forward
+        (models/static_forward.py) hands back one reused cache per role, which its
+        captured graphs are bound to."""
+        return self.new_cache(1, max_len)
+
     def nbytes(self) -> int:
         """Bytes of the weights this forward reads (the tied head counted once)."""
         tensors = [self.embed, self.final_norm] + ([] if self.lm_head.data_ptr() == self.embed.data_ptr() else [self.lm_head])

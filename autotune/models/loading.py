@@ -25,6 +25,7 @@ from autotune.common.errors import AutotuneError
 from autotune.common.files import file_version
 from autotune.models.hf_forward import HFForward
 from autotune.models.llama import SUPPORTED_MODEL_TYPES, LlamaForward
+from autotune.models.static_forward import StaticLlamaForward
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -184,14 +185,23 @@ def _resolve_source(spec: str) -> tuple[str, str, bool]:
 
 
 def load_model(spec: str, device: str = "auto", dtype: str | None = None,
-               trust_remote_code: bool = False) -> LoadedModel:
-    """Load `spec` (default | HF folder | hub id in the local cache | .gguf) for decoding."""
+               trust_remote_code: bool = False, cuda_graphs: bool | None = None
+               ) -> LoadedModel:
+    """Load `spec` (default | HF folder | hub id in the local cache | .gguf) for decoding.
+
+    `cuda_graphs`: decode a Llama-family model through the static forward
+    (models/static_forward.py: a static KV cache, passes replayed as CUDA graphs).
+    None: on CUDA yes, on the CPU no (there the eager forward is the faster one).
+    """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    graphs = torch_device.type == "cuda" if cuda_graphs is None else cuda_graphs
+    if graphs and torch_device.type != "cuda":
+        raise AutotuneError("CUDA graphs need --device cuda")
     name, source, local = _resolve_source(spec)
     # A hub id must come from the local HF cache: there is no network at run time.
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code,
@@ -218,7 +228,7 @@ def load_model(spec: str, device: str = "auto", dtype: str | None = None,
     hf_model.requires_grad_(False)
     forward: LlamaForward | HFForward
     if config.model_type in SUPPORTED_MODEL_TYPES:
-        forward = LlamaForward(hf_model)
+        forward = StaticLlamaForward(hf_model) if graphs else LlamaForward(hf_model)
     else:
         forward = HFForward(hf_model)
     return LoadedModel(name=name, path=source, hf_model=hf_model, tokenizer=tokenizer,

@@ -25,7 +25,7 @@ class DraftModelDrafter(Drafter, TreeHooks):
     def __init__(self, forward: LlamaForward | HFForward, max_len: int,
                  choose: TokenChooser) -> None:
         self.forward = forward
-        self.cache = forward.new_cache(1, max_len)
+        self.cache = forward.decode_cache(max_len, role="draft")
         self.choose = choose
         self.verified_len = 0        # sequence length at the last proposal
         self.drafted = 0

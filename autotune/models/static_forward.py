@@ -1,0 +1,269 @@
+"""The compact Llama forward at an engine's speed: fixed shapes, replayed as CUDA graphs.
+
+Why: eager PyTorch launches every kernel of a forward from Python; a decode step of a
+small model is then bound by those launches (~13 ms per pass on an H200 for the 135M
+default model, 19 ms for an 8B shape, 5.6x above the memory floor), and a tuner that
+times it measures its own overhead instead of the engine's costs. Engines (gpt-fast,
+vLLM, SGLang) decode from a static KV cache with captured graphs; so does this forward.
+
+How: every pass over T <= 128 new tokens of a decode cache (`decode_cache`) runs one
+fixed-shape function of static buffers, padded to the next bucket of `BUCKETS`:
+
+- token ids [1, Tb]; rotary positions [Tb]; cache slots [Tb] (start + 0..Tb-1);
+- an attention mask [1, 1, Tb, C] over the whole cache of C positions (causal for a
+  chain, the tree's visibility for a tree), built on the device before each replay;
+- keys and values written with `index_put` at the slots, attention read over all C
+  columns (masked columns weigh exactly 0), logits and features into the graph's own
+  output buffers, cloned for the caller (the next replay overwrites them).
+
+Padding rows write keys/values past `start + T`, beyond what the cache vouches for:
+scratch that the next pass overwrites before any mask lets it be read; they attend
+causally so that nothing they write is ever non-finite (a NaN in a masked column would
+still poison `0 * NaN`). One graph per (cache role, skipped sublayers, exit layer,
+features, bucket); all buckets of a new key are captured at its first use, so a
+measurement's warm-up pays for the captures and its timed runs do not.
+
+On CUDA (`capture=True`) the function is captured and replayed; on the CPU
+(`capture=False`) the same function runs eagerly, which is what the tests check token
+for token against `LlamaForward`. Prefill (T > 128), ragged batches and the piecewise
+methods (`begin` / `run_layers`: sorted-exit drafting, state propagation) run eagerly
+on the same cache storage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection
+
+import torch
+from torch import nn
+
+from autotune.models.llama import KVCache, LlamaForward, Step
+
+# Token-count buckets a pass is padded to (verify passes reach MAX_DRAFT_TOKENS + 1).
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+# Decode caches are allocated in steps of this many positions, so that a slightly
+# longer prompt does not re-allocate the cache (and drop its graphs).
+CAPACITY_STEP = 256
+
+
+@dataclass
+class _Inputs:
+    """Static input buffers of one (role, bucket): what a replay reads."""
+
+    ids: torch.Tensor        # [1, Tb] token ids
+    rotary: torch.Tensor     # [Tb] rotary positions
+    slots: torch.Tensor      # [1, Tb] cache positions written
+    mask: torch.Tensor       # [1, 1, Tb, C] bool, True = may attend
+
+
+@dataclass(frozen=True)
+class _Key:
+    """What makes two passes the same captured function."""
+
+    role: str
+    attn_skip: frozenset[int]
+    mlp_skip: frozenset[int]
+    exit_layer: int | None
+    features: bool
+
+
+class _Graph:
+    """One captured pass: replay, then read `outputs` (valid until the next replay)."""
+
+    def __init__(self, graph: "torch.cuda.CUDAGraph", outputs: tuple[torch.Tensor, ...]):
+        self.graph = graph
+        self.outputs = outputs
+
+
+def bucket_for(tokens: int) -> int | None:
+    """The smallest bucket holding `tokens` new tokens, or None (run eagerly)."""
+    for size in BUCKETS:
+        if tokens <= size:
+            return size
+    return None
+
+
+class StaticLlamaForward(LlamaForward):
+    """`LlamaForward` whose decode-cache passes run as fixed-shape (graphed) functions."""
+
+    def __init__(self, hf_model: nn.Module, capture: bool | None = None) -> None:
+        super().__init__(hf_model)
+        self.capture = self.device.type == "cuda" if capture is None else capture
+        self._caches: dict[str, KVCache] = {}
+        self._inputs: dict[tuple[str, int], _Inputs] = {}
+        self._graphs: dict[tuple[_Key, int], _Graph] = {}
+        self._pool = torch.cuda.graph_pool_handle() if self.capture else None
+
+    @classmethod
+    def over_layers(cls, base: LlamaForward, layers: list) -> LlamaForward:
+        # A trained head's layer runs eagerly over its own caches: a plain forward.
+        return LlamaForward.over_layers(base, layers)
+
+    # ----------------------------------------------------------------- caches
+    def decode_cache(self, max_len: int, role: str = "target") -> KVCache:
+        """The static cache of `role` (one per role, reused by every generation),
+        emptied, holding at least `max_len` positions plus room for padded passes."""
+        need = max_len + BUCKETS[-1]
+        capacity = min(-(-need // CAPACITY_STEP) * CAPACITY_STEP, self.cos.shape[0])
+        cache = self._caches.get(role)
+        if cache is None or cache.max_len < min(need, self.cos.shape[0]) \
+                or cache.max_len < max_len:
+            self._drop(role)
+            with torch.inference_mode():
+                cache = self.new_cache(1, max(capacity, max_len))
+            self._caches[role] = cache
+        cache.length = 0
+        return cache
+
+    def _drop(self, role: str) -> None:
+        """Forget a role's cache, buffers and graphs (its cache is being replaced)."""
+        self._caches.pop(role, None)
+        self._inputs = {k: v for k, v in self._inputs.items() if k[0] != role}
+        self._graphs = {k: v for k, v in self._graphs.items() if k[0].role != role}
+
+    def _role(self, cache: KVCache) -> str | None:
+        for role, static in self._caches.items():
+            if static is cache:
+                return role
+        return None
+
+    # ------------------------------------------------------------- the passes
+    def forward(self, input_ids: torch.Tensor, cache: KVCache, *, start: int | None = None,
+                attn_skip: Collection[int] = (), mlp_skip: Collection[int] = (),
+                exit_layer: int | None = None, last_only: bool = False,
+                tree_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        key = self._key(input_ids, cache, start, attn_skip, mlp_skip, exit_layer, False)
+        if key is None:
+            return super().forward(input_ids, cache, start=start, attn_skip=attn_skip,
+                                   mlp_skip=mlp_skip, exit_layer=exit_layer,
+                                   last_only=last_only, tree_mask=tree_mask,
+                                   position_ids=position_ids)
+        logits = self._pass(key, input_ids, cache, start, tree_mask, position_ids)[0]
+        return logits[:, -1:] if last_only else logits
+
+    def forward_features(self, input_ids: torch.Tensor, cache: KVCache, *,
+                         start: int | None = None, last_only: bool = False,
+                         tree_mask: torch.Tensor | None = None,
+                         position_ids: torch.Tensor | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        key = self._key(input_ids, cache, start, (), (), None, True)
+        if key is None:
+            return super().forward_features(input_ids, cache, start=start,
+                                            last_only=last_only, tree_mask=tree_mask,
+                                            position_ids=position_ids)
+        logits, normed = self._pass(key, input_ids, cache, start, tree_mask, position_ids)
+        return (logits[:, -1:] if last_only else logits), normed
+
+    def _key(self, input_ids: torch.Tensor, cache: KVCache, start: int | None,
+             attn_skip: Collection[int], mlp_skip: Collection[int],
+             exit_layer: int | None, features: bool) -> _Key | None:
+        """The pass's graph key, or None when it runs eagerly (not a decode cache, a
+        batch, too many tokens, or too little room after `start` for the bucket)."""
+        role = self._role(cache)
+        size = bucket_for(input_ids.shape[1])
+        if role is None or size is None or input_ids.shape[0] != 1:
+            return None
+        begin = cache.length if start is None else start
+        if begin + size > cache.max_len:
+            return None
+        return _Key(role, frozenset(attn_skip), frozenset(mlp_skip), exit_layer, features)
+
+    def _pass(self, key: _Key, input_ids: torch.Tensor, cache: KVCache, start: int | None,
+              tree_mask: torch.Tensor | None, position_ids: torch.Tensor | None
+              ) -> tuple[torch.Tensor, ...]:
+        """Run the pass of `key` over `input_ids` [1, T]: logits [1, T, V] (and the
+        features [1, T, hidden] when the key asks for them)."""
+        tokens = input_ids.shape[1]
+        begin = cache.length if start is None else start
+        size = bucket_for(tokens)
+        assert size is not None
+        with torch.inference_mode():
+            if self.capture and (key, size) not in self._graphs:
+                self._capture_all(key, cache, begin)
+            inputs = self._fill(key.role, size, cache, input_ids, begin, tree_mask,
+                                position_ids)
+            cache.length = begin + tokens
+            if self.capture:
+                graph = self._graphs[(key, size)]
+                graph.graph.replay()
+                # The next replay overwrites the graph's outputs: the caller gets copies.
+                return tuple(out[:, :tokens].clone() for out in graph.outputs)
+            return tuple(out[:, :tokens] for out in self._body(key, cache, inputs))
+
+    def _buffers(self, role: str, size: int, cache: KVCache) -> _Inputs:
+        found = self._inputs.get((role, size))
+        if found is None:
+            device = self.device
+            found = _Inputs(
+                ids=torch.zeros((1, size), dtype=torch.long, device=device),
+                rotary=torch.zeros(size, dtype=torch.long, device=device),
+                slots=torch.zeros((1, size), dtype=torch.long, device=device),
+                mask=torch.zeros((1, 1, size, cache.max_len), dtype=torch.bool,
+                                 device=device))
+            self._inputs[(role, size)] = found
+        return found
+
+    def _fill(self, role: str, size: int, cache: KVCache, input_ids: torch.Tensor,
+              begin: int, tree_mask: torch.Tensor | None,
+              position_ids: torch.Tensor | None) -> _Inputs:
+        """Write one pass's inputs into the static buffers of (role, size)."""
+        inputs = self._buffers(role, size, cache)
+        tokens = input_ids.shape[1]
+        device = self.device
+        steps = torch.arange(size, device=device)
+        inputs.ids.zero_()
+        inputs.ids[:, :tokens] = input_ids
+        slots = begin + steps
+        inputs.slots[0] = slots
+        last_position = self.cos.shape[0] - 1
+        inputs.rotary.copy_(slots.clamp(max=last_position))
+        if position_ids is not None:
+            inputs.rotary[:tokens] = position_ids.to(device)
+        # Causal for every row (padding rows too: they must attend to something).
+        columns = torch.arange(cache.max_len, device=device)
+        torch.le(columns[None, :], slots[:, None], out=inputs.mask[0, 0])
+        if tree_mask is not None:
+            visible = begin + tokens - tree_mask.shape[1]
+            if tree_mask.shape[0] != tokens or visible < 0:
+                raise ValueError(f"tree_mask {tuple(tree_mask.shape)} does not fit {tokens} "
+                                 f"new tokens after {begin} cache positions")
+            inputs.mask[0, 0, :tokens, visible:begin + tokens] = tree_mask.to(
+                device=device, dtype=torch.bool)
+        return inputs
+
+    def _body(self, key: _Key, cache: KVCache, inputs: _Inputs) -> tuple[torch.Tensor, ...]:
+        """The fixed-shape pass itself (what a graph captures): logits [1, Tb, V] and,
+        for a features key, the final-normed hidden states [1, Tb, hidden]."""
+        cos = self.cos[inputs.rotary][None, None]                  # [1, 1, Tb, D]
+        sin = self.sin[inputs.rotary][None, None]
+        step = Step(torch.nn.functional.embedding(inputs.ids, self.embed), cache, 0, cos,
+                    sin, inputs.mask, False, positions=inputs.slots, end=cache.max_len)
+        last = self.n_layers if key.exit_layer is None else key.exit_layer
+        self.run_layers(step, 0, last, key.attn_skip, key.mlp_skip)
+        normed = self._rms(step.hidden, self.final_norm)
+        logits = self.head_logits(normed)
+        return (logits, normed) if key.features else (logits,)
+
+    def _capture_all(self, key: _Key, cache: KVCache, begin: int) -> None:
+        """Capture `key`'s pass for every bucket that fits after `begin`.
+
+        The warm-up runs before each capture write keys/values at positions from
+        `begin` on: the positions this call writes anyway, or scratch past them.
+        """
+        for size in BUCKETS:
+            if (key, size) in self._graphs or begin + size > cache.max_len:
+                continue
+            inputs = self._fill(key.role, size, cache, torch.zeros(
+                (1, size), dtype=torch.long, device=self.device), begin, None, None)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):   # kernel selection and allocator growth, uncaptured
+                    self._body(key, cache, inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                outputs = self._body(key, cache, inputs)
+            self._graphs[(key, size)] = _Graph(graph, outputs)

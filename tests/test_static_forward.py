@@ -1,0 +1,145 @@
+"""The static forward (fixed-shape passes over a reused decode cache: what CUDA graphs
+replay on a GPU), run eagerly on the CPU: the same logits as the eager forward for every
+kind of pass, and every method's greedy output token-identical to AR (float32)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from tiny import CPU, llama_model, one_thread, tiny_loaded  # noqa: F401 (autouse)
+
+from autotune.common.errors import AutotuneError
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.decoder import SpeculativeDecoder
+from autotune.models.loading import LoadedModel, load_model
+from autotune.models.static_forward import BUCKETS, StaticLlamaForward, bucket_for
+
+
+def static_loaded(seed: int, layers: int, name: str) -> LoadedModel:
+    """A tiny Llama decoded through the static forward, not captured (CPU)."""
+    hf = llama_model(seed=seed, layers=layers, vocab=64, scale=2.0)
+    loaded = tiny_loaded(hf, name)
+    loaded.forward = StaticLlamaForward(hf, capture=False)
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, LoadedModel]:
+    return {"eager": tiny_loaded(llama_model(seed=1, layers=4, vocab=64, scale=2.0)),
+            "static": static_loaded(1, 4, "static"),
+            "draft": static_loaded(2, 2, "draft")}
+
+
+def _prefilled(forward, cache_maker, prompt: list[int]):
+    cache = cache_maker()
+    forward.forward(torch.tensor([prompt]), cache)
+    return cache
+
+
+def test_buckets():
+    assert [bucket_for(n) for n in (1, 2, 3, 5, 9, 65, 128)] == [1, 2, 4, 8, 16, 128, 128]
+    assert bucket_for(BUCKETS[-1] + 1) is None
+
+
+@pytest.mark.parametrize("pass_kind", ["chain", "one", "skip", "exit", "tree", "features"])
+def test_every_pass_gives_the_eager_logits(models, pass_kind):
+    eager, static = models["eager"].forward, models["static"].forward
+    prompt = [3, 7, 1, 9, 4, 4, 2, 8, 5, 6]
+    e_cache = _prefilled(eager, lambda: eager.new_cache(1, 64), prompt)
+    s_cache = _prefilled(static, lambda: static.decode_cache(64), prompt)
+    new = torch.tensor([[5, 1, 2]])
+    kwargs: dict = dict(start=len(prompt))
+    if pass_kind == "one":
+        new = new[:, :1]
+        kwargs["last_only"] = True
+    elif pass_kind == "skip":
+        kwargs.update(attn_skip=(1,), mlp_skip=(2, 3))
+    elif pass_kind == "exit":
+        kwargs.update(exit_layer=2)
+    elif pass_kind == "tree":
+        # Node 0 the root's child; nodes 1 and 2 siblings under node 0 (same depth).
+        kwargs.update(tree_mask=torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool),
+                      position_ids=torch.tensor([10, 11, 11]))
+    if pass_kind == "features":
+        want, want_features = eager.forward_features(new, e_cache, **kwargs)
+        got, got_features = static.forward_features(new, s_cache, **kwargs)
+        torch.testing.assert_close(got_features, want_features, rtol=1e-5, atol=1e-5)
+    else:
+        want = eager.forward(new, e_cache, **kwargs)
+        got = static.forward(new, s_cache, **kwargs)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert s_cache.length == e_cache.length == len(prompt) + new.shape[1]
+    if pass_kind != "skip":       # a skipped sublayer leaves its layer's scratch alone
+        end = s_cache.length
+        ran = 2 if pass_kind == "exit" else 4    # layers past an exit are not written
+        torch.testing.assert_close(s_cache.k[:ran, :, :, :end], e_cache.k[:ran, :, :, :end],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_the_decode_cache_is_reused_per_role_and_grown_when_short(models):
+    static = models["static"].forward
+    first = static.decode_cache(20)
+    first.length = 7
+    again = static.decode_cache(30)
+    assert again is first and again.length == 0     # emptied, same storage
+    draft = static.decode_cache(20, role="draft")
+    assert draft is not first
+    assert static.decode_cache(200).max_len >= 200   # the model's 256 positions cap it
+    with pytest.raises(AutotuneError):
+        static.decode_cache(300)                     # more than the model has
+
+
+def test_a_cache_that_is_not_a_decode_cache_runs_eagerly(models):
+    eager, static = models["eager"].forward, models["static"].forward
+    prompt = torch.tensor([[3, 7, 1, 9]])
+    want = eager.forward(prompt, eager.new_cache(1, 8))
+    got = static.forward(prompt, static.new_cache(1, 8))     # too short for any bucket pad
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+METHODS = {
+    "ngram": dict(method="ngram", k=4, ngram_min=1, ngram_max=3),
+    "layer_skip": dict(method="layer_skip", attn_skip=(1,), mlp_skip=(2,), k=3),
+    "layer_skip_adaptive": dict(method="layer_skip", attn_skip=(1,), mlp_skip=(2,), k=6,
+                                exit_policy="adaptive", gamma=0.5),
+    "sorted_exit": dict(method="sorted_exit", exits=(1, 2, 4), thresholds=(0.3, 0.2), k=4),
+    "draft_model": dict(method="draft_model", k=4),
+    "draft_tree": dict(method="draft_model", tree_width=2, tree_depth=3, tree_tokens=6),
+    "layer_skip_tree": dict(method="layer_skip", attn_skip=(1,), mlp_skip=(2,),
+                            tree_width=3, tree_depth=4, tree_tokens=16),
+}
+PROMPTS = [[1, 5, 9, 3, 5, 9, 3, 7], [2, 4, 6, 8, 10, 12], [7] * 5 + [1, 2, 3]]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_greedy_output_through_the_static_forward_is_ar_token_for_token(models, method):
+    """Speculative decoding over the static forward (target and draft) equals greedy AR
+    over the eager forward, for budgets that cut drafts short."""
+    config = DecodeConfig(**METHODS[method])
+    ar = SpeculativeDecoder(models["eager"], DecodeConfig())
+    spec = SpeculativeDecoder(models["static"], config,
+                              models["draft"] if config.method == "draft_model" else None)
+    static_ar = SpeculativeDecoder(models["static"], DecodeConfig())
+    accepted = 0
+    for prompt in PROMPTS:
+        for max_new in (1, 7, 40):
+            expected = ar.generate(prompt, max_new, time.perf_counter).tokens
+            assert static_ar.generate(prompt, max_new, time.perf_counter).tokens == expected
+            out = spec.generate(prompt, max_new, time.perf_counter)
+            assert out.tokens == expected, (prompt, max_new)
+            accepted += sum(r.accepted for r in out.rounds)
+    assert accepted > 0                               # it did speculate
+
+
+def test_graphs_need_cuda():
+    with pytest.raises(AutotuneError, match="CUDA graphs need --device cuda"):
+        load_model("/nonexistent-model-folder-for-this-test", "cpu", cuda_graphs=True)
+
+
+def test_capture_is_off_on_the_cpu(models):
+    assert models["static"].forward.capture is False
+    assert StaticLlamaForward(llama_model(seed=3, layers=1), capture=None).capture is (
+        CPU.type == "cuda")
