@@ -195,7 +195,9 @@ def _layer_parts(model: "LoadedModel", clock: Callable[[], float], context: int 
     n = forward.n_layers
     ids = torch.randint(forward.vocab_size, (1, context + 1),
                         generator=torch.Generator().manual_seed(0)).to(model.device)
-    cache = forward.new_cache(1, context + 1)
+    # The decode cache: on the static forward its passes are the captured ones the
+    # decoder's draft passes replay.
+    cache = forward.decode_cache(context + 1)
     with torch.inference_mode():
         forward.forward(ids[:, :context], cache)
         every = range(n)
