@@ -186,3 +186,44 @@ def test_a_broken_verifier_is_caught_in_bf16(target, draft, monkeypatch) -> None
     assert summary["lossless"] is True and summary["mismatched_prompts"] == []
     assert summary["divergences"]["real"] == 0
     assert sum(summary["divergences"].values()) == len(PROMPTS)
+
+
+def test_batched_rows_record_and_judge_in_bf16(target) -> None:
+    """The batched decoder records each row's numerics as the single-row one does, and
+    its summary judges each row against its batched-AR row."""
+    from autotune.measure.batched import measure_batched
+    prompts = PROMPTS + [Prompt("t3 t4 t3 t4", "chat", "p3")]
+    result = measure_batched(target, DecodeConfig(method="ngram", k=3, ngram_min=1,
+                                                  ngram_max=2), prompts, 2, MAX_NEW)
+    rows = [g for run in result.runs for g in run.candidate.rows]
+    assert all(g.numerics is not None and len(g.numerics) == len(g.tokens)
+               and g.numerics.argmax_violations == 0 for g in rows)
+    summary = result.summary()
+    assert summary["lossless"] is True and summary["lossless_tier"] == "near-tie (bfloat16)"
+    assert sum(summary["divergences"].values()) == len(prompts)
+
+
+def test_trial_metrics_keep_the_near_tie_counts_where_they_apply() -> None:
+    from autotune.search.study import _scalar_metrics
+    counts = {"exact": 5, "near_tie": 2, "real": 0}
+    kept = _scalar_metrics({"lossless": True, "lossless_tier": "near-tie (bfloat16)",
+                            "divergences": counts, "near_tie_prompts": ["a", "b"]})
+    assert kept["near_ties"] == 2 and kept["real_divergences"] == 0
+    assert kept["near_tie_prompts"] == ["a", "b"] and "divergences" not in kept
+    exact = _scalar_metrics({"lossless": True, "lossless_tier": "exact",
+                             "divergences": {"exact": 7, "near_tie": 0, "real": 0}})
+    assert "near_ties" not in exact
+
+
+def test_measure_text_names_the_tier_and_the_near_tie_prompts() -> None:
+    from autotune.cli.measure import format_summary
+    text = format_summary({"config": {"method": "ngram"}, "lossless": True,
+                           "lossless_tier": "near-tie (bfloat16)", "mismatched_prompts": [],
+                           "near_tie_prompts": ["a", "c"],
+                           "divergences": {"exact": 3, "near_tie": 2, "real": 0},
+                           "by_category": {}})
+    import re
+    values = dict(re.split(r"\s{2,}", row, maxsplit=1) for row in text.splitlines() if row)
+    assert values["lossless_tier"] == "near-tie (bfloat16)"
+    assert values["divergences"] == "exact 3, near_tie 2, real 0"
+    assert values["near_tie_prompts"] == "a, c" and "mismatched_prompts" not in values
