@@ -51,10 +51,10 @@ VLLM_SCHEDULE_FIELD = "num_speculative_tokens_per_batch_size"
 VLLM_SCHEDULE_V1_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
 
 # ---------------------------------------------------------------- SGLang
-# python/sglang/srt/arg_groups/fields/spec.py @ 015c872628e328b530880bcf95ae91222604b225:
-# ServerArgs' 40 speculative fields (docs/engines/sglang.md). The eight
-# speculative_ngram_* fields were read again in the sglang 0.5.23 wheel (the same file,
-# L252-286): unchanged, and the ones method sglang_ngram exports.
+# python/sglang/srt/arg_groups/fields/spec.py in the sglang 0.5.23 wheel (PyPI): class
+# Spec's 39 speculative_* fields, L31-280 in declaration order (docs/engines/sglang.md).
+# First read @ 015c872628e328b530880bcf95ae91222604b225, which also had
+# speculative_skip_dp_mlp_sync: gone in 0.5.23 (SGLANG_GONE below).
 SGLANG_SPECULATIVE_FIELDS = (
     "speculative_algorithm", "speculative_draft_model_path",
     "speculative_boundary_reduction", "speculative_draft_model_revision",
@@ -70,7 +70,7 @@ SGLANG_SPECULATIVE_FIELDS = (
     "speculative_draft_kv_cache_dtype", "speculative_draft_window_size",
     "speculative_draft_sink_size", "speculative_moe_runner_backend",
     "speculative_moe_a2a_backend", "speculative_enable_w4a4_mxfp4_megamoe",
-    "speculative_draft_model_quantization", "speculative_skip_dp_mlp_sync",
+    "speculative_draft_model_quantization",
     "speculative_adaptive", "speculative_adaptive_config",
     "speculative_ngram_min_bfs_breadth", "speculative_ngram_max_bfs_breadth",
     "speculative_ngram_match_type", "speculative_ngram_max_trie_depth",
@@ -91,10 +91,18 @@ SGLANG_FLAGS = tuple(name.replace("_", "-") for name in SGLANG_FIELDS
 # NGRAM, DFLASH, DSPARK, UNO".
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK",
                      "UNO")
-# Gone since PR #21225 / the retirement of Spec V1 (#27964): never to be written.
+# Gone since PR #21225 / the retirement of Spec V1 (#27964), and
+# speculative_skip_dp_mlp_sync (absent from the 0.5.23 wheel): never to be written.
 SGLANG_GONE = ("speculative_ngram_min_match_window_size",
                "speculative_ngram_max_match_window_size",
-               "speculative_ngram_branch_length", "SGLANG_ENABLE_SPEC_V2")
+               "speculative_ngram_branch_length", "SGLANG_ENABLE_SPEC_V2",
+               "speculative_skip_dp_mlp_sync")
+# Per-batch-size steps (sglang 0.5.23): the two fields an EAGLE chain's schedule writes,
+# speculative_adaptive a store_true flag (arg_groups/arg_utils.py L393-399), its config a
+# JSON file of {"<batch size>": {"candidate_steps": [...]}} (speculative/
+# adaptive_spec_params.py L116-130), run for these algorithms only (L61-65).
+SGLANG_SCHEDULE_FIELDS = ("speculative_adaptive", "speculative_adaptive_config")
+SGLANG_ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
 
 # ---------------------------------------------------------------- TensorRT-LLM
 # tensorrt_llm/llmapi/llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412
@@ -111,16 +119,24 @@ TRTLLM_ALIASES = ("speculative_model_dir",)
 TRTLLM_DRAFT_TARGET = ("decoding_type",) + TRTLLM_DECODING_BASE          # "Draft_Target"
 TRTLLM_NGRAM = ("decoding_type", "max_matching_ngram_size", "is_keep_all",
                 "is_use_oldest", "is_public_pool") + TRTLLM_DECODING_BASE  # "NGram"
-# SADecodingConfig (llm_args.py as the code index holds it, file 55143598664, commit not
-# given): its own fields on top of the base.
+# SADecodingConfig, llm_args.py @ 00043967 as the base above: its own fields on top of
+# the base. (First read in a copy without a commit, code-index file 55143598664, whose
+# base still had acceptance_window/acceptance_length_threshold, renamed
+# acceptance_rate_window_size/acceptance_rate_threshold by PR #12905.)
 TRTLLM_SA = ("decoding_type", "max_matching_ngram_size", "enable_global_pool",
              "global_pool_size") + TRTLLM_DECODING_BASE                    # "SA"
 TRTLLM_DECODING_TYPES = {"Draft_Target": TRTLLM_DRAFT_TARGET, "NGram": TRTLLM_NGRAM,
                          "SA": TRTLLM_SA}
 # BaseLlmArgs' field that holds the union above (the YAML's top-level key).
 TRTLLM_LLM_ARGS = ("speculative_config",)
-# Names of older releases, absent from llm_args.py @ 00043967.
+# Names of older releases, absent from llm_args.py @ 00043967 (PR #12905 renamed them).
 TRTLLM_GONE = ("acceptance_window", "acceptance_length_threshold")
+# The commit every TensorRT-LLM list above was read at (one version, not a mix).
+TRTLLM_LLM_ARGS_COMMIT = "0004396720054fd8e205cbf616f21f0b57c6b412"
+# interface.py @ 00b6d5a25c30b4382d24fbdf52956d601b3ffd24 support_dynamic_draft_len():
+# the decoding types autotune writes whose worker reads draft_len_schedule one-model
+# (is_draft_target_one_model, is_sa; PR #12262) or, NGram, through its own Drafter.
+TRTLLM_SCHEDULE_TYPES = ("Draft_Target", "NGram", "SA")
 # Per-batch-size K, llm_args.py @ 00043967: DecodingBaseConfig.draft_len_schedule
 # ({batch size: draft length}, the smallest key carrying max_draft_len) and the field
 # validate_max_concurrency_and_draft_len_schedule_mutually_exclusive refuses beside it.

@@ -1,7 +1,7 @@
 """Per-batch-size K (a frozen config's `schedule`) in the engine exports.
 
 vLLM gets num_speculative_tokens_per_batch_size, TensorRT-LLM draft_len_schedule, SGLang
-a loss; a schedule that never speculates is refused; a malformed one is one error line.
+speculative_adaptive_config for EAGLE chains and a loss otherwise; a schedule that never speculates is refused; a malformed one is one error line.
 Each engine's lookup is re-implemented here from the source the module docstrings cite,
 so the files are checked for what the engine will run at every tuned batch size, not
 only for their text.
@@ -251,11 +251,13 @@ def test_sglang_drops_the_schedule_as_a_named_loss() -> None:
     del plain["schedule"]
     assert result.files == export(plain, "sglang").files
     assert result.dropped == [
-        "schedule: SGLang has no fixed draft length per batch size (its adaptive mode "
-        "picks among at least two step counts from the observed acceptance, for "
-        "EAGLE/EAGLE3 only); the per-batch-size schedule (1: K=4, 2-3: K=3, 4-8: K=0) is "
-        "dropped and the batch-1 config (k=4) runs at every batch size; at batch sizes "
-        "4-8 it measured no speculation faster, yet SGLang will speculate there"]
+        # sglang 0.5.23 adaptive_spec_params.py L61-65: adaptive is EAGLE/EAGLE3 only;
+        # arg_groups/speculative_hook.py L1374-1390: otherwise a warning, fixed steps.
+        "schedule: SGLang runs per-batch-size steps (speculative-adaptive) for "
+        "EAGLE/EAGLE3 only; for NGRAM it warns and falls back to fixed steps; the "
+        "per-batch-size schedule (1: K=4, 2-3: K=3, 4-8: K=0) is dropped and the batch-1 "
+        "config (k=4) runs at every batch size; at batch sizes 4-8 it measured no "
+        "speculation faster, yet SGLang will speculate there"]
 
 
 # --------------------------------------------------------------------- never speculate

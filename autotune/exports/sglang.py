@@ -46,20 +46,16 @@ approximation of SGLang: measured under `--target sglang` the engine's approxima
 says so (and ngram_max is not a loss: it sets the trie depth); measured otherwise,
 ngram_max is a loss. ngram_min > 1 is always a loss (the trie matches down to one token).
 
-Per-batch-size K (a frozen config's `schedule`): SGLang cannot run a fixed K per batch
-size. Its speculative fields (spec.py @ 015c872628e328b530880bcf95ae91222604b225, the
-list pinned in tests/engine_fields.py) set one `speculative_num_steps` /
-`speculative_num_draft_tokens` for every batch; the only batch-dependent mechanism is
-`speculative_adaptive` (+ `speculative_adaptive_config`), and in
-python/sglang/srt/speculative/adaptive_spec_params.py @
-13d3f642a06f4f41e2927772b8d81548803c85c3 it picks the step count at run time from the
-accept-length EMA among `candidate_steps` ("must have at least 2 distinct values"), never
-0, and `adaptive_unsupported_reason` allows only EAGLE/EAGLE3 with topk 1, not
-STANDALONE or NGRAM (PR sgl-project/sglang#24055, merged, keys those candidates by
-batch-size range, still chosen from acceptance; #23519, adaptive for STANDALONE, is open
-in the stored thread). So a schedule is a loss: SGLang gets the batch-1 config (params,
-its own k) at every batch size, the same file as without a schedule, and the loss line
-names the measured K it drops, K = 0 ranges included (where SGLang still speculates).
+Per-batch-size K (a frozen config's `schedule`), read in the sglang 0.5.23 wheel:
+`speculative_adaptive` + `speculative_adaptive_config` (a JSON file keyed by batch size)
+give each batch size its own step count (speculative/adaptive_spec_params.py L116-130:
+one value allowed, 0 allowed; L166-169, L213-227: a single candidate never moves;
+L342-358: a batch size is padded up to a CUDA-graph size, then takes the largest key at
+or below it). Only EAGLE/EAGLE3 with topk 1 run it (L56-100); for STANDALONE and NGRAM
+SGLang warns and falls back to fixed params (arg_groups/speculative_hook.py L1374-1390).
+So an EAGLE chain's schedule is written as `sglang/adaptive.json` (each range's first
+batch size -> its K); anything else is a loss (the batch-1 config everywhere). K = 0 is
+not plain decoding there (eagle_worker_v2.py L1469-1506): a loss, named.
 """
 
 from __future__ import annotations
@@ -74,20 +70,25 @@ from autotune.exports._common import (
     STATIC_TREE_NOTE,
     Loss,
     Source,
+    dump_json,
     engine_methods,
     fenced,
     fixed_k_policy_loss,
     method_loss,
     request_parameters,
     rules_loss,
+    schedule_paragraph,
 )
 from autotune.exports.heads import SGLANG_DIR
+from autotune.frozen.schedule import Schedule
 
 NAME = "sglang"
 ENGINE = "SGLang"
 RULES = "sglang"
 FILE = "sglang/sglang.yaml"
 SHELL = "sglang/sglang.sh"
+# `speculative-adaptive-config` (a path; adaptive_spec_params.py L110-112 json.load).
+ADAPTIVE_FILE = "sglang/adaptive.json"
 # SGLang's speculative algorithms autotune measures: STANDALONE (a separate draft model),
 # NGRAM.
 # EAGLE: a trained EAGLE-1 head (train-draft's `sglang/` checkpoint); SGLang has no
@@ -140,20 +141,67 @@ def check(src: Source) -> list[Loss]:
     return [loss for loss in losses if loss is not None]
 
 
+def runs_schedule(src: Source) -> bool:
+    """SGLang runs this config's schedule: an EAGLE chain (adaptive wants EAGLE/EAGLE3
+    with topk 1, adaptive_spec_params.py L61-79)."""
+    return (src.schedule is not None and src.cfg.method == "eagle"
+            and _tree_shape(src.shape)[1] == 1)
+
+
 def schedule_loss(src: Source) -> Loss | None:
-    """SGLang runs one K at every batch size: the schedule is dropped (module docstring)."""
+    """What SGLang does not run of the schedule (module docstring)."""
     schedule = src.schedule
     if schedule is None:
         return None
     off = [r.span() for r in schedule.ranges if r.k == 0]
+    if runs_schedule(src):
+        if not off:
+            return None
+        # eagle_worker_v2.py L1469-1506: steps 0 still verifies a one-token pass and
+        # runs the draft's extend pass (unless SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND).
+        return Loss("schedule K=0", (),
+                    f"SGLang's step count 0 (batch sizes {', '.join(off)}) is not plain "
+                    "decoding: it still runs a one-token verify pass and the EAGLE head's "
+                    "draft-extend pass every step, so those ranges run slower than the "
+                    "measured no-speculation figure; written as tuned")
     where = (f"; at batch sizes {', '.join(off)} it measured no speculation faster, yet "
              "SGLang will speculate there" if off else "")
+    if src.cfg.method == "eagle":
+        why = (f"SGLang runs per-batch-size steps (speculative-adaptive) for EAGLE only "
+               f"with topk 1, and this tree has topk {_tree_shape(src.shape)[1]}")
+    else:
+        algorithm = "STANDALONE" if src.cfg.method == "draft_model" else "NGRAM"
+        why = ("SGLang runs per-batch-size steps (speculative-adaptive) for EAGLE/EAGLE3 "
+               f"only; for {algorithm} it warns and falls back to fixed steps")
     return Loss("schedule", (),
-                "SGLang has no fixed draft length per batch size (its adaptive mode picks "
-                "among at least two step counts from the observed acceptance, for "
-                "EAGLE/EAGLE3 only); the per-batch-size schedule "
-                f"({schedule.describe()}) is dropped and the batch-1 config (k={src.cfg.k}) "
-                f"runs at every batch size{where}")
+                f"{why}; the per-batch-size schedule ({schedule.describe()}) is dropped "
+                f"and the batch-1 config (k={src.cfg.k}) runs at every batch size{where}")
+
+
+def adaptive_config(schedule: Schedule) -> dict[str, dict[str, list[int]]]:
+    """`speculative_adaptive_config`: each range's first batch size -> its one step
+    count. A slot serves the batch sizes from its key up to the next key
+    (adaptive_spec_params.py L356-358), so range starts are the keys."""
+    return {str(r.start): {"candidate_steps": [r.k]} for r in schedule.ranges}
+
+
+# SGLang's default decode CUDA-graph sizes with speculation on, before they are cut at
+# the server's largest graph size (arg_groups/cuda_graph_hook.py L518-525, 0.5.23).
+SPEC_GRAPH_SIZES = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4))
+                    + list(range(72, 257, 8)) + list(range(272, 1025, 16)))
+
+
+def padded_steps(schedule: Schedule, graph_sizes: list[int]) -> dict[int, int]:
+    """The step count SGLang runs at each batch size 1..largest: padded up to a graph
+    size (none above the largest: kept), then the largest key at or below it
+    (adaptive_spec_params.py L342-358)."""
+    keys = [r.start for r in schedule.ranges]
+    steps = {r.start: r.k for r in schedule.ranges}
+    out: dict[int, int] = {}
+    for b in range(1, schedule.largest + 1):
+        padded = next((g for g in sorted(graph_sizes) if g >= b), b)
+        out[b] = steps[max([k for k in keys if k <= padded], default=keys[0])]
+    return out
 
 
 def _static_tree_shape(shape: DraftShape) -> tuple[int, int, int]:
@@ -191,6 +239,15 @@ def server_args(src: Source) -> dict[str, Any]:
             # The verify pass: the root (last verified token) plus the kept tree nodes.
             "speculative_num_draft_tokens": nodes + 1,
         })
+        if runs_schedule(src):
+            assert src.schedule is not None
+            # The start step must be a candidate (speculative_hook.py L1416-1421); the
+            # largest sizes the buffers, and each batch switches to its slot first
+            # (eagle_worker_v2.py L1445). num_draft_tokens = steps + 1 (L1423-1427).
+            args.update({"speculative_num_steps": src.schedule.max_k,
+                         "speculative_num_draft_tokens": src.schedule.max_k + 1,
+                         "speculative_adaptive": True,
+                         "speculative_adaptive_config": ADAPTIVE_FILE})
     elif cfg.method == "sglang_ngram":
         # SGLang's trie as measured: k tree nodes plus the root per verify pass.
         args.update({"speculative_algorithm": "NGRAM",
@@ -237,17 +294,72 @@ def command_line(args: dict[str, Any]) -> str:
     """`python -m sglang.launch_server --model-path ... --speculative-...`, shell-quoted."""
     words = ["python", "-m", "sglang.launch_server"]
     for key, value in args.items():
-        words += ["--" + flag(key), str(value)]
+        # A bool field is a store_true flag (arg_groups/arg_utils.py L393-399): bare.
+        words += ["--" + flag(key)] if value is True else ["--" + flag(key), str(value)]
     return " ".join(shlex.quote(word) for word in words)
 
 
 def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
     args = server_args(src)
     text = yaml.safe_dump(config_yaml(args), sort_keys=False)
-    return {FILE: text, SHELL: command_line(args) + "\n"}
+    files = {FILE: text, SHELL: command_line(args) + "\n"}
+    if runs_schedule(src):
+        assert src.schedule is not None
+        files[ADAPTIVE_FILE] = dump_json(adaptive_config(src.schedule))
+    return files
 
 
 def launch(src: Source, files: dict[str, str]) -> str:
+    notes = [note for note in (_schedule_text(src), _start_conditions(src)) if note]
     return (fenced(f"python -m sglang.launch_server --config {shlex.quote(FILE)}", "sh")
             + "\nor, the same as flags (`" + SHELL + "`):\n\n"
-            + fenced(files[SHELL], "sh") + "\n" + request_parameters(src.cfg) + "\n")
+            + fenced(files[SHELL], "sh") + "\n"
+            + "".join(note + "\n" for note in notes)
+            + request_parameters(src.cfg) + "\n")
+
+
+def _start_conditions(src: Source) -> str:
+    """What SGLang 0.5.23 checks at start-up for this config
+    (arg_groups/speculative_hook.py)."""
+    args = server_args(src)
+    if args["speculative_algorithm"] == "NGRAM":
+        # L1312: NGRAM's topk is max_bfs_breadth; L1356-1366 refuse topk > 1 with
+        # page_size > 1 off flashinfer; L1294-1302 cap max_running_requests.
+        breadth = args["speculative_ngram_max_bfs_breadth"]
+        tree = (f"With speculative-ngram-max-bfs-breadth {breadth} (> 1) SGLang sets topk "
+                f"to {breadth} and refuses to start when `--page-size` > 1 unless "
+                "`--attention-backend flashinfer`. " if breadth > 1 else "")
+        return (tree + "NGRAM caps `--max-running-requests` at 48 when it is unset: set "
+                "it to serve more requests at once.\n")
+    if args["speculative_eagle_topk"] > 1:
+        # L1268-1282: EAGLE/STANDALONE trees with page_size > 1.
+        return ("With speculative-eagle-topk > 1 SGLang refuses to start when "
+                "`--page-size` > 1 unless the attention backend is flashinfer, fa3 or "
+                "triton.\n")
+    return ""
+
+
+def _schedule_text(src: Source) -> str:
+    """The launch.md paragraph of a schedule SGLang runs (EAGLE chains only)."""
+    if not runs_schedule(src):
+        return ""
+    schedule = src.schedule
+    assert schedule is not None
+    text = schedule_paragraph(
+        schedule,
+        f"`speculative-adaptive` with `{ADAPTIVE_FILE}` (one step count per range, keyed "
+        "by its first batch size), started at the largest K",
+        f"SGLang keeps the last range's K={schedule.ranges[-1].k}")
+    wanted = {b: r.k for r in schedule.ranges for b in range(r.start, r.end + 1)}
+    runs = padded_steps(schedule, SPEC_GRAPH_SIZES)
+    moved = [b for b in wanted if runs[b] != wanted[b]]
+    if moved:
+        text += ("\nSGLang pads a batch size up to a CUDA-graph size before choosing its "
+                 "step count: with the default speculative graph sizes, batch "
+                 f"size{'s' if len(moved) > 1 else ''} {', '.join(map(str, moved))} "
+                 "run the next range's K. Add every range's "
+                 "last batch size to `--cuda-graph-bs-decode` to run the schedule "
+                 "exactly.\n")
+    return (text + "\nSGLang turns adaptive off (a warning, then "
+            f"speculative-num-steps={schedule.max_k} at every batch size) under attention data parallelism, "
+            "multi-layer EAGLE, two-batch overlap or PD multiplexing.\n")

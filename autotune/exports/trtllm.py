@@ -18,10 +18,9 @@ stored commit):
 - tensorrt_llm/_torch/speculative/ngram.py @ 0249976575050d2c624a5f285683c66de311a3b7:
   n-gram sizes from max_matching_ngram_size down to 1, the first hit wins, and
   `pool[pattern][0 if self.is_use_oldest else -1]`. autotune writes `is_keep_all: true`,
-  `is_use_oldest: true` and `is_public_pool: false`: the per-request pool that the
-  `trtllm` engine rule reproduces (autotune/methods/ngram/drafter.py MatchPool; the
-  public pool is shared by all requests and never pruned, which no single-request
-  measurement could reproduce).
+  `is_use_oldest: true` and the pool measured: `is_public_pool` false for the
+  per-request pool, true for the pool shared by every request (`ngram_pool`, measured
+  as the arm's cross-request state; docs/engines/trtllm.md).
 - tensorrt_llm/_torch/speculative/interface.py @ 00b6d5a25c30b4382d24fbdf52956d601b3ffd24
   and sampler/two_model_spec_dec.py @ 00be09f78ecf0691f2b8e15dea518d1d6468679e: the draft
   model drafts its argmax and a sampled target accepts a draft only while it equals the
@@ -50,7 +49,9 @@ Per-batch-size K (a frozen config's `schedule`), read in NVIDIA/TensorRT-LLM:
   (`_draft_target_one_model = PrivateAttr(True)`); NGram is the two-model NGramDrafter.
 - tensorrt_llm/_torch/speculative/interface.py @
   00b6d5a25c30b4382d24fbdf52956d601b3ffd24: `support_dynamic_draft_len()` includes
-  `is_draft_target_one_model()` (not NGram, whose drafter has its own lookup, next).
+  `is_draft_target_one_model()` and `is_sa()` (PR #12262, merged March 2026), and
+  `use_one_engine()` includes `is_sa()`: SA reads the schedule on the one-model path
+  (not NGram, whose drafter has its own lookup, next).
 - One-model path: tensorrt_llm/_torch/speculative/utils.py @
   011d0933dcb5e592f5fa2626beaf42a96324c578 `get_draft_len_for_batch_size`: bisect_left,
   "the first key >= batch_size", above the largest key `min_draft_len`, every value
@@ -129,13 +130,8 @@ def check(src: Source) -> list[Loss]:
         losses.append(Loss(f"ngram_min={cfg.ngram_min}", (),
                            "TensorRT-LLM tries n-gram sizes from max_matching_ngram_size "
                            "down to 1; exported without a minimum"))
-    if cfg.method == "sa" and src.schedule is not None:
-        losses.append(Loss("schedule", (),
-                           "TensorRT-LLM's draft_len_schedule was not read for the SA "
-                           "drafter (its worker drafts max_draft_len every step); the "
-                           f"batch-1 max_draft_len={cfg.k} runs at every batch size"))
-    else:
-        losses.append(schedule_loss(src))
+    # SA reads draft_len_schedule one-model, as Draft_Target does (module docstring).
+    losses.append(schedule_loss(src))
     losses.append(rules_loss(src, RULES))
     return [loss for loss in losses if loss is not None]
 
@@ -180,7 +176,7 @@ def speculative_config(src: Source) -> dict[str, Any]:
                 "speculative_model": src.draft}
     elif cfg.method == "sa":
         # Each request's own automaton (no global pool), as measured.
-        return {"decoding_type": "SA", "max_draft_len": cfg.k,
+        spec = {"decoding_type": "SA", "max_draft_len": cfg.k,
                 "max_matching_ngram_size": cfg.sa_max_matching_ngram_size,
                 "enable_global_pool": False}
     else:
@@ -218,9 +214,10 @@ def _schedule_text(src: Source) -> str:
     schedule = src.schedule
     assert schedule is not None
     last = schedule.ranges[-1].k
-    if src.cfg.method == "draft_model":
+    if src.cfg.method in ("draft_model", "sa"):
         off = any(r.k == 0 for r in schedule.ranges)
-        beyond = ("one-model Draft_Target drops to its implicit draft length above the "
+        mode = "Draft_Target" if src.cfg.method == "draft_model" else "SA"
+        beyond = (f"one-model {mode} drops to its implicit draft length above the "
                   "largest key: 0 (no speculation), or 1 in builds that floor one-model "
                   "draft lengths at min_runtime_draft_len (PR #16888)"
                   + (", which also run the K=0 ranges at K=1" if off else ""))

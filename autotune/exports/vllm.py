@@ -235,9 +235,14 @@ def launch(src: Source, files: dict[str, str]) -> str:
 def _runner_text(src: Source) -> str:
     """Which of vLLM's model runners drafts as measured."""
     if src.cfg.method == "suffix":
+        # arctic-inference 0.3.0 sdist: utils.py L22 VLLM_PATCH_VERSION = "0.26.0";
+        # vllm/plugin.py L28-29 returns while ARCTIC_INFERENCE_ENABLED is unset,
+        # L41-51 raise on another vLLM, L55 forces VLLM_USE_V2_MODEL_RUNNER=0.
         return ("vLLM runs suffix decoding on Model Runner V1 (V2 does not run it; "
                 "vllm/config/vllm.py L3066-3068) and needs arctic-inference installed "
-                "beside it. Its cache of earlier outputs lives as long as the server: the "
+                "beside it. Leave `ARCTIC_INFERENCE_ENABLED` unset: arctic-inference "
+                "0.3.0's vLLM plugin patches only vLLM 0.26.0 and, enabled, refuses to "
+                "start on any other vLLM. Its cache of earlier outputs lives as long as the server: the "
                 "figures hold for a server that had served the measured workload's earlier "
                 "requests, in order (docs/engines/vllm.md says what warm means).\n")
     if src.cfg.method == "ngram":
