@@ -11,8 +11,9 @@ formats drop a tree to its best path under `lossy` (see _common). Sampling setti
 (temperature, top_p) are request parameters of the servers, not speculative knobs, so
 they never count as lost (how an engine drafts and verifies under sampling can: below).
 A per-batch-size schedule (the frozen config's `schedule`: K per batch-size range) goes
-to vLLM's num_speculative_tokens_per_batch_size and TensorRT-LLM's draft_len_schedule;
-SGLang has no such field, so there it is a loss (see each module).
+to vLLM's num_speculative_tokens_per_batch_size, TensorRT-LLM's draft_len_schedule and,
+for an EAGLE chain, SGLang's speculative_adaptive_config; elsewhere in SGLang it is a
+loss (see each module).
 
 Engine rules: each format runs its engine's drafting and verification rules
 (`FORMAT_ENGINES`; autotune/decoding/engines.py). A config measured under other rules

@@ -29,8 +29,8 @@ shared line for the tuned sampling, a request parameter of every server).
 
 Per-batch-size K (a frozen config's optional `schedule`; `Source.schedule`):
 the search measured which K the method runs at each batch size (K = 0: not at all).
-vLLM and TensorRT-LLM take such a schedule (their modules say how and with what
-limits); SGLang has none, so there it is a loss. A schedule that never speculates is
+vLLM, TensorRT-LLM and SGLang (EAGLE chains only) take such a schedule (their modules
+say how and with what limits); elsewhere it is a loss. A schedule that never speculates is
 refused before any format is asked (`autotune.runs.exports_folder.refusal_reason`).
 `schedule_paragraph` is the shared launch.md text: which batch sizes were measured and
 what the engine does beyond the largest one.
