@@ -3,10 +3,10 @@
 Read in sgl-project/sglang (docs/engines/sglang.md; each file at its own
 stored commit):
 
-- Fields: python/sglang/srt/arg_groups/fields/spec.py @
-  015c872628e328b530880bcf95ae91222604b225 (where ServerArgs' speculative_* fields live,
-  imported by server_args.py @ 7e997c672532a8677cb03a2f5cf588419c4b4d25), pinned in
-  tests/engine_fields.py. A flag is the field name with `_` -> `-` (arg_utils.py @
+- Fields: python/sglang/srt/arg_groups/fields/spec.py (where ServerArgs'
+  speculative_* fields live, imported by server_args.py @
+  7e997c672532a8677cb03a2f5cf588419c4b4d25), pinned in tests/engine_fields.py as the
+  sglang 0.5.23 wheel has them (L31-280). A flag is the field name with `_` -> `-` (arg_utils.py @
   7643e393952a3c8895bd5f1f43de99909758c260).
 - `--config` (python/sglang/srt/utils/server_args_config_parser.py @
   7ef0fc265d6de9e9142a37b7ede1d8f27b21f409, ConfigArgumentMerger) takes only a .yaml/.yml
