@@ -126,7 +126,7 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    print(f"ULPS = {divergence.ULPS:g}", flush=True)
+    print(f"ULPS = {divergence.ULPS}", flush=True)
     results = [run(d, args.prompts, args.tokens) for d in args.dtypes]
     worst = max((r for res in results for c in res["configs"].values()
                  for r in c["divergences"] if r["ar_gap_ulps"] is not None

@@ -51,7 +51,7 @@ def test_ulp_is_the_dtype_spacing_at_the_magnitude() -> None:
     assert ulp(BF16, 20.0) == ULP_16 and ulp(BF16, -20.0) == ULP_16
     assert ulp(BF16, 1.5) == EPS[BF16] and ulp(BF16, 0.01) == EPS[BF16]   # floored at 1
     assert ulp("float16", 20.0) == 2.0 ** -10 * 16
-    assert bound(BF16, 20.0, 19.9) == ULPS * ULP_16
+    assert bound(BF16, 20.0, 19.9) == ULPS[BF16] * ULP_16
     assert tier_label("float32") == "exact" and tier_label(BF16) == "near-tie (bfloat16)"
 
 
@@ -67,7 +67,7 @@ def test_a_flip_inside_the_rounding_is_a_near_tie() -> None:
 
 
 def test_a_large_gap_in_either_pass_is_real() -> None:
-    wide = (ULPS + 1) * ULP_16
+    wide = (ULPS[BF16] + 1) * ULP_16
     far_in_ar = _gen([5, 7, 9], [SAME, {7: 20.0, 8: 20.0 - wide}, {9: 17.0}])
     assert classify(far_in_ar, SPEC).kind is Kind.REAL
     far_in_spec = _gen([5, 8, 4], [SAME, {8: 20.0, 7: 20.0 - wide}, {4: 17.0}])
