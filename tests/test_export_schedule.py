@@ -316,8 +316,9 @@ def test_run_exports_say_which_batch_sizes_were_measured(tmp_path) -> None:
         "1, 2, 4, 8 (best.json's schedule.points: each K's speedup, the held_out rows "
         "confirmed on prompts the choice never saw). Beyond batch size 8 nothing was "
         "measured: vLLM carries the last K on, TensorRT-LLM uses its implicit tail "
-        "(launch.md), SGLang runs one K at every batch size; hf and dv decode one request "
-        "at a time and run the batch-1 config.")
+        "(launch.md), SGLang carries the last K on for an EAGLE chain and runs one K at "
+        "every batch size for its other methods; hf and dv decode one request at a time "
+        "and run the batch-1 config.")
     spec = json.loads((out / "vllm.json").read_text())
     assert spec["num_speculative_tokens_per_batch_size"] == [[1, 1, 4], [2, 3, 3],
                                                             [4, 8, 0]]

@@ -161,8 +161,9 @@ def _schedule_lines(doc: dict[str, Any]) -> list[str]:
             f"batch sizes {sizes} (best.json's schedule.points: each K's speedup, the "
             "held_out rows confirmed on prompts the choice never saw). Beyond batch size "
             f"{schedule.largest} nothing was measured: vLLM carries the last K on, "
-            "TensorRT-LLM uses its implicit tail (launch.md), SGLang runs one K at every "
-            "batch size; hf and dv decode one request at a time and run the batch-1 config."]
+            "TensorRT-LLM uses its implicit tail (launch.md), SGLang carries the last K on "
+            "for an EAGLE chain and runs one K at every batch size for its other methods; "
+            "hf and dv decode one request at a time and run the batch-1 config."]
 
 
 def refusal_reason(doc: dict[str, Any]) -> str | None:
