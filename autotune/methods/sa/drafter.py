@@ -4,7 +4,8 @@ Read through the code index in NVIDIA/TensorRT-LLM (no single snapshot holds eve
 commits as the index gave them):
 - tensorrt_llm/llmapi/llm_args.py `SADecodingConfig` @ 0004396720054fd8e205cbf616f21f0b57c6b412
   (the commit tests/engine_fields.py pins): `decoding_type: "SA"`,
-  `max_matching_ngram_size` default -1 ("longest possible match via suffix automaton"; > 0 fixed-size matching; 0 invalid),
+  `max_matching_ngram_size` default -1 ("longest possible match via suffix
+  automaton"; > 0 fixed-size matching; 0 invalid),
   `max_draft_len` required > 0, a chain (`max_total_draft_tokens = max_draft_len`),
   `enable_global_pool` default False (each request's own automaton).
 - tensorrt_llm/_torch/speculative/suffix_automaton.py @ 1412a497a5db05a5a88c1a9c105f1858e814da90:
