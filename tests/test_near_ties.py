@@ -227,3 +227,17 @@ def test_measure_text_names_the_tier_and_the_near_tie_prompts() -> None:
     assert values["lossless_tier"] == "near-tie (bfloat16)"
     assert values["divergences"] == "exact 3, near_tie 2, real 0"
     assert values["near_tie_prompts"] == "a, c" and "mismatched_prompts" not in values
+
+
+def test_the_report_facts_name_the_near_ties() -> None:
+    from autotune.report.panels.finalists import finalist_rows
+    from autotune.report.verdict import _finalist_line
+    from autotune.search.finalists import measured_in
+    tied = {"trial": 3, "label": "ngram", "role": "search #1", "speedup": 1.3,
+            "lossless": True, "near_tie_prompts": ["a", "b"], "mismatched_prompts": []}
+    record = {"prompts": 8, "lossless_tier": "near-tie (bfloat16)", "finalists": [tied]}
+    facts = measured_in(record)
+    assert facts["near-ties"].startswith("trial 3: 2 of 8 prompts differ from greedy AR")
+    assert "near-tie (bfloat16)" in facts["near-ties"] and "not lossless" not in facts
+    assert finalist_rows(record)[0]["near_ties"] == 2
+    assert _finalist_line(tied).endswith(", lossless up to 2 near-ties")
