@@ -20,11 +20,11 @@ table is in docs/benchmarks.md):
 
 - the noise: the largest |logit difference| between one-token passes and one 8-token
   pass over the same tokens (each row's top 16) was 5 ulps in bfloat16 (median 3, 8
-  prompts) and 16 ulps in float16 (median 3, 6 prompts);
-- every flip: 17 of 32 bfloat16 runs (8 prompts x 32 tokens) and 2 of 24 float16 runs
-  (6 x 32) left AR's output, each at a gap of at most 3 ulps in either pass (bf16:
-  AR 0-2, speculative 0-3; fp16: 1 and 1), AR's gap often 0 (the two logits round to
-  the same bf16 value and argmax takes the lower id);
+  prompts) and 16 ulps in float16 (median 4, 16 prompts);
+- every flip: 17 of 32 bfloat16 runs (8 prompts x 32 tokens) and 6 of 64 float16 runs
+  (16 x 48) left AR's output, each at a gap of at most 3 ulps in either pass (bf16:
+  AR 0-2, speculative 0-3; fp16: at most 1 and 1), AR's gap often 0 (the two logits
+  round to the same value and argmax takes the lower id);
 - a flip's two gaps sum to at most the two logits' own differences, so at most twice
   the noise: ULPS is that, rounded up (bf16 10, fp16 32), 3x or more the widest flip
   seen. A wrong token accepted is caught apart from the bound (tier a), and a wrong
