@@ -87,6 +87,9 @@ class FakeForward:
     def new_cache(self, batch: int, length: int) -> FakeCache:
         return FakeCache()
 
+    def decode_cache(self, length: int, role: str = "target") -> FakeCache:
+        return self.new_cache(1, length)
+
     def forward(self, ids, cache, start=None, last_only=False, **kwargs):
         n = ids.shape[1]
         if start is None:                     # the context's prefill: not timed
