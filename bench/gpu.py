@@ -337,6 +337,8 @@ def ar_timing(model: LoadedModel, prompt: list[int], tokens: int,
         "mean_context": len(prompt) + len(runs[0].tokens) / 2,
         "tokens": runs[0].tokens,
         "repeat_tokens_equal": all(g.tokens == runs[0].tokens for g in runs),
+        # Set when CUDA graph capture failed and the static forward ran eagerly.
+        "graph_error": getattr(model.forward, "graph_error", None),
     }
 
 
@@ -434,6 +436,9 @@ def measure_model(run: Run, key: str, variants: dict[str, LoadedModel]) -> None:
             row["ar"] = ar_timing(model, run.prompt_ids, sizes.ar_tokens, sizes.ar_repeats)
             run.log(f"{key} {variant}: AR {row['ar']['ms_per_token']:.3f} ms/token "
                     f"(total {row['ar']['total_ms_per_token']:.3f})")
+            if row["ar"]["graph_error"]:
+                run.failures.append(f"{key} {variant}: CUDA graph capture failed, timed "
+                                    f"eagerly: {row['ar']['graph_error']}")
         with run.attempt(f"{key} {variant} verify curve"):
             row["verify"] = verify_curve(model, sizes.verify_repeats)
             run.log(f"{key} {variant}: verify ms " + ", ".join(

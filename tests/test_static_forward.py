@@ -143,3 +143,22 @@ def test_capture_is_off_on_the_cpu(models):
     assert models["static"].forward.capture is False
     assert StaticLlamaForward(llama_model(seed=3, layers=1), capture=None).capture is (
         CPU.type == "cuda")
+
+
+def test_a_failed_capture_falls_back_to_eager_passes_and_says_why(capsys, monkeypatch):
+    hf = llama_model(seed=4, layers=2, vocab=64)
+    eager = tiny_loaded(llama_model(seed=4, layers=2, vocab=64)).forward
+    static = StaticLlamaForward(hf, capture=False)
+    static.capture = True                     # as on CUDA, with a capture that fails
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing\ndetail")
+
+    monkeypatch.setattr(static, "_capture_all", fail)
+    prompt = torch.tensor([[3, 7, 1, 9]])
+    got = static.forward(prompt, static.decode_cache(16))
+    torch.testing.assert_close(got, eager.forward(prompt, eager.new_cache(1, 16)),
+                               rtol=1e-5, atol=1e-5)
+    assert static.capture is False
+    assert static.graph_error == "operation not permitted when stream is capturing"
+    assert "run eagerly" in capsys.readouterr().err

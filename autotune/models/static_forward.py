@@ -32,6 +32,7 @@ on the same cache storage.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Collection
 
@@ -93,7 +94,10 @@ class StaticLlamaForward(LlamaForward):
         self._caches: dict[str, KVCache] = {}
         self._inputs: dict[tuple[str, int], _Inputs] = {}
         self._graphs: dict[tuple[_Key, int], _Graph] = {}
-        self._pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self._pool = None             # one memory pool for every graph, made at first capture
+        # Why capture was given up, if it was (this forward then runs every pass
+        # eagerly, and says so once): a measurement must know what it timed.
+        self.graph_error: str | None = None
 
     @classmethod
     def over_layers(cls, base: LlamaForward, layers: list) -> LlamaForward:
@@ -181,7 +185,10 @@ class StaticLlamaForward(LlamaForward):
         assert size is not None
         with torch.inference_mode():
             if self.capture and (key, size) not in self._graphs:
-                self._capture_all(key, cache, begin)
+                try:
+                    self._capture_all(key, cache, begin)
+                except RuntimeError as exc:
+                    self._give_up_capture(exc)
             inputs = self._fill(key.role, size, cache, input_ids, begin, tree_mask,
                                 position_ids)
             cache.length = begin + tokens
@@ -191,6 +198,16 @@ class StaticLlamaForward(LlamaForward):
                 # The next replay overwrites the graph's outputs: the caller gets copies.
                 return tuple(out[:, :tokens].clone() for out in graph.outputs)
             return tuple(out[:, :tokens] for out in self._body(key, cache, inputs))
+
+    def _give_up_capture(self, exc: RuntimeError) -> None:
+        """Run eagerly from now on (same passes, same numerics, launch-bound speed)."""
+        self.capture = False
+        self._graphs.clear()
+        text = str(exc).strip().splitlines()
+        self.graph_error = text[0] if text else type(exc).__name__
+        print(f"autotune: CUDA graph capture failed ({self.graph_error}); this model's "
+              "passes run eagerly, so its timings include kernel-launch overhead",
+              file=sys.stderr)
 
     def _buffers(self, role: str, size: int, cache: KVCache) -> _Inputs:
         found = self._inputs.get((role, size))
@@ -252,6 +269,8 @@ class StaticLlamaForward(LlamaForward):
         The warm-up runs before each capture write keys/values at positions from
         `begin` on: the positions this call writes anyway, or scratch past them.
         """
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
         for size in BUCKETS:
             if (key, size) in self._graphs or begin + size > cache.max_len:
                 continue
