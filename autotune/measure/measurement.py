@@ -175,14 +175,20 @@ def lossless_verdicts(runs: Sequence[PromptRun], greedy: bool) -> dict[str, Any]
     kinds = [(r.prompt_id, r.verdict().kind) for r in runs]
     named = {kind: list(dict.fromkeys(pid for pid, k in kinds if k is kind))
              for kind in divergence.Kind}
-    dtypes = [g.numerics.dtype for r in runs for g in (r.candidate, r.baseline)
-              if g.numerics is not None]
     return {"lossless": not named[divergence.Kind.REAL],
-            "lossless_tier": divergence.tier_label(dtypes[0]) if dtypes else "exact",
+            "lossless_tier": lossless_tier(runs),
             "mismatched_prompts": named[divergence.Kind.REAL],
             "near_tie_prompts": named[divergence.Kind.NEAR_TIE],
             "divergences": {kind.value: sum(1 for _, k in kinds if k is kind)
                             for kind in divergence.Kind}}
+
+
+def lossless_tier(runs: Sequence[PromptRun]) -> str:
+    """What `lossless` means for `runs`: "near-tie (bfloat16)" where our decoder recorded
+    the passes' numerics (greedy low precision), else "exact"."""
+    dtypes = [g.numerics.dtype for r in runs for g in (r.candidate, r.baseline)
+              if g.numerics is not None]
+    return divergence.tier_label(dtypes[0]) if dtypes else "exact"
 
 
 def _engine_clock(cand: list[Generation], base: list[Generation]) -> dict[str, float | None]:

@@ -56,6 +56,8 @@ class _Inputs:
     rotary: torch.Tensor     # [Tb] rotary positions
     slots: torch.Tensor      # [1, Tb] cache positions written
     mask: torch.Tensor       # [1, 1, Tb, C] bool, True = may attend
+    steps: torch.Tensor      # [Tb] 0..Tb-1 and
+    columns: torch.Tensor    # [C] 0..C-1, made once: what each pass's slots and mask read
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,9 @@ class StaticLlamaForward(LlamaForward):
                 rotary=torch.zeros(size, dtype=torch.long, device=device),
                 slots=torch.zeros((1, size), dtype=torch.long, device=device),
                 mask=torch.zeros((1, 1, size, cache.max_len), dtype=torch.bool,
-                                 device=device))
+                                 device=device),
+                steps=torch.arange(size, device=device),
+                columns=torch.arange(cache.max_len, device=device))
             self._inputs[(role, size)] = found
         return found
 
@@ -229,18 +233,16 @@ class StaticLlamaForward(LlamaForward):
         inputs = self._buffers(role, size, cache)
         tokens = input_ids.shape[1]
         device = self.device
-        steps = torch.arange(size, device=device)
         inputs.ids.zero_()
         inputs.ids[:, :tokens] = input_ids
-        slots = begin + steps
+        slots = begin + inputs.steps
         inputs.slots[0] = slots
         last_position = self.cos.shape[0] - 1
         inputs.rotary.copy_(slots.clamp(max=last_position))
         if position_ids is not None:
             inputs.rotary[:tokens] = position_ids.to(device)
         # Causal for every row (padding rows too: they must attend to something).
-        columns = torch.arange(cache.max_len, device=device)
-        torch.le(columns[None, :], slots[:, None], out=inputs.mask[0, 0])
+        torch.le(inputs.columns[None, :], slots[:, None], out=inputs.mask[0, 0])
         if tree_mask is not None:
             visible = begin + tokens - tree_mask.shape[1]
             if tree_mask.shape[0] != tokens or visible < 0:

@@ -221,7 +221,7 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
     """
     from autotune.decoding.config import config_from_mapping
     from autotune.measure import ppi
-    from autotune.measure.measurement import lossless_verdicts, measure_arms
+    from autotune.measure.measurement import lossless_tier, measure_arms
     from autotune.search import racing
     from autotune.search.finalist_figures import figures, row_of
     from autotune.workloads.prompts import workload_digest
@@ -276,8 +276,7 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
                      "measured_by_label": measurement.measured_by_label,
                      "token_exact": measurement.token_exact,
                      # What `lossless` means here: exact (float32) or near-tie (bf16).
-                     "lossless_tier": lossless_verdicts(measurement.runs,
-                                                        True)["lossless_tier"]}
+                     "lossless_tier": lossless_tier(measurement.runs)}
         done, this_run = size, this_run + 1
         level = racing.look_level(alpha, spent, size, len(prompts))
         spent += 1.0 - level
