@@ -134,7 +134,7 @@ class Sizes:
                    search_args=["--max-new-tokens", "32", "--trials", "6", "--screen", "80",
                                 "--validation-pool", "24", "--validation-prompts", "8"],
                    budgets={"card": 15, "default": 60, "big": 75, "lossless": 70,
-                            "main_job": 190, "hf": 150})
+                            "main_job": 190, "hf": 200})
 
 
 class Run:
@@ -731,7 +731,7 @@ def stage_hf(run: Run, budget: float) -> None:
     """transformers' recipe in a child killed at the budget (a compile cannot be stopped
     from inside). On a CPU the smoke test traces with dynamo's eager backend instead of
     compiling, so the fullgraph trace is still checked; its figures are not the recipe's."""
-    backend = run.args.hf_backend or ("inductor" if run.cuda else "eager")
+    backend = run.args.hf_backend or ("auto" if run.cuda else "eager")
     # Each model in the dtype our side ran it in: the default in load_model's default for
     # the device, the 8B shape in bf16.
     dtype = "bfloat16" if run.cuda else "float32"
@@ -740,7 +740,7 @@ def stage_hf(run: Run, budget: float) -> None:
     if backend == "skip":
         rows["na"] = "n/a (--hf-backend skip)"
         return
-    command = [sys.executable, str(REPO / "bench" / "_gpu_hf.py"), "--models", "default,big",
+    command = [sys.executable, str(REPO / "bench" / "_gpu_hf.py"), "--models", "big,default",
                "--device", run.args.device, "--dtype", dtype, "--big-dtype", "bfloat16",
                "--tokens", str(run.sizes.hf_tokens), "--repeats", str(run.sizes.hf_repeats),
                "--prompt-ids", ",".join(map(str, run.prompt_ids)),
@@ -987,9 +987,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds for the whole run (default 450 on CUDA, 1500 with --quick)")
     p.add_argument("--stages", default=",".join(STAGES),
                    help=f"comma-separated subset of {','.join(STAGES)}")
-    p.add_argument("--hf-backend", default=None, choices=("inductor", "eager", "none", "skip"),
-                   help="torch.compile backend of the HF recipe (default: inductor on CUDA, "
-                        "eager on CPU; none: static cache without compile; skip)")
+    p.add_argument("--hf-backend", default=None, choices=("auto", "inductor", "eager", "none", "skip"),
+                   help="the HF recipe's compile (default: auto on CUDA, generate's own "
+                        "compile of a static cache; eager on CPU, a dynamo trace; "
+                        "inductor: model.forward wrapped as well; none: static cache "
+                        "without compile; skip)")
     p.add_argument("--json", default=None, help="also write the JSON here")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -162,3 +162,73 @@ def test_a_failed_capture_falls_back_to_eager_passes_and_says_why(capsys, monkey
     assert static.capture is False
     assert static.graph_error == "operation not permitted when stream is capturing"
     assert "run eagerly" in capsys.readouterr().err
+
+
+def test_a_capture_after_every_graph_was_dropped_takes_a_new_pool(models, monkeypatch):
+    """Regression (H200, 2026-11-26): a cache regrown for a longer prompt dropped every
+    graph, and the next capture into the freed pool failed the CUDA allocator's assert,
+    so the finalists ran eagerly. A pool is reused only while a graph shares it."""
+    static = StaticLlamaForward(llama_model(seed=5, layers=1), capture=False)
+    handles = iter(range(100))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: next(handles))
+    first = static._capture_pool()
+    static._graphs[("key", 1)] = object()            # a live graph shares the pool
+    assert static._capture_pool() == first
+    static._graphs.clear()                            # every graph dropped
+    assert static._capture_pool() != first
+
+
+def fused(loaded: LoadedModel) -> LoadedModel:
+    """`loaded` with the CUDA arithmetic (fused RMS norm, grouped-query attention over an
+    additive mask) switched on over the CPU."""
+    loaded.forward.fused_kernels = True
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def fused_models() -> dict[str, LoadedModel]:
+    return {"eager": fused(tiny_loaded(llama_model(seed=1, layers=4, vocab=64, scale=2.0))),
+            "static": fused(static_loaded(1, 4, "static")),
+            "draft": fused(static_loaded(2, 2, "draft"))}
+
+
+@pytest.mark.parametrize("pass_kind", ["chain", "tree", "rows"])
+def test_the_cuda_arithmetic_gives_the_hf_arithmetic_logits(models, fused_models, pass_kind):
+    """The fused norm and the grouped-query attention compute the same function as HF's
+    arithmetic (float32: equal to rounding), for masked passes of every shape."""
+    reference, static = models["eager"].forward, fused_models["static"].forward
+    assert reference.n_heads != reference.n_kv_heads          # GQA: the grouped path runs
+    prompt = [3, 7, 1, 9, 4, 4, 2, 8, 5, 6]
+    new = torch.tensor([[5, 1, 2]])
+    if pass_kind == "rows":
+        forward = fused_models["eager"].forward
+        want_cache, got_cache = reference.new_cache(2, 32), forward.new_cache(2, 32)
+        ids = torch.tensor([prompt[:6], prompt[4:]])
+        want = reference.forward_rows(ids, want_cache, [0, 0])
+        got = forward.forward_rows(ids, got_cache, [0, 0])
+        want = reference.forward_rows(new.repeat(2, 1), want_cache, [6, 3])
+        got = forward.forward_rows(new.repeat(2, 1), got_cache, [6, 3])
+    else:
+        kwargs: dict = dict(start=len(prompt))
+        if pass_kind == "tree":
+            kwargs.update(tree_mask=torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]],
+                                                 dtype=torch.bool),
+                          position_ids=torch.tensor([10, 11, 11]))
+        want = reference.forward(new, _prefilled(reference, lambda: reference.new_cache(1, 64),
+                                                 prompt), **kwargs)
+        got = static.forward(new, _prefilled(static, lambda: static.decode_cache(64), prompt),
+                             **kwargs)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["ngram", "layer_skip_adaptive", "sorted_exit",
+                                    "draft_tree", "layer_skip_tree"])
+def test_greedy_output_with_the_cuda_arithmetic_is_ar_token_for_token(fused_models, method):
+    config = DecodeConfig(**METHODS[method])
+    ar = SpeculativeDecoder(fused_models["eager"], DecodeConfig())
+    spec = SpeculativeDecoder(fused_models["static"], config,
+                              fused_models["draft"] if config.method == "draft_model" else None)
+    for prompt in PROMPTS:
+        for max_new in (7, 40):
+            expected = ar.generate(prompt, max_new, time.perf_counter).tokens
+            assert spec.generate(prompt, max_new, time.perf_counter).tokens == expected

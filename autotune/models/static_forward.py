@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Collection
+from typing import Any, Collection
 
 import torch
 from torch import nn
@@ -265,14 +265,25 @@ class StaticLlamaForward(LlamaForward):
         logits = self.head_logits(normed)
         return (logits, normed) if key.features else (logits,)
 
+    def _capture_pool(self) -> Any:
+        """The memory pool the next capture shares with the live graphs.
+
+        A pool lives while a graph that shares it does: once every graph is gone (a
+        cache regrown, `_drop`), capturing into the old handle trips the CUDA caching
+        allocator's `use_count > 0` assert, so a capture with no live graph takes a new
+        pool.
+        """
+        if self._pool is None or not self._graphs:
+            self._pool = torch.cuda.graph_pool_handle()
+        return self._pool
+
     def _capture_all(self, key: _Key, cache: KVCache, begin: int) -> None:
         """Capture `key`'s pass for every bucket that fits after `begin`.
 
         The warm-up runs before each capture write keys/values at positions from
         `begin` on: the positions this call writes anyway, or scratch past them.
         """
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
+        pool = self._capture_pool()
         for size in BUCKETS:
             if (key, size) in self._graphs or begin + size > cache.max_len:
                 continue
@@ -285,6 +296,6 @@ class StaticLlamaForward(LlamaForward):
                     self._body(key, cache, inputs)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            with torch.cuda.graph(graph, pool=pool):
                 outputs = self._body(key, cache, inputs)
             self._graphs[(key, size)] = _Graph(graph, outputs)
