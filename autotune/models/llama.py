@@ -404,7 +404,7 @@ class LlamaForward:
         out = F.scaled_dot_product_attention(
             q.reshape(b, self.n_kv_heads, -1, d), keys, values,
             attn_mask=step.grouped_bias, scale=self.scaling)
-        return out.view(b, h, t, d)
+        return out.reshape(b, h, t, d)
 
     def _grouped_bias(self, mask: torch.Tensor, tokens: int, dtype: torch.dtype) -> torch.Tensor:
         """`mask` [.., T, cols] bool as an additive bias [B|1, 1, g*T, cols]: row r*T + t
