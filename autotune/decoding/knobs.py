@@ -6,13 +6,20 @@ values, the frozen schema's `params` (checked against it by a test), the space's
 types, the exporters' and the report's key lists and the README's knob table all read it,
 so a new knob is one field.
 
-Torch-free and import-free: `config.py` builds `KNOBS` from its fields.
+A method's own keys are not written in `config.py`: its spec declares them
+(`MethodKnob`, in `MethodSpec.knobs`, in the method's package) and `config.py` makes
+them fields. The checks they share (`check_bounds`, `check_exit_order`) live here, so a
+method's checks need nothing of `config.py` (which imports the method packages).
+
+Torch-free; imports nothing of autotune but its error class.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
+
+from autotune.common.errors import AutotuneError
 
 # Value kinds, with the space knob types that may tune each.
 SPACE_TYPES: dict[str, tuple[str, ...]] = {
@@ -81,3 +88,85 @@ def knob(kind: str, owner: str, doc: str, **bounds: Any) -> dict[str, Knob]:
     if kind not in SPACE_TYPES:
         raise ValueError(f"unknown knob kind {kind!r}")
     return {KNOB_METADATA_KEY: Knob(kind, owner, doc, **bounds)}
+
+
+# The Python type each kind's values have in DecodeConfig (its fields' annotations).
+VALUE_TYPES: dict[str, str] = {
+    "int": "int",
+    "float": "float",
+    "str": "str",
+    "int_set": "tuple[int, ...]",
+    "int_list": "tuple[int, ...]",
+    "float_list": "tuple[float, ...]",
+    "paths": "tuple[tuple[int, ...], ...]",
+}
+# Kinds whose value is one number or string (a list kind's bounds bind each item).
+SCALAR_KINDS = frozenset({"int", "float", "str"})
+
+
+@dataclass(frozen=True)
+class MethodKnob:
+    """A config key one method declares in its spec (`MethodSpec.knobs`): DecodeConfig
+    gets a field `name` with this default and a `Knob` whose owner is the method (and
+    any method that `reads` it too). kind, doc, low, high, choices and default_doc mean
+    what they mean on `Knob`; the bounds (and choices) of a scalar key are checked for
+    every config of its method, so a plain range needs no check of its own."""
+
+    name: str
+    kind: str
+    default: Any
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] | None = None
+    default_doc: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in SPACE_TYPES:
+            raise ValueError(f"knob {self.name}: unknown kind {self.kind!r}")
+
+    def metadata(self, owner: str) -> dict[str, Knob]:
+        """The dataclass field metadata of this key, owned by `owner`."""
+        return {KNOB_METADATA_KEY: Knob(self.kind, owner, self.doc, low=self.low,
+                                        high=self.high, choices=self.choices,
+                                        default_doc=self.default_doc)}
+
+
+def within(low: float | None, high: float | None, value: float) -> bool:
+    """Whether `value` lies inside the inclusive bounds (None: open)."""
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def check_bounds(name: str, value: Any, low: float | None, high: float | None) -> None:
+    """One line when a scalar knob's `value` lies outside [low, high]: every knob, the
+    common ones and the methods' own, says it in these words."""
+    if within(low, high, value):
+        return
+    if low is not None and high is not None:
+        raise AutotuneError(f"{name}={value} must lie in [{low:g}, {high:g}]")
+    if low is None:
+        raise AutotuneError(f"{name}={value} must be <= {high:g}")
+    raise AutotuneError(f"{name}={value} must be >= {low:g}" if low == 0
+                        else f"{name}={value} must be at least {low:g}")
+
+
+def check_knobs(config: Any, *knobs: MethodKnob) -> None:
+    """The bounds and choices of `config`'s values of these scalar `knobs`, in order."""
+    for knob_ in knobs:
+        value = getattr(config, knob_.name)
+        if knob_.choices is not None and value not in knob_.choices:
+            raise AutotuneError(f"{knob_.name}={value!r} is not one of "
+                                f"{', '.join(knob_.choices)}")
+        if knob_.kind in ("int", "float"):
+            check_bounds(knob_.name, value, knob_.low, knob_.high)
+
+
+def check_exit_order(depths: Sequence[int], named: str, low: float | None = None) -> None:
+    """The rule every list of exit depths keeps (the `exits` knob, train-draft's
+    --exit-layers and the adapters it trains there): increasing, each depth once, since
+    exits are read shallowest first; with `low`, the first at least `low`.
+    `named` opens the one-line message (e.g. "exits=[16, 8]")."""
+    if any(b <= a for a, b in zip(depths, depths[1:])) \
+            or (low is not None and len(depths) > 0 and depths[0] < low):
+        bound = f" and >= {low:g}" if low is not None else ""
+        raise AutotuneError(f"{named} must be increasing{bound}, each layer once")

@@ -15,12 +15,19 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from autotune.common.errors import AutotuneError
+from autotune.decoding.knobs import MethodKnob
+
+__all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "DerivedKnob", "Factory", "KnobCheck",
+           "MethodKnob", "MethodSpec", "Preset"]
 
 # Where a method's layer-indexed knobs (skip sets, exits) point.
 TARGET_STACK = "target"                  # the target's layers (layer_skip)
 DRAFT_OR_TARGET_STACK = "draft_or_target"  # the --draft's layers if given, else the target's
 
 Factory = Any        # a class or function, or "package.module:attribute" naming one
+# A method's rules on a config's values: (config, n_layers or None) -> None, raising one
+# AutotuneError line on the first value it refuses.
+KnobCheck = Callable[[Any, "int | None"], None]
 
 
 @dataclass(frozen=True)
@@ -60,8 +67,20 @@ class MethodSpec:
     order: where the method sits in the registry's lists (the frozen schema's enum,
         error messages, legends, the README's table): built-ins in their documented
         order, lower first; a method registered at run time comes after them.
-    (The config keys a method reads come from the knobs' metadata:
-        `decoding.config.own_keys` / `method_keys`.)
+    knobs: the config keys the method declares (`MethodKnob`: name, kind, default,
+        doc, bounds): `DecodeConfig` makes each a field, the frozen schema, the space,
+        the docs' key table and the exporters read them as every other knob
+        (`decoding.config.KNOBS`, `own_keys`, `method_keys`).
+    reads: keys another method declares that this one reads too (llama_draft reads
+        sorted_exit's `exits`); they count among its own keys.
+    knob_order: where its keys sit among the config's keys (the order of best.json's
+        `params` and of the docs' key table); None: its `order`.
+    check: its rules on a config of this method, `(config, n_layers) -> None`, beyond
+        the bounds and choices of its scalar keys (checked for it): a rule between keys,
+        a list's items, another knob it needs (`exit_policy=fixed`).
+    check_every_config: rules on its keys that hold whatever a config's method is (a
+        layer index inside the model, a range checked for every config as it always
+        was); None: its keys are checked only for configs of this method.
     drafts: False only for the AR baseline (`none`): it reads no k, no policy.
     needs_draft: runs only with a separate draft model (`--draft`).
     uses_draft: runs over the draft model when one is given (its cache, its layers).
@@ -126,6 +145,11 @@ class MethodSpec:
     replay: Factory | None = None
     draft_cost: Factory | None = None
     derived: tuple[DerivedKnob, ...] = ()
+    knobs: tuple[MethodKnob, ...] = ()
+    reads: tuple[str, ...] = ()
+    knob_order: int | None = None
+    check: KnobCheck | None = None
+    check_every_config: KnobCheck | None = None
     summary: Callable[[Mapping[str, Any]], str] | None = None
     presets: Callable[[int], list[Preset]] = field(default=lambda n_layers: [])
 

@@ -34,13 +34,16 @@ from autotune.decoding.method_spec import (
     TARGET_STACK,
     DerivedKnob,
     Factory,
+    KnobCheck,
+    MethodKnob,
     MethodSpec,
     Preset,
 )
 
 __all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "BUILTIN_METHODS", "DerivedKnob",
-           "Factory", "MethodSpec", "Preset", "all_methods", "find_method", "get_method",
-           "method_names", "register_method", "tree_method_names", "unregister_method"]
+           "Factory", "KnobCheck", "MethodKnob", "MethodSpec", "Preset", "all_methods",
+           "find_method", "get_method", "method_names", "register_method",
+           "tree_method_names", "unregister_method"]
 
 # The package whose subpackages are the built-in methods.
 METHODS_PACKAGE = "autotune.methods"
@@ -76,9 +79,16 @@ BUILTIN_METHODS: tuple[str, ...] = tuple(_REGISTRY)
 
 def register_method(spec: MethodSpec, replace: bool = False) -> MethodSpec:
     """Add a method (a test's toy drafter, a plug-in). Refuses a second spec of the same
-    name unless `replace`."""
+    name unless `replace`, and config keys of its own: `DecodeConfig`'s fields are made
+    from the built-in specs when it is defined, so a key declared later would have no
+    field (its rules, `check`, are welcome)."""
     if spec.name in _REGISTRY and not replace:
         raise AutotuneError(f"method {spec.name!r} is already registered")
+    builtin = _REGISTRY.get(spec.name) if spec.name in BUILTIN_METHODS else None
+    if (spec.knobs, spec.reads) != ((builtin.knobs, builtin.reads) if builtin else ((), ())):
+        raise AutotuneError(f"method {spec.name!r}: a method registered at run time "
+                            "declares no config keys (knobs, reads); a built-in "
+                            "method's package declares them")
     _REGISTRY[spec.name] = spec
     return spec
 

@@ -19,7 +19,9 @@ untimed warm-up, the median of several runs, on this process's threads):
   LM head by rows scored, Medusa's residual blocks;
 - per drafting method, the decoder's drafting time against the parts' prediction for the
   same rounds (passes inside the loop run slower than back to back), on the chain config
-  each method names (`DraftCost.calibration_config`).
+  each method names (`DraftCost.calibration_config`);
+- parts only one method's drafting has, timed by that method in the decoder loop
+  (`DraftCost.loop_parts`: suffix decoding's speculate), kept by name in `method_parts`.
 
 The n-gram chain and layer-skip tree runs above are instruments: real decoder rounds
 that time the loop's shared parts, whatever method a config later uses.
@@ -35,7 +37,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -106,9 +108,9 @@ class CostParts:
     # A trained --draft's passes (None without one; files written before trained heads
     # have no such key and read as None).
     head: HeadParts | None = None
-    # A suffix-decoding speculate, file included (one per round); None where
-    # arctic_inference was not installed when the parts were measured.
-    suffix_speculate: float | None = None
+    # Parts only one method's drafting has, in ms by the name its `DraftCost.loop_parts`
+    # gives them (absent where its method could not run when the parts were measured).
+    method_parts: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +118,14 @@ class CostParts:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "CostParts":
         doc = dict(doc)
+        # Files written before `method_parts` kept a method's part as a key of its own
+        # (`suffix_speculate`): read it into `method_parts`, so they need no measuring again.
+        known = {f.name for f in fields(cls)}
+        legacy = {key: doc.pop(key) for key in list(doc) if key not in known}
+        doc["method_parts"] = {**{key: float(value) for key, value in legacy.items()
+                                  if isinstance(value, (int, float))
+                                  and not isinstance(value, bool)},
+                               **(doc.get("method_parts") or {})}
         doc["target_layers"] = LayerParts(**doc["target_layers"])
         if doc.get("draft_layers") is not None:
             doc["draft_layers"] = LayerParts(**doc["draft_layers"])
@@ -372,11 +382,7 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
         curve = [[n, ms] for (n, _), ms in zip(curve, isotonic([ms for _, ms in curve]))]
     spec_other = 1000 * statistics.median(r.other_s for r in drafted)
     lookup = 1000 * statistics.median(r.draft_s for r in ngram)
-    suffix_speculate = None
-    if get_method("suffix").available():
-        suffix = _decoder_rounds(target, DecodeConfig(method="suffix", k=8), sample,
-                                 max_new, clock)
-        suffix_speculate = 1000 * statistics.median(r.draft_s for r in suffix)
+    method_parts = _method_loop_parts(target, sample, max_new, clock)
     layers = _layer_parts(target, clock, context) if target.forward.supports_layers else None
     tree_node = tree_other = 0.0
     tree_verify = 1.0
@@ -413,9 +419,24 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
                        for n, ms in pass_curve(draft, DRAFT_SIZES, context, True, dclock)]
     parts = CostParts(FORMAT, key, curve, ar_other, spec_other, lookup, tree_node,
                       tree_other, tree_verify, layers, draft_curve, draft_layers, {}, head,
-                      suffix_speculate)
+                      method_parts)
     parts.draft_factor = _draft_factors(parts, target, draft, sample, max_new, clock)
     return parts
+
+
+def _method_loop_parts(target: "LoadedModel", sample: list["Reference"], max_new: int,
+                       clock: Callable[[], float]) -> dict[str, float]:
+    """Every method's own parts timed in the decoder loop (`DraftCost.loop_parts`), for
+    the methods whose optional package is installed here, in registry order."""
+    def rounds(config: "DecodeConfig") -> list[Any]:
+        return _decoder_rounds(target, config, sample, max_new, clock)
+
+    found: dict[str, float] = {}
+    for spec in all_methods():
+        cost = spec.draft_cost_class() if spec.available() else None
+        if cost is not None:
+            found.update(cost.loop_parts(rounds))
+    return found
 
 
 def _calibration_configs(target: "LoadedModel", draft: "LoadedModel | None"

@@ -90,6 +90,14 @@ class DraftCost:
         return [[1] * r.drafted for r in generation.rounds]
 
     @staticmethod
+    def loop_parts(rounds: Callable[["DecodeConfig"], list[Any]]) -> dict[str, float]:
+        """Parts only this method's drafting has, timed in the real decoder loop:
+        `rounds(config)` decodes the cost parts' sample prompts with `config` and returns
+        the decoder's rounds. {name: ms}, kept in `CostParts.method_parts` for `round_ms`
+        to read; {}: none (the default)."""
+        return {}
+
+    @staticmethod
     def measure(target: "LoadedModel", draft: "LoadedModel", clock: Callable[[], float],
                 context: int) -> HeadParts | None:
         """The parts only this method's trained `draft` has, measured now (a trained

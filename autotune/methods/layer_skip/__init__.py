@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from autotune.decoding.method_spec import TARGET_STACK, DerivedKnob, MethodSpec, Preset
+from autotune.methods.layer_skip import knobs
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -44,4 +45,5 @@ SPEC = MethodSpec(
     replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:LayerSkipCost",
     derived=(DerivedKnob("n_attn_skipped", "attention layers skipped", "attn_skip"),
              DerivedKnob("n_mlp_skipped", "MLP layers skipped", "mlp_skip")),
+    knobs=knobs.KNOBS,
     summary=_summary, presets=_presets)

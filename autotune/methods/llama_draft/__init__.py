@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from autotune.decoding.method_spec import DRAFT_OR_TARGET_STACK, MethodSpec, Preset
+from autotune.methods.llama_draft import knobs
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -40,4 +41,5 @@ SPEC = MethodSpec(
     about="llama-server's draft-simple: a GGUF draft (the target's first layers, or "
           "--draft FILE.gguf), measured in the server",
     drafter=f"{__name__}.drafter:LlamaDraftDrafter", scorer=f"{__name__}.agreement:scorer",
-    summary=_summary, presets=_presets)
+    knobs=knobs.KNOBS, reads=knobs.READS, check=knobs.check, summary=_summary,
+    presets=_presets)

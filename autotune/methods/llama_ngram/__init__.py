@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from autotune.decoding.method_spec import MethodSpec, Preset
+from autotune.methods.llama_ngram import knobs
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -43,4 +44,4 @@ SPEC = MethodSpec(
     about="llama-server's model-free drafters (ngram-simple, -map-k, -map-k4v, -mod, "
           "-cache); ngram-simple decoded here, the others measured in the server",
     drafter=f"{__name__}.drafter:LlamaNgramDrafter", scorer=f"{__name__}.agreement:scorer",
-    summary=_summary, presets=_presets)
+    knobs=knobs.KNOBS, check=knobs.check, summary=_summary, presets=_presets)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from autotune.decoding.method_spec import MethodSpec, Preset
+from autotune.methods.ngram import knobs
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -40,4 +41,5 @@ SPEC = MethodSpec(
     drafter=f"{__name__}.drafter:NgramDrafter", scorer=f"{__name__}.agreement:scorer",
     replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:NgramCost",
     shared_state=f"{__name__}.drafter:ngram_state",
+    knobs=knobs.KNOBS, check=knobs.check, check_every_config=knobs.check_every_config,
     summary=_summary, presets=_presets)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from autotune.decoding.method_spec import MethodSpec
+from autotune.methods.sa import knobs
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -26,4 +27,4 @@ SPEC = MethodSpec(
     drafter=f"{__name__}.drafter:SADrafter", scorer=f"{__name__}.agreement:scorer",
     replay=f"{__name__}.replay:source",
     draft_cost=f"{__name__}.replay:SACost", shared_state=f"{__name__}.drafter:SAState",
-    summary=_summary)
+    knobs=knobs.KNOBS, check_every_config=knobs.check_every_config, summary=_summary)

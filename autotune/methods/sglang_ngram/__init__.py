@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from autotune.decoding.method_spec import MethodSpec, Preset
+from autotune.methods.sglang_ngram import knobs
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -36,4 +37,6 @@ SPEC = MethodSpec(
           "(BFS by recency or PROB by frequency)",
     drafter=f"{__name__}.drafter:SglangNgramDrafter", scorer=f"{__name__}.agreement:scorer",
     replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:NgramCost",
-    shared_state=f"{__name__}.drafter:NgramState", summary=_summary, presets=_presets)
+    shared_state=f"{__name__}.drafter:NgramState", summary=_summary, presets=_presets,
+    # Its keys sit before llama-server's in the config (they were added first).
+    knobs=knobs.KNOBS, knob_order=47, check=knobs.check)

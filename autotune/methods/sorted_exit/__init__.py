@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from autotune.decoding.method_spec import DRAFT_OR_TARGET_STACK, DerivedKnob, MethodSpec
+from autotune.methods.sorted_exit import knobs
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -21,4 +22,5 @@ SPEC = MethodSpec(
            "threshold"),
     drafter=f"{__name__}.drafter:SortedExitDrafter", scorer=f"{__name__}.agreement:scorer",
     replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:SortedExitCost",
-    derived=(DerivedKnob("n_exits", "number of exits", "exits"),), summary=_summary)
+    derived=(DerivedKnob("n_exits", "number of exits", "exits"),), summary=_summary,
+    knobs=knobs.KNOBS, check=knobs.check)

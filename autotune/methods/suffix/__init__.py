@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from autotune.decoding.method_spec import MethodSpec, Preset
+from autotune.methods.suffix import knobs
 
 # arctic-inference builds from its sdist (a C++ suffix tree, nanobind); the build
 # imports torch, so it runs without build isolation in the environment that has torch.
@@ -44,4 +45,5 @@ SPEC = MethodSpec(
     drafter=f"{__name__}.drafter:SuffixDrafter", scorer=f"{__name__}.agreement:scorer",
     replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:SuffixCost",
     shared_state=f"{__name__}.drafter:SuffixState",
-    requires=("arctic_inference", INSTALL), summary=_summary, presets=_presets)
+    requires=("arctic_inference", INSTALL), knobs=knobs.KNOBS,
+    check_every_config=knobs.check_every_config, summary=_summary, presets=_presets)

@@ -2,12 +2,15 @@
 continuations in the order the decoder serves the prompts, so each prompt sees the
 outputs of the prompts before it (exact under greedy decoding, where the decoder's
 outputs are the references); its drafting costs one speculate per round (the parts'
-`suffix_speculate`, or an n-gram lookup in parts measured without it)."""
+`suffix_speculate`, timed by `SuffixCost.loop_parts`, or an n-gram lookup in parts
+measured without it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import statistics
+from typing import TYPE_CHECKING, Any, Callable
 
+from autotune.decoding.config import DecodeConfig
 from autotune.decoding.policies import ExitPolicy
 from autotune.methods.suffix.drafter import SuffixProposer, SuffixState
 from autotune.replay.draft_cost import DraftCost
@@ -17,6 +20,9 @@ from autotune.replay.sources import ReplaySource, ServedInOrder
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
+
+# Its part of the replay cost parts (`CostParts.method_parts`): one speculate, in ms.
+SPECULATE = "suffix_speculate"
 
 
 class SuffixTrack:
@@ -45,6 +51,12 @@ def source(target: "LoadedModel", draft: "LoadedModel | None") -> ReplaySource:
 class SuffixCost(DraftCost):
     """One speculate per round that drafted (measured in the decoder loop)."""
 
+    @staticmethod
+    def loop_parts(rounds: Callable[[DecodeConfig], list[Any]]) -> dict[str, float]:
+        """A speculate, file included (one per round), timed over a chain of 8."""
+        measured = rounds(DecodeConfig(method="suffix", k=8))
+        return {SPECULATE: 1000 * statistics.median(r.draft_s for r in measured)}
+
     def round_ms(self, r: ReplayRound) -> float:
-        measured = getattr(self.parts, "suffix_speculate", None)
+        measured = self.parts.method_parts.get(SPECULATE)
         return measured if measured is not None else self.parts.ngram_lookup
