@@ -21,7 +21,7 @@ untimed warm-up, the median of several runs, on this process's threads):
   same rounds (passes inside the loop run slower than back to back), on the chain config
   each method names (`DraftCost.calibration_config`);
 - parts only one method's drafting has, timed by that method in the decoder loop
-  (`DraftCost.loop_parts`: suffix decoding's speculate), kept by name in `method_parts`.
+  (`DraftCost.loop_parts`), kept by the names it gives them in `method_parts`.
 
 The n-gram chain and layer-skip tree runs above are instruments: real decoder rounds
 that time the loop's shared parts, whatever method a config later uses.
@@ -119,7 +119,7 @@ class CostParts:
     def from_json(cls, doc: dict[str, Any]) -> "CostParts":
         doc = dict(doc)
         # Files written before `method_parts` kept a method's part as a key of its own
-        # (`suffix_speculate`): read it into `method_parts`, so they need no measuring again.
+        # at the top level: read such keys into `method_parts`, so they need no new measuring.
         known = {f.name for f in fields(cls)}
         legacy = {key: doc.pop(key) for key in list(doc) if key not in known}
         doc["method_parts"] = {**{key: float(value) for key, value in legacy.items()
