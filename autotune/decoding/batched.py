@@ -145,11 +145,45 @@ class BatchedDecoder:
             raise AutotuneError("max_new_tokens must be at least 1")
         if not prompts or any(not p for p in prompts):
             raise AutotuneError("batched decoding needs at least one non-empty prompt")
-        single, config, device = self.single, self.config, self.target.device
         # A padded verify pass writes up to the longest draft past any row's prefix.
-        slack = MAX_DRAFT_TOKENS + 1
-        max_len = max(len(p) for p in prompts) + max_new_tokens + slack
+        max_len = max(len(p) for p in prompts) + max_new_tokens + MAX_DRAFT_TOKENS + 1
         batch_cache = self.forward.new_cache(len(prompts), max_len)
+        rows = self._rows(prompts, max_new_tokens, max_len, batch_cache, generator, categories)
+
+        start_time = clock()
+        for row in rows:
+            self._prefill(row, generator, on_features)
+        decode_start = clock()
+        active = [row for row in rows if not self._done(row)]
+        for row in rows:
+            row.finished_at = decode_start
+            if row not in active:
+                row.drafter.finish(row.seq)
+        if len(active) < len(rows):
+            self._compact(batch_cache, rows, active)
+        batch_rounds: list[BatchRound] = []
+        round_start = decode_start
+        while active:
+            still, batch_round, round_end = self._round(active, batch_cache, clock,
+                                                        round_start, generator, on_features)
+            batch_rounds.append(batch_round)
+            active, round_start = still, round_end
+        end_time = clock()
+        per_row = [Generation(prompt_len=row.prompt_len, tokens=row.generated,
+                              prefill_s=0.0, decode_s=row.finished_at - decode_start,
+                              rounds=row.rounds, cache_bytes=0, timed_parts=False,
+                              # Folded after the clock stopped: the top-K is not timed.
+                              numerics=(row.numerics.finish() if row.numerics is not None
+                                        else None))
+                   for row in rows]
+        return BatchGeneration(per_row, prefill_s=decode_start - start_time,
+                               decode_s=end_time - decode_start, rounds=batch_rounds)
+
+    def _rows(self, prompts: list[list[int]], max_new_tokens: int, max_len: int,
+              batch_cache: KVCache, generator: torch.Generator | None,
+              categories: list[str] | None) -> list[_Row]:
+        """One row per prompt: its view of the batch cache, its buffer and drafter."""
+        single, config, device = self.single, self.config, self.target.device
         choose = TokenChooser(config.temperature, config.top_p, single.vocab_size, generator,
                               greedy_drafts=single.rules.greedy_model_drafts,
                               drafted_confidence=single.rules.drafted_token_confidence)
@@ -165,76 +199,64 @@ class BatchedDecoder:
                              numerics=(NumericsRecorder(self.target.dtype)
                                        if records(self.target.dtype, config.greedy)
                                        else None)))
+        return rows
 
-        start_time = clock()
-        for row in rows:
+    def _prefill(self, row: _Row, generator: torch.Generator | None,
+                 on_features: Callable[[int, torch.Tensor], None] | None) -> None:
+        """The target's pass over one row's prompt and its first token."""
+        if on_features is not None:
+            logits, features = self.forward.forward_features(row.seq, row.cache,
+                                                             last_only=True)
+            on_features(row.index, features[0])
+        else:
+            logits = self.forward.forward(row.seq, row.cache, last_only=True)
+        row.drafter.prefill(row.seq)
+        first = self._append(row, [int(self.single._target_token(logits[:, -1],
+                                                                  generator)[0])])
+        if row.numerics is not None:
+            row.numerics.add(logits[0, -1:], first)
+
+    def _round(self, active: list[_Row], batch_cache: KVCache, clock: Callable[[], float],
+               round_start: float, generator: torch.Generator | None,
+               on_features: Callable[[int, torch.Tensor], None] | None
+               ) -> tuple[list[_Row], BatchRound, float]:
+        """One round over the active rows: each drafts, one padded verify pass over all,
+        each accepts; rows that finished are compacted out. Returns the rows still
+        active, the round's record and when it ended."""
+        drafts = [self._propose(row) for row in active]
+        draft_done = clock()
+        width = 1 + max(d.k for d in drafts)
+        ids = torch.zeros((len(active), width), dtype=torch.long, device=self.target.device)
+        for i, (row, d) in enumerate(zip(active, drafts)):
+            ids[i, 0] = row.buffer[0, row.length - 1]
+            ids[i, 1:1 + d.k] = d.tokens[0]
+        starts = [row.cache.length for row in active]
+        verify_cache = batch_cache.rows(0, len(active))
+        if on_features is not None:
+            logits, features = self.forward.forward_rows_features(ids, verify_cache, starts)
+        else:
+            logits = self.forward.forward_rows(ids, verify_cache, starts)
+        forward_done = clock()
+        emitted = 0
+        for i, (row, d) in enumerate(zip(active, drafts)):
+            kept = self._accept(row, d, logits[i:i + 1, : d.k + 1], starts[i], generator)
+            emitted += kept
             if on_features is not None:
-                logits, features = self.forward.forward_features(row.seq, row.cache,
-                                                                 last_only=True)
-                on_features(row.index, features[0])
-            else:
-                logits = self.forward.forward(row.seq, row.cache, last_only=True)
-            row.drafter.prefill(row.seq)
-            first = self._append(row, [int(single._target_token(logits[:, -1],
-                                                                generator)[0])])
-            if row.numerics is not None:
-                row.numerics.add(logits[0, -1:], first)
-        decode_start = clock()
-        active = [row for row in rows if not self._done(row)]
-        for row in rows:
-            row.finished_at = decode_start
-            if row not in active:
+                on_features(row.index, features[i, :kept])
+        still = [row for row in active if not self._done(row)]
+        for row in active:
+            if row not in still:          # its outputs filed where a method keeps them
                 row.drafter.finish(row.seq)
-        if len(active) < len(rows):
-            self._compact(batch_cache, rows, active)
-        batch_rounds: list[BatchRound] = []
-        round_start = decode_start
-        while active:
-            drafts = [self._propose(row) for row in active]
-            draft_done = clock()
-            width = 1 + max(d.k for d in drafts)
-            ids = torch.zeros((len(active), width), dtype=torch.long, device=device)
-            for i, (row, d) in enumerate(zip(active, drafts)):
-                ids[i, 0] = row.buffer[0, row.length - 1]
-                ids[i, 1:1 + d.k] = d.tokens[0]
-            starts = [row.cache.length for row in active]
-            verify_cache = batch_cache.rows(0, len(active))
-            if on_features is not None:
-                logits, features = self.forward.forward_rows_features(ids, verify_cache, starts)
-            else:
-                logits = self.forward.forward_rows(ids, verify_cache, starts)
-            forward_done = clock()
-            emitted = 0
-            for i, (row, d) in enumerate(zip(active, drafts)):
-                kept = self._accept(row, d, logits[i:i + 1, : d.k + 1], starts[i], generator)
-                emitted += kept
-                if on_features is not None:
-                    on_features(row.index, features[i, :kept])
-            still = [row for row in active if not self._done(row)]
-            for row in active:
-                if row not in still:          # its outputs filed where a method keeps them
-                    row.drafter.finish(row.seq)
-            round_end = clock()
-            for row in active:
-                if row not in still:
-                    row.finished_at = round_end
-            if len(still) < len(active):
-                self._compact(batch_cache, active, still)
-            batch_rounds.append(BatchRound(
-                rows=len(active), width=width, drafted=sum(d.k for d in drafts),
-                emitted=emitted, draft_s=draft_done - round_start,
-                verify_s=forward_done - draft_done, other_s=round_end - forward_done))
-            active, round_start = still, round_end
-        end_time = clock()
-        per_row = [Generation(prompt_len=row.prompt_len, tokens=row.generated,
-                              prefill_s=0.0, decode_s=row.finished_at - decode_start,
-                              rounds=row.rounds, cache_bytes=0, timed_parts=False,
-                              # Folded after the clock stopped: the top-K is not timed.
-                              numerics=(row.numerics.finish() if row.numerics is not None
-                                        else None))
-                   for row in rows]
-        return BatchGeneration(per_row, prefill_s=decode_start - start_time,
-                               decode_s=end_time - decode_start, rounds=batch_rounds)
+        round_end = clock()
+        for row in active:
+            if row not in still:
+                row.finished_at = round_end
+        if len(still) < len(active):
+            self._compact(batch_cache, active, still)
+        return still, BatchRound(
+            rows=len(active), width=width, drafted=sum(d.k for d in drafts),
+            emitted=emitted, draft_s=draft_done - round_start,
+            verify_s=forward_done - draft_done, other_s=round_end - forward_done), round_end
 
     def _done(self, row: _Row) -> bool:
         return row.budget_left <= 0 or row.generated[-1] in self.single.eos

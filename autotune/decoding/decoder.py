@@ -399,41 +399,16 @@ class SpeculativeDecoder:
         """
         if max_new_tokens < 1:
             raise AutotuneError("max_new_tokens must be at least 1")
-        forward, device, config = self.target.forward, self.target.device, self.config
-        # Drafts never run past the token budget, so this many positions always suffice
-        # for a chain; a tree also needs scratch room for its side branches.
-        max_len = len(prompt) + max_new_tokens + config.shape.scratch_room()
-        if self.spec.own_trees:
-            max_len += config.k                            # its whole tree, every round
-        elif self.spec.model_free and self.rules.ngram_ignores_budget:
-            max_len += min(config.k, MAX_DRAFT_TOKENS)     # drafts verified past the budget
-        cache = forward.decode_cache(max_len)
-        choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
-                              greedy_drafts=self.rules.greedy_model_drafts,
-                              drafted_confidence=self.rules.drafted_token_confidence)
-        drafter = self._drafter(cache, max_len, choose, self.draft_for(category))
-        tree_drafter = self._tree_drafter(drafter, device)
-        numerics = (NumericsRecorder(self.target.dtype)
-                    if records(self.target.dtype, config.greedy) else None)
-        run = _Run(cache, drafter, tree_drafter, make_policy(config), generator, clock,
-                   features=self.spec.reads_target_features, numerics=numerics)
-        draft_round = self._tree_round if tree_drafter is not None else self._chain_round
+        max_len = self._positions_needed(len(prompt), max_new_tokens)
+        run = self._new_run(max_len, clock, generator, category)
+        draft_round = self._tree_round if run.tree_drafter is not None else self._chain_round
         # The sequence lives in one preallocated buffer; `seq` views its filled part.
-        buffer = torch.zeros((1, max_len), dtype=torch.long, device=device)
+        buffer = torch.zeros((1, max_len), dtype=torch.long, device=self.target.device)
         buffer[0, : len(prompt)] = torch.tensor(prompt, dtype=torch.long)
         length = len(prompt)
 
         start_time = clock()
-        if run.features:
-            logits, features = forward.forward_features(buffer[:, :length], cache,
-                                                        last_only=True)
-            drafter.target_features(features)
-        else:
-            logits = forward.forward(buffer[:, :length], cache, last_only=True)
-        drafter.prefill(buffer[:, :length])
-        first = int(self._target_token(logits[:, -1], generator)[0])
-        if numerics is not None:
-            numerics.add(logits[0, -1:], [first])
+        first = self._prefill(run, buffer[:, :length], generator)
         buffer[0, length] = first
         length += 1
         generated = [first]
@@ -445,38 +420,87 @@ class SpeculativeDecoder:
         while len(generated) < max_new_tokens and generated[-1] not in self.eos:
             # Draft, verify, accept: at most budget tokens come back.
             result = draft_round(run, buffer[:, :length], max_new_tokens - len(generated))
-            # Append, up to and including the first EOS.
             # Up to the budget (an engine may draft past it) and the first EOS.
             new_tokens = _through_first(result.new_tokens[: max_new_tokens - len(generated)],
                                         self.eos)
-            if numerics is not None:
+            if run.numerics is not None:
                 assert result.chose is not None, "a recording round keeps its rows"
-                numerics.add(result.chose[: len(new_tokens)], new_tokens)
+                run.numerics.add(result.chose[: len(new_tokens)], new_tokens)
             buffer[0, length:length + len(new_tokens)] = torch.tensor(new_tokens)
             length += len(new_tokens)
             generated.extend(new_tokens)
             if on_tokens is not None:
                 on_tokens(new_tokens)
             round_end = clock()
-            # Drafts the verifier accepted past an EOS are never emitted: they count
-            # neither as tokens nor as accepted (acceptance, α, position acceptance).
-            rounds.append(RoundTrace(
-                drafted=result.drafted, accepted=min(result.n_accepted, len(new_tokens)),
-                emitted=len(new_tokens),
-                confidences=result.confidences, draft_s=result.draft_done - round_start,
-                verify_s=result.forward_done - result.draft_done, verified=result.verified,
-                other_s=round_end - result.forward_done, exit_layers=result.exit_layers,
-                draft_depth=result.depth))
+            rounds.append(_round_trace(result, len(new_tokens), round_start, round_end))
             round_start = round_end
-        drafter.finish(buffer[:, :length])
+        run.drafter.finish(buffer[:, :length])
         end_time = clock()
-        own_cache = drafter.own_cache()
-        cache_bytes = cache.nbytes() + (own_cache.nbytes() if own_cache is not None else 0)
         return Generation(prompt_len=len(prompt), tokens=generated,
                           prefill_s=decode_start - start_time, decode_s=end_time - decode_start,
-                          rounds=rounds, cache_bytes=cache_bytes,
+                          rounds=rounds, cache_bytes=self._cache_bytes(run),
                           # Folded after the clock stopped: the top-K is not timed.
-                          numerics=numerics.finish() if numerics is not None else None)
+                          numerics=run.numerics.finish() if run.numerics is not None else None)
+
+    def _positions_needed(self, prompt_len: int, max_new_tokens: int) -> int:
+        """Cache positions one generation needs. Drafts never run past the token budget,
+        so prompt + budget suffice for a chain; a tree also needs scratch room for its
+        side branches, and some drafters draft past the budget."""
+        config = self.config
+        max_len = prompt_len + max_new_tokens + config.shape.scratch_room()
+        if self.spec.own_trees:
+            max_len += config.k                            # its whole tree, every round
+        elif self.spec.model_free and self.rules.ngram_ignores_budget:
+            max_len += min(config.k, MAX_DRAFT_TOKENS)     # drafts verified past the budget
+        return max_len
+
+    def _new_run(self, max_len: int, clock: Callable[[], float],
+                 generator: torch.Generator | None, category: str | None) -> _Run:
+        """One generation's state: its decode cache, drafter(s), policy and recorder."""
+        config = self.config
+        cache = self.target.forward.decode_cache(max_len)
+        choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
+                              greedy_drafts=self.rules.greedy_model_drafts,
+                              drafted_confidence=self.rules.drafted_token_confidence)
+        drafter = self._drafter(cache, max_len, choose, self.draft_for(category))
+        tree_drafter = self._tree_drafter(drafter, self.target.device)
+        numerics = (NumericsRecorder(self.target.dtype)
+                    if records(self.target.dtype, config.greedy) else None)
+        return _Run(cache, drafter, tree_drafter, make_policy(config), generator, clock,
+                    features=self.spec.reads_target_features, numerics=numerics)
+
+    def _prefill(self, run: _Run, prompt_ids: torch.Tensor,
+                 generator: torch.Generator | None) -> int:
+        """The target's pass over `prompt_ids` [1, P] (the drafter sees it too); returns
+        the first generated token."""
+        forward = self.target.forward
+        if run.features:
+            logits, features = forward.forward_features(prompt_ids, run.cache, last_only=True)
+            run.drafter.target_features(features)
+        else:
+            logits = forward.forward(prompt_ids, run.cache, last_only=True)
+        run.drafter.prefill(prompt_ids)
+        first = int(self._target_token(logits[:, -1], generator)[0])
+        if run.numerics is not None:
+            run.numerics.add(logits[0, -1:], [first])
+        return first
+
+    @staticmethod
+    def _cache_bytes(run: _Run) -> int:
+        own_cache = run.drafter.own_cache()
+        return run.cache.nbytes() + (own_cache.nbytes() if own_cache is not None else 0)
+
+
+def _round_trace(result: RoundResult, emitted: int, round_start: float,
+                 round_end: float) -> RoundTrace:
+    """One round's trace. Drafts the verifier accepted past an EOS are never emitted:
+    they count neither as tokens nor as accepted (acceptance, α, position acceptance)."""
+    return RoundTrace(
+        drafted=result.drafted, accepted=min(result.n_accepted, emitted), emitted=emitted,
+        confidences=result.confidences, draft_s=result.draft_done - round_start,
+        verify_s=result.forward_done - result.draft_done, verified=result.verified,
+        other_s=round_end - result.forward_done, exit_layers=result.exit_layers,
+        draft_depth=result.depth)
 
 
 class _OwnTrees:
