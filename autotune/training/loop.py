@@ -104,93 +104,125 @@ def train_head(head: nn.Module, kind: str, target: LlamaForward, train: list[Seq
     spent; `folder/checkpoint.pt` resumes a run with the same `fingerprint` (kind,
     target, prompts, settings). `report(line, final)` gets the progress line."""
     torch.manual_seed(settings.seed)
-    rng = random.Random(settings.seed)
     # Trained in float32 beside the target (the batches are moved to its device).
     head.to(device=target.device, dtype=torch.float32).train()
-    objective = kind_loss(kind)(head, Teacher(target))
-    params = [p for p in head.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.0)
-    checkpoint = folder / CHECKPOINT
-    step, spent, resumed, last_loss, best = 0, 0.0, False, float("nan"), (0, 0)
-    if checkpoint.is_file():
+    run = _Training(head, kind, kind_loss(kind)(head, Teacher(target)), heldout, settings,
+                    folder / CHECKPOINT, fingerprint, report)
+    run.resume()
+    run.train(train)
+    head.eval()
+    a, n = run.best
+    return TrainResult(steps=run.step, seconds=run.spent, loss=run.last_loss,
+                       heldout_top1=a / n if n else 0.0,
+                       heldout_positions=n // run.objective.rows_per_position,
+                       train_positions=sum(s.ids.shape[0] - 1 for s in train),
+                       resumed=run.resumed, heldout_by_exit=run.objective.heldout_by_exit())
+
+
+class _Training:
+    """One training run's state (step, seconds spent, RNGs, optimizer) and its steps:
+    resume from a checkpoint, train with a warm-up + cosine schedule, evaluate and save
+    on their own clocks, report progress."""
+
+    WARMUP_STEPS = 20
+
+    def __init__(self, head: nn.Module, kind: str, objective: Any, heldout: list[Sequence_],
+                 settings: TrainSettings, checkpoint: Path, fingerprint: dict[str, Any],
+                 report: Callable[[str, bool], None]) -> None:
+        self.head, self.kind, self.objective, self.heldout = head, kind, objective, heldout
+        self.settings, self.checkpoint, self.fingerprint = settings, checkpoint, fingerprint
+        self.report = report
+        self.rng = random.Random(settings.seed)
+        self.params = [p for p in head.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=settings.lr, weight_decay=0.0)
+        self.step, self.spent, self.resumed = 0, 0.0, False
+        self.last_loss, self.best = float("nan"), (0, 0)
+        self.over = objective.progress_note()
+
+    def resume(self) -> None:
+        """Continue from the checkpoint, if one exists and belongs to this run."""
+        if not self.checkpoint.is_file():
+            return
         try:
-            state = torch.load(checkpoint, weights_only=False)
+            state = torch.load(self.checkpoint, weights_only=False)
         except Exception as exc:
-            raise AutotuneError(f"cannot read {checkpoint} ({type(exc).__name__}): remove it "
-                                "to start over") from None
-        if state.get("fingerprint") != fingerprint:
-            raise AutotuneError(f"{checkpoint} belongs to another training run (kind, model, "
-                                "prompts or settings differ): use another --out or remove it")
-        head.load_state_dict(state["head"])
-        optimizer.load_state_dict(state["optimizer"])
-        step, spent, last_loss = state["step"], state["seconds"], state["loss"]
-        rng.setstate(state["rng"])
+            raise AutotuneError(f"cannot read {self.checkpoint} ({type(exc).__name__}): "
+                                "remove it to start over") from None
+        if state.get("fingerprint") != self.fingerprint:
+            raise AutotuneError(f"{self.checkpoint} belongs to another training run (kind, "
+                                "model, prompts or settings differ): use another --out or "
+                                "remove it")
+        self.head.load_state_dict(state["head"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.spent, self.last_loss = state["step"], state["seconds"], state["loss"]
+        self.rng.setstate(state["rng"])
         torch.set_rng_state(state["torch_rng"])
-        resumed = True
+        self.resumed = True
 
-    def save() -> None:
-        _save_checkpoint(checkpoint, {
-            "fingerprint": fingerprint, "head": head.state_dict(),
-            "optimizer": optimizer.state_dict(), "step": step, "seconds": spent,
-            "loss": last_loss, "rng": rng.getstate(), "torch_rng": torch.get_rng_state()})
+    def save(self) -> None:
+        _save_checkpoint(self.checkpoint, {
+            "fingerprint": self.fingerprint, "head": self.head.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "step": self.step,
+            "seconds": self.spent, "loss": self.last_loss, "rng": self.rng.getstate(),
+            "torch_rng": torch.get_rng_state()})
 
-    def agreement() -> tuple[int, int]:
-        head.eval()
-        result = objective.top1_agreement(heldout)
-        head.train()
+    def agreement(self) -> tuple[int, int]:
+        self.head.eval()
+        result = self.objective.top1_agreement(self.heldout)
+        self.head.train()
         return result
 
-    over = objective.progress_note()
-
-    def line(final: bool) -> None:
-        a, n = best
+    def line(self, final: bool) -> None:
+        a, n = self.best
         rate = f"{a / n:.3f}" if n else "-"
-        report(f"train-draft {kind}: {_clock(spent)}/{_clock(settings.seconds)}  step {step}  "
-               f"loss {last_loss:.4f}  held-out top-1 {rate}{over}", final)
+        settings = self.settings
+        self.report(f"train-draft {self.kind}: {_clock(self.spent)}/{_clock(settings.seconds)}"
+                    f"  step {self.step}  loss {self.last_loss:.4f}  held-out top-1 {rate}"
+                    f"{self.over}", final)
 
-    base_lr = settings.lr
-    warmup = 20
-    started = time.perf_counter() - spent
-    last_save = last_eval = time.perf_counter()
-    best = agreement()
-    line(False)
-    def done() -> bool:
-        return spent >= settings.seconds or (settings.max_steps is not None
-                                             and step >= settings.max_steps)
+    def done(self) -> bool:
+        settings = self.settings
+        return self.spent >= settings.seconds or (settings.max_steps is not None
+                                                  and self.step >= settings.max_steps)
 
-    while not done():
-        for batch in _batches(train, settings.batch_tokens, rng):
-            fraction = min(spent / settings.seconds, 1.0)
-            lr = base_lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * fraction))
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.zero_grad(set_to_none=True)
-            last_loss = objective.backward(batch)
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
-            step += 1
-            now = time.perf_counter()
-            spent = now - started
-            if now - last_eval >= settings.eval_s:
-                best = agreement()
-                last_eval = time.perf_counter()
-            if now - last_save >= settings.checkpoint_s:
-                save()
-                last_save = time.perf_counter()
-            line(False)
-            if done():
+    def train(self, train: list[Sequence_]) -> None:
+        """Steps until the time (or step) budget is spent, then a last evaluation and save."""
+        started = time.perf_counter() - self.spent
+        last_save = last_eval = time.perf_counter()
+        self.best = self.agreement()
+        self.line(False)
+        while not self.done():
+            for batch in _batches(train, self.settings.batch_tokens, self.rng):
+                self._step(batch)
+                now = time.perf_counter()
+                self.spent = now - started
+                if now - last_eval >= self.settings.eval_s:
+                    self.best = self.agreement()
+                    last_eval = time.perf_counter()
+                if now - last_save >= self.settings.checkpoint_s:
+                    self.save()
+                    last_save = time.perf_counter()
+                self.line(False)
+                if self.done():
+                    break
+            if not train:
                 break
-        if not train:
-            break
-    best = agreement()
-    save()
-    line(True)
-    head.eval()
-    a, n = best
-    return TrainResult(steps=step, seconds=spent, loss=last_loss, heldout_top1=a / n if n else 0.0,
-                       heldout_positions=n // objective.rows_per_position,
-                       train_positions=sum(s.ids.shape[0] - 1 for s in train), resumed=resumed,
-                       heldout_by_exit=objective.heldout_by_exit())
+        self.best = self.agreement()
+        self.save()
+        self.line(True)
+
+    def _step(self, batch: Any) -> None:
+        """One optimizer step at the schedule's rate: linear warm-up, cosine over time."""
+        fraction = min(self.spent / self.settings.seconds, 1.0)
+        lr = (self.settings.lr * min(1.0, (self.step + 1) / self.WARMUP_STEPS)
+              * 0.5 * (1 + math.cos(math.pi * fraction)))
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        self.last_loss = self.objective.backward(batch)
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.optimizer.step()
+        self.step += 1
 
 
 def _clock(seconds: float) -> str:
