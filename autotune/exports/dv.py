@@ -1,31 +1,10 @@
 """Draft & Verify (Zhang et al., ACL 2024; github.com/dilab-zju/self-speculative-decoding).
 
-That repository keeps skip layers in `skip_layers.json` as `{model name: {"attention":
-[layer ids], "mlp": [layer ids]}}` (0-based decoder layers) and loads them with
-`model.set_skip_layers(skip["attention"], skip["mlp"])` (modeling_llama.py). Its decoding
-functions (decoding.py) take `max_step_draft` (our k), `th_stop_draft` (stop drafting
-below this top-1 probability: our γ), `auto_th_stop_draft` (the adaptive rule on/off) and
-`auto_parameters` = [rounds between updates, β1, target acceptance α, ε, β2]. We write the
-same file shape, keyed by the model id, and add those arguments under `generate_kwargs`
-beside the two lists (the repo's loader reads only "attention" and "mlp").
-
-Known differences in the adaptive rule, not in its knobs: D&V smooths the acceptance from
-0 in the first round (we start from the first round's rate), and it keeps γ after a round
-that drafted the full max_step_draft with acceptance above α (we lower it).
-
-Engine rules: the repo drafts as autotune does (sampled drafts verified by rejection
-sampling with the draft's probabilities in `self_speculative_sample`, decoding.py @
-f69f2a750c83a34097e975afcef1d6a85229f58f), so its rules are autotune's: a config measured
-under another engine's rules (`--target`) is an `engine=` loss where they differ.
-
-Launch: `generate_fn_mapping[generate_fn](model, tokenizer, input_ids, max_new_tokens=...,
-early_stop=..., **generate_kwargs)` (decoding.py @ f69f2a75: `exact_self_speculative_generate`
-and `self_speculative_sample` take these keyword arguments) after
-`model.set_skip_layers(attention, mlp)` on the repo's LlamaForCausalLM.
-
-Draft trees: the repo drafts one chain of up to max_step_draft tokens per round, so a tree
-of more than one path is a loss, dropped under `lossy` to its best path: max_step_draft =
-the tree's depth.
+Writes the repository's `skip_layers.json` shape keyed by the model id, with its
+decoding arguments under `generate_kwargs`; its rules are autotune's.
+What was read upstream, where (versions, commits, files, line references):
+docs/engines/dv.md; the versions and commits are `PROVENANCE["dv"]` in
+autotune/decoding/engines.py.
 """
 
 from __future__ import annotations

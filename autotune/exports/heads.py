@@ -3,24 +3,21 @@
 `autotune train-draft` writes, inside the drafter folder, one subfolder per engine that
 loads such a head: `vllm/` (EAGLE-1 and Medusa) and `sglang/` (EAGLE-1). The exporters
 point the engine there (`<drafter>/vllm`, `<drafter>/sglang`). What each loader wants,
-read in their sources (docs/trained-drafters.md):
+read in their sources (docs/trained-drafters.md; the commits: docs/engines/vllm.md
+and sglang.md, `PROVENANCE` in autotune/decoding/engines.py):
 
 EAGLE-1 (both engines): weights unprefixed, `fc.weight` [H, 2H] over concat(embedding,
 feature), `layers.0.self_attn.{q,k,v,o}_proj.weight`, `layers.0.mlp.{gate,up,down}_
 proj.weight`, `layers.0.post_attention_layernorm.weight`; no `layers.0.input_layernorm`
 (layer 0's is an identity), no final norm; the target's final-normed hidden state is
 the feature; the target's embedding and LM head are shared when the checkpoint has none.
-- vLLM (vllm/model_executor/models/llama_eagle.py @ e1c4a55214c63e19e83f82ad6c552d82148bae0b):
-  `fc` has no bias (`bias=False`; a `fc.bias` would be an unknown parameter); a plain
+- vLLM (vllm/model_executor/models/llama_eagle.py): `fc` has no bias (`bias=False`; a `fc.bias` would be an unknown parameter); a plain
   LlamaConfig with `architectures: ["LlamaForCausalLM"]` is renamed to
-  `EagleLlamaForCausalLM` (vllm/transformers_utils/configs/eagle.py @
-  23c5aa92d517802488a0c77a5f58cd0a2019c5a3).
-- SGLang (python/sglang/srt/models/llama_eagle.py @ 3b64d5dee0756de843b5f022966f69c995cd15ea):
-  `fc` has a bias (nn.Linear's default): we write zeros, the same function; the class
+  `EagleLlamaForCausalLM` (vllm/transformers_utils/configs/eagle.py).
+- SGLang (python/sglang/srt/models/llama_eagle.py): `fc` has a bias (nn.Linear's default): we write zeros, the same function; the class
   is looked up by `architectures: ["LlamaForCausalLMEagle"]`.
-Medusa (vLLM only; SGLang has none: vllm/model_executor/models/medusa.py @
-01dbb08195ca9c70ac9044786a906a353e07fcdf, its config transformers_utils/configs/medusa.py
-@ 4bb77b3239adff81001f12cd9c9a39b65800a373): `architectures: ["MedusaModel"]`,
+Medusa (vLLM only; SGLang has none: vllm/model_executor/models/medusa.py, its config
+transformers_utils/configs/medusa.py): `architectures: ["MedusaModel"]`,
 `model_type: medusa`, `num_heads`, `num_hidden_layers` (residual blocks per head),
 `hidden_size`, `vocab_size`, `truncated_vocab_size`; `medusa_fc_bias: true` for our
 blocks' biases; `original_lm_head: true` shares one LM head, loaded from

@@ -1,55 +1,10 @@
 """Hugging Face transformers: generation configs for assisted generation.
 
-Read in transformers 5.23.0 (the installed wheel, src/transformers/generation/):
-
-- Which model's config a field is read from. AssistedCandidateGenerator.__init__
-  (candidate_generator.py) takes `num_assistant_tokens`, `num_assistant_tokens_schedule`
-  and `assistant_confidence_threshold` from `copy.deepcopy(assistant_model.
-  generation_config)`: the ASSISTANT model's own generation config, whatever is passed to
-  `generate`. The assistant drafts with a copy of the target's generation config (its
-  sampling included). Prompt lookup (`prompt_lookup_num_tokens`,
-  `max_matching_ngram_size`), `assistant_early_exit` and the sampling fields (`do_sample`,
-  `temperature`, `top_p`, `top_k`) are read from the target's generation config
-  (utils.py `_get_candidate_generator`). For early exit the assistant IS the target
-  (`EarlyExitCandidateGenerator(assistant_model=self, ...)`), so the draft-length fields
-  go in the target's file, loaded as the target's `model.generation_config`. But not
-  `assistant_early_exit` itself: the generator drafts with an inner `generate()` on a
-  copy of the call's config whose assistant_early_exit it sets to None, and an unset
-  field is filled from `model.generation_config`; left there, the draft's own generate
-  drafts with early exit again, nested (observed with 5.23.0: its rounds then differ
-  from a fixed K; tests/test_hf_client.py). So it is a `generate()` argument, kept in
-  `hf/generate_kwargs.json`.
-  Files: `hf/generation_config.json` (the target's; always written); for a separate
-  draft model `hf/assistant_generation_config.json` (the assistant's); for early exit
-  `hf/generate_kwargs.json` (`{"assistant_early_exit": N}`, for the generate() call).
-- Unset fields take `GenerationConfig._get_default_generation_params()`
-  (configuration_utils.py): `num_assistant_tokens` 20, `assistant_confidence_threshold`
-  0.4, `top_k` 50. A threshold of 0.4 would stop drafts (utils.py
-  `_get_stopping_criteria`: ConfidenceCriteria only for a threshold > 0) and turn on the
-  ROC re-tuning below (only for a truthy threshold), so fixed and heuristic exports write
-  `assistant_confidence_threshold: 0.0`; sampling exports write `top_k: 0` (no top-k
-  filter: utils.py adds TopKLogitsWarper only for top_k not None and != 0), as we tune
-  temperature and top_p alone.
-- Confidence: `assistant_confidence_threshold` = γ. For a separate draft model,
-  AssistedCandidateGenerator.update_candidate_strategy re-tunes it after every round
-  from an ROC curve (cost fpr + 3·fnr) when scikit-learn is importable; that is the `hf`
-  engine rule (roc_threshold), so it is exact only for a config measured with
-  `--target hf` (RocConfidencePolicy), else an `engine=` loss. Early exit never re-tunes
-  (`type(self) is AssistedCandidateGenerator` is false for EarlyExitCandidateGenerator):
-  a fixed threshold, exact.
-- Schedules: "constant", "heuristic" (K carried over between generate calls on the same
-  assistant, utils.py `_assisted_decoding`), "heuristic_transient" (reset per call: ours).
-  There is no adaptive γ rule (a loss). Prompt lookup (PromptLookupCandidateGenerator)
-  has no schedule, threshold or minimum n-gram size; it proposes
-  prompt_lookup_num_tokens, trying max_matching_ngram_size down to 1, the first match
-  left to right, cut before an EOS (the `hf` engine rules for n-grams).
-- `GenerationConfig.from_pretrained(pretrained_model_name, config_file_name=None, ...)`
-  loads either file from the folder (launch.md).
-
-Draft trees: assisted generation verifies one chain of candidates per round (every
-CandidateGenerator.get_candidates returns one candidate sequence), so a tree of more than
-one path is a loss, dropped under `lossy` to its best path: num_assistant_tokens = the
-tree's depth.
+Writes `hf/generation_config.json`, `hf/assistant_generation_config.json` (a separate
+draft model) and `hf/generate_kwargs.json` (early exit); trees are a loss.
+What was read upstream, where (versions, commits, files, line references):
+docs/engines/hf.md; the versions and commits are `PROVENANCE["hf"]` in
+autotune/decoding/engines.py.
 """
 
 from __future__ import annotations

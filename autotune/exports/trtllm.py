@@ -1,81 +1,10 @@
 """TensorRT-LLM: the `speculative_config` of the LLM API (PyTorch backend), as JSON and as
 the YAML that `trtllm-serve TARGET --backend pytorch --config trtllm.yaml` reads.
 
-Read in NVIDIA/TensorRT-LLM (docs/engines/trtllm.md; each file at its own
-stored commit):
-
-- tensorrt_llm/llmapi/llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412 (pinned in
-  tests/engine_fields.py): DecodingBaseConfig `max_draft_len`, `speculative_model`
-  (`speculative_model_dir` is an accepted input alias), the acceptance-rate switch-off
-  fields `acceptance_rate_window_size`/`acceptance_rate_threshold` (autotune writes
-  neither), `use_rejection_sampling` (default false: exact-match verification);
-  DraftTargetDecodingConfig with `decoding_type: "Draft_Target"` (the code's Literal; the
-  docs' YAML list spells it "DraftTarget", which the current code does not map), which
-  sets `max_total_draft_tokens = max_draft_len` ("Current DraftTarget only supports linear
-  tree"); NGramDecodingConfig (`decoding_type: "NGram"`, `max_matching_ngram_size`,
-  `is_keep_all`, `is_use_oldest`, `is_public_pool`), also a linear chain. These are
-  StrictBaseModel configs, believed to reject unknown keys.
-- tensorrt_llm/_torch/speculative/ngram.py @ 0249976575050d2c624a5f285683c66de311a3b7:
-  n-gram sizes from max_matching_ngram_size down to 1, the first hit wins, and
-  `pool[pattern][0 if self.is_use_oldest else -1]`. autotune writes `is_keep_all: true`,
-  `is_use_oldest: true` and the pool measured: `is_public_pool` false for the
-  per-request pool, true for the pool shared by every request (`ngram_pool`, measured
-  as the arm's cross-request state; docs/engines/trtllm.md).
-- tensorrt_llm/_torch/speculative/interface.py @ 00b6d5a25c30b4382d24fbdf52956d601b3ffd24
-  and sampler/two_model_spec_dec.py @ 00be09f78ecf0691f2b8e15dea518d1d6468679e: the draft
-  model drafts its argmax and a sampled target accepts a draft only while it equals the
-  target's own sampled token, unless use_rejection_sampling is set (the `trtllm` engine
-  rules greedy_model_drafts, match_verification); NGram is always exact match.
-- tensorrt_llm/commands/serve.py @ 00209af149e7774406881a37283dce303571eb11: `--config`
-  and `--extra_llm_api_options` are one option (a YAML whose `speculative_config:` key
-  holds this mapping); `--backend` defaults to pytorch.
-
-Draft trees: only EAGLE heads draft trees in TensorRT-LLM; Draft_Target and NGram draft
-a chain, so a tree of more than one path over a draft model is a loss, dropped under
-`lossy` to its best path: max_draft_len = the tree's depth. autotune never writes an
-Eagle config.
-
-Per-batch-size K (a frozen config's `schedule`), read in NVIDIA/TensorRT-LLM:
-
-- tensorrt_llm/llmapi/llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412,
-  DecodingBaseConfig: `draft_len_schedule: Optional[dict[int, int]]`, described with
-  {4:4, 8:2, 32:1} as "Batch sizes 1-4: use draft_len=4", "5-8: use draft_len=2",
-  "9-32: use draft_len=1", "33+: use draft_len=0 (implicit, speculation disabled)":
-  keys are inclusive upper bounds.
-  `validate_draft_len_schedule_and_sort`: keys >= 1, values >= 0, "draft_len_schedule[
-  smallest key] must equal max_draft_len", every value <= max_draft_len; returned
-  sorted. A model validator raises "max_concurrency and draft_len_schedule are mutually
-  exclusive". DraftTargetDecodingConfig's `spec_dec_mode` is DRAFT_TARGET_ONE_MODEL
-  (`_draft_target_one_model = PrivateAttr(True)`); NGram is the two-model NGramDrafter.
-- tensorrt_llm/_torch/speculative/interface.py @
-  00b6d5a25c30b4382d24fbdf52956d601b3ffd24: `support_dynamic_draft_len()` includes
-  `is_draft_target_one_model()` and `is_sa()` (PR #12262, merged March 2026), and
-  `use_one_engine()` includes `is_sa()`: SA reads the schedule on the one-model path
-  (not NGram, whose drafter has its own lookup, next).
-- One-model path: tensorrt_llm/_torch/speculative/utils.py @
-  011d0933dcb5e592f5fa2626beaf42a96324c578 `get_draft_len_for_batch_size`: bisect_left,
-  "the first key >= batch_size", above the largest key `min_draft_len`, every value
-  floored at it. tests/unittest/_torch/speculative/hw_agnostic/
-  test_min_runtime_draft_len.py at the same commit: DraftTarget's
-  `min_runtime_draft_len` is 1 (a scheduled 0 runs 1 draft token), NGram's 0 ("Two-model
-  and stateless drafters keep the existing behaviour, including the ability to turn
-  speculation off through the schedule"). That floor comes from PR #16888, open in the
-  stored thread: whether a given build floors is not known here (launch.md says so).
-- Two-model path (NGram): the Drafter's own `get_draft_len_for_batch_size` in a stored
-  tensorrt_llm/_torch/speculative/drafter.py (find_string; its commit is not shown) is
-  `bisect_right`, "the largest threshold <= batch_size": keys read as LOWER bounds; and
-  tests/unittest/_torch/speculative/hw_agnostic/test_draft_len_schedule.py @
-  3105370ba2f2f7eafba58b42327fbbc0c6df8a20 expects NGram with {1: 5, 4: 4, 5: 3, 6: 2,
-  7: 1} to draft 5 at batch sizes 2 and 3, and at most the scheduled length per request,
-  with speculation off at 0. Its batch size is `len(executor.active_requests)`.
-
-So autotune writes, for every range, both its start and its end as keys with the
-range's K ({1: 4, 2: 3, 3: 3, 4: 0, 8: 0} for 1: K=4, 2-3: K=3, 4-8: K=0): read as upper
-bounds or as lower bounds, every tuned batch size 1..largest gets its K, and the first
-key (1) carries max_draft_len as the validator wants. max_draft_len is the K at batch
-size 1, so a schedule whose largest K lies above batch size 1 cannot be written exactly
-(a loss: under `lossy` the larger K are capped at batch size 1's), and one with K = 0 at
-batch size 1 but K > 0 above it cannot be written at all (max_draft_len must be > 0).
+NGram, SA and Draft_Target chains, with `draft_len_schedule` for a per-batch-size K.
+What was read upstream, where (versions, commits, files, line references):
+docs/engines/trtllm.md; the versions and commits are `PROVENANCE["trtllm"]` in
+autotune/decoding/engines.py.
 """
 
 from __future__ import annotations

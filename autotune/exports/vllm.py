@@ -1,78 +1,10 @@
-"""vLLM: the JSON of `vllm serve --speculative-config` / `LLM(speculative_config=...)`.
+"""vLLM: the JSON of `vllm serve --speculative-config` / `LLM(speculative_config=...)`
 
-Read in vLLM 0.33.0 (the PyPI wheel, built from commit 4ba787ec9; see
-docs/engines/vllm.md):
-
-- vllm/config/speculative.py `SpeculativeConfig` is a pydantic dataclass built by
-  vllm/config/utils.py `config()` with `ConfigDict(extra="forbid")`: an unknown key is an
-  error, so only its fields are written (pinned in tests/engine_fields.py). `method`
-  "draft_model" (with `model`) or "ngram"; `num_speculative_tokens`;
-  `prompt_lookup_min`/`prompt_lookup_max`, which default to 5/5 when both are unset (and
-  one copies the other when only one is set): both are always written.
-- `draft_sample_method` ("greedy" default | "probabilistic"): with "greedy" a draft model
-  drafts its argmax and v1/sample/rejection_sampler.py treats the draft as one-hot
-  (`draft_prob = 1`) (v1/spec_decode/llm_base_proposer.py `_greedy_sample`). autotune
-  writes "greedy" explicitly: it is the `vllm` engine rule (greedy_model_drafts) a config
-  searched with `--target vllm` was measured under.
-- How vLLM drafts n-grams (Model Runner V2, the default: the most recent occurrence of
-  the longest match, every draft padded to num_speculative_tokens, drafted up to the
-  last step) is the `vllm` engine rule, read in autotune/decoding/engines.py; V1
-  (`VLLM_USE_V2_MODEL_RUNNER=0`) takes the earliest occurrence unpadded, which
-  launch.md states.
-- Medusa: 0.33.0 has none (below); the export refuses it by name.
-- vllm/engine/arg_utils.py: `--speculative-config` (`-sc`) parses a JSON object.
-
-Draft trees: SpeculativeConfig 0.33.0 has no tree field (`speculative_token_tree` is
-gone: absent from the wheel and from vllm/config/speculative.py @
-002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443; only the old @f19b16d9 had it). A draft model
-drafts exactly num_speculative_tokens tokens in a chain (llm_base_proposer.py,
-`for token_index in range(self.num_speculative_tokens - 1)`, no confidence stop), so a
-tree of more than one path is a loss, dropped under `lossy` to its best path:
-num_speculative_tokens = the tree's depth.
-
-Per-batch-size K (a frozen config's `schedule`; read in the same 0.33.0 wheel, commit
-4ba787ec9, unless another source is named):
-
-- vllm/config/speculative.py L524 `num_speculative_tokens_per_batch_size:
-  list[tuple[int, int, int]] | None = None`, "(range_start, range_end,
-  num_speculative_tokens) with an inclusive batch-size range" (the same field at
-  vllm-project/vllm@002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443 vllm/config/speculative.py).
-  `num_speculative_tokens` stays required and > 0 (`Field(gt=0)`): autotune writes the
-  schedule's largest K there.
-- vllm/v1/spec_decode/dynamic/utils.py (identical 3-tuple code at
-  vllm-project/vllm@a6f6bb1d3c1707ede85d03a7c7d47a105a1873fc):
-  `validate_and_normalize_dynamic_sd_schedule` wants a non-empty list of 3-item lists,
-  start > 0, start <= end, K >= 0 (K = 0 allowed), sorted non-overlapping ranges, the
-  first starting at 1; `build_dynamic_sd_schedule_lookup` fills batch sizes
-  1..max_num_seqs, clamps each K to num_speculative_tokens and "carr[ies] forward the
-  last K" past the last range's end. autotune writes [[start, end, k], ...] as the
-  frozen ranges (already sorted and contiguous from 1); the last ends at the largest
-  tuned batch size, so vLLM runs that range's K above it.
-- vllm/v1/core/sched/scheduler.py L1710-1714: K = `dynamic_sd_lookup[len(
-  num_scheduled_tokens)]`, the number of requests scheduled in the step.
-- Which methods honour it. vllm/config/vllm.py L1088-1108
-  `_maybe_disable_dynamic_sd_for_v1`: Model Runner V1 keeps the schedule for ngram,
-  eagle, eagle3, mtp, draft_model and dflash ("V2 truncates drafts centrally. V1
-  requires proposer support") and drops it for any other method. On V1 the runner
-  passes the step's K to the drafter (v1/worker/gpu_model_runner.py L4729-4745 for
-  ngram, L4945-4946 for model drafters): v1/spec_decode/ngram_proposer.py L138-171
-  `assert num_speculative_tokens <= self.k` and looks up that many tokens;
-  DraftModelProposer subclasses SpecDecodeBaseProposer, whose `propose` sets
-  `self.num_speculative_tokens = num_speculative_tokens` and returns no draft for K = 0
-  (v1/spec_decode/llm_base_proposer.py L531, L619). On V2 (the default,
-  `VllmConfig.use_v2_model_runner`) the speculators draft num_speculative_tokens
-  (v1/worker/gpu/spec_decode/standalone_ar/speculator.py; `ngram` runs
-  NgramGPUSpeculator, v1/worker/gpu/spec_decode/__init__.py) and the runner cuts the
-  drafts to the step's K (v1/worker/gpu/model_runner.py L2308-2337): the verified K
-  follows the schedule, the drafting cost does not. Both autotune methods therefore
-  carry the schedule (no loss); launch.md says which runner drafts as measured.
-- vllm/config/vllm.py L1110-1127: with data parallelism the schedule is dropped
-  ("falling back to static num_speculative_tokens"); L1069-1086: on V1 it forces
-  piecewise CUDA graphs.
-- docs/features/speculative_decoding/dynamic_speculative_decoding.md at
-  vllm-project/vllm@015a47e1282c9ef40d706ee3463cb699e04e93c0: "Tested with Eagle,
-  Eagle-3, and DFlash. Other SD methods may or may not work out of the box"; its
-  examples run `VLLM_USE_V2_MODEL_RUNNER=0`.
+Writes `vllm/speculative_config.json` and launch.md: the draft model's or n-gram chain,
+suffix decoding, a per-batch-size K schedule; trees are a loss (chains only).
+What was read upstream, where (versions, commits, files, line references):
+docs/engines/vllm.md; the versions and commits are `PROVENANCE["vllm"]` in
+autotune/decoding/engines.py.
 """
 
 from __future__ import annotations
@@ -81,6 +13,7 @@ import json
 import shlex
 from typing import Any
 
+from autotune.decoding.engines import provenance
 from autotune.exports._common import (
     Loss,
     Source,
@@ -118,10 +51,12 @@ SUFFIX_FIELDS = {"suffix_decoding_max_tree_depth": "suffix_max_tree_depth",
                  "suffix_decoding_max_cached_requests": "suffix_max_cached_requests",
                  "suffix_decoding_max_spec_factor": "suffix_max_spec_factor",
                  "suffix_decoding_min_token_prob": "suffix_min_token_prob"}
-# vLLM 0.33.0 has no Medusa: vllm/config/speculative.py L74-82 `SpeculativeMethod` lists
-# no "medusa" (and SpeculativeConfig validates it), the wheel has no medusa.py. 0.32.0
-# (the PyPI wheel, commit 5df63a720) still lists it (L75) and loads it.
-MEDUSA_LAST = "0.32.0"
+# The vLLM read (PROVENANCE["vllm"].version) has no Medusa: vllm/config/speculative.py
+# L74-82 `SpeculativeMethod` lists no "medusa" (and SpeculativeConfig validates it), the
+# wheel has no medusa.py. The release before it (the table's second version, its wheel's
+# commit there) still lists it (L75) and loads it.
+VERSION = provenance("vllm").version
+MEDUSA_LAST = provenance("vllm").versions[1].removeprefix("vLLM ")
 
 
 def check(src: Source) -> list[Loss]:
@@ -175,10 +110,10 @@ def _suffix_schedule_loss(src: Source) -> Loss | None:
 
 
 def _medusa_loss(src: Source) -> Loss | None:
-    """Medusa: a method vLLM had and 0.33.0 no longer has, named as such."""
+    """Medusa: a method vLLM had and VERSION no longer has, named as such."""
     if src.cfg.method != "medusa":
         return None
-    why = (f"vLLM 0.33.0 has no Medusa (no such speculative method); vLLM {MEDUSA_LAST} "
+    why = (f"{VERSION} has no Medusa (no such speculative method); vLLM {MEDUSA_LAST} "
            "was the last to load one, from the vllm/ folder train-draft writes")
     return Loss("method=medusa", method_knobs(src.spec), why, fatal=True, note=why)
 
@@ -246,12 +181,12 @@ def _runner_text(src: Source) -> str:
                 "figures hold for a server that had served the measured workload's earlier "
                 "requests, in order (docs/engines/vllm.md says what warm means).\n")
     if src.cfg.method == "ngram":
-        return ("The figures hold for vLLM's default Model Runner V2 (vLLM 0.33.0): the "
+        return (f"The figures hold for vLLM's default Model Runner V2 ({VERSION}): the "
                 "longest n-gram's most recent occurrence, and num_speculative_tokens drafts "
                 "every step, the slots no match fills holding the last token. Model Runner "
                 "V1 (`VLLM_USE_V2_MODEL_RUNNER=0`) takes the earliest occurrence and drafts "
                 "only what it finds: another drafter than the one measured.\n")
-    return ("The figures hold for vLLM's default Model Runner V2 (vLLM 0.33.0); V1 "
+    return (f"The figures hold for vLLM's default Model Runner V2 ({VERSION}); V1 "
             "(`VLLM_USE_V2_MODEL_RUNNER=0`) drafts the same greedy chain.\n")
 
 
