@@ -299,3 +299,51 @@ def test_a_target_queues_only_its_own_engines_documented_defaults() -> None:
     assert [p.name for p in presets(30, "hf")] == ["baseline", "hf_assisted",
                                                     "hf_prompt_lookup"]
     assert [p.name for p in presets(30, "trtllm")] == ["baseline"]
+
+
+# Provenance: PROVENANCE in autotune/decoding/engines.py is the one place in code that
+# names an engine's upstream versions and commits.
+
+_ROOT = Path(__file__).resolve().parent.parent
+_EXPORTERS = ("vllm", "sglang", "trtllm", "hf", "llama_server", "dv")
+
+
+def test_provenance_covers_every_exporter_and_its_page_cites_the_same():
+    """Every engine an exporter writes for has a table row; its docs/engines page exists,
+    names the same versions and every commit in the row; the exporter's docstring
+    points at that page."""
+    from autotune.decoding.engines import PROVENANCE
+
+    assert set(PROVENANCE) == set(_EXPORTERS)
+    for engine, prov in PROVENANCE.items():
+        assert prov.doc == f"docs/engines/{engine}.md"
+        page = (_ROOT / prov.doc).read_text()
+        for version in prov.versions:
+            assert version.split()[-1] in page, (engine, version)
+        for file, commit in prov.commits:
+            assert commit in page, (engine, file, commit)
+        module = (_ROOT / "autotune" / "exports" / f"{engine}.py").read_text()
+        doc = module.split('"""')[1]
+        assert prov.doc in doc, engine
+        assert len(doc.splitlines()) <= 12, (engine, len(doc.splitlines()))
+
+
+def test_no_exporter_repeats_a_version_or_commit_of_the_table():
+    """The exporters read versions and commits from the table: none of them appears as a
+    literal in autotune/exports/, and the strings exports write are the table's."""
+    import re
+
+    from autotune.decoding.engines import PROVENANCE
+    from autotune.exports import llama_server, vllm
+
+    literals = {c for p in PROVENANCE.values() for _, c in p.commits}
+    literals |= {v.split()[-1] for p in PROVENANCE.values() for v in p.versions}
+    for path in sorted((_ROOT / "autotune" / "exports").glob("*.py")):
+        text = path.read_text()
+        found = [lit for lit in literals if re.search(rf"(?<![\w.]){re.escape(lit)}(?![\w.])",
+                                                       text)]
+        assert not found, (path.name, found)
+        assert not re.search(r"\b[0-9a-f]{40}\b", text), path.name
+    assert llama_server.SOURCE == PROVENANCE["llama_server"].version
+    assert vllm.VERSION == PROVENANCE["vllm"].version
+    assert f"vLLM {vllm.MEDUSA_LAST}" in PROVENANCE["vllm"].versions
