@@ -98,7 +98,7 @@ HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_e
                  ngram_ignores_budget=True, roc_threshold=True,
                  drafted_token_confidence=True)
 
-# vLLM 0.33.0 (the PyPI wheel, built from commit 4ba787ec9), Model Runner V2, its default:
+# vLLM (PROVENANCE["vllm"]: the release and its wheel's commit), Model Runner V2, its default:
 # - vllm/config/vllm.py L731-767 `use_v2_model_runner`: V2 unless VLLM_USE_V2_MODEL_RUNNER=0,
 #   no Triton, or a feature V2 lacks (L3066-3068: methods "suffix" and "custom_class").
 # - v1/worker/gpu/spec_decode/__init__.py L87-93: method "ngram" runs NgramGPUSpeculator.
@@ -146,13 +146,12 @@ SGLANG = EngineRules(
                   "its cross-request matches are not measured); method sglang_ngram "
                   "drafts SGLang's trie exactly"),))
 
-# TensorRT-LLM (NVIDIA/TensorRT-LLM): tensorrt_llm/_torch/speculative/ngram.py @
-# 0249976575050d2c624a5f285683c66de311a3b7 (a per-request pool of continuations, longest
+# TensorRT-LLM (NVIDIA/TensorRT-LLM; each file at its commit in PROVENANCE["trtllm"]):
+# tensorrt_llm/_torch/speculative/ngram.py (a per-request pool of continuations, longest
 # pattern first, down to 1; `pool[pattern][0 if self.is_use_oldest else -1]`: the
 # drafter's MatchPool); Draft_Target drafts greedily and a
 # sampled target accepts a draft only when it equals its own sampled token unless
-# use_rejection_sampling is set (llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412
-# and the torch sampler).
+# use_rejection_sampling is set (llm_args.py and the torch sampler).
 # Its SA drafter (autotune/methods/sa/drafter.py names the files read): each request's
 # own suffix automaton, the first occurrence of the longest repeated suffix, and
 # max_draft_len tokens verified every step; slots the lookup leaves unwritten keep what

@@ -26,8 +26,8 @@ def _presets(n_layers: int) -> list[Preset]:
                    "max_matching_ngram_size=2 (its default)",
                    {"method": "ngram", "k": 10, "ngram_min": 1, "ngram_max": 2,
                     "exit_policy": "fixed"}, rank=7, engine="hf", targeted=True),
-            # SGLang (sgl-project/sglang arg_groups speculative_hook.py @ 004c82e0, fields
-            # spec.py @ 015c8726): NGRAM's num_draft_tokens defaults to 12 (11 drafts after
+            # SGLang (arg_groups speculative_hook.py and fields spec.py, each at its
+            # commit in PROVENANCE["sglang"]): NGRAM's num_draft_tokens defaults to 12 (11 drafts after
             # the root) and max_trie_depth to 18, which our export maps as ngram_max + k.
             Preset("sglang_ngram", "SGLang NGRAM defaults: speculative_num_draft_tokens=12, "
                    "speculative_ngram_max_trie_depth=18",

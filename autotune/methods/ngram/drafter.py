@@ -32,8 +32,8 @@ def lookup(tokens: list[int], ngram_min: int, ngram_max: int, limit: int,
 
 class MatchPool:
     """TensorRT-LLM's n-gram pool for one request (NGramDecodingConfig with is_keep_all,
-    is_use_oldest and a private pool; tensorrt_llm/_torch/speculative/ngram.py @
-    0249976575050d2c624a5f285683c66de311a3b7). On every draft call it first files every
+    is_use_oldest and a private pool; tensorrt_llm/_torch/speculative/ngram.py at
+    its commit in PROVENANCE["trtllm"]). On every draft call it first files every
     n-gram (sizes max down to 1) of the tokens since its window start with the up to
     `max_draft` tokens that follow it, keeping a pattern's earlier continuations unless
     the new one is longer (shorter ones are then dropped); the window then restarts
@@ -75,8 +75,7 @@ class MatchPool:
 class PublicPool:
     """TensorRT-LLM's public n-gram pool (`is_public_pool`, its default): one pattern ->
     continuations map filed by every request's draft calls and never emptied
-    (NGramPoolManager in tensorrt_llm/_torch/speculative/ngram.py @
-    0249976575050d2c624a5f285683c66de311a3b7: `pool = self.pool if self.is_public_pool
+    (NGramPoolManager in tensorrt_llm/_torch/speculative/ngram.py, PROVENANCE["trtllm"]: `pool = self.pool if self.is_public_pool
     else self.pool[request_id]`; `update_resources` returns early for a public pool,
     "TODO: Here should be an strategy to update the pool"). The state an arm keeps
     across requests for `ngram_pool=public`."""

@@ -1,19 +1,19 @@
 """TensorRT-LLM's SA drafter: a suffix automaton per request, extended as tokens arrive.
 
 Read through the code index in NVIDIA/TensorRT-LLM (no single snapshot holds every file;
-commits as the index gave them):
-- tensorrt_llm/llmapi/llm_args.py `SADecodingConfig` @ 0004396720054fd8e205cbf616f21f0b57c6b412
+each file at its commit in PROVENANCE["trtllm"], autotune/decoding/engines.py):
+- tensorrt_llm/llmapi/llm_args.py `SADecodingConfig`
   (the commit tests/engine_fields.py pins): `decoding_type: "SA"`,
   `max_matching_ngram_size` default -1 ("longest possible match via suffix
   automaton"; > 0 fixed-size matching; 0 invalid),
   `max_draft_len` required > 0, a chain (`max_total_draft_tokens = max_draft_len`),
   `enable_global_pool` default False (each request's own automaton).
-- tensorrt_llm/_torch/speculative/suffix_automaton.py @ 1412a497a5db05a5a88c1a9c105f1858e814da90:
+- tensorrt_llm/_torch/speculative/suffix_automaton.py:
   the automaton is built from the prompt on the first context chunk;
-  suffixAutomatonKernels.cu @ a070a1f73dd0cadf0ddfe3430a9f6fafc6d908d5 L114: every step
+  suffixAutomatonKernels.cu L114: every step
   extends it with the step's accepted tokens (the first sampled and bonus tokens too)
   before the lookup, so it holds prompt + generated tokens.
-- suffixAutomaton.h @ b120c7c9436f2f3e20da1fa64df67da73fce51b8: a standard suffix
+- suffixAutomaton.h: a standard suffix
   automaton whose states keep the end of their first occurrence (L185, L215: a new
   state's is its own end, a clone copies it). Longest mode (L260-294): from the last
   state follow suffix links to the first state whose occurrence ends before the last
@@ -21,9 +21,9 @@ commits as the index gave them):
   max_draft_len tokens after that first occurrence, cut at the sequence's end (L380-381).
   Fixed mode (cu L128-130, h L322, L352): sizes n, n-1, ..., 1, the first one found: the
   suffix of min(n, longest) tokens, drafted after its first occurrence.
-- sa_worker.py @ 0260785a25a7139fd240e227c493b77c0d4a407a: the draft buffer the kernel
+- sa_worker.py: the draft buffer the kernel
   wrote is returned as is and verified whole (`max_draft_len` + 1 tokens every step,
-  strict prefix match). suffix_automaton.py @ 1412a497a5db05a5a88c1a9c105f1858e814da90
+  strict prefix match). suffix_automaton.py
   `SuffixAutomatonManager`: that buffer, `_gpu_draft_tokens` [max_num_requests,
   max_draft_len], is allocated zeroed once per engine and indexed by the request's
   position in the batch, not its slot; the kernel (`suffixAutomatonExtendNgramKernel`)

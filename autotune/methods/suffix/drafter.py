@@ -1,6 +1,6 @@
 """Suffix decoding's drafter, as vLLM's SuffixDecodingProposer drives arctic_inference.
 
-vLLM 0.33.0 (commit 4ba787ec9) v1/spec_decode/suffix_decoding.py `propose`, per request
+vLLM (PROVENANCE["vllm"]) v1/spec_decode/suffix_decoding.py `propose`, per request
 and step: on its first step `start_request(req_id, prompt)` (the prompt's own tree, and
 a slot in the shared tree of outputs unless max_cached_requests is 0); every step
 `add_active_response(req_id, sampled_ids)` (the tokens the step emitted, so the first
