@@ -1,0 +1,24 @@
+"""`autotune export`'s arguments (run by `autotune.cli.export`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autotune.cli.parsers.options import FORMATS, engine_name
+
+if TYPE_CHECKING:
+    from autotune.cli.parsers.options import Subparsers
+
+
+def add_parser(sub: Subparsers) -> None:
+    """--format takes any name (no `choices`): `export` refuses an unknown one itself."""
+    e = sub.add_parser("export", help="write a frozen config in a server's format")
+    e.add_argument("config", help="frozen config (best.json)")
+    e.add_argument("--format", required=True, type=engine_name, help=" | ".join(FORMATS))
+    e.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
+    e.add_argument("--lossy", action="store_true",
+                   help="drop knobs the format cannot express (each is listed) "
+                        "instead of failing")
+    e.add_argument("--draft-tp", type=int, default=None, metavar="N",
+                   help="vllm: draft_tensor_parallel_size")
+    e.set_defaults(run="autotune.cli.export:run_export_command")
