@@ -4,7 +4,6 @@ where it measures here."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ from autotune.common.errors import AutotuneError
 from autotune.models import loading
 from autotune.models.trained import TrainedDraft, load_draft, trained_prompt_digests
 from autotune.pipeline.plan import SearchPlan
+from autotune.pipeline.progress import note
 from autotune.search.targets import refusal
 from autotune.space import BoundSpace
 from autotune.space.binding import trained_space_args
@@ -34,8 +34,7 @@ class SearchModels:
 def load_models(plan: SearchPlan) -> SearchModels:
     """Load the target and the drafter, refuse a drafter trained on a held-out prompt,
     bind the space and open the target engine's backend (when it measures here)."""
-    print(f"autotune: loading {plan.model}" + (f" and draft {plan.draft}" if plan.draft else ""),
-          file=sys.stderr, flush=True)
+    note(f"loading {plan.model}" + (f" and draft {plan.draft}" if plan.draft else ""))
     target = loading.load_model(plan.model, plan.device, plan.dtype, plan.trust_remote_code)
     draft = load_draft(plan.draft, target, plan.device, plan.dtype, plan.trust_remote_code)
     check_unseen(draft, plan.held_out)   # a trained head must never have seen them
@@ -76,6 +75,6 @@ def _open_engine_backend(plan: SearchPlan, target: Any, draft: Any) -> Backend:
     backend = open_backend(plan.target, target, draft, plan.model,
                            [*plan.prompts, *plan.held_out], plan.max_new_tokens,
                            _companions(plan), plan.draft)
-    print(f"autotune: {'every trial' if plan.fidelity == 'engine' else 'the finalists'} "
-          f"measured in {backend.label}", file=sys.stderr, flush=True)
+    note(f"{'every trial' if plan.fidelity == 'engine' else 'the finalists'} "
+         f"measured in {backend.label}")
     return backend

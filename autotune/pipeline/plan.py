@@ -12,7 +12,6 @@ travels on the argparse namespace.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from autotune.backends import ENGINE_BACKENDS, input_error, unavailable
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import config_from_mapping, load_config_file
 from autotune.decoding.engines import ENGINES
+from autotune.pipeline.progress import note
 from autotune.search.finalists import DEFAULT_MIN_GAIN
 from autotune.search.objectives import Objective, load_objective
 from autotune.search.samplers import check_sampler_name
@@ -313,8 +313,8 @@ def _fidelity(asked: str, objective: Objective) -> str:
                             "objective decodes nothing anyway: use --fidelity measure")
     if asked == "multi" and (not greedy or not objective.needs_timing):
         why = "it samples" if not greedy else "it times nothing"
-        print(f"autotune: objective {objective.name!r}: no replay screen ({why}); every "
-              "trial is measured", file=sys.stderr, flush=True)
+        note(f"objective {objective.name!r}: no replay screen ({why}); every "
+             "trial is measured")
         return "measure"
     return asked
 
@@ -337,8 +337,7 @@ def _engine_measures(request: SearchRequest, fidelity: str) -> bool:
     if why is not None:
         if fidelity == "engine":
             raise AutotuneError(f"--fidelity engine: {target} cannot measure here: {why}")
-        print(f"autotune: {target} cannot measure here ({why}); its finalists are measured "
-              f"in autotune's decoder under {target}'s drafting rules",
-              file=sys.stderr, flush=True)
+        note(f"{target} cannot measure here ({why}); its finalists are measured "
+             f"in autotune's decoder under {target}'s drafting rules")
         return False
     return True

@@ -1,4 +1,6 @@
-"""The search's progress display on stderr."""
+"""The search's progress display on stderr: every line the pipeline prints while it
+runs goes through here (`note`, `warn`, `held_out_prompt`, `Progress`), so what a
+search says, and where, is decided in one place. stdout stays for the summary."""
 
 from __future__ import annotations
 
@@ -9,6 +11,29 @@ from tqdm import tqdm
 
 from autotune.decoding.label import describe
 from autotune.search.study import TrialEvent
+
+__all__ = ["Progress", "held_out_prompt", "note", "warn"]
+
+
+def _say(line: str) -> None:
+    """One whole line on stderr, flushed: a log that is tailed or piped shows it now.
+    `sys.stderr` is looked up per call, so a test's captured stream gets it."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def note(message: str) -> None:
+    """A line about what the search does next or why it stops ("autotune: ...")."""
+    _say(f"autotune: {message}")
+
+
+def warn(message: str) -> None:
+    """A failure that costs no finished work ("autotune: warning: ...")."""
+    note(f"warning: {message}")
+
+
+def held_out_prompt(done: int, total: int) -> None:
+    """The finalists' race: one line per held-out prompt and repeat measured."""
+    _say(f"  [{done}/{total}] held-out prompt")
 
 
 class Progress:
@@ -38,7 +63,7 @@ class Progress:
             self.bar.set_postfix_str(best)
             self.bar.refresh()
         else:
-            print(f"{line}; {best}" if best else line, file=sys.stderr, flush=True)
+            _say(f"{line}; {best}" if best else line)
 
     def close(self) -> None:
         self.bar.close()

@@ -22,7 +22,6 @@ validated answer.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from autotune.decoding.engines import engine_rules
 from autotune.measure.profile import PROFILE_FILE, run_profile, save_run_profile
 from autotune.pipeline.loading import load_models
 from autotune.pipeline.plan import SearchPlan
-from autotune.pipeline.progress import Progress
+from autotune.pipeline.progress import Progress, held_out_prompt, note, warn
 from autotune.pipeline.record import study_identity, write_run_record
 from autotune.replay import PARTS_FILE
 from autotune.report import write_report
@@ -99,8 +98,8 @@ def _with_later_turns(plan: SearchPlan, target: Any) -> SearchPlan:
     answers: dict[str, str] = {}
     total = sum(len(p.follow_ups) for p in (*plan.split.search, *plan.split.pool))
     if total:
-        print(f"autotune: answering the earlier turns of multi-turn prompts (up to "
-              f"{total} greedy decodes, once)", file=sys.stderr, flush=True)
+        note(f"answering the earlier turns of multi-turn prompts (up to "
+             f"{total} greedy decodes, once)")
 
     def expand(prompts: list[Any]) -> list[Any]:
         return with_later_turns(target, prompts, plan.max_new_tokens, answers=answers)
@@ -180,9 +179,8 @@ def _screen(plan: SearchPlan, runner: StudyRunner) -> bool:
     except KeyboardInterrupt:
         reason = INTERRUPTED
     if reason == INTERRUPTED:
-        print("autotune: interrupted while screening; the screened configs are saved "
-              "in the study storage. Rerun the same command to resume.",
-              file=sys.stderr, flush=True)
+        note("interrupted while screening; the screened configs are saved "
+             "in the study storage. Rerun the same command to resume.")
         return False
     write_screen_csv(plan.run_dir, screen)
     if resumed:
@@ -192,15 +190,13 @@ def _screen(plan: SearchPlan, runner: StudyRunner) -> bool:
     if settings.screened and len(settings.screened) + 1 < plan.trials:
         # The screen has already explored the space: what it found distinct is what
         # is worth decoding, not sampler guesses on top.
-        print(f"autotune: the screen found {len(settings.screened)} distinct configs "
-              f"worth measuring; measuring {len(settings.screened) + 1} trials "
-              f"(the AR baseline included) instead of {plan.trials}",
-              file=sys.stderr, flush=True)
+        note(f"the screen found {len(settings.screened)} distinct configs "
+             f"worth measuring; measuring {len(settings.screened) + 1} trials "
+             f"(the AR baseline included) instead of {plan.trials}")
         settings.trials = len(settings.screened) + 1
     if not settings.screened:
-        print(f"autotune: warning: the screen completed no speculative config "
-              f"({screen_failure(screen)}); the measured trials are the sampler's own",
-              file=sys.stderr, flush=True)
+        warn(f"the screen completed no speculative config "
+             f"({screen_failure(screen)}); the measured trials are the sampler's own")
         settings.screened = None
     runner.study.set_user_attr(TRIALS_ASKED_ATTR, plan.trials)
     runner.study.set_user_attr(BUDGET_ATTR, settings.trials)
@@ -222,13 +218,13 @@ def _resume_screened(plan: SearchPlan, runner: StudyRunner, screen: StudyRunner)
         settings.trials = min(plan.trials, budget)
         if plan.trials < done:
             settings.trials = done      # "5 of 5 finished", not "5 of 2"
-            print(f"autotune: {done} trials are finished already, more than --trials "
-                  f"{plan.trials}: nothing more is measured", file=sys.stderr, flush=True)
+            note(f"{done} trials are finished already, more than --trials "
+                 f"{plan.trials}: nothing more is measured")
         elif settings.trials < plan.trials:
-            print(f"autotune: measuring {settings.trials} trials (the AR baseline "
-                  f"included) instead of {plan.trials}: the screen found "
-                  f"{settings.trials - 1} distinct configs worth measuring (a --trials "
-                  f"above {asked} adds the sampler's own)", file=sys.stderr, flush=True)
+            note(f"measuring {settings.trials} trials (the AR baseline "
+                 f"included) instead of {plan.trials}: the screen found "
+                 f"{settings.trials - 1} distinct configs worth measuring (a --trials "
+                 f"above {asked} adds the sampler's own)")
         return
     slots = max(plan.trials - done - runner.waiting(), 0)
     measured = {params_key(params) for params in runner.queued_params()}
@@ -238,10 +234,10 @@ def _resume_screened(plan: SearchPlan, runner: StudyRunner, screen: StudyRunner)
     study.set_user_attr(TRIALS_ASKED_ATTR, plan.trials)
     study.set_user_attr(BUDGET_ATTR, plan.trials)
     own = slots - len(more)
-    print(f"autotune: --trials {plan.trials} extends the study's {budget}: "
-          f"{len(more)} more screened configs by the screen's rank"
-          + (f", then {own} of the sampler's own (the screen has no other distinct "
-             "config)" if own > 0 else ""), file=sys.stderr, flush=True)
+    note(f"--trials {plan.trials} extends the study's {budget}: "
+         f"{len(more)} more screened configs by the screen's rank"
+         + (f", then {own} of the sampler's own (the screen has no other distinct "
+            "config)" if own > 0 else ""))
 
 
 def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
@@ -251,8 +247,8 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
     objective, run_dir = plan.objective, plan.run_dir
     done, _, _ = runner.progress()
     budget = runner.settings.trials
-    print(f"autotune: study {plan.study_name!r}: {done} of {budget} trials finished; "
-          f"run folder {run_dir}", file=sys.stderr, flush=True)
+    note(f"study {plan.study_name!r}: {done} of {budget} trials finished; "
+         f"run folder {run_dir}")
     progress = Progress(budget, done)
     began = time.monotonic()
 
@@ -269,9 +265,9 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
             _validate(plan, runner)
         except KeyboardInterrupt:
             reason = INTERRUPTED
-            print("autotune: interrupted while validating the finalists; the search is "
-                  "saved and best.json holds its own (unvalidated) best. Rerun the same "
-                  "command to validate.", file=sys.stderr, flush=True)
+            note("interrupted while validating the finalists; the search is "
+                 "saved and best.json holds its own (unvalidated) best. Rerun the same "
+                 "command to validate.")
     if reason != INTERRUPTED and plan.batch_sizes:
         try:
             run_schedule(runner.study, objective, runner.context, runner.space,
@@ -279,9 +275,9 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
                          plan.held_out, run_dir if plan.replays else None)
         except KeyboardInterrupt:
             reason = INTERRUPTED
-            print("autotune: interrupted while tuning K per batch size; the search is "
-                  "saved and best.json has no schedule. Rerun the same command to tune "
-                  "it.", file=sys.stderr, flush=True)
+            note("interrupted while tuning K per batch size; the search is "
+                 "saved and best.json has no schedule. Rerun the same command to tune "
+                 "it.")
     try:
         run_folder.write_run_files(run_dir, runner.study, objective, context)
         outputs = _write_outputs(plan, runner.study, context)
@@ -289,10 +285,9 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
         # The study is in the storage; each file is replaced atomically, so what was
         # not rewritten is the previous version (or absent) and can be redone.
         reason, outputs = INTERRUPTED, []
-        print(f"autotune: interrupted while writing the run folder; the study is saved. "
-              f"Redo the files with: autotune report {run_dir}; autotune export "
-              f"{run_dir / BEST_FILE} --format ... (or rerun the same command)",
-              file=sys.stderr, flush=True)
+        note(f"interrupted while writing the run folder; the study is saved. "
+             f"Redo the files with: autotune report {run_dir}; autotune export "
+             f"{run_dir / BEST_FILE} --format ... (or rerun the same command)")
     done, _, _ = runner.progress()
     files = [TRIALS_FILE, BEST_FILE, RUN_FILE, *outputs,
              *([PROFILE_FILE] if (run_dir / PROFILE_FILE).is_file() else [])]
@@ -325,8 +320,8 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
     if running:
         # Many workers share this study: the last one to finish validates what they
         # found together (until then best.json is the search's own, unvalidated best).
-        print(f"autotune: {running} trial(s) still running in other workers; the last "
-              "worker to finish validates the finalists", file=sys.stderr, flush=True)
+        note(f"{running} trial(s) still running in other workers; the last "
+             "worker to finish validates the finalists")
         return
     chosen = finalists.pick_finalists(study, plan.objective, plan.finalists)
     if resume is not None and [f["trial"] for f in resume.get("finalists", [])] != [
@@ -337,18 +332,14 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
     names = ", ".join(f"trial {f.trial} ({f.role})" for f in chosen) or "none"
     again = (f", resumed after {resume['race']['measured']} measured"
              if resume is not None else "")
-    print(f"autotune: racing {len(chosen)} finalists ({names}) against the AR "
-          f"baseline: up to {len(held.held_out)} of the {len(held.pool)} held-out prompts "
-          f"measured x {plan.validation_repeats} repeats{again}", file=sys.stderr,
-          flush=True)
-
-    def progress(done: int, total: int) -> None:
-        print(f"  [{done}/{total}] held-out prompt", file=sys.stderr, flush=True)
+    note(f"racing {len(chosen)} finalists ({names}) against the AR "
+         f"baseline: up to {len(held.held_out)} of the {len(held.pool)} held-out prompts "
+         f"measured x {plan.validation_repeats} repeats{again}")
 
     record = finalists.measure_finalists(runner.context, chosen, held.held_out,
                                          plan.validation_repeats,
                                          len(ranking.complete(study)), held.source,
-                                         on_prompt=progress, min_gain=plan.min_gain,
+                                         on_prompt=held_out_prompt, min_gain=plan.min_gain,
                                          pool=held.pool, predicted=predicted,
                                          budget_s=plan.validation_budget_s, resume=resume)
     study.set_user_attr(finalists.VALIDATION_ATTR, record)
@@ -367,15 +358,14 @@ def _write_outputs(plan: SearchPlan, study: optuna.Study, context: dict[str, Any
         write_report(run_dir, storage=plan.storage)
         written.append("report.html")
     except Exception as exc:  # noqa: BLE001 - the study is safe; say why and go on
-        print(f"autotune: warning: no report written ({type(exc).__name__}: {exc}); "
-              f"retry with: autotune report {run_dir}", file=sys.stderr)
+        warn(f"no report written ({type(exc).__name__}: {exc}); "
+             f"retry with: autotune report {run_dir}")
     if (run_dir / BEST_FILE).is_file():
         try:
             names = write_exports(run_dir / BEST_FILE, run_dir / "exports",
                                   ranked_documents(study, plan.objective, context))
             written.append(f"exports/ ({', '.join(names) or 'none: see its README.txt'})")
         except Exception as exc:  # noqa: BLE001 - as above
-            print(f"autotune: warning: no exports written ({type(exc).__name__}: {exc}); "
-                  f"retry with: autotune export {run_dir / BEST_FILE} --format ...",
-                  file=sys.stderr)
+            warn(f"no exports written ({type(exc).__name__}: {exc}); "
+                 f"retry with: autotune export {run_dir / BEST_FILE} --format ...")
     return written

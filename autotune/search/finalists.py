@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ from autotune.search import ranking
 from autotune.search.samplers import BASELINE, BASELINE_ATTR, is_baseline
 
 if TYPE_CHECKING:
+    from autotune.decoding.config import DecodeConfig
     from autotune.search.objectives import EvalContext
     from autotune.workloads.prompts import Prompt
 
@@ -220,110 +221,197 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
     which speculating is not worth having (`judge`).
     """
     from autotune.decoding.config import config_from_mapping
-    from autotune.measure import ppi
-    from autotune.measure.measurement import lossless_tier, measure_arms
-    from autotune.search import racing
-    from autotune.search.finalist_figures import figures, row_of
-    from autotune.workloads.prompts import workload_digest
 
     pool = list(pool) if pool is not None else list(prompts)
-    predicted = {arm: pairs for arm, pairs in (predicted or {}).items()
-                 if len(pool) > len(prompts)}
-    alpha = 1.0 - paired.INTERVAL_LEVEL
-    earlier = resume or {}
-    race = earlier.get("race") or {}
-    rows: dict[str, list[list[Any]]] = {f.arm: list((earlier.get("rows") or {}).get(f.arm, []))
-                                         for f in finalists}
-    done = int(race.get("measured", 0))
-    spent = float(race.get("alpha_spent", 0.0))
-    looks: list[dict[str, Any]] = list(race.get("looks", []))
-    active = [f.arm for f in finalists
-              if f.arm not in {arm for look in looks for arm in look.get("dropped", [])}]
+    setup = _RaceSetup(
+        ctx=ctx, prompts=prompts, repeats=repeats, min_gain=min_gain, budget_s=budget_s,
+        configs={f.arm: config_from_mapping(f.params).validate() for f in finalists},
+        predicted={arm: pairs for arm, pairs in (predicted or {}).items()
+                   if len(pool) > len(prompts)},
+        on_prompt=on_prompt)
+    race = _RaceState.resumed(finalists, len(prompts), resume or {})
+    _run_race(setup, race)
+    record = _record(setup, race, pool, complete_trials, source)
+    _judge_record(record, setup, race, finalists)
+    return record
+
+
+@dataclass(frozen=True)
+class _RaceSetup:
+    """What a race is run with and does not change while it runs."""
+
+    ctx: EvalContext
+    prompts: list[Prompt]          # the measured sample, in order
+    repeats: int
+    min_gain: float
+    budget_s: float | None
+    configs: dict[str, DecodeConfig]   # per finalist arm, validated
+    # Per finalist arm, the replay tier's pairs over the whole pool (none: no larger pool).
+    predicted: dict[str, list[paired.PromptPair]]
+    on_prompt: Callable[[int, int], None] | None
+
+    @property
+    def alpha(self) -> float:
+        """The error the whole race may spend over its looks."""
+        return 1.0 - paired.INTERVAL_LEVEL
+
+
+@dataclass
+class _RaceState:
+    """Where a race stands after its latest look: what a resumed race starts from and
+    what the record is written from (kept in one place rather than a dozen locals)."""
+
+    rows: dict[str, list[list[Any]]]   # per arm, every measured run (`row_of`)
+    looks: list[dict[str, Any]]        # each look: prompts, level, active, dropped
+    active: list[str]                  # arms still racing
+    measured: int                      # prompts of the sample measured so far
+    alpha_spent: float
     # What each finalist showed at its last look (a dropped one's stays as it was).
-    shown: dict[str, dict[str, Any]] = {
-        f"trial{entry['trial']}": {k: v for k, v in entry.items() if k not in _IDENTITY}
-        for entry in earlier.get("finalists", [])}
-    facts: dict[str, Any] = {k: earlier[k] for k in ("measured_by", "measured_by_label",
-                                                     "token_exact", "lossless_tier")
-                             if k in earlier}
-    configs = {f.arm: config_from_mapping(f.params).validate() for f in finalists}
-    stopped = "sample" if done >= len(prompts) else None
-    began = time.monotonic()
-    responses: dict[str, list[int]] = {}      # earlier looks' outputs, for a warm history
-    this_run = 0
-    total = len(prompts) * repeats
-    for size in racing.look_sizes(len(prompts)):
-        if size <= done or stopped is not None or not active:
+    shown: dict[str, dict[str, Any]]
+    facts: dict[str, Any]              # where the runs were measured, what lossless means
+    stopped: str | None                # None while it runs, else racing's reason
+    began: float                       # time.monotonic() when this run took it up
+    looks_this_run: int = 0            # what the time budget counts
+    # Earlier looks' outputs, for a warm history (methods with cross-request state).
+    responses: dict[str, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def resumed(cls, finalists: list[Finalist], sample: int, earlier: dict[str, Any]
+                ) -> _RaceState:
+        """A fresh race (`earlier` empty), or the one `earlier`'s record stopped."""
+        race = earlier.get("race") or {}
+        looks: list[dict[str, Any]] = list(race.get("looks", []))
+        dropped = {arm for look in looks for arm in look.get("dropped", [])}
+        measured = int(race.get("measured", 0))
+        return cls(
+            rows={f.arm: list((earlier.get("rows") or {}).get(f.arm, [])) for f in finalists},
+            looks=looks, active=[f.arm for f in finalists if f.arm not in dropped],
+            measured=measured, alpha_spent=float(race.get("alpha_spent", 0.0)),
+            shown={f"trial{entry['trial']}": {k: v for k, v in entry.items()
+                                              if k not in _IDENTITY}
+                   for entry in earlier.get("finalists", [])},
+            facts={k: earlier[k] for k in ("measured_by", "measured_by_label",
+                                           "token_exact", "lossless_tier") if k in earlier},
+            stopped="sample" if measured >= sample else None, began=time.monotonic())
+
+
+def _run_race(setup: _RaceSetup, race: _RaceState) -> None:
+    """Look after look until the race is decided, its sample measured, or a look would
+    pass the time budget."""
+    from autotune.search import racing
+
+    for size in racing.look_sizes(len(setup.prompts)):
+        if size <= race.measured or race.stopped is not None or not race.active:
             continue
-        if racing.overruns(time.monotonic() - began, this_run, budget_s):
-            stopped = "budget"
+        if racing.overruns(time.monotonic() - race.began, race.looks_this_run,
+                           setup.budget_s):
+            race.stopped = "budget"
             break
-        chunk, offset = prompts[done:size], done
+        _measure_look(setup, race, size)
+        _take_look(setup, race, size)
 
-        def each(index: int, repeat: int, runs: Any, so_far: Any) -> None:
-            if on_prompt is not None:
-                on_prompt(repeat * len(prompts) + offset + index + 1, total)
 
-        # A method with cross-request state serves the sample in its order: a look's
-        # prompts come after the earlier looks' (their outputs filed untimed first).
-        measured = measure_arms(ctx.target, {arm: configs[arm] for arm in active}, chunk,
-                                ctx.max_new_tokens, repeats=repeats, seed=ctx.seed,
-                                draft=ctx.draft, on_prompt=each, backend=ctx.final_backend,
-                                history=prompts[:offset], responses=responses)
-        for arm, measurement in measured.items():
-            rows[arm] += [row_of(run) for run in measurement.runs]
-            facts = {"measured_by": measurement.measured_by,
-                     "measured_by_label": measurement.measured_by_label,
-                     "token_exact": measurement.token_exact,
-                     # What `lossless` means here: exact (float32) or near-tie (bf16).
-                     "lossless_tier": lossless_tier(measurement.runs)}
-        done, this_run = size, this_run + 1
-        level = racing.look_level(alpha, spent, size, len(prompts))
-        spent += 1.0 - level
-        for arm in active:
-            shown[arm] = figures(rows[arm], predicted.get(arm), repeats, level,
-                                 configs[arm].greedy, bool(facts.get("token_exact", True)))
-        look = racing.next_look({arm: _interval_or_none(shown[arm]) for arm in active},
-                                last=size >= len(prompts), min_gain=min_gain)
-        looks.append({"prompts": size, "level": level, "active": list(active),
-                      "dropped": look.dropped})
-        active = look.keep
-        stopped = look.stop
-    measured_ids = list(dict.fromkeys(row[0] for arm_rows in rows.values() for row in arm_rows))
+def _measure_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
+    """Measure the active arms on the sample's prompts up to `size` not yet measured."""
+    from autotune.measure.measurement import lossless_tier, measure_arms
+    from autotune.search.finalist_figures import row_of
+
+    ctx, prompts, offset = setup.ctx, setup.prompts, race.measured
+    total = len(prompts) * setup.repeats
+
+    def each(index: int, repeat: int, runs: Any, so_far: Any) -> None:
+        if setup.on_prompt is not None:
+            setup.on_prompt(repeat * len(prompts) + offset + index + 1, total)
+
+    # A method with cross-request state serves the sample in its order: a look's
+    # prompts come after the earlier looks' (their outputs filed untimed first).
+    measured = measure_arms(ctx.target, {arm: setup.configs[arm] for arm in race.active},
+                            prompts[offset:size], ctx.max_new_tokens, repeats=setup.repeats,
+                            seed=ctx.seed, draft=ctx.draft, on_prompt=each,
+                            backend=ctx.final_backend, history=prompts[:offset],
+                            responses=race.responses)
+    for arm, measurement in measured.items():
+        race.rows[arm] += [row_of(run) for run in measurement.runs]
+        race.facts = {"measured_by": measurement.measured_by,
+                      "measured_by_label": measurement.measured_by_label,
+                      "token_exact": measurement.token_exact,
+                      # What `lossless` means here: exact (float32) or near-tie (bf16).
+                      "lossless_tier": lossless_tier(measurement.runs)}
+    race.measured, race.looks_this_run = size, race.looks_this_run + 1
+
+
+def _take_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
+    """Spend this look's error, refresh the active arms' figures, and drop or stop as
+    `racing.next_look` says."""
+    from autotune.search import racing
+    from autotune.search.finalist_figures import figures
+
+    n = len(setup.prompts)
+    level = racing.look_level(setup.alpha, race.alpha_spent, size, n)
+    race.alpha_spent += 1.0 - level
+    token_exact = bool(race.facts.get("token_exact", True))
+    for arm in race.active:
+        race.shown[arm] = figures(race.rows[arm], setup.predicted.get(arm), setup.repeats,
+                                  level, setup.configs[arm].greedy, token_exact)
+    look = racing.next_look({arm: _interval_or_none(race.shown[arm]) for arm in race.active},
+                            last=size >= n, min_gain=setup.min_gain)
+    race.looks.append({"prompts": size, "level": level, "active": list(race.active),
+                       "dropped": look.dropped})
+    race.active = look.keep
+    race.stopped = look.stop
+
+
+def _record(setup: _RaceSetup, race: _RaceState, pool: list[Prompt], complete_trials: int,
+            source: str) -> dict[str, Any]:
+    """The race's record, its finalists and decision still to be filled in."""
+    from autotune.measure import ppi
+    from autotune.search import racing
+    from autotune.workloads.prompts import workload_digest
+
+    prompts = setup.prompts
+    measured_ids = list(dict.fromkeys(row[0] for arm_rows in race.rows.values()
+                                      for row in arm_rows))
     by_id = {p.prompt_id: p for p in prompts}
     measured_prompts = [by_id[i] for i in measured_ids if i in by_id]
-    record: dict[str, Any] = {
+    return {
         "statistic": STATISTIC, "level": paired.INTERVAL_LEVEL, "source": source,
-        "estimator": ppi.ESTIMATOR if predicted else "measured",
+        "estimator": ppi.ESTIMATOR if setup.predicted else "measured",
         "pool_prompts": len(pool), "pool_sha256": workload_digest(pool),
         "pool_categories": _counts(p.category for p in pool),
         "prompts": len(measured_prompts), "prompt_ids": measured_ids,
         "categories": _counts(p.category for p in measured_prompts),
         "workload_sha256": workload_digest(measured_prompts),
         "planned_prompts": len(prompts), "sample_sha256": workload_digest(prompts),
-        "repeats": repeats, "max_new_tokens": ctx.max_new_tokens,
-        "complete_trials": complete_trials, "min_gain": min_gain,
+        "repeats": setup.repeats, "max_new_tokens": setup.ctx.max_new_tokens,
+        "complete_trials": complete_trials, "min_gain": setup.min_gain,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "race": {"stopped": stopped or "sample", "measured": done, "looks": looks,
-                 "alpha_spent": spent, "budget_s": budget_s, "spending": racing.SPENDING},
-        "rows": rows, **facts, "finalists": [],
+        "race": {"stopped": race.stopped or "sample", "measured": race.measured,
+                 "looks": race.looks, "alpha_spent": race.alpha_spent,
+                 "budget_s": setup.budget_s, "spending": racing.SPENDING},
+        "rows": race.rows, **race.facts, "finalists": [],
     }
+
+
+def _judge_record(record: dict[str, Any], setup: _RaceSetup, race: _RaceState,
+                  finalists: list[Finalist]) -> None:
+    """Fill `record` in: every finalist's last figures, the baseline's latency, and the
+    decision (`judge`), saying so when the budget stopped an undecided race."""
     baseline_ms = None
     for f in finalists:
-        own = shown.get(f.arm)
+        own = race.shown.get(f.arm)
         if own is None:
             continue
         baseline_ms = own.get("baseline_latency_ms_per_token") or baseline_ms
-        dropped_at = next((look["prompts"] for look in looks if f.arm in look["dropped"]), None)
+        dropped_at = next((look["prompts"] for look in race.looks
+                           if f.arm in look["dropped"]), None)
         record["finalists"].append({**asdict(f), **own, "dropped_after": dropped_at})
     record["baseline"] = {"latency_ms_per_token": baseline_ms}
-    decision, winner, reason = judge(record["finalists"], min_gain)
+    decision, winner, reason = judge(record["finalists"], setup.min_gain)
     if decision == UNDECIDED and record["race"]["stopped"] == "budget":
-        reason += (f"; the --validation-budget of {budget_s:g} s ran out after "
-                   f"{done} of {len(prompts)} prompts: rerun with a larger one to resume "
-                   "where it stopped")
+        reason += (f"; the --validation-budget of {setup.budget_s:g} s ran out after "
+                   f"{race.measured} of {len(setup.prompts)} prompts: rerun with a larger "
+                   "one to resume where it stopped")
     record.update(decision=decision, winner=winner, reason=reason)
-    return record
 
 
 def _interval_or_none(figures: dict[str, Any]) -> tuple[float, float] | None:
