@@ -197,14 +197,53 @@ def _validated_prompt_ids(doc: dict[str, Any]) -> list[str] | None:
 
 
 def run_measure_command(args: argparse.Namespace) -> int:
-    doc = None
-    if args.config and Path(args.config).suffix == ".json" and is_frozen(read_json(args.config)):
-        doc = load_frozen(args.config)
+    """`autotune measure`, in steps: every input is checked (and refused in one line)
+    before torch and the models load, then one of replay, batched, re-measure of a
+    frozen config, or a plain measurement runs."""
+    doc = _frozen_doc(args.config)
     # A validated config is re-measured where its headline figure came from: on its
     # held-out prompts, unless the command line names other prompts.
     held_out = (_validated_prompt_ids(doc) if doc is not None and args.workload is None
                 and args.prompts is None and args.categories is None else None)
     overridden = frozen_defaults(args, doc)
+    config = _checked_config(args, doc, overridden)
+    prompts = _prompts_of(args, held_out)
+    objective = _objective_of(doc) if doc is not None else None
+    if held_out and objective is not None:
+        objective = dataclasses.replace(objective, repeats=int(doc["validation"].get("repeats") or 1))
+    measure_in = getattr(args, "measure_in", "autotune")
+    batch_size = getattr(args, "batch_size", None)
+    _refuse_before_loading(args, config, measure_in, batch_size, len(prompts))
+    # torch and transformers load here, once every input above has been checked.
+    from autotune.models.loading import load_model
+    from autotune.models.trained import load_draft
+    target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
+    draft = load_draft(args.draft, target, args.device, args.dtype, args.trust_remote_code)
+    if getattr(args, "turns", "first") == "all":
+        prompts = _with_later_turns(args, target, prompts)
+    if args.replay:
+        return _replay(args, config, target, draft, prompts)
+    if batch_size is not None:
+        return _measure_batched(args, config, target, draft, prompts, batch_size)
+    backend = (_open_measure_backend(args, config, measure_in, target, draft, prompts)
+               if measure_in != "autotune" else None)
+    if doc is not None:
+        return _remeasure(args, doc, config, objective, target, draft, prompts, overridden,
+                          backend)
+    return _measure_plain(args, config, target, draft, prompts, backend)
+
+
+def _frozen_doc(path: str | None) -> dict[str, Any] | None:
+    """The frozen config `--config` names, checked; None for a plain config file."""
+    if path and Path(path).suffix == ".json" and is_frozen(read_json(path)):
+        return load_frozen(path)
+    return None
+
+
+def _checked_config(args: argparse.Namespace, doc: dict[str, Any] | None,
+                    overridden: list[str]) -> Any:
+    """The config to measure: --config's keys with --set's on top, validated; a --set
+    on a frozen config is noted in `overridden` (the comparison says so)."""
     if args.max_new_tokens < 1:
         raise AutotuneError("--max-new-tokens must be at least 1")
     if args.prompts is not None and args.prompts < 1:
@@ -215,25 +254,32 @@ def run_measure_command(args: argparse.Namespace) -> int:
     if assignments and doc is not None:
         overridden.append("--set " + ",".join(assignments))
     get_method(config.method).require_draft(args.draft is not None)
+    return config
 
-    categories = [c for c in args.categories.split(",") if c] if args.categories else None
-    if held_out:
-        by_id = {p.prompt_id: p for p in load_workload(args.workload)}
-        missing = [i for i in held_out if i not in by_id]
-        if missing:
-            raise AutotuneError(f"{args.config}: held-out prompt {missing[0]!r} is not in "
-                                f"{args.workload}; give --workload/--prompts to measure on others")
-        prompts = [by_id[i] for i in held_out]
-    else:
-        prompts = load_workload(args.workload, categories, args.prompts)
-    objective = _objective_of(doc) if doc is not None else None
-    if held_out and objective is not None:
-        objective = dataclasses.replace(objective, repeats=int(doc["validation"].get("repeats") or 1))
 
-    measure_in = getattr(args, "measure_in", "autotune")
-    batch_size = getattr(args, "batch_size", None)
+def _categories(args: argparse.Namespace) -> list[str] | None:
+    return [c for c in args.categories.split(",") if c] if args.categories else None
+
+
+def _prompts_of(args: argparse.Namespace, held_out: list[str] | None) -> list[Any]:
+    """The prompts to measure: a validated config's held-out ones by id, else the
+    workload's (its categories, its count)."""
+    if not held_out:
+        return load_workload(args.workload, _categories(args), args.prompts)
+    by_id = {p.prompt_id: p for p in load_workload(args.workload)}
+    missing = [i for i in held_out if i not in by_id]
+    if missing:
+        raise AutotuneError(f"{args.config}: held-out prompt {missing[0]!r} is not in "
+                            f"{args.workload}; give --workload/--prompts to measure on others")
+    return [by_id[i] for i in held_out]
+
+
+def _refuse_before_loading(args: argparse.Namespace, config: Any, measure_in: str,
+                           batch_size: int | None, n_prompts: int) -> None:
+    """One-line refusals of what cannot run here (--batch-size, --in, --replay), while
+    nothing heavy has loaded yet."""
     if batch_size is not None:
-        _check_batched(args, config, measure_in, len(prompts))
+        _check_batched(args, config, measure_in, n_prompts)
     if measure_in != "autotune":
         if args.replay or args.trace:
             raise AutotuneError(f"--in {measure_in} decodes in the engine: --replay and "
@@ -242,43 +288,43 @@ def run_measure_command(args: argparse.Namespace) -> int:
         why = unavailable(measure_in, args.model, args.draft)
         if why is not None:
             raise AutotuneError(f"--in {measure_in}: it cannot measure here: {why}")
-    # torch and transformers load here, once every input above has been checked.
     if args.replay:
         from autotune.replay import replay_refusal
         reason = replay_refusal(config)
         if reason is not None:
             raise AutotuneError(f"--replay: {reason}")
-    from autotune.models.loading import load_model
-    from autotune.models.trained import load_draft
-    target = load_model(args.model, args.device, args.dtype, args.trust_remote_code)
-    draft = load_draft(args.draft, target, args.device, args.dtype, args.trust_remote_code)
-    if getattr(args, "turns", "first") == "all":
-        from autotune.measure.conversations import with_later_turns
 
-        def answered(done: int, total: int) -> None:
-            print(f"autotune: answering earlier turns {done}/{total}", file=sys.stderr,
-                  flush=True)
 
-        prompts = with_later_turns(target, prompts, args.max_new_tokens, answered)
-    if args.replay:
-        return _replay(args, config, target, draft, prompts)
-    if batch_size is not None:
-        return _measure_batched(args, config, target, draft, prompts, batch_size)
-    backend = None
-    if measure_in != "autotune":
-        from autotune.backends import open_backend
-        # At concurrency > 1 (llama-server): the workload's other prompts, never timed,
-        # are served beside the timed ones.
-        companions = ([p for p in load_workload(args.workload, categories)
-                       if p.prompt_id not in {q.prompt_id for q in prompts}]
-                      if config.concurrency > 1 else [])
-        backend = open_backend(measure_in, target, draft, args.model, prompts,
-                               args.max_new_tokens, companions, args.draft)
-        print(f"autotune: measuring in {backend.label}", file=sys.stderr, flush=True)
-    if doc is not None:
-        return _remeasure(args, doc, config, objective, target, draft, prompts, overridden,
-                          backend)
+def _with_later_turns(args: argparse.Namespace, target: Any, prompts: list[Any]) -> list[Any]:
+    """`--turns all`: each multi-turn prompt followed by its later turns, the earlier
+    ones answered by the target's own greedy decode."""
+    from autotune.measure.conversations import with_later_turns
 
+    def answered(done: int, total: int) -> None:
+        print(f"autotune: answering earlier turns {done}/{total}", file=sys.stderr,
+              flush=True)
+
+    return with_later_turns(target, prompts, args.max_new_tokens, answered)
+
+
+def _open_measure_backend(args: argparse.Namespace, config: Any, measure_in: str,
+                          target: Any, draft: Any, prompts: list[Any]) -> Any:
+    """`--in ENGINE`: the engine's backend, sized for `prompts`."""
+    from autotune.backends import open_backend
+    # At concurrency > 1 (llama-server): the workload's other prompts, never timed,
+    # are served beside the timed ones.
+    companions = ([p for p in load_workload(args.workload, _categories(args))
+                   if p.prompt_id not in {q.prompt_id for q in prompts}]
+                  if config.concurrency > 1 else [])
+    backend = open_backend(measure_in, target, draft, args.model, prompts,
+                           args.max_new_tokens, companions, args.draft)
+    print(f"autotune: measuring in {backend.label}", file=sys.stderr, flush=True)
+    return backend
+
+
+def _measure_plain(args: argparse.Namespace, config: Any, target: Any, draft: Any,
+                   prompts: list[Any], backend: Any) -> int:
+    """A plain config (not frozen) against the AR baseline, one line per prompt."""
     from autotune.measure.measurement import measure
 
     def progress(index: int, run: Any, so_far: Any) -> None:
