@@ -16,15 +16,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from autotune.backends.base import Backend, BackendUnavailable, Runner
+from autotune.backends.base import (Backend, BackendBase, BackendUnavailable, Runner,
+                                    RunnerBase)
 from autotune.decoding.engines import retirement
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
     from autotune.workloads.prompts import Prompt
 
-__all__ = ["Backend", "BackendUnavailable", "ENGINE_BACKENDS", "Runner", "input_error",
-           "open_backend", "unavailable"]
+__all__ = ["Backend", "BackendBase", "BackendUnavailable", "ENGINE_BACKENDS", "Runner",
+           "RunnerBase", "input_error", "open_backend", "unavailable"]
 
 # Engines with a backend that measures in the engine itself (the others' --target
 # searches measure in our decoder under their rules).

@@ -28,7 +28,8 @@ class BackendUnavailable(AutotuneError):
 
 
 class Runner(Protocol):
-    """One config, ready to generate in its engine."""
+    """One config, ready to generate in its engine. `RunnerBase` gives the optional
+    parts (cross-request state, cleanup) defaults, so `measure_arms` calls them all."""
 
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,
                  generator: Any = None, *, category: str | None = None) -> "Generation":
@@ -38,6 +39,42 @@ class Runner(Protocol):
         differently derive their seed from it). `category`: the prompt's workload
         category (our decoder routes a per-category drafter by it; engines ignore it)."""
         ...
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the engine keeps state across requests (earlier outputs), so each
+        repeat must `forget` and re-`absorb` the history."""
+        ...
+
+    def forget(self) -> None:
+        """Start afresh, as a restarted engine does."""
+        ...
+
+    def absorb(self, prompt: list[int], response: list[int], max_new_tokens: int) -> None:
+        """File a request served untimed into the cross-request state."""
+        ...
+
+    def close(self) -> None:
+        """Free what this config's engine instance holds."""
+        ...
+
+
+class RunnerBase:
+    """Defaults for a `Runner`'s optional parts: no cross-request state, nothing to
+    free. A runner inherits it and overrides what its engine has."""
+
+    @property
+    def stateful(self) -> bool:
+        return False
+
+    def forget(self) -> None:
+        """Nothing kept, nothing to forget."""
+
+    def absorb(self, prompt: list[int], response: list[int], max_new_tokens: int) -> None:
+        """Nothing kept: a served request leaves no trace."""
+
+    def close(self) -> None:
+        """Nothing held beyond what garbage collection frees."""
 
 
 class Backend(Protocol):
@@ -55,6 +92,8 @@ class Backend(Protocol):
         output token for token. Where not (llama-server: its batched quantized kernels break
         near-ties differently), a mismatch is reported per prompt but does not disqualify
         a config, as bf16 multi-token numerics do not.
+    serves_concurrently: whether it measures `concurrency` > 1 (default in `BackendBase`:
+        one request at a time).
     """
 
     name: str
@@ -62,6 +101,7 @@ class Backend(Protocol):
     device: str
     memory_kind: str
     token_exact: bool
+    serves_concurrently: bool
 
     def runner(self, config: "DecodeConfig") -> Runner:
         """A runner for `config` (method `none`: the engine without speculation). Raises
@@ -75,3 +115,13 @@ class Backend(Protocol):
     def close(self) -> None:
         """Free what the backend holds (engine instances, temporary files)."""
         ...
+
+
+class BackendBase:
+    """Defaults for a `Backend`'s optional parts: one request at a time, nothing to
+    free. A backend inherits it and overrides what its engine has."""
+
+    serves_concurrently: bool = False
+
+    def close(self) -> None:
+        """Nothing held beyond what garbage collection frees."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autotune.backends.base import BackendBase, RunnerBase
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.methods import get_method
@@ -15,7 +16,12 @@ if TYPE_CHECKING:
 NAME = "autotune"
 
 
-class EmbeddedBackend:
+class EmbeddedRunner(SpeculativeDecoder, RunnerBase):
+    """The decoder itself as a `Runner`: its own cross-request state (`stateful`,
+    `forget`, `absorb`), the base's `close` (nothing beyond its tensors to free)."""
+
+
+class EmbeddedBackend(BackendBase):
     """`Backend` over `SpeculativeDecoder` (the runner is the decoder itself)."""
 
     name = NAME
@@ -30,14 +36,11 @@ class EmbeddedBackend:
         self.memory_kind = ("cuda_max_allocated" if target.device.type == "cuda"
                             else "weights_plus_kv_cache")
 
-    def runner(self, config: DecodeConfig) -> SpeculativeDecoder:
-        return SpeculativeDecoder(self.target, config, self.draft)
+    def runner(self, config: DecodeConfig) -> EmbeddedRunner:
+        return EmbeddedRunner(self.target, config, self.draft)
 
     def weights_bytes(self, config: DecodeConfig) -> int:
         # A method that never touches the draft is not charged for its weights.
         reads_draft = self.draft is not None and get_method(config.method).uses_draft
         return self.target.forward.nbytes() + (self.draft.forward.nbytes() if reads_draft
                                                else 0)
-
-    def close(self) -> None:
-        pass

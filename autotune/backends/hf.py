@@ -27,7 +27,7 @@ import torch
 import transformers
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from autotune.backends.base import BackendUnavailable, Clock
+from autotune.backends.base import BackendBase, BackendUnavailable, Clock, RunnerBase
 from autotune.backends.hf_assisted import applied, recording
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
@@ -52,7 +52,7 @@ class _FirstStep(StoppingCriteria):
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
-class HFRunner:
+class HFRunner(RunnerBase):
     """One config in transformers' generate(); method `none` is plain generate()."""
 
     def __init__(self, backend: "HFBackend", config: DecodeConfig,
@@ -104,11 +104,8 @@ class HFRunner:
                           rounds=traces, cache_bytes=0,
                           first_tokens=max(first_len - len(prompt), 1), timed_parts=False)
 
-    def close(self) -> None:
-        pass
 
-
-class HFBackend:
+class HFBackend(BackendBase):
     """`Backend` over transformers' generate() on the loaded target (and draft)."""
 
     name = NAME

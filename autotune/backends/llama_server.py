@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.backends.base import BackendUnavailable, Clock
+from autotune.backends.base import BackendBase, BackendUnavailable, Clock, RunnerBase
 from autotune.backends.llama_server_install import INSTALL, STAMP_SUFFIX, installed_binary
 from autotune.backends.llama_server_process import ServerProcess
 from autotune.common.errors import AutotuneError
@@ -111,7 +111,7 @@ def draft_gguf_for(draft_spec: str) -> Path:
     return path
 
 
-class LlamaServerRunner:
+class LlamaServerRunner(RunnerBase):
     """One config (or the baseline) in one llama-server process."""
 
     def __init__(self, backend: "LlamaServerBackend", config: DecodeConfig) -> None:
@@ -123,7 +123,7 @@ class LlamaServerRunner:
         self.args = backend.base_args(config.concurrency) + server_args(
             config, None if draft is None else str(draft))
         self.body = request(config)
-        self.stateful = config.method == "llama_ngram" and stateful(config.llama_spec_type)
+        self._stateful = config.method == "llama_ngram" and stateful(config.llama_spec_type)
         self.server = self._start()
 
     def _start(self) -> ServerProcess:
@@ -213,6 +213,11 @@ class LlamaServerRunner:
             raise AutotuneError(f"{self.server.name}: GET /slots answered {status}")
         return answer
 
+    @property
+    def stateful(self) -> bool:
+        """Whether its speculation keeps earlier requests (a stateful `llama_ngram` type)."""
+        return self._stateful
+
     def forget(self) -> None:
         """A fresh server: nothing of earlier requests is kept."""
         self.server.close()
@@ -227,7 +232,7 @@ class LlamaServerRunner:
         self.server.close()
 
 
-class LlamaServerBackend:
+class LlamaServerBackend(BackendBase):
     """`Backend` over llama-server processes on one GGUF file."""
 
     name = NAME

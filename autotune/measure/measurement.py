@@ -316,7 +316,7 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
         from autotune.backends.embedded import EmbeddedBackend
         backend = EmbeddedBackend(target, draft)
     temperature, top_p, concurrency = sampling.pop()
-    if concurrency > 1 and not getattr(backend, "serves_concurrently", False):
+    if concurrency > 1 and not backend.serves_concurrently:
         raise AutotuneError(f"concurrency={concurrency} is measured in llama-server (measure "
                             f"--in llama_server, search --target llama_server); "
                             f"{backend.label} serves one request at a time (batch sizes: "
@@ -354,8 +354,7 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
             runner.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock,
                             generator(0, 0), category=prompts[0].category)
 
-        stateful = [runners[name] for name in configs
-                    if getattr(runners[name], "stateful", False)]
+        stateful = [runners[name] for name in configs if runners[name].stateful]
         served: list[tuple[list[int], list[int]]] = []
         if stateful:
             responses = {} if responses is None else responses
@@ -400,6 +399,4 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     finally:
         for runner in runners.values():
             # An engine instance holds its own context and buffers: freed per measurement.
-            close = getattr(runner, "close", None)
-            if close is not None:
-                close()
+            runner.close()
