@@ -330,7 +330,8 @@ def test_provenance_covers_every_exporter_and_its_page_cites_the_same():
 
 def test_no_exporter_repeats_a_version_or_commit_of_the_table():
     """The exporters read versions and commits from the table: none of them appears as a
-    literal in autotune/exports/, and the strings exports write are the table's."""
+    literal in autotune/exports/, nor in the methods and decoder that replay the engines'
+    rules (their comments cite the table), and the strings exports write are the table's."""
     import re
 
     from autotune.decoding.engines import PROVENANCE
@@ -338,12 +339,16 @@ def test_no_exporter_repeats_a_version_or_commit_of_the_table():
 
     literals = {c for p in PROVENANCE.values() for _, c in p.commits}
     literals |= {v.split()[-1] for p in PROVENANCE.values() for v in p.versions}
-    for path in sorted((_ROOT / "autotune" / "exports").glob("*.py")):
+    package = _ROOT / "autotune"
+    paths = [*(package / "exports").glob("*.py"), *(package / "methods").rglob("*.py"),
+             *(p for p in (package / "decoding").rglob("*.py") if p.name != "engines.py")]
+    assert len(paths) > 30
+    for path in sorted(paths):
         text = path.read_text()
         found = [lit for lit in literals if re.search(rf"(?<![\w.]){re.escape(lit)}(?![\w.])",
                                                        text)]
-        assert not found, (path.name, found)
-        assert not re.search(r"\b[0-9a-f]{40}\b", text), path.name
+        assert not found, (str(path.relative_to(_ROOT)), found)
+        assert not re.search(r"\b[0-9a-f]{40}\b", text), str(path.relative_to(_ROOT))
     assert llama_server.SOURCE == PROVENANCE["llama_server"].version
     assert vllm.VERSION == PROVENANCE["vllm"].version
     assert f"vLLM {vllm.MEDUSA_LAST}" in PROVENANCE["vllm"].versions

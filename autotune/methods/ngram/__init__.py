@@ -20,15 +20,16 @@ def _presets(n_layers: int) -> list[Preset]:
                    "prompt_lookup_max=5",
                    {"method": "ngram", "k": 5, "ngram_min": 5, "ngram_max": 5,
                     "exit_policy": "fixed"}, rank=2, engine="vllm"),
-            # transformers 5.23.0 generation/utils.py: `max_matching_ngram_size or 2`;
+            # PROVENANCE["hf"]: generation/utils.py: `max_matching_ngram_size or 2`;
             # 10 tokens is its prompt-lookup documentation's example.
             Preset("hf_prompt_lookup", "transformers prompt lookup: prompt_lookup_num_tokens=10, "
                    "max_matching_ngram_size=2 (its default)",
                    {"method": "ngram", "k": 10, "ngram_min": 1, "ngram_max": 2,
                     "exit_policy": "fixed"}, rank=7, engine="hf", targeted=True),
             # SGLang (arg_groups speculative_hook.py and fields spec.py, each at its
-            # commit in PROVENANCE["sglang"]): NGRAM's num_draft_tokens defaults to 12 (11 drafts after
-            # the root) and max_trie_depth to 18, which our export maps as ngram_max + k.
+            # commit in PROVENANCE["sglang"]): NGRAM's num_draft_tokens defaults to 12
+            # (11 drafts after the root) and max_trie_depth to 18, which our export maps
+            # as ngram_max + k.
             Preset("sglang_ngram", "SGLang NGRAM defaults: speculative_num_draft_tokens=12, "
                    "speculative_ngram_max_trie_depth=18",
                    {"method": "ngram", "k": 11, "ngram_min": 1, "ngram_max": 7,

@@ -1,4 +1,4 @@
-"""`sglang_ngram`: SGLang's NGRAM speculative algorithm as sglang 0.5.23 runs it. One trie
+"""`sglang_ngram`: SGLang's NGRAM speculative algorithm as PROVENANCE["sglang"] runs it. One trie
 of token suffixes is shared by every request the server serves; each step matches the
 request's suffixes in it and drafts a tree (by recency, BFS, or by frequency, PROB) of
 `speculative_num_draft_tokens - 1` nodes, verified whole. No draft model, no layer
@@ -19,7 +19,7 @@ def _summary(c: Mapping[str, Any]) -> str:
 
 
 def _presets(n_layers: int) -> list[Preset]:
-    # sglang 0.5.23: arg_groups/fields/spec.py L252-275 (breadth 1..10, BFS, trie depth
+    # PROVENANCE["sglang"]: arg_groups/fields/spec.py L252-275 (breadth 1..10, BFS, trie depth
     # 18, capacity 10M) and arg_groups/speculative_hook.py `_handle_ngram` (num draft
     # tokens 12 when unset).
     return [Preset("sglang_ngram_default", "SGLang NGRAM defaults: num_draft_tokens 12, "

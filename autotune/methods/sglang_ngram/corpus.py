@@ -1,7 +1,7 @@
 """SGLang's NGRAM corpus, rule for rule: one trie of token suffixes shared by every
 request, per-request match anchors, and the BFS (recency) or PROB (frequency) draft tree.
 
-Read in the sglang 0.5.23 wheel (PyPI, built 2026-10-30; one consistent snapshot of
+Read in the sglang wheel of PROVENANCE["sglang"] (PyPI, built 2026-10-30; one consistent snapshot of
 `sglang/kernels/jit/csrc/ngram_corpus/` and `sglang/srt/speculative/ngram_worker.py`):
 
 - `trie.cpp` `Trie::insert`: every suffix of the inserted tail, each cut to

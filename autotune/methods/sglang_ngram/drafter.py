@@ -1,5 +1,5 @@
 """SGLang's NGRAM drafter: the shared corpus (corpus.py) driven as `ngram_worker.py`
-drives it in sglang 0.5.23, one request at a time.
+drives it in the release of PROVENANCE["sglang"], one request at a time.
 
 Per decode step of a request: match the last `max_trie_depth` tokens of prompt + output
 (with the whole length, so cached anchors advance), verify the draft tree, then insert

@@ -1,6 +1,7 @@
 """`sglang_ngram`'s config keys: SGLang's `speculative_ngram_*` fields and defaults.
 
-sglang 0.5.23 python/sglang/srt/arg_groups/fields/spec.py L252-275; `k` is
+python/sglang/srt/arg_groups/fields/spec.py L252-275 (the release in PROVENANCE["sglang"],
+autotune/decoding/engines.py); `k` is
 speculative_num_draft_tokens - 1, the tree nodes verified with the root. Torch-free:
 the method's `SPEC` reads this when the registry lists the methods.
 """

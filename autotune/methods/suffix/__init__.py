@@ -27,8 +27,8 @@ def _summary(c: Mapping[str, Any]) -> str:
 
 
 def _presets(n_layers: int) -> list[Preset]:
-    # vLLM 0.33.0 vllm/config/speculative.py L537-556 (tree depth 24, 10000 cached
-    # requests, spec factor 1.0, min token prob 0.1) and L1733-1735: without
+    # PROVENANCE["vllm"].version: vllm/config/speculative.py L537-556 (tree depth 24,
+    # 10000 cached requests, spec factor 1.0, min token prob 0.1) and L1733-1735: without
     # num_speculative_tokens suffix decoding drafts up to the tree depth.
     return [Preset("vllm_suffix", "vLLM suffix decoding defaults: num_speculative_tokens="
                    "suffix_decoding_max_tree_depth=24, max_cached_requests=10000, "

@@ -1,8 +1,8 @@
 """`suffix`'s config keys: vLLM's `suffix_decoding_*` fields, with their defaults.
 
-Names and defaults as vLLM 0.33.0's SpeculativeConfig (vllm/config/speculative.py
-L537-556). Torch-free: the method's `SPEC` reads this when the registry lists the
-methods.
+Names and defaults as SpeculativeConfig in PROVENANCE["vllm"].version
+(vllm/config/speculative.py L537-556). Torch-free: the method's `SPEC` reads this when
+the registry lists the methods.
 """
 
 from __future__ import annotations
