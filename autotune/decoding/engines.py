@@ -189,8 +189,9 @@ LLAMA_SERVER = EngineRules("llama_server", "llama-server", match_verification=Tr
 @dataclass(frozen=True)
 class Provenance:
     """What of one engine autotune read: `versions` (the releases read, the one whose
-    rules and fields are reproduced first: `version`), `commits` (upstream file -> the commit it was read at), `files` (upstream
-    files read without a commit of their own: the release's), `doc` (its page)."""
+    rules and fields are reproduced first: `version`), `commits` (upstream file -> the
+    commit it was read at), `files` (upstream files read without a commit of their own:
+    the release's), `doc` (its page)."""
 
     engine: str
     label: str

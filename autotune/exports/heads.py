@@ -11,11 +11,13 @@ feature), `layers.0.self_attn.{q,k,v,o}_proj.weight`, `layers.0.mlp.{gate,up,dow
 proj.weight`, `layers.0.post_attention_layernorm.weight`; no `layers.0.input_layernorm`
 (layer 0's is an identity), no final norm; the target's final-normed hidden state is
 the feature; the target's embedding and LM head are shared when the checkpoint has none.
-- vLLM (vllm/model_executor/models/llama_eagle.py): `fc` has no bias (`bias=False`; a `fc.bias` would be an unknown parameter); a plain
-  LlamaConfig with `architectures: ["LlamaForCausalLM"]` is renamed to
-  `EagleLlamaForCausalLM` (vllm/transformers_utils/configs/eagle.py).
-- SGLang (python/sglang/srt/models/llama_eagle.py): `fc` has a bias (nn.Linear's default): we write zeros, the same function; the class
-  is looked up by `architectures: ["LlamaForCausalLMEagle"]`.
+- vLLM (vllm/model_executor/models/llama_eagle.py): `fc` has no bias (`bias=False`; a
+  `fc.bias` would be an unknown parameter); a plain LlamaConfig with `architectures:
+  ["LlamaForCausalLM"]` is renamed to `EagleLlamaForCausalLM`
+  (vllm/transformers_utils/configs/eagle.py).
+- SGLang (python/sglang/srt/models/llama_eagle.py): `fc` has a bias (nn.Linear's
+  default): we write zeros, the same function; the class is looked up by
+  `architectures: ["LlamaForCausalLMEagle"]`.
 Medusa (vLLM only; SGLang has none: vllm/model_executor/models/medusa.py, its config
 transformers_utils/configs/medusa.py): `architectures: ["MedusaModel"]`,
 `model_type: medusa`, `num_heads`, `num_hidden_layers` (residual blocks per head),
