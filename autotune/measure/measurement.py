@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from autotune.backends.base import Backend
+from autotune.backends.base import Backend, Runner
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation
@@ -306,97 +306,163 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     every repeat starts again from that history, so no repeat drafts from its own
     earlier answers.
     """
+    temperature, top_p, concurrency = _shared_sampling(configs)
+    if backend is None:
+        from autotune.backends.embedded import EmbeddedBackend
+        backend = EmbeddedBackend(target, draft)
+    _check_concurrency(backend, concurrency)
+    baseline = DecodeConfig(temperature=temperature, top_p=top_p, concurrency=concurrency)
+    session = _ArmSession(target, draft, backend, baseline, configs, prompts,
+                          max_new_tokens, seed)
+    try:
+        session.warm_up()
+        stateful = [session.runners[name] for name in configs
+                    if session.runners[name].stateful]
+        served = session.history(history, responses) if stateful else []
+        step = 0
+        for repeat in range(repeats):
+            for runner in stateful:
+                _restore(runner, served, max_new_tokens)
+            for index in range(len(prompts)):
+                this = session.serve_prompt(index, repeat, _rotated(session.arms, step))
+                step += 1
+                if on_prompt is not None:
+                    on_prompt(index, repeat, this, session.results())
+        return session.results()
+    finally:
+        session.close()
+
+
+def _shared_sampling(configs: dict[str, DecodeConfig]) -> tuple[float, float, int]:
+    """The one (temperature, top_p, concurrency) every arm shares: one baseline pairs
+    them all only if they sample alike."""
     if not configs:
         raise ValueError("measure_arms needs at least one config")
     sampling = {(c.temperature, c.top_p, c.concurrency) for c in configs.values()}
     if len(sampling) != 1:
         raise ValueError(f"arms sample differently ({sorted(sampling)}); one baseline "
                          "cannot pair them")
-    if backend is None:
-        from autotune.backends.embedded import EmbeddedBackend
-        backend = EmbeddedBackend(target, draft)
-    temperature, top_p, concurrency = sampling.pop()
+    return sampling.pop()
+
+
+def _check_concurrency(backend: Backend, concurrency: int) -> None:
+    """Refuse concurrent requests in a backend that serves one at a time (its timings
+    would not be of concurrency)."""
     if concurrency > 1 and not backend.serves_concurrently:
         raise AutotuneError(f"concurrency={concurrency} is measured in llama-server (measure "
                             f"--in llama_server, search --target llama_server); "
                             f"{backend.label} serves one request at a time (batch sizes: "
                             "search --batch-sizes)")
-    runners = {"baseline": backend.runner(DecodeConfig(temperature=temperature, top_p=top_p,
-                                                       concurrency=concurrency))}
-    runners.update({name: backend.runner(config) for name, config in configs.items()})
-    device = torch.device(backend.device)
-    clock = Clock(device)
-    cuda = device.type == "cuda"
-    encoded = [encode_prompt(target.tokenizer, p) for p in prompts]
 
-    def generator(index: int, repeat: int) -> torch.Generator:
+
+def _rotated(arms: list[str], step: int) -> list[str]:
+    """The arms' order for the `step`th prompt served: rotated by one per prompt, so no
+    arm always runs first (or right after the baseline)."""
+    shift = step % len(arms)
+    return arms[shift:] + arms[:shift]
+
+
+def _restore(runner: Runner, served: list[tuple[list[int], list[int]]],
+             max_new_tokens: int) -> None:
+    """Start a stateful runner's repeat from the history alone, so no repeat drafts from
+    its own earlier answers."""
+    runner.forget()
+    for ids, response in served:
+        runner.absorb(ids, response, max_new_tokens)
+
+
+class _ArmSession:
+    """One `measure_arms` call's runners (the baseline's first), clock, seeds, memory
+    peaks and runs so far: the state its steps share."""
+
+    def __init__(self, target: LoadedModel, draft: LoadedModel | None, backend: Backend,
+                 baseline: DecodeConfig, configs: dict[str, DecodeConfig],
+                 prompts: list[Prompt], max_new_tokens: int, seed: int) -> None:
+        self.target, self.draft, self.backend = target, draft, backend
+        self.configs, self.prompts = configs, prompts
+        self.max_new_tokens, self.seed = max_new_tokens, seed
+        self.runners: dict[str, Runner] = {"baseline": backend.runner(baseline)}
+        self.runners.update({name: backend.runner(c) for name, c in configs.items()})
+        self.arms = list(self.runners)
+        self.device = torch.device(backend.device)
+        self.clock = Clock(self.device)
+        self.cuda = self.device.type == "cuda"
+        self.encoded = [encode_prompt(target.tokenizer, p) for p in prompts]
+        self.weights = {name: backend.weights_bytes(c) for name, c in configs.items()}
+        self.peaks: dict[str, int | None] = {
+            name: (0 if self.weights[name] is not None else None) for name in configs}
+        self.runs: dict[str, list[PromptRun]] = {name: [] for name in configs}
+
+    def generator(self, index: int, repeat: int) -> torch.Generator:
         # Repeat 0 seeds prompt i with seed + i, as a single measurement always has.
-        return torch.Generator(device=device).manual_seed(
-            seed + index + repeat * len(prompts))
+        return torch.Generator(device=self.device).manual_seed(
+            self.seed + index + repeat * len(self.prompts))
 
-    weights = {name: backend.weights_bytes(config) for name, config in configs.items()}
-    peaks: dict[str, int | None] = {name: (0 if weights[name] is not None else None)
-                                    for name in configs}
-    runs: dict[str, list[PromptRun]] = {name: [] for name in configs}
-
-    def result(name: str) -> Measurement:
+    def result(self, name: str) -> Measurement:
+        target, backend = self.target, self.backend
         return Measurement(
-            config=configs[name], model=target.name,
-            draft=draft.name if draft is not None else None, device=backend.device,
-            dtype=str(target.dtype).removeprefix("torch."), max_new_tokens=max_new_tokens,
-            runs=list(runs[name]), weights_bytes=weights[name], peak_memory_bytes=peaks[name],
+            config=self.configs[name], model=target.name,
+            draft=self.draft.name if self.draft is not None else None,
+            device=backend.device, dtype=str(target.dtype).removeprefix("torch."),
+            max_new_tokens=self.max_new_tokens, runs=list(self.runs[name]),
+            weights_bytes=self.weights[name], peak_memory_bytes=self.peaks[name],
             memory_kind=backend.memory_kind, measured_by=backend.name,
             measured_by_label=backend.label, token_exact=backend.token_exact)
 
-    try:
-        # Warm-up: first calls pay for allocator growth, kernel selection and lazy imports.
-        for runner in runners.values():
-            runner.generate(encoded[0], min(WARMUP_TOKENS, max_new_tokens), clock,
-                            generator(0, 0), category=prompts[0].category)
+    def results(self) -> dict[str, Measurement]:
+        return {name: self.result(name) for name in self.configs}
 
-        stateful = [runners[name] for name in configs if runners[name].stateful]
+    def warm_up(self) -> None:
+        """First calls pay for allocator growth, kernel selection and lazy imports: one
+        short untimed generation per runner."""
+        for runner in self.runners.values():
+            runner.generate(self.encoded[0], min(WARMUP_TOKENS, self.max_new_tokens),
+                            self.clock, self.generator(0, 0),
+                            category=self.prompts[0].category)
+
+    def history(self, history: Sequence[Prompt], responses: dict[str, list[int]] | None
+                ) -> list[tuple[list[int], list[int]]]:
+        """The requests served before the prompts, each with the baseline's output
+        (decoded untimed once, kept in `responses` by prompt id)."""
+        responses = {} if responses is None else responses
         served: list[tuple[list[int], list[int]]] = []
-        if stateful:
-            responses = {} if responses is None else responses
-            for earlier in history:
-                ids = encode_prompt(target.tokenizer, earlier)
-                if earlier.prompt_id not in responses:
-                    responses[earlier.prompt_id] = runners["baseline"].generate(
-                        ids, max_new_tokens, clock, generator(0, 0),
-                        category=earlier.category).tokens
-                served.append((ids, responses[earlier.prompt_id]))
+        for earlier in history:
+            ids = encode_prompt(self.target.tokenizer, earlier)
+            if earlier.prompt_id not in responses:
+                responses[earlier.prompt_id] = self.runners["baseline"].generate(
+                    ids, self.max_new_tokens, self.clock, self.generator(0, 0),
+                    category=earlier.category).tokens
+            served.append((ids, responses[earlier.prompt_id]))
+        return served
 
-        arms = list(runners)
-        step = 0
-        for repeat in range(repeats):
-            for runner in stateful:
-                runner.forget()
-                for ids, response in served:
-                    runner.absorb(ids, response, max_new_tokens)
-            for index, ids in enumerate(encoded):
-                shift = step % len(arms)
-                step += 1
-                results: dict[str, Generation] = {}
-                for name in arms[shift:] + arms[:shift]:
-                    if cuda and name != "baseline":
-                        torch.cuda.reset_peak_memory_stats(device)
-                    results[name] = runners[name].generate(
-                        ids, max_new_tokens, clock, generator(index, repeat),
-                        category=prompts[index].category)
-                    weight = weights.get(name)
-                    if name != "baseline" and weight is not None:
-                        peaks[name] = max(peaks[name] or 0,
-                                          torch.cuda.max_memory_allocated(device) if cuda
-                                          else weight + results[name].cache_bytes)
-                prompt = prompts[index]
-                this = {name: PromptRun(prompt.prompt_id, prompt.category, results["baseline"],
-                                        results[name]) for name in configs}
-                for name, run in this.items():
-                    runs[name].append(run)
-                if on_prompt is not None:
-                    on_prompt(index, repeat, this, {name: result(name) for name in configs})
-        return {name: result(name) for name in configs}
-    finally:
-        for runner in runners.values():
-            # An engine instance holds its own context and buffers: freed per measurement.
+    def serve_prompt(self, index: int, repeat: int, order: list[str]
+                     ) -> dict[str, PromptRun]:
+        """Every arm on prompt `index` in `order`; each arm's run, paired with the
+        baseline's, is filed and returned."""
+        results = {name: self._timed(name, index, repeat) for name in order}
+        prompt = self.prompts[index]
+        this = {name: PromptRun(prompt.prompt_id, prompt.category, results["baseline"],
+                                results[name]) for name in self.configs}
+        for name, run in this.items():
+            self.runs[name].append(run)
+        return this
+
+    def _timed(self, name: str, index: int, repeat: int) -> Generation:
+        """One timed generation, its arm's memory peak updated (CUDA's allocator peak, or
+        the weights plus the cache where no allocator reports one)."""
+        if self.cuda and name != "baseline":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        generation = self.runners[name].generate(
+            self.encoded[index], self.max_new_tokens, self.clock,
+            self.generator(index, repeat), category=self.prompts[index].category)
+        weight = self.weights.get(name)
+        if name != "baseline" and weight is not None:
+            self.peaks[name] = max(self.peaks[name] or 0,
+                                   torch.cuda.max_memory_allocated(self.device) if self.cuda
+                                   else weight + generation.cache_bytes)
+        return generation
+
+    def close(self) -> None:
+        """An engine instance holds its own context and buffers: freed per measurement."""
+        for runner in self.runners.values():
             runner.close()
