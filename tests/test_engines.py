@@ -310,8 +310,10 @@ _EXPORTERS = ("vllm", "sglang", "trtllm", "hf", "llama_server", "dv")
 
 def test_provenance_covers_every_exporter_and_its_page_cites_the_same():
     """Every engine an exporter writes for has a table row; its docs/engines page exists,
-    names the same versions and every commit in the row; the exporter's docstring
-    points at that page."""
+    names the same versions and every commit in the row, and no other commit; the
+    exporter's docstring points at that page."""
+    import re
+
     from autotune.decoding.engines import PROVENANCE
 
     assert set(PROVENANCE) == set(_EXPORTERS)
@@ -322,6 +324,13 @@ def test_provenance_covers_every_exporter_and_its_page_cites_the_same():
             assert version.split()[-1] in page, (engine, version)
         for file, commit in prov.commits:
             assert commit in page, (engine, file, commit)
+        # ... and the page cites no commit the row lacks (a short hash is the row's prefix).
+        cited = {h for h in re.findall(r"\b[0-9a-f]{7,40}\b", page)
+                 if re.search("[a-f]", h) and re.search("[0-9]", h)}
+        row = [c for _, c in prov.commits]
+        missing = [h for h in cited if not any(c.startswith(h) or h.startswith(c)
+                                               for c in row)]
+        assert not missing, (engine, missing)
         module = (_ROOT / "autotune" / "exports" / f"{engine}.py").read_text()
         doc = module.split('"""')[1]
         assert prov.doc in doc, engine
