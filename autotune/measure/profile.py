@@ -97,9 +97,8 @@ def forward_cost_profile(target: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZ
                                 "positions after a context")
         context_tokens = min(context_tokens, limit - largest)
     forward, device = target.forward, target.device
-    vocab = int(getattr(forward, "vocab_size", 0) or target.hf_model.config.vocab_size)
-    times = forward_times(forward, vocab, sizes, context_tokens, Clock(device), device,
-                          repeats)
+    times = forward_times(forward, forward.vocab_size, sizes, context_tokens, Clock(device),
+                          device, repeats)
     return {
         "model": target.name,
         "device": str(device),

@@ -30,7 +30,8 @@ import torch
 
 from autotune.common.errors import AutotuneError
 from autotune.replay.reference import Reference
-from autotune.replay.simulate import ChainDraft, OwnCache, TableTrack
+from autotune.replay.simulate import ChainDraft, OwnCache, TableTrack, TrackBase
+from autotune.replay.sources import ReplaySourceBase
 from autotune.replay.tables import Table, table_width
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def target_features(target: "LoadedModel", ref: Reference) -> torch.Tensor:
 
 # ------------------------------------------------------------------ the track
 
-class AnchoredTrack:
+class AnchoredTrack(TrackBase):
     """A prompt's draft from its anchor tables: anchor g's table read by a TableTrack
     over the reference shifted to g. `max_chain` caps a chain's drafts (Medusa: one per
     head); `own_cache` says how the drafter's cache catches up (the cost model's passes);
@@ -150,7 +151,7 @@ class AnchoredTrack:
 
 # ------------------------------------------------------------------ the sources
 
-class HeadSource:
+class HeadSource(ReplaySourceBase):
     """Anchor tables of a trained head, memoised per prompt at the widest and deepest
     asked for so far (a deeper or wider config rebuilds them once). A head's source
     (its method's replay.py) names its `kind` and fills in the per-kind methods."""

@@ -88,9 +88,7 @@ class Replayer:
             source = self._source(config, ref.category)
             by_source.setdefault(id(source), (source, []))[1].append(ref)
         for source, refs in by_source.values():
-            prepare = getattr(source, "prepare", None)
-            if prepare is not None:
-                prepare(config, refs)
+            source.prepare(config, refs)
         cost = CostModel(self.parts, config, self.target.n_layers)
         baseline_cost = CostModel(self.parts, DecodeConfig(), self.target.n_layers)
         ar_verify, ar_other = baseline_cost.ar_round_seconds()

@@ -21,9 +21,12 @@ source (its package's replay.py):
 - `heads.AnchoredTrack` (trained heads: eagle, medusa) reads one small table per round
   start instead: its draft along the reference from that start, as a `TableTrack`
   over the reference shifted there.
-A track with `own_tree(g) -> (nodes, accepted depth, deepest level)` drafts its whole
-tree itself every round (SGLang's NGRAM trie), model-free, so it is exact.
-Trees (a `TreeTrack`: TableTrack, AnchoredTrack): a static tree (`tree_choices`)
+A track whose method's spec says `own_trees` answers `own_tree(g) -> (nodes, accepted
+depth, deepest level)`: its drafter builds its whole tree itself every round (SGLang's
+NGRAM trie), model-free, so it is exact.
+Every track inherits `TrackBase`, which gives the parts a drafter may lack (its own
+cache, trees, cross-request state) their defaults.
+Trees (TableTrack, AnchoredTrack): a static tree (`tree_choices`)
 accepts along the reference as far as the path of the reference tokens' ranks is
 listed: exact where the table is. A dynamic tree (EAGLE-2) keeps a level's `width` best
 nodes by cumulative probability and reranks at the end; nodes off the reference path
@@ -35,12 +38,13 @@ one depth all share one distribution).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS, chain_limit
 from autotune.decoding.drafters.base import kept_by_policy
 from autotune.decoding.engines import engine_rules
+from autotune.decoding.methods import get_method
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.shape import DYNAMIC, STATIC
 from autotune.replay.reference import Reference
@@ -87,29 +91,97 @@ class ChainDraft:
         return cls(kept, accepted, list(confidences[:kept]), [])
 
 
+class OwnCache:
+    """Tokens fed per draft pass for a drafter with its own cache: the first pass of a
+    round catches up on every token the draft has not seen.
+
+    `seen`: generated tokens whose entries the draft holds to start with (+1 = pending);
+    a draft model's prefill holds the prompt (0); EAGLE's head holds nothing before its
+    first round (1 - prompt length: its first catch-up covers the whole prompt).
+    `keeps_drafts`: the draft's cache keeps its accepted drafts' entries after a round
+    (a draft model); EAGLE crops back to the verified pairs (its drafts' entries were
+    built from predicted features), so its next round catches up on them again.
+    """
+
+    def __init__(self, seen: int = 0, keeps_drafts: bool = True) -> None:
+        self.seen = seen
+        self.keeps_drafts = keeps_drafts
+
+    def chain(self, g: int, drafted: int, accepted: int) -> list[int]:
+        if drafted == 0:
+            return []
+        first = max(1, g - self.seen)
+        # The cache holds the sequence and drafts 1..k-1; the verifier keeps the first
+        # min(accepted, k-1) of them.
+        self.seen = g + (min(accepted, drafted - 1) if self.keeps_drafts else 0)
+        return [first] + [1] * (drafted - 1)
+
+    def tree(self, g: int, drafts: bool) -> int:
+        if not drafts:
+            return 0
+        first = max(1, g - self.seen)
+        self.seen = g
+        return first - 1
+
+
 class Track(Protocol):
-    """A prompt's draft along its reference. A track may also define `own_cache() ->
-    OwnCache`: how its drafter's own cache catches up (default: `OwnCache()`, a
-    draft model's)."""
+    """A prompt's draft along its reference, as `simulate` reads it every round.
+    `TrackBase` gives every part but `chain` a default, so `simulate` calls them all."""
 
-    def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft: ...
+    def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
+        """The round's chain after g generated tokens, at most `limit` drafts."""
+        ...
 
-
-@runtime_checkable
-class TreeTrack(Protocol):
-    """A track that can also draft trees (see the module docstring): each returns
-    (nodes, accepted depth, deepest level, tokens fed per level pass)."""
-
-    def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft: ...
+    def own_cache(self) -> OwnCache:
+        """How the drafter's own cache catches up (the cost model's passes), fresh for
+        one simulation."""
+        ...
 
     def static_tree(self, g: int, choices: tuple[tuple[int, ...], ...], depth_limit: int
-                    ) -> tuple[int, int, int, list[int]]: ...
+                    ) -> tuple[int, int, int, list[int]]:
+        """(nodes, accepted depth, deepest level, tokens fed per level pass) of the
+        static tree `choices` (see the module docstring)."""
+        ...
 
     def dynamic_tree(self, g: int, width: int, depth: int, keep: int, depth_limit: int
-                     ) -> tuple[int, int, int, list[int]]: ...
+                     ) -> tuple[int, int, int, list[int]]:
+        """The same of an EAGLE-2 tree (see the module docstring)."""
+        ...
+
+    def own_tree(self, g: int) -> tuple[int, int, int]:
+        """(nodes, accepted depth, deepest node) of the whole tree the drafter builds
+        itself (a method whose spec says `own_trees`: SGLang's NGRAM)."""
+        ...
+
+    def finish(self) -> None:
+        """The request ends: file it into the cross-request state (`ServedInOrder`)."""
+        ...
 
 
-class TableTrack:
+class TrackBase:
+    """Defaults for a `Track`'s optional parts: a draft model's cache, no trees, no
+    cross-request state. A track inherits it and overrides what its drafter does; the
+    defaults for trees refuse, as the decoder refuses a tree its drafter cannot draft."""
+
+    def own_cache(self) -> OwnCache:
+        return OwnCache()
+
+    def static_tree(self, g: int, choices: tuple[tuple[int, ...], ...], depth_limit: int
+                    ) -> tuple[int, int, int, list[int]]:
+        raise TypeError(f"{type(self).__name__} cannot replay a draft tree")
+
+    def dynamic_tree(self, g: int, width: int, depth: int, keep: int, depth_limit: int
+                     ) -> tuple[int, int, int, list[int]]:
+        raise TypeError(f"{type(self).__name__} cannot replay a draft tree")
+
+    def own_tree(self, g: int) -> tuple[int, int, int]:
+        raise TypeError(f"{type(self).__name__} builds no tree of its own")
+
+    def finish(self) -> None:
+        """Nothing kept across requests."""
+
+
+class TableTrack(TrackBase):
     """A teacher-forced table along one reference."""
 
     def __init__(self, ref: Reference, table: Table) -> None:
@@ -214,81 +286,66 @@ class TableTrack:
 def simulate(track: Track, config: DecodeConfig, ref: Reference, max_new_tokens: int
              ) -> list[ReplayRound]:
     """The rounds the decoder would run for `config` on `ref` (greedy)."""
-    policy = make_policy(config)
-    rules = engine_rules(config.engine)
-    shape = config.shape
+    simulation = _Simulation(track, config)
     n = len(ref.tokens)
     g = 1
     rounds: list[ReplayRound] = []
-    make_cache = getattr(track, "own_cache", None)
-    own_cache: OwnCache = make_cache() if make_cache is not None else OwnCache()
-    own_tree = getattr(track, "own_tree", None)
     while g < n:
-        budget = max_new_tokens - g
-        if own_tree is not None:
-            # The drafter's own whole tree (SGLang's NGRAM), whatever the budget.
-            nodes, accepted, depth = own_tree(g)
-            emitted = min(accepted + 1, n - g)
-            rounds.append(ReplayRound(nodes, accepted, emitted, nodes + 1, depth, []))
-            g += emitted
-            continue
-        if shape.is_tree:
-            if not isinstance(track, TreeTrack):
-                raise TypeError(f"{type(track).__name__} cannot replay a draft tree")
-            depth_limit = min(budget - 1, MAX_DRAFT_TOKENS)
-            if shape.kind == STATIC:
-                nodes, accepted, depth, feeds = track.static_tree(g, shape.choices, depth_limit)
-            else:
-                assert shape.kind == DYNAMIC
-                nodes, accepted, depth, feeds = track.dynamic_tree(
-                    g, shape.width, shape.depth, shape.tokens, depth_limit)
-            emitted = min(accepted + 1, n - g)
-            rounds.append(ReplayRound(nodes, accepted, emitted, nodes + 1, depth, [],
-                                      passes=[1] * (depth > 0) + feeds,
-                                      catch_up=own_cache.tree(g, depth > 0)))
-            g += emitted
-            continue
-        limit = chain_limit(policy.limit(), budget, config, rules)
-        draft = track.chain(g, limit, policy) if limit > 0 else ChainDraft(0, 0, [], [])
-        accepted = draft.accepted
-        emitted = min(draft.accepted + 1, n - g)
-        passes = own_cache.chain(g, draft.drafted, draft.accepted)
-        rounds.append(ReplayRound(draft.drafted, accepted, emitted, draft.drafted + 1,
-                                  draft.drafted, draft.confidences, passes=passes,
-                                  exits=draft.exits))
-        policy.update(draft.drafted, draft.accepted, draft.confidences)
-        g += emitted
+        done = simulation.round(g, max_new_tokens - g, n - g)
+        rounds.append(done)
+        g += done.emitted
     return rounds
 
 
-class OwnCache:
-    """Tokens fed per draft pass for a drafter with its own cache: the first pass of a
-    round catches up on every token the draft has not seen.
+class _Simulation:
+    """One `simulate` call's state, which evolves round by round as the decoder's does:
+    the exit policy and the drafter's own cache. A round takes the decoder's branch:
+    the drafter's own whole tree (its method's spec says `own_trees`), a draft tree, or
+    a chain."""
 
-    `seen`: generated tokens whose entries the draft holds to start with (+1 = pending);
-    a draft model's prefill holds the prompt (0); EAGLE's head holds nothing before its
-    first round (1 - prompt length: its first catch-up covers the whole prompt).
-    `keeps_drafts`: the draft's cache keeps its accepted drafts' entries after a round
-    (a draft model); EAGLE crops back to the verified pairs (its drafts' entries were
-    built from predicted features), so its next round catches up on them again.
-    """
+    def __init__(self, track: Track, config: DecodeConfig) -> None:
+        self.track, self.config = track, config
+        self.policy = make_policy(config)
+        self.rules = engine_rules(config.engine)
+        self.own_cache = track.own_cache()
+        self.own_trees = get_method(config.method).own_trees
 
-    def __init__(self, seen: int = 0, keeps_drafts: bool = True) -> None:
-        self.seen = seen
-        self.keeps_drafts = keeps_drafts
+    def round(self, g: int, budget: int, left: int) -> ReplayRound:
+        """The round after g generated tokens, `budget` tokens allowed and `left`
+        reference tokens still to emit."""
+        if self.own_trees:
+            return self._own_tree(g, left)
+        if self.config.shape.is_tree:
+            return self._tree(g, budget, left)
+        return self._chain(g, budget, left)
 
-    def chain(self, g: int, drafted: int, accepted: int) -> list[int]:
-        if drafted == 0:
-            return []
-        first = max(1, g - self.seen)
-        # The cache holds the sequence and drafts 1..k-1; the verifier keeps the first
-        # min(accepted, k-1) of them.
-        self.seen = g + (min(accepted, drafted - 1) if self.keeps_drafts else 0)
-        return [first] + [1] * (drafted - 1)
+    def _own_tree(self, g: int, left: int) -> ReplayRound:
+        """The drafter's own whole tree (SGLang's NGRAM), whatever the budget."""
+        nodes, accepted, depth = self.track.own_tree(g)
+        return ReplayRound(nodes, accepted, min(accepted + 1, left), nodes + 1, depth, [])
 
-    def tree(self, g: int, drafts: bool) -> int:
-        if not drafts:
-            return 0
-        first = max(1, g - self.seen)
-        self.seen = g
-        return first - 1
+    def _tree(self, g: int, budget: int, left: int) -> ReplayRound:
+        shape = self.config.shape
+        depth_limit = min(budget - 1, MAX_DRAFT_TOKENS)
+        if shape.kind == STATIC:
+            nodes, accepted, depth, feeds = self.track.static_tree(g, shape.choices,
+                                                                   depth_limit)
+        else:
+            assert shape.kind == DYNAMIC
+            nodes, accepted, depth, feeds = self.track.dynamic_tree(
+                g, shape.width, shape.depth, shape.tokens, depth_limit)
+        return ReplayRound(nodes, accepted, min(accepted + 1, left), nodes + 1, depth, [],
+                           passes=[1] * (depth > 0) + feeds,
+                           catch_up=self.own_cache.tree(g, depth > 0))
+
+    def _chain(self, g: int, budget: int, left: int) -> ReplayRound:
+        """A chain as long as the policy, the budget and the engine allow; the policy
+        learns from it as the decoder's does."""
+        limit = chain_limit(self.policy.limit(), budget, self.config, self.rules)
+        draft = (self.track.chain(g, limit, self.policy) if limit > 0
+                 else ChainDraft(0, 0, [], []))
+        passes = self.own_cache.chain(g, draft.drafted, draft.accepted)
+        self.policy.update(draft.drafted, draft.accepted, draft.confidences)
+        return ReplayRound(draft.drafted, draft.accepted, min(draft.accepted + 1, left),
+                           draft.drafted + 1, draft.drafted, draft.confidences,
+                           passes=passes, exits=draft.exits)

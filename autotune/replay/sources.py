@@ -29,6 +29,14 @@ TAU_EXACT_POLICIES = ("fixed", "heuristic", "confidence")
 
 
 class ReplaySource(Protocol):
+    """What the replay tier asks of a method's source. `ReplaySourceBase` gives
+    `prepare` its default, so `ReplayRun` calls it on every source."""
+
+    def prepare(self, config: "DecodeConfig", refs: list[Reference]) -> None:
+        """Ready `config`'s replay pass over `refs`, in serving order: make their tables
+        in one batch, or start the cross-request state afresh."""
+        ...
+
     def track(self, config: "DecodeConfig", ref: Reference) -> Track: ...
 
     def fidelity(self, config: "DecodeConfig") -> tuple[bool, list[str]]:
@@ -37,23 +45,31 @@ class ReplaySource(Protocol):
         ...
 
 
-class ServedInOrder:
+class ReplaySourceBase:
+    """Defaults for a `ReplaySource`'s optional parts: nothing to make ahead, no state
+    across requests. A source inherits it and overrides what its method needs."""
+
+    def prepare(self, config: "DecodeConfig", refs: list[Reference]) -> None:
+        """Nothing made ahead: each track is built when asked for."""
+
+
+class ServedInOrder(ReplaySourceBase):
     """The replay source of a method whose engine keeps state across requests (a cache
     of earlier outputs, a shared trie, a draft buffer): one state per config and replay
     pass (`prepare` starts a pass), tracks asked for in the decoder's prompt order, each
     request finished (`track.finish()`) before the next starts.
 
     new_state(config) -> the method's cross-request state; new_track(ref, state, config)
-    -> a track with `finish()`; sampled_note: why replay is not exact under sampling
+    -> a track that overrides `finish()`; sampled_note: why replay is not exact under sampling
     (the state holds the greedy references, not the sampled outputs the decoder files).
     """
 
     def __init__(self, new_state: Callable[["DecodeConfig"], Any],
-                 new_track: Callable[[Reference, Any, "DecodeConfig"], Any],
+                 new_track: Callable[[Reference, Any, "DecodeConfig"], Track],
                  sampled_note: str) -> None:
         self.new_state, self.new_track, self.sampled_note = new_state, new_track, sampled_note
         self._states: dict["DecodeConfig", Any] = {}
-        self._open: dict["DecodeConfig", Any] = {}
+        self._open: dict["DecodeConfig", Track] = {}
 
     def prepare(self, config: "DecodeConfig", refs: list[Reference]) -> None:
         self._states[config] = self.new_state(config)
@@ -73,7 +89,7 @@ class ServedInOrder:
         return (True, []) if config.greedy else (False, [self.sampled_note])
 
 
-class TableSourceAdapter:
+class TableSourceAdapter(ReplaySourceBase):
     """Tracks over a method's teacher-forced tables, memoised per table key."""
 
     def __init__(self, tables: TableSource) -> None:

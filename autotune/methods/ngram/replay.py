@@ -11,14 +11,14 @@ from autotune.decoding.policies import ExitPolicy
 from autotune.methods.ngram.drafter import NgramProposer, PublicPool, ngram_state
 from autotune.replay.draft_cost import DraftCost
 from autotune.replay.reference import Reference
-from autotune.replay.simulate import ChainDraft, ReplayRound, Track
+from autotune.replay.simulate import ChainDraft, ReplayRound, Track, TrackBase
+from autotune.replay.sources import ReplaySource, ReplaySourceBase
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
-    from autotune.replay.sources import ReplaySource
 
 
-class NgramTrack:
+class NgramTrack(TrackBase):
     """Prompt lookup over the sequence the decoder holds after g generated tokens."""
 
     def __init__(self, ref: Reference, config: DecodeConfig, eos: Collection[int],
@@ -33,7 +33,7 @@ class NgramTrack:
         return ChainDraft.along(found, [1.0] * len(found), policy, self.ref.tokens[g:])
 
 
-class NgramSource:
+class NgramSource(ReplaySourceBase):
     """The drafter's own lookup over the reference so far, under the config's engine
     rules: exact. TensorRT-LLM's public pool is one per config and replay pass
     (`prepare` starts a pass), the references served in order through it."""

@@ -6,21 +6,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autotune.replay.reference import Reference
-from autotune.replay.simulate import ChainDraft, Track
+from autotune.replay.simulate import ChainDraft, Track, TrackBase
+from autotune.replay.sources import ReplaySource, ReplaySourceBase
 
 if TYPE_CHECKING:
     from autotune.decoding.config import DecodeConfig
     from autotune.decoding.policies import ExitPolicy
     from autotune.models.loading import LoadedModel
-    from autotune.replay.sources import ReplaySource
 
 
-class _NoDraftTrack:
+class _NoDraftTrack(TrackBase):
     def chain(self, g: int, limit: int, policy: "ExitPolicy") -> ChainDraft:
         return ChainDraft(0, 0, [], [])
 
 
-class NoDraftSource:
+class NoDraftSource(ReplaySourceBase):
     """The AR baseline: one target step per round."""
 
     def track(self, config: "DecodeConfig", ref: Reference) -> Track:

@@ -11,14 +11,14 @@ from autotune.decoding.policies import ExitPolicy
 from autotune.methods.sa.drafter import SAProposer, SAState
 from autotune.replay.draft_cost import DraftCost
 from autotune.replay.reference import Reference
-from autotune.replay.simulate import ChainDraft, ReplayRound
+from autotune.replay.simulate import ChainDraft, ReplayRound, TrackBase
 from autotune.replay.sources import ReplaySource, ServedInOrder
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
 
 
-class SATrack:
+class SATrack(TrackBase):
     def __init__(self, ref: Reference, state: SAState, config: DecodeConfig) -> None:
         self.ref, self.sequence = ref, ref.sequence
         self.proposer = SAProposer(config, len(ref.prompt), state)

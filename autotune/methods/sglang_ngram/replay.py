@@ -11,14 +11,14 @@ from autotune.decoding.policies import ExitPolicy
 from autotune.methods.sglang_ngram.drafter import NgramProposer, NgramState, accepted_along
 from autotune.replay.draft_cost import DraftCost
 from autotune.replay.reference import Reference
-from autotune.replay.simulate import ChainDraft, ReplayRound
+from autotune.replay.simulate import ChainDraft, ReplayRound, TrackBase
 from autotune.replay.sources import ReplaySource, ServedInOrder
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
 
 
-class NgramTrack:
+class NgramTrack(TrackBase):
     """One prompt's trees along its reference, through the pass's shared corpus."""
 
     def __init__(self, ref: Reference, state: NgramState) -> None:

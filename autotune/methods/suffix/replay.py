@@ -15,7 +15,7 @@ from autotune.decoding.policies import ExitPolicy
 from autotune.methods.suffix.drafter import SuffixProposer, SuffixState
 from autotune.replay.draft_cost import DraftCost
 from autotune.replay.reference import Reference
-from autotune.replay.simulate import ChainDraft, ReplayRound
+from autotune.replay.simulate import ChainDraft, ReplayRound, TrackBase
 from autotune.replay.sources import ReplaySource, ServedInOrder
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 SPECULATE = "suffix_speculate"
 
 
-class SuffixTrack:
+class SuffixTrack(TrackBase):
     """One prompt's drafts along its reference, through the pass's shared cache."""
 
     def __init__(self, ref: Reference, state: SuffixState) -> None:
