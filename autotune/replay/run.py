@@ -81,35 +81,48 @@ class Replayer:
         # The decoder's own checks: a valid config, a draft where needed, layer access,
         # layer indices inside the stack, a tree-capable forward.
         SpeculativeDecoder(self.target, config, self.draft)
-        # One prepare per source, over every prompt it drafts: its tables are made in one
-        # batch (only `drafter=routed` with a per-category folder has several sources).
+        self._prepare(config)
+        cost = CostModel(self.parts, config, self.target.n_layers)
+        baseline_cost = CostModel(self.parts, DecodeConfig(), self.target.n_layers)
+        ar_round = baseline_cost.ar_round_seconds()
+        runs = [self._predicted_run(config, ref, cost, ar_round) for ref in self.references]
+        return self._measurement(config, runs)
+
+    def _prepare(self, config: DecodeConfig) -> None:
+        """One prepare per source, over every prompt it drafts: its tables are made in
+        one batch (only `drafter=routed` with a per-category folder has several
+        sources)."""
         by_source: dict[int, tuple[ReplaySource, list[Reference]]] = {}
         for ref in self.references:
             source = self._source(config, ref.category)
             by_source.setdefault(id(source), (source, []))[1].append(ref)
         for source, refs in by_source.values():
             source.prepare(config, refs)
-        cost = CostModel(self.parts, config, self.target.n_layers)
-        baseline_cost = CostModel(self.parts, DecodeConfig(), self.target.n_layers)
-        ar_verify, ar_other = baseline_cost.ar_round_seconds()
-        runs = []
-        for ref in self.references:
-            source = self._source(config, ref.category)
-            rounds = simulate(source.track(config, ref), config, ref, self.max_new_tokens)
-            traces = []
-            for r in rounds:
-                draft_s, verify_s, other_s = cost.round_seconds(r)
-                traces.append(RoundTrace(
-                    drafted=r.drafted, accepted=r.accepted, emitted=r.emitted,
-                    confidences=r.confidences, draft_s=draft_s, verify_s=verify_s,
-                    verified=r.verified, other_s=other_s, exit_layers=r.exits,
-                    draft_depth=r.depth))
-            prefill = cost.prefill_seconds(len(ref.prompt))
-            base = [RoundTrace(0, 0, 1, [], 0.0, ar_verify, 1, ar_other)
-                    for _ in range(len(ref.tokens) - 1)]
-            runs.append(PromptRun(ref.prompt_id, ref.category,
-                                  self._generation(ref, base, prefill),
-                                  self._generation(ref, traces, prefill)))
+
+    def _predicted_run(self, config: DecodeConfig, ref: Reference, cost: CostModel,
+                       ar_round: tuple[float, float]) -> PromptRun:
+        """`ref`'s simulated rounds priced by the cost model, paired with the AR
+        baseline's (one target step per reference token after the first)."""
+        source = self._source(config, ref.category)
+        rounds = simulate(source.track(config, ref), config, ref, self.max_new_tokens)
+        traces = []
+        for r in rounds:
+            draft_s, verify_s, other_s = cost.round_seconds(r)
+            traces.append(RoundTrace(
+                drafted=r.drafted, accepted=r.accepted, emitted=r.emitted,
+                confidences=r.confidences, draft_s=draft_s, verify_s=verify_s,
+                verified=r.verified, other_s=other_s, exit_layers=r.exits,
+                draft_depth=r.depth))
+        prefill = cost.prefill_seconds(len(ref.prompt))
+        ar_verify, ar_other = ar_round
+        base = [RoundTrace(0, 0, 1, [], 0.0, ar_verify, 1, ar_other)
+                for _ in range(len(ref.tokens) - 1)]
+        return PromptRun(ref.prompt_id, ref.category, self._generation(ref, base, prefill),
+                         self._generation(ref, traces, prefill))
+
+    def _measurement(self, config: DecodeConfig, runs: list[PromptRun]) -> Measurement:
+        """The prediction as a Measurement: memory is the weights the config reads (the
+        draft's only where its method runs over it), not measured."""
         spec = get_method(config.method)
         weights = self.target.forward.nbytes() + (
             self.draft.forward.nbytes() if self.draft is not None and spec.uses_draft else 0)
