@@ -145,7 +145,9 @@ def test_v3_adds_the_engine_knob_that_v2_files_cannot_carry() -> None:
 def test_v4_adds_the_undecided_answer_and_its_min_gain() -> None:
     v4 = {"schema": SCHEMA, "params": {"method": "none"},
           "validation": {**_validation("undecided"), "min_gain": 0.05}}
-    assert SCHEMA == "autotune.frozen/v4" and problems(v4) == []
+    # v5 is current; a v4 file reads as it always did.
+    assert SCHEMA == "autotune.frozen/v5" and problems(v4) == []
+    assert problems({**v4, "schema": "autotune.frozen/v4"}) == []
     # A v3 file cannot say "undecided": that answer is v4's.
     assert any(p.startswith("validation.decision")
                for p in problems({**v4, "schema": "autotune.frozen/v3"}))

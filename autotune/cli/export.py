@@ -1,5 +1,6 @@
 """`autotune export FILE --format F`: one frozen config as one engine's files, on stdout
-or next to `-o FILE`, with a warning line per knob dropped under `--lossy`."""
+or next to `-o FILE`, with a warning line per knob dropped under `--lossy`. A best.json
+holding F's own answer (v5's `engines`) exports that one."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 import autotune.exports as exports  # by attribute: tests/phase_driver.py wraps export
+from autotune.cli.engine_answer import answer_for, note_engine_answer
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
 from autotune.frozen.checks import load_frozen
@@ -18,11 +20,16 @@ def run_export_command(args: argparse.Namespace) -> int:
     options = {}
     if args.draft_tp is not None:
         options["draft_tensor_parallel_size"] = args.draft_tp
-    doc = load_frozen(args.config)
+    # A best.json answering per engine: the format's engine runs its own answer (its
+    # drafting rules, its finalists), not autotune's decoder's at the top level.
+    doc, where = answer_for(load_frozen(args.config), args.format)
     # Exporting a config measured slower than no speculation would slow the server down.
     refusal = refusal_reason(doc)
     if refusal is not None:
-        raise AutotuneError(f"{args.config}: {refusal}; nothing exported")
+        whose = f"{args.format}'s own answer ({where}): " if where else ""
+        raise AutotuneError(f"{args.config}: {whose}{refusal}; nothing exported")
+    if where is not None:
+        note_engine_answer("exporting", args.format, args.config, doc)
     result = exports.export(doc, args.format, lossy=args.lossy, options=options)
     for line in result.dropped:
         print(f"autotune: warning: dropped {line}", file=sys.stderr)

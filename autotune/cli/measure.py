@@ -2,7 +2,8 @@
 re-measurement through the same objective code, printed as recorded vs now.
 
 A frozen config brings its model, draft, workload and objective along; flags given on
-the command line override them (and the comparison then says so).
+the command line override them (and the comparison then says so). With `--in ENGINE`, a
+best.json holding that engine's own answer (v5's `engines`) is measured by that answer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from autotune.cli.engine_answer import answer_for, not_speculating, note_engine_answer
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
 from autotune.decoding.config import (
@@ -200,7 +202,8 @@ def run_measure_command(args: argparse.Namespace) -> int:
     """`autotune measure`, in steps: every input is checked (and refused in one line)
     before torch and the models load, then one of replay, batched, re-measure of a
     frozen config, or a plain measurement runs."""
-    doc = _frozen_doc(args.config)
+    measure_in = getattr(args, "measure_in", "autotune")
+    doc = _engine_answer(args, _frozen_doc(args.config), measure_in)
     # A validated config is re-measured where its headline figure came from: on its
     # held-out prompts, unless the command line names other prompts.
     held_out = (_validated_prompt_ids(doc) if doc is not None and args.workload is None
@@ -211,7 +214,6 @@ def run_measure_command(args: argparse.Namespace) -> int:
     objective = _objective_of(doc) if doc is not None else None
     if held_out and objective is not None:
         objective = dataclasses.replace(objective, repeats=int(doc["validation"].get("repeats") or 1))
-    measure_in = getattr(args, "measure_in", "autotune")
     batch_size = getattr(args, "batch_size", None)
     _refuse_before_loading(args, config, measure_in, batch_size, len(prompts))
     # torch and transformers load here, once every input above has been checked.
@@ -240,6 +242,27 @@ def _frozen_doc(path: str | None) -> dict[str, Any] | None:
     return None
 
 
+def _engine_answer(args: argparse.Namespace, doc: dict[str, Any] | None,
+                   measure_in: str) -> dict[str, Any] | None:
+    """`--in ENGINE` on a best.json holding that engine's own answer (v5's `engines`):
+    that answer (its knobs, model, workload, held-out prompts and figures), noted on
+    stderr. One whose answer is not to speculate (or undecided) carries the AR baseline's
+    params: measuring them would time AR against itself, so it is refused in one line,
+    unless --set gives knobs of one's own to measure."""
+    if doc is None or measure_in == "autotune":
+        return doc
+    answer, where = answer_for(doc, measure_in)
+    if where is None:
+        return doc
+    refusal = not_speculating(answer)
+    if refusal is not None and not args.assignments:
+        raise AutotuneError(f"{args.config}: {measure_in}'s own answer ({where}): {refusal}; "
+                            f"nothing to measure in {measure_in} (give --set to measure "
+                            "other knobs)")
+    note_engine_answer("measuring", measure_in, args.config, answer)
+    return answer
+
+
 def _checked_config(args: argparse.Namespace, doc: dict[str, Any] | None,
                     overridden: list[str]) -> Any:
     """The config to measure: --config's keys with --set's on top, validated; a --set
@@ -248,7 +271,10 @@ def _checked_config(args: argparse.Namespace, doc: dict[str, Any] | None,
         raise AutotuneError("--max-new-tokens must be at least 1")
     if args.prompts is not None and args.prompts < 1:
         raise AutotuneError("--prompts must be at least 1")
-    base = config_from_mapping(load_config_file(args.config)) if args.config else None
+    # A frozen config's knobs are its chosen answer's (an engine's own, for --in ENGINE).
+    keys = (doc["params"] if doc is not None
+            else load_config_file(args.config) if args.config else None)
+    base = config_from_mapping(keys) if keys is not None else None
     assignments = parse_assignments(args.assignments)
     config = config_from_mapping(assignments, base).validate()
     if assignments and doc is not None:

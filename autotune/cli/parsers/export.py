@@ -14,7 +14,10 @@ def add_parser(sub: Subparsers) -> None:
     """--format takes any name (no `choices`): `export` refuses an unknown one itself."""
     e = sub.add_parser("export", help="write a frozen config in a server's format")
     e.add_argument("config", help="frozen config (best.json)")
-    e.add_argument("--format", required=True, type=engine_name, help=" | ".join(FORMATS))
+    e.add_argument("--format", required=True, type=engine_name,
+                   help=" | ".join(FORMATS) + "; a best.json holding that engine's own "
+                        "answer (engines.<format>, from search --target all) exports it, "
+                        "and refuses when it is not to speculate or undecided")
     e.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
     e.add_argument("--lossy", action="store_true",
                    help="drop knobs the format cannot express (each is listed) "

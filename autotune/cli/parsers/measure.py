@@ -38,7 +38,11 @@ def add_parser(sub: Subparsers) -> None:
                    choices=BACKENDS,
                    help="where to decode both arms: autotune's decoder (default), or the "
                         "engine itself (hf: transformers' generate() with the config's HF "
-                        "export; llama_server: llama.cpp's server on the GGUF --model)")
+                        "export; llama_server: llama.cpp's server on the GGUF --model). "
+                        "A best.json holding that engine's own answer (engines.<engine>, "
+                        "from search --target all) measures that answer; one that is not "
+                        "to speculate or undecided is refused (its knobs are the AR "
+                        "baseline's) unless --set gives knobs to measure")
     add_turns_arg(m)
     m.add_argument("--batch-size", type=int, default=None, metavar="B",
                    help="decode B prompts together (autotune's batched decoder) and "

@@ -1,0 +1,61 @@
+"""Which answer of a best.json a command serving one engine acts on.
+
+A `--target all` search leaves, beside its own top-level answer (autotune's decoder under
+its own rules), each engine's own answer under v5's `engines`. `export --format X` and
+`measure --in X` serve engine X, so they act on X's answer when there is one, and say so
+on stderr; a document without one (v1 to v4, a `--target X` run, dv) is acted on as it
+always was.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from autotune.decoding.label import describe
+from autotune.frozen.engines import engine_answer
+
+
+def answer_for(doc: dict[str, Any], engine: str) -> tuple[dict[str, Any], str | None]:
+    """(the answer to act on for `engine`, where it came from): `engine`'s own answer and
+    `"engines.<engine>"`, or `doc` itself and None when it holds no answer for it."""
+    answer = engine_answer(doc, engine)
+    if answer is None:
+        return doc, None
+    return answer, f"engines.{engine}"
+
+
+def note_engine_answer(verb: str, engine: str, path: str, answer: dict[str, Any]) -> None:
+    """The stderr line saying the engine's own answer is used, not the top level's."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    print(f"autotune: {verb} {engine}'s own answer from {name}'s engines "
+          f"({describe(answer.get('params') or {})}, {_figure(answer)}); the top level is "
+          "autotune's own decoder's", file=sys.stderr, flush=True)
+
+
+def not_speculating(answer: dict[str, Any]) -> str | None:
+    """Why `answer` recommends no speculation (validated "do not speculate", or
+    "undecided"), in the export's refusal words; None when it speculates. Its params are
+    then the AR baseline's (method none): measuring or exporting them says nothing."""
+    from autotune.runs.exports_folder import refusal_reason
+    from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED
+
+    validation = answer.get("validation")
+    if isinstance(validation, dict) and validation.get("decision") in (DO_NOT_SPECULATE,
+                                                                       UNDECIDED):
+        return refusal_reason(answer)
+    return None
+
+
+def _figure(answer: dict[str, Any]) -> str:
+    """`validated 1.234x [1.100, 1.350]`, or the search's own figure when not validated."""
+    validation = answer.get("validation")
+    if isinstance(validation, dict) and isinstance(validation.get("speedup"), (int, float)):
+        ci = validation.get("ci90")
+        band = (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2
+                else "")
+        return f"validated {validation['speedup']:.3f}x{band}"
+    speedup = (answer.get("metrics") or {}).get("speedup")
+    if isinstance(speedup, (int, float)):
+        return f"{speedup:.3f}x in the search, not validated"
+    return "no measured speedup"
