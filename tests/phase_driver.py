@@ -16,7 +16,7 @@ Phases, each a real function of the search patched here and nowhere else:
            (`validation.measure_finalists`)
   report   rendering the report after the study (`report.render_report`)
   exports  the exports written aside after the report, about to replace the run's
-           exports/ folder (`exporting._swap_in`; reached whatever the exports hold,
+           exports/ folder (`exporting.swap_in`; reached whatever the exports hold,
            so also when no trial beat the AR baseline)
 """
 
@@ -85,7 +85,7 @@ def _install(phase: str, nth: int, marker: Path) -> None:
         _wait_on_call(module, "render_report", nth, marker)
     elif phase == "exports":
         import autotune.runs.exports_folder as module
-        _wait_on_call(module, "_swap_in", nth, marker)
+        _wait_on_call(module, "swap_in", nth, marker)
     else:
         raise SystemExit(f"phase_driver: unknown phase {phase!r}")
 

@@ -87,8 +87,9 @@ def test_cli_lists_the_same_targets_and_backends_as_the_registries():
     # cli.py restates them so that `--help` loads nothing.
     from autotune import backends, exports
     from autotune.cli import main as cli
-    from autotune.decoding.engines import ENGINES
-    assert cli._TARGETS == tuple(ENGINES)
+    from autotune.search import targets
+    assert cli._TARGETS == targets.TARGETS
+    assert targets.TARGETS[0] == targets.ALL_TARGETS == "all"
     assert cli._BACKENDS == ("autotune", *backends.ENGINE_BACKENDS)
     assert cli._FORMATS == exports.FORMATS
 

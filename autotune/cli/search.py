@@ -12,7 +12,9 @@ import sys
 
 from autotune.pipeline.plan import SearchRequest, plan_search
 from autotune.pipeline.run import SearchOutcome, run_search
-from autotune.runs.folder import top_table, validation_table
+from autotune.frozen.engines import engine_answers
+from autotune.runs.engine_exports import answers_table
+from autotune.runs.folder import best_document, top_table, validation_table
 
 # Why the study stopped, by StudyRunner.run's reason.
 STOPPED = {"budget": "trial budget reached", "timeout": "--timeout reached",
@@ -35,6 +37,16 @@ def print_summary(outcome: SearchOutcome) -> None:
         return
     print(f"\n{STOPPED[outcome.reason]}: {outcome.finished} of {outcome.budget} trials "
           f"finished ({outcome.seconds:.0f} s this run)\n", file=sys.stderr)
+    best = best_document(outcome.study, outcome.objective)
+    if best is not None and engine_answers(best):
+        print("the answer for every engine (held-out prompts, one AR baseline):")
+        print(answers_table(best) + "\n\nautotune's own search, in detail:\n")
     print(top_table(outcome.study, outcome.objective))
     print("\n" + validation_table(outcome.study, outcome.objective))
+    for engine in engine_answers(best or {}):
+        print(f"\n{engine}'s " + validation_table(outcome.study, outcome.objective, engine))
     print(f"\nrun folder: {outcome.run_dir} ({', '.join(outcome.files)})")
+    if outcome.stages:
+        print("time by stage: " + ", ".join(f"{stage} {seconds:.0f} s"
+                                            for stage, seconds in outcome.stages)
+              + f" (total {sum(seconds for _, seconds in outcome.stages):.0f} s)")

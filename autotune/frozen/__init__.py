@@ -1,5 +1,5 @@
-"""The frozen config: the versioned JSON document (`best.json`, `"schema": "autotune.frozen/v4"`;
-v1 to v3 still read) a search leaves behind.
+"""The frozen config: the versioned JSON document (`best.json`, `"schema": "autotune.frozen/v5"`;
+v1 to v4 still read) a search leaves behind.
 
 It carries the canonical knobs (`params`), what was measured (`metrics`), on what
 (`model`, `draft`, `hardware`, `workload`) and by which run (`provenance`), so that
@@ -12,6 +12,7 @@ the name:
 - `environment`: the model, hardware and command records, and what changed since.
 - `document`: building a document of the current version.
 - `schedule`: the optional K-per-batch-size `schedule` and its checks.
+- `engines`: the per-engine answers a `--target all` run keeps under `engines`.
 - `checks`: reading a document (`read_parts`, `load_frozen`) and everything wrong with it
   (`problems`, for `autotune validate`).
 """

@@ -19,6 +19,7 @@ from autotune.common.yaml_source import did_you_mean
 from autotune.decoding.config import DecodeConfig, config_from_mapping
 from autotune.decoding.engines import retirement
 from autotune.decoding.methods import find_method
+from autotune.frozen.engines import engine_answers
 from autotune.frozen.schedule import Schedule, read_schedule
 from autotune.frozen.schema import READABLE, SCHEMA, SCHEMA_PREFIX, validation_schema
 
@@ -115,10 +116,12 @@ def problems(doc: Any) -> list[str]:
         found.append(f"{where}: {_schema_message(error)}")
     if found:
         return found
-    try:
-        read_parts(doc)
-    except AutotuneError as exc:
-        return [str(exc)]
+    for where, part in (("", doc), *((f"engines.{name}.", answer)
+                                     for name, answer in engine_answers(doc).items())):
+        try:
+            read_parts(part)
+        except AutotuneError as exc:
+            return [f"{where}{exc}"]
     return []
 
 
@@ -130,6 +133,8 @@ def _schema_message(error: Any) -> str:
         unknown = sorted(set(error.instance) - set(allowed))
         hints = [f"{key!r}{did_you_mean(key, allowed, inline=True)}" for key in unknown]
         return f"unknown key {', '.join(hints)}"
+    if error.validator == "not" and list(error.path)[:1] == ["engines"]:
+        return "an engine's answer holds no `engines` of its own"
     if error.validator == "enum":
         return f"{error.instance!r} is not one of {', '.join(map(repr, error.validator_value))}"
     return error.message

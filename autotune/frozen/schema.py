@@ -13,18 +13,20 @@ from typing import Any, Sequence
 
 from autotune.decoding.methods import BUILTIN_METHODS, method_names
 
-SCHEMA = "autotune.frozen/v4"
+SCHEMA = "autotune.frozen/v5"
 SCHEMA_PREFIX = "autotune.frozen/"
 # Every version this autotune reads, with its JSON Schema file. v2 added `validation`
 # (the finalists re-measured on held-out prompts); v3 added the `engine` knob (whose
 # drafting rules the figures were measured under; absent = autotune's own, as every
 # older file was measured) and, additively, the optional `schedule` (K per batch size);
-# v4 added the answer "undecided" and the `min_gain` it is judged with. Older files read
-# as they always did.
+# v4 added the answer "undecided" and the `min_gain` it is judged with; v5 added, additively,
+# `engines` (each engine's own answer, from `autotune search --target all`). Older files
+# read as they always did.
 _SCHEMA_FILES = {"autotune.frozen/v1": "schemas/frozen-v1.schema.json",
                  "autotune.frozen/v2": "schemas/frozen-v2.schema.json",
                  "autotune.frozen/v3": "schemas/frozen-v3.schema.json",
-                 SCHEMA: "schemas/frozen-v4.schema.json"}
+                 "autotune.frozen/v4": "schemas/frozen-v4.schema.json",
+                 SCHEMA: "schemas/frozen-v5.schema.json"}
 READABLE = tuple(_SCHEMA_FILES)
 
 

@@ -4,7 +4,7 @@ where it measures here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.backends import Backend, open_backend
@@ -15,8 +15,8 @@ from autotune.models import loading
 from autotune.models.trained import TrainedDraft, load_draft, trained_prompt_digests
 from autotune.pipeline.plan import SearchPlan
 from autotune.pipeline.progress import note
-from autotune.search.targets import refusal
-from autotune.space import BoundSpace
+from autotune.search.targets import engine_space, refusal
+from autotune.space import BoundSpace, SearchSpace, load_space
 from autotune.space.binding import trained_space_args
 from autotune.workloads.prompts import Prompt, load_workload, prompt_digest
 
@@ -29,6 +29,9 @@ class SearchModels:
     draft: loading.LoadedModel | None      # a draft model, a trained drafter or a set
     space: BoundSpace                      # bound to their depths, cut to the engine
     backend: Backend | None                # the --target engine, where it measures here
+    # `--target all`: each answered engine's own space, bound the same way and cut to
+    # what that engine runs exactly (empty for `--target X`).
+    engine_spaces: dict[str, BoundSpace] = field(default_factory=dict)
 
 
 def load_models(plan: SearchPlan) -> SearchModels:
@@ -39,12 +42,17 @@ def load_models(plan: SearchPlan) -> SearchModels:
     draft = load_draft(plan.draft, target, plan.device, plan.dtype, plan.trust_remote_code)
     check_unseen(draft, plan.held_out)   # a trained head must never have seen them
     layered = loading.draft_model(draft)
-    bound = plan.space.bind(target.n_layers, layered.n_layers if layered is not None else None,
-                            draft.trained_kind if draft is not None else None,
-                            **trained_space_args(draft))
-    bound = bound.for_engine(plan.target, refusal(plan.target, draft is not None))
+
+    def bound(space: SearchSpace, engine: str) -> BoundSpace:
+        bound = space.bind(target.n_layers, layered.n_layers if layered is not None else None,
+                           draft.trained_kind if draft is not None else None,
+                           **trained_space_args(draft))
+        return bound.for_engine(engine, refusal(engine, draft is not None))
+
     backend = (_open_engine_backend(plan, target, draft) if plan.in_engine else None)
-    return SearchModels(target, draft, bound, backend)
+    return SearchModels(target, draft, bound(plan.space, plan.target), backend,
+                        {engine: bound(load_space(engine_space(engine)), engine)
+                         for engine in plan.engines})
 
 
 def check_unseen(draft: Any, held_out: list[Prompt]) -> None:

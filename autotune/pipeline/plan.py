@@ -27,7 +27,7 @@ from autotune.search.objectives import Objective, load_objective
 from autotune.search.samplers import check_sampler_name
 from autotune.search.schedule import parse_batch_sizes, parse_ks
 from autotune.search.storage import JOURNAL_NAME
-from autotune.search.targets import DEFAULT_TARGET, default_space
+from autotune.search.targets import ALL_TARGETS, DEFAULT_TARGET, answered_engines, default_space
 from autotune.space import SearchSpace, load_space
 from autotune.workloads.prompts import TURNS, Prompt
 from autotune.workloads.split import DEFAULT_POOL, PromptSplit, split_prompts
@@ -53,7 +53,7 @@ class SearchRequest:
     prompts: int | None = None
     max_new_tokens: int | None = None
     seed: int = 0
-    target: str = DEFAULT_TARGET
+    target: str = ALL_TARGETS
     space: str | None = None
     objective: str = "speedup"
     validation: str = "0.4"                # a fraction, a prompt file, or 0
@@ -98,7 +98,10 @@ class SearchPlan:
     dtype: str | None
     trust_remote_code: bool
     # What is searched, for which engine, towards what.
-    target: str                            # the engine the config is tuned for
+    target: str                            # the engine the study's configs are tuned for
+    # `--target all`: the engines answered besides (each screened by replay and raced
+    # with the study's finalists); empty for `--target X`.
+    engines: tuple[str, ...]
     space: SearchSpace
     objective: Objective
     # The prompts.
@@ -162,6 +165,7 @@ def plan_search(request: SearchRequest) -> SearchPlan:
     if request.fidelity not in DEFAULT_TRIALS:
         raise AutotuneError(f"--fidelity must be one of {', '.join(DEFAULT_TRIALS)}, "
                             f"not {request.fidelity!r}")
+    request, engines = _resolve_all(request)
     target = request.target
     asked = _engine_fidelity(request)
     trials = request.trials if request.trials is not None else DEFAULT_TRIALS[asked]
@@ -195,10 +199,15 @@ def plan_search(request: SearchRequest) -> SearchPlan:
     batch_sizes, schedule_ks = _schedule(request, len(split.search))
     fidelity = _fidelity(asked, objective)
     in_engine = _engine_measures(request, fidelity)
+    if engines and fidelity != "multi":
+        note(f"answering for autotune's own decoder only: the engines' answers are "
+             f"screened by replay, which --fidelity {fidelity} (objective "
+             f"{objective.name!r}) does not run; --target ENGINE searches one engine")
+        engines = ()
     return SearchPlan(
         model=request.model, draft=request.draft, device=request.device,
         dtype=request.dtype, trust_remote_code=request.trust_remote_code,
-        target=target, space=space, objective=objective,
+        target=target, engines=engines, space=space, objective=objective,
         workload=request.workload, categories=categories, split=split,
         max_new_tokens=max_new, fidelity=fidelity, in_engine=in_engine,
         trials=trials, screen=request.screen, finalists=request.finalists,
@@ -211,6 +220,15 @@ def plan_search(request: SearchRequest) -> SearchPlan:
         schedule_ks=schedule_ks, sampler=request.sampler, seed=request.seed,
         prune=request.prune, enqueue=tuple(enqueue), study_name=study_name,
         storage=storage, run_dir=run_dir)
+
+
+def _resolve_all(request: SearchRequest) -> tuple[SearchRequest, tuple[str, ...]]:
+    """`--target all`: the study searches autotune's own space under its own rules, and
+    the engines answered besides are named; any other target: itself, and none."""
+    if request.target != ALL_TARGETS:
+        return request, ()
+    engines = answered_engines(request.model, request.draft)
+    return dataclasses.replace(request, target=DEFAULT_TARGET), engines
 
 
 def model_slug(spec: str) -> str:

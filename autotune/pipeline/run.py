@@ -38,14 +38,21 @@ from autotune.pipeline.progress import Progress, held_out_prompt, note, warn
 from autotune.pipeline.record import study_identity, write_run_record
 from autotune.replay import PARTS_FILE
 from autotune.report import write_report
+from autotune.space import BoundSpace
 
 # By attribute (`run_folder.write_run_files`, `finalists.measure_finalists`):
 # tests/phase_driver.py parks a run there.
 from autotune.runs import folder as run_folder
+from autotune.runs.engine_exports import write_engine_exports
 from autotune.runs.exports_folder import write_exports
 from autotune.runs.folder import BEST_FILE, RUN_FILE, TRIALS_FILE, ranked_documents
 from autotune.search import finalists, ranking
 from autotune.search.objectives import EvalContext, Objective
+from autotune.search.engine_screens import (
+    engine_finalists,
+    engine_screen_budget,
+    screen_engines,
+)
 from autotune.search.pool_prediction import predict_pool
 from autotune.search.schedule_stage import run_schedule
 from autotune.search.screening import (
@@ -83,6 +90,9 @@ class SearchOutcome:
     budget: int
     seconds: float                 # this run's time in the study, validation and files
     files: list[str]               # what the run folder holds, for the last line
+    # (stage, seconds) in the order they ran: loading, screening, trials, the engines'
+    # screens, the race, the files; for the summary.
+    stages: tuple[tuple[str, float], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -114,7 +124,9 @@ def _with_later_turns(plan: SearchPlan, target: Any) -> SearchPlan:
 def run_search(plan: SearchPlan) -> SearchOutcome:
     """Run `plan`: load its models, open (or resume) its study, screen, measure, validate
     the finalists, tune the schedule, and write the run folder."""
+    clock = _Stages()
     models = load_models(plan)
+    clock.lap("loading the models")
     if plan.turns == "all":
         plan = _with_later_turns(plan, models.target)
     _quiet_optuna()
@@ -148,13 +160,30 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     # The measured study is opened first: a run it refuses (another space, model,
     # workload) is refused before anything is screened or written.
     runner = StudyRunner(settings, models.space, plan.objective, context)
+    clock.lap("profiling the hardware")
     if plan.fidelity == "multi" and not _screen(plan, runner):
         return SearchOutcome(INTERRUPTED, plan.run_dir, None, plan.objective, 0,
-                             settings.trials, 0.0, [])
+                             settings.trials, 0.0, [], clock.stages)
+    clock.lap("screening by replay")
     if fresh:
         save_run_profile(plan.run_dir, profile)
     record = write_run_record(plan, models, identity)
-    return _run_study(plan, runner, record.frozen.to_json())
+    return _run_study(plan, runner, record.frozen.to_json(), models.engine_spaces, clock)
+
+
+class _Stages:
+    """How long each stage of a run took, for the summary's last lines."""
+
+    def __init__(self) -> None:
+        self.stages: tuple[tuple[str, float], ...] = ()
+        self._since = time.monotonic()
+
+    def lap(self, stage: str) -> None:
+        """Close `stage` at now (a stage that took no time, skipped, is left out)."""
+        now = time.monotonic()
+        if now - self._since >= 0.05:
+            self.stages += ((stage, now - self._since),)
+        self._since = now
 
 
 def _quiet_optuna() -> None:
@@ -240,10 +269,11 @@ def _resume_screened(plan: SearchPlan, runner: StudyRunner, screen: StudyRunner)
             "config)" if own > 0 else ""))
 
 
-def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
-               ) -> SearchOutcome:
-    """Run the trials with a progress display, validate the finalists on the held-out
-    prompts, tune the schedule, then write the run folder."""
+def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
+               engine_spaces: dict[str, BoundSpace], clock: _Stages) -> SearchOutcome:
+    """Run the trials with a progress display, screen the other engines' spaces
+    (`--target all`), validate the finalists on the held-out prompts, tune the schedule,
+    then write the run folder."""
     objective, run_dir = plan.objective, plan.run_dir
     done, _, _ = runner.progress()
     budget = runner.settings.trials
@@ -260,14 +290,26 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
         reason = runner.run(on_trial=finished, on_start=progress.start)
     finally:
         progress.close()
+    clock.lap("measured trials")
+    screens: dict[str, StudyRunner] = {}
+    if reason != INTERRUPTED and plan.held_out and engine_spaces:
+        try:
+            screens = screen_engines(runner.settings, engine_spaces, objective,
+                                     runner.context, engine_screen_budget(plan.screen))
+        except KeyboardInterrupt:
+            reason = INTERRUPTED
+            note("interrupted while screening the engines' spaces; the screened configs "
+                 "are saved in the study storage. Rerun the same command to resume.")
+        clock.lap("the engines' screens")
     if reason != INTERRUPTED and plan.held_out:
         try:
-            _validate(plan, runner)
+            _validate(plan, runner, screens)
         except KeyboardInterrupt:
             reason = INTERRUPTED
             note("interrupted while validating the finalists; the search is "
                  "saved and best.json holds its own (unvalidated) best. Rerun the same "
                  "command to validate.")
+    clock.lap("racing the finalists")
     if reason != INTERRUPTED and plan.batch_sizes:
         try:
             run_schedule(runner.study, objective, runner.context, runner.space,
@@ -278,6 +320,7 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
             note("interrupted while tuning K per batch size; the search is "
                  "saved and best.json has no schedule. Rerun the same command to tune "
                  "it.")
+    clock.lap("K per batch size")
     try:
         run_folder.write_run_files(run_dir, runner.study, objective, context)
         outputs = _write_outputs(plan, runner.study, context)
@@ -288,14 +331,16 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any]
         note(f"interrupted while writing the run folder; the study is saved. "
              f"Redo the files with: autotune report {run_dir}; autotune export "
              f"{run_dir / BEST_FILE} --format ... (or rerun the same command)")
+    clock.lap("the run folder, report and exports")
     done, _, _ = runner.progress()
     files = [TRIALS_FILE, BEST_FILE, RUN_FILE, *outputs,
              *([PROFILE_FILE] if (run_dir / PROFILE_FILE).is_file() else [])]
     return SearchOutcome(reason, run_dir, runner.study, objective, done, budget,
-                         time.monotonic() - began, files)
+                         time.monotonic() - began, files, clock.stages)
 
 
-def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
+def _validate(plan: SearchPlan, runner: StudyRunner,
+              screens: dict[str, StudyRunner]) -> None:
     """Race the finalists on the held-out prompts and store the record in the study,
     unless a current record of these prompts and repeats is there already (a rerun of
     a finished search loses nothing and re-measures nothing); a race its budget
@@ -307,7 +352,10 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
             and record.get("sample_sha256", record.get("workload_sha256"))
             == workload_digest(held.held_out)
             and record.get("pool_sha256") == workload_digest(held.pool)
-            and record.get("repeats") == plan.validation_repeats):
+            and record.get("repeats") == plan.validation_repeats
+            # A record of other engines (a `--target all` run after a single-engine
+            # one on the same study) races again.
+            and finalists.engine_names(record) == sorted(screens)):
         if not finalists.resumable(record):
             if record.get("min_gain") != plan.min_gain:
                 # Another --min-gain (or a record judged before there was one) judges
@@ -323,13 +371,17 @@ def _validate(plan: SearchPlan, runner: StudyRunner) -> None:
         note(f"{running} trial(s) still running in other workers; the last "
              "worker to finish validates the finalists")
         return
-    chosen = finalists.pick_finalists(study, plan.objective, plan.finalists)
-    if resume is not None and [f["trial"] for f in resume.get("finalists", [])] != [
-            f.trial for f in chosen]:
+    chosen = [*finalists.pick_finalists(study, plan.objective, plan.finalists),
+              *engine_finalists(screens, plan.objective)]
+    if resume is not None and finalists.record_arms(resume) != [f.arm for f in chosen]:
         resume = None
     predicted = (predict_pool(runner.context, chosen, held.pool)
                  if len(held.pool) > len(held.held_out) else {})
-    names = ", ".join(f"trial {f.trial} ({f.role})" for f in chosen) or "none"
+    names = ", ".join(f"trial {f.trial} ({f.role})" for f in chosen
+                      if f.engine == finalists.OWN_ENGINE) or "none"
+    if screens:
+        names += "; " + ", ".join(f"{engine}: {sum(f.engine == engine for f in chosen)}"
+                                  for engine in screens)
     again = (f", resumed after {resume['race']['measured']} measured"
              if resume is not None else "")
     note(f"racing {len(chosen)} finalists ({names}) against the AR "
@@ -362,10 +414,21 @@ def _write_outputs(plan: SearchPlan, study: optuna.Study, context: dict[str, Any
              f"retry with: autotune report {run_dir}")
     if (run_dir / BEST_FILE).is_file():
         try:
-            names = write_exports(run_dir / BEST_FILE, run_dir / "exports",
-                                  ranked_documents(study, plan.objective, context))
+            names = (write_engine_exports(run_dir / BEST_FILE, run_dir / "exports")
+                     if _answers_engines(run_dir / BEST_FILE) else
+                     write_exports(run_dir / BEST_FILE, run_dir / "exports",
+                                   ranked_documents(study, plan.objective, context)))
             written.append(f"exports/ ({', '.join(names) or 'none: see its README.txt'})")
         except Exception as exc:  # noqa: BLE001 - as above
             warn(f"no exports written ({type(exc).__name__}: {exc}); "
                  f"retry with: autotune export {run_dir / BEST_FILE} --format ...")
     return written
+
+
+def _answers_engines(best_path: Path) -> bool:
+    """Whether the run's best.json holds per-engine answers (`--target all`, validated)."""
+    from autotune.frozen.checks import read_json
+    from autotune.frozen.engines import engine_answers
+
+    return bool(engine_answers(read_json(best_path)))
+

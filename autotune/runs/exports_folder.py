@@ -71,7 +71,7 @@ def write_exports(best_path: Path, out_dir: Path,
             chosen = next((d for d in candidates if fmt in exports.expressible(d)), None)
             if chosen is None:
                 why = refusal if refusal and (_validation(best) or not candidates) else (
-                    _reason(best, fmt) + ("; no other trial it expresses beat the AR "
+                    format_refusal(best, fmt) + ("; no other trial it expresses beat the AR "
                                           "baseline" if fallbacks else ""))
                 lines.append(f"{fmt}: not written: {why}")
                 continue
@@ -81,12 +81,12 @@ def write_exports(best_path: Path, out_dir: Path,
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text, encoding="utf-8")
                 written.append(name)
-            built = _build(result, scratch)
+            built = build_files(result, scratch)
             written += built
             line = f"{fmt}: {', '.join([*result.files, *built])}"
             if chosen is not best:
                 line += (f": {_trial_line(chosen)}, the best trial {fmt} expresses exactly "
-                         f"(for the best trial: {_reason(best, fmt)})")
+                         f"(for the best trial: {format_refusal(best, fmt)})")
             lines.append(line)
             note = exports.approximation(chosen, fmt)
             if note:
@@ -99,13 +99,13 @@ def write_exports(best_path: Path, out_dir: Path,
             (scratch / LAUNCH).write_text(text, encoding="utf-8")
             written.append(LAUNCH)
         (scratch / "README.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        _swap_in(scratch, out_dir)
+        swap_in(scratch, out_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return written
 
 
-def _build(result: exports.Export, scratch: Path) -> list[str]:
+def build_files(result: exports.Export, scratch: Path) -> list[str]:
     """Make the format's built files (a draft model file); one that cannot be made is
     left to the launch notes' command, never a failed export."""
     made = []
@@ -120,7 +120,7 @@ def _build(result: exports.Export, scratch: Path) -> list[str]:
     return made
 
 
-def _swap_in(scratch: Path, out_dir: Path) -> None:
+def swap_in(scratch: Path, out_dir: Path) -> None:
     """Replace `out_dir` by the finished `scratch` folder (the previous one moved aside
     first, then removed): a reader sees the old exports or the new ones, never a mix."""
     old = None
@@ -228,7 +228,7 @@ def _headline(best: dict[str, Any]) -> str:
     return f"best {_trial_line(best)}, validated {_figure(validation)} on {where} (90% interval)"
 
 
-def _reason(doc: dict[str, Any], fmt: str) -> str:
+def format_refusal(doc: dict[str, Any], fmt: str) -> str:
     try:
         exports.export(doc, fmt)
     except AutotuneError as exc:

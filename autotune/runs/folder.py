@@ -19,11 +19,16 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.common.files import write_atomically
 from autotune.decoding.label import describe
 from autotune.frozen.document import frozen_document
+from autotune.frozen.engines import ENGINES_KEY
 from autotune.search.finalists import (
     DO_NOT_SPECULATE,
+    OWN_ENGINE,
+    SPECULATE,
     UNDECIDED,
     answer,
     current_record,
+    engine_names,
+    engine_record,
     finalist_view,
     shown_faster,
 )
@@ -132,6 +137,30 @@ def best_document(study: optuna.Study, objective: Objective,
     schedule = current_schedule(study, chosen.trial.number if chosen.trial else None)
     if schedule is not None:
         doc["schedule"] = schedule
+    if chosen.record is not None and engine_names(chosen.record):
+        doc[ENGINES_KEY] = {name: engine_document(chosen.record, name, context)
+                            for name in engine_names(chosen.record)}
+    return doc
+
+
+def engine_document(record: dict[str, Any], engine: str,
+                    context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`engine`'s answer in a `--target all` run's record as a frozen config of its own:
+    its winner's knobs (measured under its rules: `params.engine`), or for "do not
+    speculate" / "undecided" no speculation, with its part of the validation. Its
+    `metrics` are the engine screen's replay predictions for the config (it was never a
+    measured trial; its measured figures are under `validation`)."""
+    part = engine_record(record, engine)
+    assert part is not None, engine                  # engine_names(record) names it
+    winner = next((f for f in part["finalists"] if f["trial"] == part.get("winner")), None)
+    if part.get("decision") != SPECULATE or winner is None:
+        doc = frozen_document({}, context=context)
+        doc["validation"] = finalist_view(part, None)
+        return doc
+    search = {k: v for k, v in (winner.get("search") or {}).items() if v is not None}
+    doc = frozen_document(winner["params"], metrics=search, context=context,
+                          trial={"preset": winner.get("preset"), "label": winner["label"]})
+    doc["validation"] = finalist_view(part, winner["trial"])
     return doc
 
 
@@ -211,10 +240,14 @@ def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
                            float_format=lambda v: f"{v:.3f}" if math.isfinite(v) else "-")
 
 
-def validation_table(study: optuna.Study, objective: Objective) -> str:
+def validation_table(study: optuna.Study, objective: Objective,
+                     engine: str = OWN_ENGINE) -> str:
     """The finalists' validation: one row per finalist (search figure beside the held-out
-    one), the answer with its reason, and the answer's speedup per category."""
+    one), the answer with its reason, and the answer's speedup per category; for an
+    `engine` of a `--target all` run, that engine's finalists and answer."""
     record = current_record(study)
+    if record is not None and engine != OWN_ENGINE:
+        record = engine_record(record, engine)
     if record is None:
         return ("not validated: the figures above are the search's own (no held-out "
                 "prompts, or the search was stopped before its finalists were measured)")

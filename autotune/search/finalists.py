@@ -17,6 +17,14 @@ cannot predict). The answer is chosen there:
   cannot tell a gain worth having from none; the run recommends nothing (no export) and
   says how likely the leader is, and how to measure more.
 
+A search that answers for every engine (`--target all`) races each engine's own
+finalists too (`Finalist.engine`: chosen by that engine's replay screen, drafted under
+its rules) in the same race, against the same AR baseline: each engine's finalists are
+dropped only against their own leader and judged among themselves by the same rule, into
+`engines[<name>]` (decision, winner, reason) beside `engine_finalists[<name>]`;
+`finalists`, `decision` and `winner` stay autotune's own (the ceiling). `engine_record`
+gives one engine's part in the single-engine shape every reader knows.
+
 The record (`VALIDATION_ATTR`, a study user attribute, so the storage alone rebuilds
 `best.json`, the report and the exports) holds every finalist's figures; `answer()` is
 the one rule that `best.json`, the report and the exports follow. A record judges the
@@ -28,6 +36,7 @@ Torch-free but for `measure_finalists`, which imports the measuring code when ca
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -48,13 +57,16 @@ if TYPE_CHECKING:
     from autotune.search.objectives import EvalContext
     from autotune.workloads.prompts import Prompt
 
-__all__ = ["DEFAULT_MIN_GAIN", "DO_NOT_SPECULATE", "SPECULATE", "UNDECIDED", "VALIDATION_ATTR",
-           "Answer", "Finalist",
-           "answer", "current_record", "finalist_view", "measure_finalists", "rejudged",
+__all__ = ["DEFAULT_MIN_GAIN", "DO_NOT_SPECULATE", "OWN_ENGINE", "SPECULATE", "UNDECIDED",
+           "VALIDATION_ATTR", "Answer", "Finalist",
+           "answer", "current_record", "engine_names", "engine_record", "finalist_view",
+           "measure_finalists", "record_arms", "rejudged",
            "resumable",
            "measured_in", "pick_finalists", "shown_faster"]
 
 VALIDATION_ATTR = "validation"
+# The finalists of autotune's own search (its decoder, its rules): the record's top level.
+OWN_ENGINE = "autotune"
 SPECULATE = "speculate"
 DO_NOT_SPECULATE = "do_not_speculate"
 UNDECIDED = "undecided"
@@ -71,7 +83,8 @@ _KEPT = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
          "mismatched_prompts", "near_tie_prompts", "divergences",
          "by_category")
 # What names a finalist in the record, beside its figures.
-_IDENTITY = ("trial", "label", "role", "preset", "params", "search", "dropped_after")
+_IDENTITY = ("trial", "label", "role", "preset", "params", "search", "dropped_after",
+             "engine")
 # The prediction-powered figures a finalist carries besides (`ppi.PoolEstimate.to_json`).
 _POOLED = ("estimator", "ppi_lambda", "measured_prompts", "pool_prompts",
            "measured_speedup", "measured_ci90", "predicted_speedup", "look_level", "dropped_after")
@@ -87,10 +100,14 @@ class Finalist:
     preset: str | None
     params: dict[str, Any]
     search: dict[str, Any]         # the search's own figures for it
+    # Whose answer it competes for: autotune's own (a trial of the measured study), or
+    # an engine's (a trial of that engine's replay screen, its figures predicted).
+    engine: str = OWN_ENGINE
 
     @property
     def arm(self) -> str:
-        return f"trial{self.trial}"
+        own = f"trial{self.trial}"
+        return own if self.engine == OWN_ENGINE else f"{self.engine}.{own}"
 
 
 def _config_key(config: dict[str, Any]) -> str:
@@ -226,9 +243,11 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
     setup = _RaceSetup(
         ctx=ctx, prompts=prompts, repeats=repeats, min_gain=min_gain, budget_s=budget_s,
         configs={f.arm: config_from_mapping(f.params).validate() for f in finalists},
+        groups={f.arm: f.engine for f in finalists},
         predicted={arm: pairs for arm, pairs in (predicted or {}).items()
                    if len(pool) > len(prompts)},
         on_prompt=on_prompt)
+    setup = dataclasses.replace(setup, twins=_twins(setup.configs, setup.predicted))
     race = _RaceState.resumed(finalists, len(prompts), resume or {})
     _run_race(setup, race)
     record = _record(setup, race, pool, complete_trials, source)
@@ -246,9 +265,14 @@ class _RaceSetup:
     min_gain: float
     budget_s: float | None
     configs: dict[str, DecodeConfig]   # per finalist arm, validated
+    groups: dict[str, str]             # per finalist arm, whose answer it competes for
     # Per finalist arm, the replay tier's pairs over the whole pool (none: no larger pool).
     predicted: dict[str, list[paired.PromptPair]]
     on_prompt: Callable[[int, int], None] | None
+    # Arm -> an earlier arm that replay saw decode exactly alike on every pool prompt
+    # (one method, the same rounds and costs: e.g. one n-gram config under two engines'
+    # rules that agree on it): measured once, its runs filed for both.
+    twins: dict[str, str] = field(default_factory=dict)
 
     @property
     def alpha(self) -> float:
@@ -287,12 +311,30 @@ class _RaceState:
             rows={f.arm: list((earlier.get("rows") or {}).get(f.arm, [])) for f in finalists},
             looks=looks, active=[f.arm for f in finalists if f.arm not in dropped],
             measured=measured, alpha_spent=float(race.get("alpha_spent", 0.0)),
-            shown={f"trial{entry['trial']}": {k: v for k, v in entry.items()
-                                              if k not in _IDENTITY}
-                   for entry in earlier.get("finalists", [])},
+            shown={_entry_arm(entry): {k: v for k, v in entry.items() if k not in _IDENTITY}
+                   for entry in _all_entries(earlier)},
             facts={k: earlier[k] for k in ("measured_by", "measured_by_label",
                                            "token_exact", "lossless_tier") if k in earlier},
             stopped="sample" if measured >= sample else None, began=time.monotonic())
+
+
+def _entry_arm(entry: dict[str, Any]) -> str:
+    """The race arm of a record's finalist entry (`Finalist.arm`)."""
+    engine = entry.get("engine", OWN_ENGINE)
+    own = f"trial{entry['trial']}"
+    return own if engine == OWN_ENGINE else f"{engine}.{own}"
+
+
+def _all_entries(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every finalist entry of `record`: autotune's own, then each engine's."""
+    engines = record.get("engine_finalists") or {}
+    return [*record.get("finalists", []),
+            *(entry for entries in engines.values() for entry in entries)]
+
+
+def record_arms(record: dict[str, Any]) -> list[str]:
+    """The race arms of a record's finalists, autotune's own first (`Finalist.arm`)."""
+    return [_entry_arm(entry) for entry in _all_entries(record)]
 
 
 def _run_race(setup: _RaceSetup, race: _RaceState) -> None:
@@ -311,8 +353,27 @@ def _run_race(setup: _RaceSetup, race: _RaceState) -> None:
         _take_look(setup, race, size)
 
 
+def _twins(configs: dict[str, DecodeConfig], predicted: dict[str, list[paired.PromptPair]]
+           ) -> dict[str, str]:
+    """Arm -> the first arm of the same method whose predicted pairs over the pool are
+    identical (only arms replay predicted can be twins)."""
+    first: dict[tuple[Any, ...], str] = {}
+    twins: dict[str, str] = {}
+    for arm, config in configs.items():
+        pairs = predicted.get(arm)
+        if not pairs:
+            continue
+        key = (config.method, *(dataclasses.astuple(pair) for pair in pairs))
+        if key in first:
+            twins[arm] = first[key]
+        else:
+            first[key] = arm
+    return twins
+
+
 def _measure_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
-    """Measure the active arms on the sample's prompts up to `size` not yet measured."""
+    """Measure the active arms on the sample's prompts up to `size` not yet measured (a
+    twin whose first arm is measured too takes that arm's runs)."""
     from autotune.measure.measurement import lossless_tier, measure_arms
     from autotune.search.finalist_figures import row_of
 
@@ -325,11 +386,16 @@ def _measure_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
 
     # A method with cross-request state serves the sample in its order: a look's
     # prompts come after the earlier looks' (their outputs filed untimed first).
-    measured = measure_arms(ctx.target, {arm: setup.configs[arm] for arm in race.active},
+    copied = {arm: twin for arm, twin in setup.twins.items()
+              if arm in race.active and twin in race.active}
+    measured = measure_arms(ctx.target, {arm: setup.configs[arm] for arm in race.active
+                                         if arm not in copied},
                             prompts[offset:size], ctx.max_new_tokens, repeats=setup.repeats,
                             seed=ctx.seed, draft=ctx.draft, on_prompt=each,
                             backend=ctx.final_backend, history=prompts[:offset],
                             responses=race.responses)
+    for arm, twin in copied.items():
+        measured[arm] = measured[twin]
     for arm, measurement in measured.items():
         race.rows[arm] += [row_of(run) for run in measurement.runs]
         race.facts = {"measured_by": measurement.measured_by,
@@ -353,8 +419,9 @@ def _take_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
     for arm in race.active:
         race.shown[arm] = figures(race.rows[arm], setup.predicted.get(arm), setup.repeats,
                                   level, setup.configs[arm].greedy, token_exact)
-    look = racing.next_look({arm: _interval_or_none(race.shown[arm]) for arm in race.active},
-                            last=size >= n, min_gain=setup.min_gain)
+    look = racing.next_look_by_group(
+        {arm: _interval_or_none(race.shown[arm]) for arm in race.active},
+        groups=setup.groups, last=size >= n, min_gain=setup.min_gain)
     race.looks.append({"prompts": size, "level": level, "active": list(race.active),
                        "dropped": look.dropped})
     race.active = look.keep
@@ -387,7 +454,8 @@ def _record(setup: _RaceSetup, race: _RaceState, pool: list[Prompt], complete_tr
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "race": {"stopped": race.stopped or "sample", "measured": race.measured,
                  "looks": race.looks, "alpha_spent": race.alpha_spent,
-                 "budget_s": setup.budget_s, "spending": racing.SPENDING},
+                 "budget_s": setup.budget_s, "spending": racing.SPENDING,
+                 **({"twins": setup.twins} if setup.twins else {})},
         "rows": race.rows, **race.facts, "finalists": [],
     }
 
@@ -395,8 +463,10 @@ def _record(setup: _RaceSetup, race: _RaceState, pool: list[Prompt], complete_tr
 def _judge_record(record: dict[str, Any], setup: _RaceSetup, race: _RaceState,
                   finalists: list[Finalist]) -> None:
     """Fill `record` in: every finalist's last figures, the baseline's latency, and the
-    decision (`judge`), saying so when the budget stopped an undecided race."""
+    decision of autotune's own finalists and of each engine's (`judge`, each group on its
+    own), saying so when the budget stopped an undecided race."""
     baseline_ms = None
+    groups: dict[str, list[dict[str, Any]]] = {}
     for f in finalists:
         own = race.shown.get(f.arm)
         if own is None:
@@ -404,14 +474,26 @@ def _judge_record(record: dict[str, Any], setup: _RaceSetup, race: _RaceState,
         baseline_ms = own.get("baseline_latency_ms_per_token") or baseline_ms
         dropped_at = next((look["prompts"] for look in race.looks
                            if f.arm in look["dropped"]), None)
-        record["finalists"].append({**asdict(f), **own, "dropped_after": dropped_at})
+        entry = {**asdict(f), **own, "dropped_after": dropped_at}
+        if f.engine == OWN_ENGINE:
+            entry.pop("engine")       # autotune's own entries read as they always did
+        groups.setdefault(f.engine, []).append(entry)
     record["baseline"] = {"latency_ms_per_token": baseline_ms}
-    decision, winner, reason = judge(record["finalists"], setup.min_gain)
-    if decision == UNDECIDED and record["race"]["stopped"] == "budget":
-        reason += (f"; the --validation-budget of {setup.budget_s:g} s ran out after "
-                   f"{race.measured} of {len(setup.prompts)} prompts: rerun with a larger "
-                   "one to resume where it stopped")
-    record.update(decision=decision, winner=winner, reason=reason)
+    record["finalists"] = groups.pop(OWN_ENGINE, [])
+
+    def judged(entries: list[dict[str, Any]]) -> dict[str, Any]:
+        decision, winner, reason = judge(entries, setup.min_gain)
+        if decision == UNDECIDED and record["race"]["stopped"] == "budget":
+            reason += (f"; the --validation-budget of {setup.budget_s:g} s ran out after "
+                       f"{race.measured} of {len(setup.prompts)} prompts: rerun with a "
+                       "larger one to resume where it stopped")
+        return {"decision": decision, "winner": winner, "reason": reason}
+
+    record.update(judged(record["finalists"]))
+    engines = sorted({f.engine for f in finalists} - {OWN_ENGINE})
+    if engines:
+        record["engine_finalists"] = {name: groups.get(name, []) for name in engines}
+        record["engines"] = {name: judged(groups.get(name, [])) for name in engines}
 
 
 def _interval_or_none(figures: dict[str, Any]) -> tuple[float, float] | None:
@@ -426,10 +508,38 @@ def resumable(record: dict[str, Any]) -> bool:
 
 
 def rejudged(record: dict[str, Any], min_gain: float) -> dict[str, Any]:
-    """`record` judged again under another `min_gain` (the figures stay as measured)."""
+    """`record` judged again under another `min_gain` (the figures stay as measured),
+    each engine's part too."""
     decision, winner, reason = judge(record.get("finalists", []), min_gain)
-    return {**record, "min_gain": min_gain, "decision": decision, "winner": winner,
-            "reason": reason}
+    out = {**record, "min_gain": min_gain, "decision": decision, "winner": winner,
+           "reason": reason}
+    if record.get("engines"):
+        out["engines"] = {}
+        for name, entries in (record.get("engine_finalists") or {}).items():
+            decision, winner, reason = judge(entries, min_gain)
+            out["engines"][name] = {"decision": decision, "winner": winner, "reason": reason}
+    return out
+
+
+def engine_names(record: dict[str, Any] | None) -> list[str]:
+    """The engines `record` answers for besides autotune's own (none: a single-engine
+    search's record)."""
+    return sorted((record or {}).get("engines") or {})
+
+
+def engine_record(record: dict[str, Any], engine: str) -> dict[str, Any] | None:
+    """`engine`'s part of `record` in the single-engine shape (its finalists under
+    `finalists`, its decision, winner and reason at the top, the race's shared facts as
+    they are), or None when `record` has no answer for it. `OWN_ENGINE`: the record's
+    own part (without the engines')."""
+    if engine == OWN_ENGINE:
+        return {k: v for k, v in record.items() if k not in ("engines", "engine_finalists")}
+    judged = (record.get("engines") or {}).get(engine)
+    if not isinstance(judged, dict):
+        return None
+    shared = {k: v for k, v in record.items() if k not in ("engines", "engine_finalists")}
+    return {**shared, **judged,
+            "finalists": list((record.get("engine_finalists") or {}).get(engine, []))}
 
 
 def measured_in(record: dict[str, Any]) -> dict[str, str]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["FIRST_LOOK", "LOOK_PROMPTS", "SPENDING", "Look", "look_level", "look_sizes",
-           "next_look", "overruns", "spent"]
+           "next_look", "next_look_by_group", "overruns", "spent"]
 
 SPENDING = "alpha * t^3 over the looks (Lan-DeMets power family; Bonferroni across looks)"
 # The first look comes after this many prompts (fewer say too little to act on), the
@@ -88,6 +88,29 @@ def next_look(intervals: dict[str, tuple[float, float] | None], last: bool,
             ci[1] < 1.0 + min_gain for arm, ci in known.items() if arm in keep):
         stop = "decided"
     return Look(keep, dropped, stop)
+
+
+def next_look_by_group(intervals: dict[str, tuple[float, float] | None],
+                       groups: dict[str, str], last: bool, min_gain: float) -> Look:
+    """`next_look` for arms that compete in separate groups (each engine's finalists for
+    that engine's answer, `--target all`): an arm is dropped only against its own group's
+    leader, and the race stops once every group is decided (or `last`). Arms not in
+    `groups` form one group of their own."""
+    by_group: dict[str, dict[str, tuple[float, float] | None]] = {}
+    for arm, interval in intervals.items():
+        by_group.setdefault(groups.get(arm, ""), {})[arm] = interval
+    looks = [next_look(members, last, min_gain) for members in by_group.values()]
+    keep = [arm for look in looks for arm in look.keep]
+    dropped = [arm for look in looks for arm in look.dropped]
+    if last:
+        stop: str | None = "sample"
+    elif looks and all(look.stop == "decided" for look in looks):
+        stop = "decided"
+    else:
+        stop = None
+    # In `intervals`' order, as `next_look` keeps them.
+    return Look([arm for arm in intervals if arm in keep],
+                [arm for arm in intervals if arm in dropped], stop)
 
 
 def overruns(elapsed_s: float, looks_done: int, budget_s: float | None) -> bool:

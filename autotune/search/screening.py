@@ -50,9 +50,11 @@ def _config_key(config: dict[str, Any]) -> str:
 
 
 def run_screen(settings: SearchSettings, trials: int, space: BoundSpace,
-               objective: Objective, context: EvalContext) -> tuple[StudyRunner, str]:
+               objective: Objective, context: EvalContext, label: str = ""
+               ) -> tuple[StudyRunner, str]:
     """Replay `trials` configs (finished ones count, as in any resumed study). Returns the
-    screen's runner and why it stopped."""
+    screen's runner and why it stopped. `label` names whose configs they are in the
+    progress line ("vllm's")."""
     replay_context = dataclasses.replace(context, fidelity="replay")
     screen_settings = dataclasses.replace(
         settings, study_name=screen_study_name(settings.study_name), trials=trials,
@@ -65,7 +67,8 @@ def run_screen(settings: SearchSettings, trials: int, space: BoundSpace,
     done, _, _ = runner.progress()
     if done >= trials:
         return runner, "budget"
-    print(f"autotune: screening {trials} configs by replay ({done} done)",
+    print(f"autotune: screening {trials} {label + ' ' if label else ''}configs by replay "
+          f"({done} done)",
           file=sys.stderr, flush=True)
     tty = sys.stderr.isatty()
     shown = {done}
@@ -116,7 +119,7 @@ def params_key(params: Mapping[str, Any]) -> str:
     return json.dumps(dict(params), sort_keys=True, default=str)
 
 
-def _ranked_candidates(screen: StudyRunner, objective: Objective
+def ranked_candidates(screen: StudyRunner, objective: Objective
                        ) -> tuple[FrozenTrial | None, list[FrozenTrial]]:
     """The screen's AR baseline trial (None if it has none) and its speculative configs
     in rank order."""
@@ -128,7 +131,7 @@ def _ranked_candidates(screen: StudyRunner, objective: Objective
     return baseline, order
 
 
-def _distinct(order: list[FrozenTrial], taken: Collection[FrozenTrial] = ()
+def distinct_trials(order: list[FrozenTrial], taken: Collection[FrozenTrial] = ()
               ) -> list[FrozenTrial]:
     """`order` less repeats: a config already seen, or one replay saw decode like an
     earlier one (`_behaviour`) or like one of `taken` (already measured), is left out."""
@@ -165,9 +168,9 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
     not yet among them (even one predicted slower than AR), then the best of the rest by
     rank; the best-screened documented default always among them (it replaces the last).
     Configs that replay saw decode alike (`_behaviour`) are measured once."""
-    baseline, order = _ranked_candidates(screen, objective)
+    baseline, order = ranked_candidates(screen, objective)
     sign = ranking.sign(objective, 0)
-    distinct = _distinct(order)
+    distinct = distinct_trials(order)
 
     def beats_baseline(trial: FrozenTrial) -> bool:
         return baseline is None or sign * trial.values[0] < sign * baseline.values[0]
@@ -219,10 +222,10 @@ def next_screened(screen: StudyRunner, objective: Objective, measured: Collectio
     them or like an earlier pick (one per behaviour, as in `screened_queue`)."""
     if n <= 0:
         return []
-    _, order = _ranked_candidates(screen, objective)
+    _, order = ranked_candidates(screen, objective)
     taken = [t for t in order if params_key(t.params) in measured]
-    fresh = _distinct([t for t in order if params_key(t.params) not in measured], taken)
-    ranks = {t.number: i + 1 for i, t in enumerate(_distinct(order))}
+    fresh = distinct_trials([t for t in order if params_key(t.params) not in measured], taken)
+    ranks = {t.number: i + 1 for i, t in enumerate(distinct_trials(order))}
     return [(dict(t.params), _queued_attrs(t, ranks.get(t.number, len(order))))
             for t in fresh[:n]]
 

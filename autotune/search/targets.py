@@ -6,7 +6,13 @@ candidate is measured under (DecodeConfig's `engine` knob, autotune/decoding/eng
 that engine's n-gram match rule, draft-length schedule, confidence rule and drafting under
 sampling. Any candidate the engine's exporter could not write exactly is refused before it
 is measured, whatever the space, so the winner exports to that engine without `--lossy`.
-`autotune` (the default) is every knob of our own decoder, under our own rules.
+`autotune` is every knob of our own decoder, under our own rules.
+
+`all` (the default) answers for every engine at once: autotune's own search (the
+ceiling: what an engine could gain by adopting our rules), then, per engine whose
+drafting rules autotune reproduces (`answered_engines`), a replay screen of that
+engine's space under its rules whose best configs and documented default race in the
+same race against the same AR baseline, each engine judged among its own.
 """
 
 from __future__ import annotations
@@ -17,7 +23,26 @@ from autotune.decoding.config import DecodeConfig
 from autotune.decoding.engines import ENGINES, engine_rules
 
 DEFAULT_TARGET = "autotune"
-TARGETS: tuple[str, ...] = tuple(ENGINES)
+ALL_TARGETS = "all"
+TARGETS: tuple[str, ...] = (ALL_TARGETS, *ENGINES)
+# The engines `--target all` answers for, in the order the summary lists them.
+ANSWERED = ("vllm", "sglang", "trtllm", "hf", "llama_server")
+
+
+def answered_engines(model: str, draft: str | None) -> tuple[str, ...]:
+    """The engines `--target all` answers for: every engine of `ANSWERED`, llama-server
+    only where its binary is installed (its answer's launch notes start it)."""
+    from autotune.backends import unavailable   # probes the binary: only when asked
+
+    return tuple(engine for engine in ANSWERED
+                 if engine != "llama_server" or unavailable(engine, model, draft) is None)
+
+
+def engine_space(engine: str) -> str:
+    """The shipped space an engine is screened over under `--target all`: its own
+    (`engine_<name>`), or for llama-server the drafter our decoder runs exactly as the
+    server does (`all_llama_server`: its other drafters run in the server only)."""
+    return "all_llama_server" if engine == "llama_server" else f"engine_{engine}"
 
 
 def default_space(target: str) -> str:

@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 # A command's parser builder: adds its subparser, options and runner to `Subparsers`.
 AddParser = Callable[["Subparsers"], None]
 
-# The engines `search --target` tunes for (autotune/decoding/engines.py, torch-free).
-TARGETS = ("autotune", "vllm", "sglang", "trtllm", "hf", "llama_server")
+# What `search --target` tunes for (autotune/search/targets.py): every engine at once
+# ("all", the default), or one engine (autotune/decoding/engines.py, torch-free).
+ALL_TARGETS = "all"
+TARGETS = (ALL_TARGETS, "autotune", "vllm", "sglang", "trtllm", "hf", "llama_server")
 # autotune/backends ENGINE_BACKENDS, with our decoder first.
 BACKENDS = ("autotune", "hf", "llama_server", "vllm", "sglang")
 # autotune/exports FORMATS; `export` checks the name itself.

@@ -8,6 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from autotune.cli.parsers.options import (
+    ALL_TARGETS,
     SAMPLERS,
     TARGETS,
     add_model_args,
@@ -38,11 +39,13 @@ def add_parser(sub: Subparsers) -> None:
 
 def _add_target_args(s: argparse.ArgumentParser) -> None:
     """What the search tunes for: the engine, the space and the objective."""
-    s.add_argument("--target", default="autotune", type=engine_name, choices=TARGETS,
+    s.add_argument("--target", default=ALL_TARGETS, type=engine_name, choices=TARGETS,
                    help="the engine the config will run on: the space is cut to what it "
                         "expresses and every candidate is measured under its drafting "
-                        "rules, so the winner exports to it exactly (default autotune: "
-                        "every knob of our decoder)")
+                        "rules, so the winner exports to it exactly; autotune: every knob "
+                        "of our decoder; all (the default): autotune's search plus an "
+                        "answer, validated and exported, for every engine whose rules "
+                        "autotune reproduces")
     s.add_argument("--space", default=None,
                    help="a shipped space name or a YAML file (default: joint, or "
                         "engine_<target> with --target)")

@@ -44,4 +44,5 @@ SPEC = MethodSpec(
     about="llama-server's model-free drafters (ngram-simple, -map-k, -map-k4v, -mod, "
           "-cache); ngram-simple decoded here, the others measured in the server",
     drafter=f"{__name__}.drafter:LlamaNgramDrafter", scorer=f"{__name__}.agreement:scorer",
+    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:LlamaNgramCost",
     knobs=knobs.KNOBS, check=knobs.check, summary=_summary, presets=_presets)

@@ -1,0 +1,173 @@
+"""The `exports/` folder of a `--target all` run: one folder per engine it answers for.
+
+`exports/<engine>/` holds that engine's answer (best.json's `engines.<engine>`): its
+config files as the engine reads them and `launch.md` (how to start it with them),
+headed by the held-out figure the answer was chosen on, its 90% interval, the engine
+release whose drafting rules were reproduced, and the hardware it was measured on; where
+that is not the hardware the engine serves on (a GPU engine tuned on a CPU) the notes
+say so and give the command that re-tunes on the serving machine. An engine whose answer
+is not to speculate (or undecided) gets a README saying so with its evidence: serving it
+without speculation is the answer. `exports/README.txt` opens with the per-engine table.
+Built aside and swapped in, like the single-engine exports, so a reader never sees a mix.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import autotune.exports as exports
+from autotune.decoding.engines import PROVENANCE, engine_rules
+from autotune.frozen.checks import load_frozen
+from autotune.frozen.engines import engine_answers
+# By attribute (`exports_folder.swap_in`): tests/phase_driver.py parks a run there.
+from autotune.runs import exports_folder
+from autotune.runs.exports_folder import LAUNCH, build_files, format_refusal
+
+README = "README.txt"
+# Engines that serve on a GPU: a figure measured on a CPU says little about their speed.
+_GPU_ENGINES = ("vllm", "sglang", "trtllm")
+_VERDICTS = {"speculate": "speculate", "do_not_speculate": "do not speculate",
+             "undecided": "undecided"}
+
+
+def write_engine_exports(best_path: Path, out_dir: Path) -> list[str]:
+    """Write each engine's answer into `out_dir/<engine>/` and the table into
+    `out_dir/README.txt`. Returns the files written, relative to `out_dir`."""
+    best = load_frozen(best_path)
+    answers = engine_answers(best)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".exports-", dir=out_dir.parent))
+    written: list[str] = []
+    try:
+        for engine, doc in answers.items():
+            files = _engine_folder(scratch / engine, engine, doc)
+            written += [f"{engine}/{name}" for name in files]
+        text = (f"Exports of the run's {best_path.name}: one folder per engine, each "
+                "holding that engine's own answer, chosen under its drafting rules and "
+                "validated on held-out prompts against the same AR baseline.\n\n"
+                + answers_table(best, "../best.json", "") + "\n")
+        (scratch / README).write_text(text, encoding="utf-8")
+        written.append(README)
+        exports_folder.swap_in(scratch, out_dir)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return written
+
+
+def answers_table(best: dict[str, Any], own_file: str = "best.json",
+                  folder: str = "exports/") -> str:
+    """The per-engine table of a best.json with `engines`: autotune's own answer (the
+    ceiling, in `own_file`) first, then each engine's (in `folder<engine>/`)."""
+    rows = [_row("autotune (ceiling)", best, own_file)]
+    rows += [_row(engine, doc, f"{folder}{engine}/")
+             for engine, doc in engine_answers(best).items()]
+    return engine_table(rows)
+
+
+def engine_table(rows: list[dict[str, str]]) -> str:
+    """The per-engine table (engine, config, held-out speedup [90%], tau, verdict, file),
+    in fixed-width columns."""
+    heads = ("engine", "config", "held-out speedup [90%]", "tau", "verdict", "file")
+    table = [heads, *(tuple(row[h] for h in heads) for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(heads))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+                     for line in table)
+
+
+def _row(engine: str, doc: dict[str, Any], file: str) -> dict[str, str]:
+    """One table row of an answer: its config (none for do not speculate), its own
+    held-out figure (its best finalist's where it does not speculate), tau and verdict."""
+    validation = doc.get("validation") or {}
+    decision = str(validation.get("decision", "not validated"))
+    shown = _shown(validation)
+    config = (str((doc.get("provenance") or {}).get("label") or "")
+              if decision == "speculate" else "none (plain decoding)")
+    tau = shown.get("mean_accepted_tokens")
+    return {"engine": engine, "config": config or "-",
+            "held-out speedup [90%]": _figure(shown),
+            "tau": f"{tau:.2f}" if isinstance(tau, (int, float)) else "-",
+            "verdict": _VERDICTS.get(decision, decision), "file": file}
+
+
+def _shown(validation: dict[str, Any]) -> dict[str, Any]:
+    """The figures an answer is read by: its own (speculate), else its best finalist's."""
+    if validation.get("decision") == "speculate":
+        return validation
+    measured = [f for f in validation.get("finalists") or []
+                if isinstance(f.get("speedup"), (int, float))]
+    return max(measured, key=lambda f: f["speedup"], default={})
+
+
+def _figure(figures: dict[str, Any]) -> str:
+    speedup, ci = figures.get("speedup"), figures.get("ci90")
+    if not isinstance(speedup, (int, float)):
+        return "-"
+    band = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else ""
+    return f"{speedup:.3f}x{band}"
+
+
+def _engine_folder(folder: Path, engine: str, doc: dict[str, Any]) -> list[str]:
+    """One engine's folder: its files and launch notes, or a README saying not to
+    speculate. Returns the files written, relative to `folder`."""
+    folder.mkdir(parents=True)
+    validation = doc.get("validation") or {}
+    header = _header(engine, doc)
+    if validation.get("decision") != "speculate":
+        verdict = _VERDICTS.get(str(validation.get("decision")), "not validated")
+        text = (f"{header}\nAnswer: {verdict}. Serve {engine_rules(engine).label} without "
+                f"speculative decoding: no config of its space was shown faster than plain "
+                f"decoding on the held-out prompts ({validation.get('reason')}).\n"
+                f"Its best finalist: {_figure(_shown(validation))}.\n")
+        (folder / README).write_text(text, encoding="utf-8")
+        return [README]
+    if engine not in exports.expressible(doc):
+        # The engine's space is cut to what its exporter writes exactly; a config it
+        # still cannot write is said, not written approximately.
+        (folder / README).write_text(f"{header}\nNot written: {format_refusal(doc, engine)}\n",
+                                     encoding="utf-8")
+        return [README]
+    result = exports.export(doc, engine)
+    for name, text in result.files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    built = build_files(result, folder)
+    launch = exports.launch(doc, engine, result.files)
+    (folder / LAUNCH).write_text(f"# Launching {engine_rules(engine).label} with its "
+                                 f"answer\n\n{header}\n{launch}", encoding="utf-8")
+    return [*result.files, *built, LAUNCH]
+
+
+def _header(engine: str, doc: dict[str, Any]) -> str:
+    """What the answer was chosen on: its held-out figure and interval, the engine
+    release whose rules were reproduced, the hardware, and where that hardware is not
+    the engine's, the command that re-tunes on the serving machine."""
+    validation = doc.get("validation") or {}
+    rules = engine_rules(engine).label
+    release = PROVENANCE[engine].version if engine in PROVENANCE else ""
+    hardware = doc.get("hardware") or {}
+    device = hardware.get("device_name") or hardware.get("device") or "unrecorded hardware"
+    label = (doc.get("provenance") or {}).get("label")
+    lines = [
+        f"Config: {label if validation.get('decision') == 'speculate' and label else 'none'}",
+        f"Held-out speedup: {_figure(_shown(validation))} over {validation.get('prompts')} "
+        f"measured held-out prompts ({validation.get('estimator', 'measured')}; 90% interval), "
+        f"mean accepted tokens "
+        f"{_tau(_shown(validation))}",
+        f"Drafting rules reproduced: {rules}{f' ({release})' if release else ''}",
+        f"Measured on: {device} ({hardware.get('device', '?')}), in autotune's decoder "
+        f"under {rules}'s rules"]
+    if engine in _GPU_ENGINES and hardware.get("device") == "cpu":
+        model = (doc.get("model") or {}).get("spec") or "MODEL"
+        lines.append(f"{rules} serves on a GPU and this figure was measured on a CPU: "
+                     f"re-tune on the serving machine with `autotune search --target "
+                     f"{engine} --model {model} --device cuda`")
+    return "\n".join(lines) + "\n"
+
+
+def _tau(figures: dict[str, Any]) -> str:
+    tau = figures.get("mean_accepted_tokens")
+    return f"{tau:.2f}" if isinstance(tau, (int, float)) else "-"

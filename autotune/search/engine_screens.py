@@ -1,0 +1,86 @@
+"""`--target all`: each engine's own candidates, screened by replay under its rules.
+
+autotune's own search (the measured study and its screen) answers for our decoder. For
+every other engine it answers for (`targets.answered_engines`), one replay screen of
+that engine's space, bound and cut to what the engine runs exactly and measured under
+its drafting rules (`<study>.<engine>.screen`, in the same storage, so it resumes and
+is shared like the main screen), ranks its configs on the search prompts. Its best
+distinct configs and its best-screened documented default become that engine's
+finalists (`Finalist.engine`), raced in the same race as autotune's own against the one
+AR baseline; replay is exact for the model-free drafters these spaces hold, so no
+measured trials are spent before the race.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from optuna.trial import FrozenTrial
+
+from autotune.decoding.label import describe
+from autotune.search.finalists import Finalist
+from autotune.search.objectives import EvalContext, Objective
+from autotune.search.samplers import BASELINE, BASELINE_ATTR
+from autotune.search.screening import distinct_trials, ranked_candidates, run_screen
+from autotune.search.study import SearchSettings, StudyRunner
+from autotune.space import BoundSpace
+
+__all__ = ["ENGINE_FINALISTS", "engine_finalists", "engine_screen_budget", "screen_engines"]
+
+# The best screened configs raced per engine, besides its documented default: replay
+# ranks these exactly, so the race decides among few.
+ENGINE_FINALISTS = 1
+# An engine's space is one or two drafters' numbers (a few hundred points): a quarter of
+# the main --screen, at least this many, covers it.
+_LEAST_SCREEN = 60
+
+
+def engine_screen_budget(screen: int) -> int:
+    """Configs replayed per engine for a main `--screen` of `screen`."""
+    return max(_LEAST_SCREEN, screen // 4)
+
+
+def screen_engines(settings: SearchSettings, spaces: dict[str, BoundSpace],
+                   objective: Objective, context: EvalContext, budget: int
+                   ) -> dict[str, StudyRunner]:
+    """Replay `budget` configs of each engine's space (finished ones count, as in any
+    resumed screen). KeyboardInterrupt propagates (each screen is in the storage)."""
+    screens: dict[str, StudyRunner] = {}
+    for engine, space in spaces.items():
+        engine_settings = dataclasses.replace(
+            settings, study_name=f"{settings.study_name}.{engine}", enqueue=[],
+            screened=None, study_attrs={**settings.study_attrs, "engine": engine})
+        screens[engine], _ = run_screen(engine_settings, budget, space, objective, context,
+                                        label=f"{engine}'s")
+    return screens
+
+
+def engine_finalists(screens: dict[str, StudyRunner], objective: Objective,
+                     n: int = ENGINE_FINALISTS) -> list[Finalist]:
+    """Per engine: its `n` best distinct screened configs (configs replay saw decode alike
+    count once) and its best-screened documented default when not among them, each
+    carrying its replay prediction as its search figures."""
+    chosen: list[Finalist] = []
+    for engine, screen in screens.items():
+        _, order = ranked_candidates(screen, objective)
+        distinct = distinct_trials(order)
+        best = distinct[:n]
+        default = next((t for t in distinct
+                        if t.user_attrs.get(BASELINE_ATTR) not in (None, BASELINE)), None)
+        roles = [(t, f"{engine} #{i + 1}") for i, t in enumerate(best)]
+        if default is not None and default not in best:
+            roles.append((default, f"default {default.user_attrs[BASELINE_ATTR]}"))
+        for trial, role in roles:
+            chosen.append(_engine_finalist(trial, engine, role))
+    return chosen
+
+
+def _engine_finalist(trial: FrozenTrial, engine: str, role: str) -> Finalist:
+    attrs = trial.user_attrs
+    config = dict(attrs.get("config", {}))
+    metrics = attrs.get("metrics", {})
+    search = {k: metrics.get(k) for k in ("speedup", "latency_ms_per_token",
+                                          "mean_accepted_tokens")}
+    search["fidelity"] = "replay"
+    return Finalist(trial=trial.number, label=describe(config), role=role, preset=attrs.get(BASELINE_ATTR), params=config,
+                    search=search, engine=engine)
