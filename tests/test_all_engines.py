@@ -1,0 +1,157 @@
+"""`autotune search --target all` (the default) on a tiny random-weight model: one run
+answers for every engine whose rules autotune reproduces. Each engine's space is screened
+by replay under its rules, its best config and documented default race with autotune's
+finalists against one AR baseline, each engine is judged among its own, and best.json,
+the exports, the summary and `export --format` follow each engine's answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+
+from autotune.cli.main import main
+from autotune.frozen.checks import load_frozen, problems
+from autotune.frozen.engines import engine_answers
+from autotune.search import finalists, racing
+from autotune.search.storage import JOURNAL_NAME, open_storage
+from autotune.search.targets import ANSWERED
+
+# Repetitive prompts: the n-gram drafters of every engine find matches in them.
+LINES = [{"category": "rep", "prompt": f"a{i} b{i} c{i} d{i} a{i} b{i} c{i} d{i} a{i} b{i}"}
+         for i in range(8)]
+LINES += [{"category": "mix", "prompt": f"x{i} y{i} z{i} x{i} y{i} z{i} x{i} y{i}"}
+          for i in range(8)]
+# What the tiny model answers for (llama-server needs a GGUF file: not this one).
+TINY_ENGINES = ["hf", "sglang", "trtllm", "vllm"]
+
+
+@pytest.fixture(scope="module")
+def all_run(tmp_path_factory) -> tuple[Path, str, int]:
+    """One `--target all` search (the default target: no --target given)."""
+    folder = tmp_path_factory.mktemp("all")
+    save_tiny(llama_model(seed=5, layers=4, scale=4.0), folder / "model")
+    (folder / "prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
+    run = folder / "run"
+    args = ["search", "--model", str(folder / "model"), "--workload",
+            str(folder / "prompts.jsonl"), "--space", "ngram", "--trials", "3",
+            "--screen", "16", "--max-new-tokens", "16", "--prompts", "4",
+            "--validation", "0.5", "--validation-prompts", "4", "--validation-pool", "6",
+            "--finalists", "1", "--out", str(run), "--study", "all", "--no-prune"]
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(args)
+    return run, out.getvalue(), code
+
+
+def _record(run: Path) -> dict:
+    study = optuna.load_study(study_name="all",
+                              storage=open_storage(str(run / JOURNAL_NAME)))
+    record = finalists.current_record(study)
+    assert record is not None
+    return record
+
+
+def test_every_engine_gets_its_own_screened_raced_and_judged_answer(all_run):
+    run, _, code = all_run
+    assert code == 0
+    record = _record(run)
+    assert finalists.engine_names(record) == TINY_ENGINES
+    for engine in TINY_ENGINES:
+        entries = record["engine_finalists"][engine]
+        assert entries, engine
+        # Each engine's finalists were drafted under its own rules...
+        assert all(e["engine"] == engine and e["params"].get("engine") == engine
+                   for e in entries)
+        # ...measured in the same race (a held-out figure each, or dropped after a look)
+        assert all(e.get("speedup") is not None for e in entries)
+        # ...and judged among themselves by the one rule.
+        judged = record["engines"][engine]
+        decision, winner, _ = finalists.judge(entries, record["min_gain"])
+        assert (judged["decision"], judged["winner"]) == (decision, winner)
+    # autotune's own part reads as a single-engine record always did.
+    assert all("engine" not in f for f in record["finalists"])
+    own = finalists.engine_record(record, finalists.OWN_ENGINE)
+    assert "engines" not in own and own["finalists"] == record["finalists"]
+
+
+def test_best_json_holds_each_engine_answer_and_validates(all_run):
+    run, _, _ = all_run
+    best = load_frozen(run / "best.json")
+    assert best["schema"] == "autotune.frozen/v5" and problems(best) == []
+    answers = engine_answers(best)
+    assert sorted(answers) == TINY_ENGINES
+    record = _record(run)
+    for engine, doc in answers.items():
+        judged = record["engines"][engine]
+        assert doc["validation"]["decision"] == judged["decision"]
+        if judged["decision"] == finalists.SPECULATE:
+            won = next(f for f in record["engine_finalists"][engine]
+                       if f["trial"] == judged["winner"])
+            assert doc["params"]["engine"] == engine
+            assert doc["validation"]["speedup"] == won["speedup"]
+        else:
+            assert doc["params"]["method"] == "none"
+
+
+def test_exports_hold_a_folder_per_engine_and_the_summary_opens_with_the_table(all_run):
+    run, printed, _ = all_run
+    exports = run / "exports"
+    readme = (exports / "README.txt").read_text()
+    best = load_frozen(run / "best.json")
+    for engine, doc in engine_answers(best).items():
+        folder = exports / engine
+        assert folder.is_dir(), engine
+        assert engine in readme and engine in printed
+        decision = doc["validation"]["decision"]
+        if decision == finalists.SPECULATE:
+            launch = (folder / "launch.md").read_text()
+            assert "Held-out speedup" in launch and "Drafting rules reproduced" in launch
+        else:
+            assert "without speculative decoding" in (folder / "README.txt").read_text()
+    # The summary opens with the per-engine table, then the detail, then time by stage.
+    head = printed.index("the answer for every engine")
+    assert head < printed.index("autotune's own search, in detail")
+    assert "autotune (ceiling)" in printed and "time by stage:" in printed
+
+
+def test_a_rerun_remeasures_nothing(all_run, tmp_path):
+    run, _, _ = all_run
+    before = json.dumps(_record(run), sort_keys=True)
+    import contextlib
+    import io
+    model = run.parent / "model"
+    args = ["search", "--model", str(model), "--workload", str(run.parent / "prompts.jsonl"),
+            "--space", "ngram", "--trials", "3", "--screen", "16", "--max-new-tokens", "16",
+            "--prompts", "4", "--validation", "0.5", "--validation-prompts", "4",
+            "--validation-pool", "6", "--finalists", "1", "--out", str(run), "--study",
+            "all", "--no-prune"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(args) == 0
+    assert json.dumps(_record(run), sort_keys=True) == before
+
+
+def test_grouped_looks_drop_only_within_a_group():
+    intervals = {"trial1": (1.30, 1.40), "trial2": (1.00, 1.10),
+                 "vllm.trial3": (1.00, 1.10), "vllm.trial4": (0.80, 0.90)}
+    groups = {"trial1": "autotune", "trial2": "autotune", "vllm.trial3": "vllm",
+              "vllm.trial4": "vllm"}
+    look = racing.next_look_by_group(intervals, groups, last=False, min_gain=0.05)
+    # trial2 is behind autotune's leader; vllm.trial3 is vllm's leader, kept although
+    # behind autotune's; vllm.trial4 is behind vllm's leader.
+    assert look.dropped == ["trial2", "vllm.trial4"]
+    assert look.keep == ["trial1", "vllm.trial3"] and look.stop is None
+    # Ungrouped, the same figures drop vllm's leader too.
+    assert "vllm.trial3" in racing.next_look(intervals, False, 0.05).dropped
+    decided = racing.next_look_by_group({"trial1": (1.3, 1.4), "vllm.trial3": (1.2, 1.3)},
+                                        groups, last=False, min_gain=0.05)
+    assert decided.stop == "decided"
+
+
+def test_answered_engines_are_the_reproduced_ones():
+    assert ANSWERED == ("vllm", "sglang", "trtllm", "hf", "llama_server")
