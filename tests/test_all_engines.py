@@ -155,3 +155,18 @@ def test_grouped_looks_drop_only_within_a_group():
 
 def test_answered_engines_are_the_reproduced_ones():
     assert ANSWERED == ("vllm", "sglang", "trtllm", "hf", "llama_server")
+
+
+def test_the_screens_rank_on_more_search_prompts_never_held_out_ones(tmp_path):
+    from autotune.workloads.split import split_prompts
+    workload = tmp_path / "prompts.jsonl"
+    workload.write_text("".join(json.dumps(x) + "\n" for x in LINES))
+    split = split_prompts(str(workload), None, "0.25", 0, prompts=2, held_out=2, screen=6)
+    ids = [p.prompt_id for p in split.screened]
+    # The measured search prompts first, then more of the search part...
+    assert ids[:2] == [p.prompt_id for p in split.search] and len(ids) == 6
+    # ...never a prompt of the held-out pool.
+    assert not set(ids) & {p.prompt_id for p in split.pool}
+    # Without `screen`, the screens rank on the search prompts alone.
+    plain = split_prompts(str(workload), None, "0.25", 0, prompts=2, held_out=2)
+    assert plain.screened == plain.search

@@ -34,6 +34,10 @@ from autotune.workloads.split import DEFAULT_POOL, PromptSplit, split_prompts
 
 # Where run folders go by default: reports/<study>/.
 REPORTS = Path("reports")
+# The replay screens rank configs on this many times the measured search prompts by
+# default: a prompt costs a screen one reference decode, and a config chosen on a few
+# prompts varies with them by as much as its margin over an engine's default (issue 41).
+SCREEN_PROMPTS_FACTOR = 3
 # The trial budget when none is given, by the fidelity asked for.
 DEFAULT_TRIALS = {"measure": 30, "multi": 8, "replay": 500, "engine": 16}
 
@@ -70,6 +74,7 @@ class SearchRequest:
     batch_sizes: str | None = None         # "1,4,16"
     schedule_k: str | None = None          # "1,2,4"
     screen: int = 400
+    screen_prompts: int | None = None      # None: SCREEN_PROMPTS_FACTOR x the prompts
     timeout: float | None = None
     trial_timeout: float | None = None
     sampler: str = "tpe"
@@ -194,8 +199,14 @@ def plan_search(request: SearchRequest) -> SearchPlan:
         raise AutotuneError(f"--out {run_dir} exists and is not a folder")
     storage = request.storage or str(run_dir / JOURNAL_NAME)
 
+    screen_n = (request.screen_prompts if request.screen_prompts is not None
+                else SCREEN_PROMPTS_FACTOR * prompts_n)
+    if screen_n < prompts_n:
+        raise AutotuneError(f"--screen-prompts {screen_n} must be at least --prompts "
+                            f"{prompts_n} (the screens rank on the search prompts and more)")
     split = split_prompts(request.workload, categories, request.validation, request.seed,
-                          prompts_n, request.validation_prompts, request.validation_pool)
+                          prompts_n, request.validation_prompts, request.validation_pool,
+                          screen_n)
     batch_sizes, schedule_ks = _schedule(request, len(split.search))
     fidelity = _fidelity(asked, objective)
     in_engine = _engine_measures(request, fidelity)

@@ -161,14 +161,23 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     # workload) is refused before anything is screened or written.
     runner = StudyRunner(settings, models.space, plan.objective, context)
     clock.lap("profiling the hardware")
-    if plan.fidelity == "multi" and not _screen(plan, runner):
+    screening = _screen_context(plan, runner)
+    if plan.fidelity == "multi" and not _screen(plan, runner, screening):
         return SearchOutcome(INTERRUPTED, plan.run_dir, None, plan.objective, 0,
                              settings.trials, 0.0, [], clock.stages)
     clock.lap("screening by replay")
     if fresh:
         save_run_profile(plan.run_dir, profile)
     record = write_run_record(plan, models, identity)
-    return _run_study(plan, runner, record.frozen.to_json(), models.engine_spaces, clock)
+    return _run_study(plan, runner, record.frozen.to_json(), models.engine_spaces, clock,
+                      screening)
+
+
+def _screen_context(plan: SearchPlan, runner: StudyRunner) -> EvalContext:
+    """What the replay screens evaluate with: the study's context on the screen prompts
+    (the search prompts and more, `--screen-prompts`), with a memo of its own (their
+    reference decodes), shared by autotune's screen and the engines'."""
+    return dataclasses.replace(runner.context, prompts=plan.split.screened, memo={})
 
 
 class _Stages:
@@ -195,7 +204,7 @@ def _quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-def _screen(plan: SearchPlan, runner: StudyRunner) -> bool:
+def _screen(plan: SearchPlan, runner: StudyRunner, context: EvalContext) -> bool:
     """The replay screen (multi fidelity): queue what it found worth measuring in the
     measured study and cut the trial budget to it; on resume, screen on to a larger
     --screen and measure more for a larger --trials (`_resume_screened`). False after
@@ -203,8 +212,8 @@ def _screen(plan: SearchPlan, runner: StudyRunner) -> bool:
     settings = runner.settings
     resumed = runner.screened_queued()
     try:
-        screen, reason = run_screen(settings, plan.screen, runner.space, plan.objective,
-                                    runner.context)
+        screen, reason = run_screen(_on_screen_prompts(settings, plan), plan.screen,
+                                    runner.space, plan.objective, context)
     except KeyboardInterrupt:
         reason = INTERRUPTED
     if reason == INTERRUPTED:
@@ -269,8 +278,16 @@ def _resume_screened(plan: SearchPlan, runner: StudyRunner, screen: StudyRunner)
             "config)" if own > 0 else ""))
 
 
+def _on_screen_prompts(settings: SearchSettings, plan: SearchPlan) -> SearchSettings:
+    """`settings` for a screen, naming its prompts among what defines it (a screen
+    resumed on other prompts would rank figures of two workloads together)."""
+    return dataclasses.replace(settings, study_attrs={
+        **settings.study_attrs, "screen_sha256": workload_digest(plan.split.screened)})
+
+
 def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
-               engine_spaces: dict[str, BoundSpace], clock: _Stages) -> SearchOutcome:
+               engine_spaces: dict[str, BoundSpace], clock: _Stages,
+               screening: EvalContext) -> SearchOutcome:
     """Run the trials with a progress display, screen the other engines' spaces
     (`--target all`), validate the finalists on the held-out prompts, tune the schedule,
     then write the run folder."""
@@ -294,8 +311,9 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
     screens: dict[str, StudyRunner] = {}
     if reason != INTERRUPTED and plan.held_out and engine_spaces:
         try:
-            screens = screen_engines(runner.settings, engine_spaces, objective,
-                                     runner.context, engine_screen_budget(plan.screen))
+            screens = screen_engines(_on_screen_prompts(runner.settings, plan),
+                                     engine_spaces, objective, screening,
+                                     engine_screen_budget(plan.screen))
         except KeyboardInterrupt:
             reason = INTERRUPTED
             note("interrupted while screening the engines' spaces; the screened configs "

@@ -44,11 +44,19 @@ class PromptSplit(NamedTuple):
     held_out: list[Prompt]
     source: str
     pool: list[Prompt]
+    # What the replay screens rank configs on: the search prompts first, then more of
+    # the search part (never the pool); empty: the search prompts.
+    screen: list[Prompt] = []
+
+    @property
+    def screened(self) -> list[Prompt]:
+        """The screens' prompts (the search prompts when no more were asked for)."""
+        return self.screen or self.search
 
 
 def split_prompts(workload: str, categories: list[str] | None, validation: str, seed: int,
                   prompts: int | None = None, held_out: int | None = None,
-                  pool: int | None = None) -> PromptSplit:
+                  pool: int | None = None, screen: int | None = None) -> PromptSplit:
     """Split `workload` (after `categories`) by the `validation` spec.
 
     `validation` a FRACTION: that share of the workload is held out, stratified by
@@ -58,6 +66,8 @@ def split_prompts(workload: str, categories: list[str] | None, validation: str, 
     round-robin over categories (`prompts`, None: all); so is the held-out pool
     (`pool`, None: all), and `held_out` of the pool are drawn from it at random, seeded,
     in a random order whose every prefix is a random sample (None: the whole pool).
+    `screen`: how many prompts of the search part the replay screens rank on (the
+    search prompts are their first; None: the search prompts alone).
     The error messages name the `search` flags, which `train-draft` shares."""
     spec = str(validation)
     loaded = load_workload(workload, categories)
@@ -99,7 +109,9 @@ def split_prompts(workload: str, categories: list[str] | None, validation: str, 
     measured = _sample(held, held_out, seed)
     if len(measured) < len(held):
         source += f"; {len(measured)} of them measured (a random sample, seed {seed})"
-    return PromptSplit(round_robin(search, _count(prompts, search)), measured, source, held)
+    screened = round_robin(search, _count(screen, search)) if screen else []
+    return PromptSplit(round_robin(search, _count(prompts, search)), measured, source, held,
+                       screened)
 
 
 def _sample(pool: list[Prompt], wanted: int | None, seed: int) -> list[Prompt]:

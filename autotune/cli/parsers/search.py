@@ -120,6 +120,10 @@ def _add_study_args(s: argparse.ArgumentParser) -> None:
     """The study itself: screen size, time limits, sampler, storage and run folder."""
     s.add_argument("--screen", type=int, default=400, metavar="N",
                    help="configs the replay tier screens before measuring (multi)")
+    s.add_argument("--screen-prompts", type=int, default=None, metavar="N",
+                   help="search prompts the replay screens rank configs on: the measured "
+                        "--prompts and more of the search part, never held-out ones "
+                        "(default 3 x --prompts; each costs one reference decode)")
     s.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="stop starting trials after S seconds")
     s.add_argument("--trial-timeout", type=float, default=None, metavar="S",
