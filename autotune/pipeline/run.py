@@ -366,6 +366,7 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
     study, held = runner.study, plan.split
     record = finalists.current_record(study)
     resume = None
+    engines_chosen = engine_finalists(screens, plan.objective)
     if (record is not None
             and record.get("sample_sha256", record.get("workload_sha256"))
             == workload_digest(held.held_out)
@@ -373,7 +374,7 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
             and record.get("repeats") == plan.validation_repeats
             # A record of other engines (a `--target all` run after a single-engine
             # one on the same study) races again.
-            and finalists.engine_names(record) == sorted(screens)):
+            and finalists.engine_names(record) == sorted({f.engine for f in engines_chosen})):
         if not finalists.resumable(record):
             if record.get("min_gain") != plan.min_gain:
                 # Another --min-gain (or a record judged before there was one) judges
@@ -390,7 +391,7 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
              "worker to finish validates the finalists")
         return
     chosen = [*finalists.pick_finalists(study, plan.objective, plan.finalists),
-              *engine_finalists(screens, plan.objective)]
+              *engines_chosen]
     if resume is not None and finalists.record_arms(resume) != [f.arm for f in chosen]:
         resume = None
     predicted = (predict_pool(runner.context, chosen, held.pool)
