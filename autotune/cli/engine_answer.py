@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from autotune.common.interval import speedup_text
 from autotune.decoding.label import describe
 from autotune.frozen.engines import engine_answer
 
@@ -51,10 +52,7 @@ def _figure(answer: dict[str, Any]) -> str:
     """`validated 1.234x [1.100, 1.350]`, or the search's own figure when not validated."""
     validation = answer.get("validation")
     if isinstance(validation, dict) and isinstance(validation.get("speedup"), (int, float)):
-        ci = validation.get("ci90")
-        band = (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2
-                else "")
-        return f"validated {validation['speedup']:.3f}x{band}"
+        return f"validated {speedup_text(validation)}"
     speedup = (answer.get("metrics") or {}).get("speedup")
     if isinstance(speedup, (int, float)):
         return f"{speedup:.3f}x in the search, not validated"

@@ -18,6 +18,7 @@ from typing import Any
 from autotune.cli.engine_answer import answer_for, not_speculating, note_engine_answer
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
+from autotune.common.interval import CI_KEY, speedup_text
 from autotune.decoding.config import (
     config_from_mapping,
     load_config_file,
@@ -55,14 +56,6 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _speedup_text(speedup: Any, ci: Any) -> str:
-    """`1.234x [1.100, 1.350]`: the paired speedup and its 90% bootstrap interval."""
-    if not isinstance(speedup, (int, float)):
-        return "-"
-    band = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else ""
-    return f"{speedup:.3f}x{band}"
-
-
 def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
@@ -75,8 +68,9 @@ def _config_row(summary: dict[str, Any]) -> tuple[str, str]:
 
 def _figure_rows(summary: dict[str, Any], keys: tuple[str, ...]) -> list[tuple[str, str]]:
     """One (label, text) row per key; the speedup with its 90% interval."""
-    return [("speedup [90% CI]", _speedup_text(summary.get("speedup"),
-                                               summary.get("speedup_ci90")))
+    # The summary names the speedup's interval `speedup_ci90`.
+    figures = {"speedup": summary.get("speedup"), CI_KEY: summary.get("speedup_ci90")}
+    return [("speedup [90% CI]", speedup_text(figures))
             if key == "speedup" else (key, _fmt(summary.get(key))) for key in keys]
 
 
@@ -122,7 +116,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     if categories:
         lines.append("")
         lines.extend(_table(("category", "speedup [90% CI]", "tau", "prompts"), [
-            (name, _speedup_text(c.get("speedup"), c.get("ci90")),
+            (name, speedup_text(c),
              _fmt(c.get("mean_accepted_tokens")), _fmt(c.get("prompts")))
             for name, c in categories.items()]))
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from autotune.common.files import write_atomically
+from autotune.common.interval import speedup_text
 
 # Weight files whose bytes define a model; hashed in name order.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
@@ -165,14 +166,6 @@ def _draft_change(recorded: Mapping[str, Any] | None, now: Mapping[str, Any] | N
     return [f"draft differs: recorded {_model_label(recorded)}, now {_model_label(now)}"]
 
 
-def _speedup_text(figures: Mapping[str, Any]) -> str:
-    value, ci = figures.get("speedup"), figures.get("ci90")
-    text = f"{value:.3f}x" if isinstance(value, (int, float)) else "-"
-    if isinstance(ci, list) and len(ci) == 2:
-        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
-    return text
-
-
 def _prompts_change(doc: Mapping[str, Any], sha256: str, count: int | None) -> list[str]:
     """A line when the prompts measured now are not the ones the recorded figures came
     from (`workload.sha256`: the search's prompts; `validation.workload_sha256`: the
@@ -190,7 +183,7 @@ def _prompts_change(doc: Mapping[str, Any], sha256: str, count: int | None) -> l
         return [f"prompts differ: {search_part}, now {now}"]
     if sha256 == searched:
         return []                  # the table compares the search's figures on them
-    held_out = (f"the validated speedup {_speedup_text(validation)} from "
+    held_out = (f"the validated speedup {speedup_text(validation)} from "
                 f"{validation.get('prompts', '?')} held-out prompts "
                 f"({validation.get('source') or 'validation'}; {validated[:12]})")
     if sha256 == validated:

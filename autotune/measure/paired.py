@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.common.interval import CI_KEY
+
 __all__ = ["INTERVAL_LEVEL", "PromptPair", "by_category", "interval", "pool", "speedup"]
 
 INTERVAL_LEVEL = 0.90
@@ -123,6 +125,6 @@ def by_category(pairs: Sequence[PromptPair], level: float = INTERVAL_LEVEL,
     out: dict[str, dict[str, object]] = {}
     for category, members in groups.items():
         ci = interval(members, level, seed=seed)
-        out[category] = {"speedup": speedup(members), "ci90": list(ci) if ci else None,
+        out[category] = {"speedup": speedup(members), CI_KEY: list(ci) if ci else None,
                          "mean_accepted_tokens": tau(members), "prompts": len(members)}
     return out

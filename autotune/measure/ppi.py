@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import t as student_t
 
+from autotune.common.interval import CI_KEY
 from autotune.measure import paired
 from autotune.measure.paired import PromptPair
 
@@ -80,7 +81,7 @@ class PoolEstimate:
     predicted_speedup: float | None
 
     def to_json(self) -> dict[str, object]:
-        return {"speedup": self.speedup, "ci90": list(self.ci90) if self.ci90 else None,
+        return {"speedup": self.speedup, CI_KEY: list(self.ci90) if self.ci90 else None,
                 "estimator": ESTIMATOR, "ppi_lambda": self.lam, "measured_prompts": self.measured,
                 "pool_prompts": self.pool, "measured_speedup": self.measured_speedup,
                 "measured_ci90": list(self.measured_ci90) if self.measured_ci90 else None,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import autotune.exports as exports
+from autotune.common.interval import speedup_text
 from autotune.decoding.engines import PROVENANCE, engine_rules
 from autotune.frozen.checks import load_frozen
 from autotune.frozen.engines import engine_answers
@@ -87,7 +88,7 @@ def _row(engine: str, doc: dict[str, Any], file: str) -> dict[str, str]:
               if decision == "speculate" else "none (plain decoding)")
     tau = shown.get("mean_accepted_tokens")
     return {"engine": engine, "config": config or "-",
-            "held-out speedup [90%]": _figure(shown),
+            "held-out speedup [90%]": speedup_text(shown),
             "tau": f"{tau:.2f}" if isinstance(tau, (int, float)) else "-",
             "verdict": _VERDICTS.get(decision, decision), "file": file}
 
@@ -101,14 +102,6 @@ def _shown(validation: dict[str, Any]) -> dict[str, Any]:
     return max(measured, key=lambda f: f["speedup"], default={})
 
 
-def _figure(figures: dict[str, Any]) -> str:
-    speedup, ci = figures.get("speedup"), figures.get("ci90")
-    if not isinstance(speedup, (int, float)):
-        return "-"
-    band = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else ""
-    return f"{speedup:.3f}x{band}"
-
-
 def _engine_folder(folder: Path, engine: str, doc: dict[str, Any]) -> list[str]:
     """One engine's folder: its files and launch notes, or a README saying not to
     speculate. Returns the files written, relative to `folder`."""
@@ -120,7 +113,7 @@ def _engine_folder(folder: Path, engine: str, doc: dict[str, Any]) -> list[str]:
         text = (f"{header}\nAnswer: {verdict}. Serve {engine_rules(engine).label} without "
                 f"speculative decoding: no config of its space was shown faster than plain "
                 f"decoding on the held-out prompts ({validation.get('reason')}).\n"
-                f"Its best finalist: {_figure(_shown(validation))}.\n")
+                f"Its best finalist: {speedup_text(_shown(validation))}.\n")
         (folder / README).write_text(text, encoding="utf-8")
         return [README]
     if engine not in exports.expressible(doc):
@@ -153,7 +146,7 @@ def _header(engine: str, doc: dict[str, Any]) -> str:
     label = (doc.get("provenance") or {}).get("label")
     lines = [
         f"Config: {label if validation.get('decision') == 'speculate' and label else 'none'}",
-        f"Held-out speedup: {_figure(_shown(validation))} over {validation.get('prompts')} "
+        f"Held-out speedup: {speedup_text(_shown(validation))} over {validation.get('prompts')} "
         f"measured held-out prompts ({validation.get('estimator', 'measured')}; 90% interval), "
         f"mean accepted tokens "
         f"{_tau(_shown(validation))}",

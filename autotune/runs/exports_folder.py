@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import autotune.exports as exports
 from autotune.common.errors import AutotuneError
+from autotune.common.interval import speedup_text
 from autotune.decoding.label import describe
 from autotune.frozen.checks import load_frozen
 from autotune.frozen.schedule import Schedule, read_schedule
@@ -201,10 +202,7 @@ def refusal_reason(doc: dict[str, Any]) -> str | None:
 
 
 def _figure(validation: dict[str, Any]) -> str:
-    speedup, ci = validation.get("speedup"), validation.get("ci90")
-    text = f"{speedup:.3f}x" if isinstance(speedup, (int, float)) else "no speedup"
-    if isinstance(ci, list) and len(ci) == 2:
-        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    text = speedup_text(validation, missing="no speedup")
     if validation.get("lossless") is False:
         text += ", not lossless"
     return text

@@ -17,6 +17,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.common.files import write_atomically
+from autotune.common.interval import Interval
 from autotune.decoding.label import describe
 from autotune.frozen.document import frozen_document
 from autotune.frozen.engines import ENGINES_KEY
@@ -206,8 +207,9 @@ def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
         write_atomically(run_dir / BEST_FILE, json.dumps(doc, indent=2) + "\n")
 
 
-def _interval(ci: Any) -> str:
-    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else "-"
+def _interval(figures: dict[str, Any] | None) -> str:
+    ci = Interval.of(figures)
+    return str(ci) if ci is not None else "-"
 
 
 def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
@@ -233,7 +235,7 @@ def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
         if validated:
             f = validated.get(t.number)
             row["held-out speedup"] = f["speedup"] if f and f.get("speedup") is not None else math.nan
-            row["90% interval"] = _interval(f.get("ci90")) if f else "-"
+            row["90% interval"] = _interval(f)
         rows.append(row)
     frame = pd.DataFrame(rows)
     return frame.to_string(index=False, na_rep="-",
@@ -254,7 +256,7 @@ def validation_table(study: optuna.Study, objective: Objective,
     pooled = record.get("estimator") == "ppi++"
     rows = [{"trial": f["trial"], "config": f["label"], "role": f["role"],
              "search speedup": (f.get("search") or {}).get("speedup"),
-             "held-out speedup": f.get("speedup"), "90% interval": _interval(f.get("ci90")),
+             "held-out speedup": f.get("speedup"), "90% interval": _interval(f),
              **({"measured alone": f.get("measured_speedup"),
                  "predicted": f.get("predicted_speedup"),
                  "weight": f.get("ppi_lambda")} if pooled else {}),
@@ -311,8 +313,8 @@ _STOPPED = {"decided": "decided", "sample": "the whole sample measured",
 
 
 def _category_interval(row: dict[str, Any]) -> str:
-    if row.get("ci90"):
-        return _interval(row["ci90"])
+    if Interval.of(row) is not None:
+        return _interval(row)
     if row.get("estimator") == "predicted":
         return "- (predicted only: too few measured)"
     return "- (1 prompt)"

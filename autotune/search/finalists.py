@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.common.interval import CI_KEY, Interval
 from autotune.decoding.label import describe
 from autotune.measure import paired
 from autotune.search import ranking
@@ -158,9 +159,8 @@ def _refused_as_lossy(figures: dict[str, Any]) -> bool:
 def shown_faster(figures: dict[str, Any]) -> bool:
     """Validated faster than the AR baseline: lossless (where checked) and the whole
     interval above 1.0."""
-    ci = figures.get("ci90")
-    return (not _refused_as_lossy(figures) and isinstance(ci, list) and len(ci) == 2
-            and ci[0] > 1.0)
+    ci = Interval.of(figures)
+    return not _refused_as_lossy(figures) and ci is not None and ci.above(1.0)
 
 
 def judge(finalists: list[dict[str, Any]], min_gain: float = DEFAULT_MIN_GAIN
@@ -168,9 +168,9 @@ def judge(finalists: list[dict[str, Any]], min_gain: float = DEFAULT_MIN_GAIN
     """(decision, winning trial or None, a one-line reason) from measured finalists:
     SPECULATE, DO_NOT_SPECULATE or UNDECIDED (the module docstring says when)."""
     def figure(f: dict[str, Any]) -> str:
-        ci = f.get("ci90")
-        band = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else " (no interval)"
-        return f"trial {f['trial']} ({f['label']}) {f['speedup']:.3f}x{band}"
+        ci = Interval.of(f)
+        return (f"trial {f['trial']} ({f['label']}) {f['speedup']:.3f}x "
+                f"{ci if ci is not None else '(no interval)'}")
 
     faster = [f for f in finalists if shown_faster(f)]
     if faster:
@@ -207,10 +207,8 @@ def judge(finalists: list[dict[str, Any]], min_gain: float = DEFAULT_MIN_GAIN
 def _below(figures: dict[str, Any], worth: float) -> bool:
     """Its whole interval lies below `worth` (a finalist without one, measured on one
     prompt, never does: one prompt decides nothing)."""
-    ci = figures.get("ci90")
-    if isinstance(ci, list) and len(ci) == 2:
-        return ci[1] < worth
-    return False
+    ci = Interval.of(figures)
+    return ci is not None and ci.below(worth)
 
 
 def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list[Prompt],
@@ -497,8 +495,8 @@ def _judge_record(record: dict[str, Any], setup: _RaceSetup, race: _RaceState,
 
 
 def _interval_or_none(figures: dict[str, Any]) -> tuple[float, float] | None:
-    ci = figures.get("ci90")
-    return (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
+    ci = Interval.of(figures)
+    return (ci.low, ci.high) if ci is not None else None
 
 
 def resumable(record: dict[str, Any]) -> bool:
@@ -615,13 +613,13 @@ def finalist_view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
     own = next((f for f in record.get("finalists", []) if f["trial"] == trial), None)
     figures: dict[str, Any]
     if own is not None:
-        figures = {k: own[k] for k in (*_KEPT, "ci90", *_POOLED) if k in own}
+        figures = {k: own[k] for k in (*_KEPT, CI_KEY, *_POOLED) if k in own}
     else:
         baseline_ms = (record.get("baseline") or {}).get("latency_ms_per_token")
-        figures = {"speedup": 1.0, "ci90": None, "latency_ms_per_token": baseline_ms,
+        figures = {"speedup": 1.0, CI_KEY: None, "latency_ms_per_token": baseline_ms,
                    "baseline_latency_ms_per_token": baseline_ms, "lossless": True}
     evidence = [{k: f.get(k) for k in ("trial", "label", "role", "preset", "search",
-                                       "speedup", "ci90", "mean_accepted_tokens", "lossless",
+                                       "speedup", CI_KEY, "mean_accepted_tokens", "lossless",
                                        "divergences", "by_category", *_POOLED)
                  if k in f or k not in (*_POOLED, "divergences")}
                 for f in record.get("finalists", [])]

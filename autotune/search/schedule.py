@@ -29,6 +29,7 @@ import dataclasses
 from typing import Any, Callable, Sequence
 
 from autotune.common.errors import AutotuneError
+from autotune.common.interval import CI_KEY
 from autotune.decoding.config import DecodeConfig
 from autotune.search import ranking
 
@@ -106,12 +107,12 @@ def _point(size: int, k: int, split: str, summary: dict[str, Any] | None) -> dic
     summary = summary or {}
     if k == 0:
         # K = 0 is batched AR itself: no second measurement, speedup 1 by definition.
-        return {"batch_size": size, "k": 0, "split": split, "speedup": 1.0, "ci90": None,
+        return {"batch_size": size, "k": 0, "split": split, "speedup": 1.0, CI_KEY: None,
                 "tokens_per_s": summary.get("ar_tokens_per_s"),
                 "ar_tokens_per_s": summary.get("ar_tokens_per_s"), "tau": 1.0,
                 "chosen": False}
     return {"batch_size": size, "k": k, "split": split, "speedup": summary.get("speedup"),
-            "ci90": summary.get("speedup_ci90"), "tokens_per_s": summary.get("tokens_per_s"),
+            CI_KEY: summary.get("speedup_ci90"), "tokens_per_s": summary.get("tokens_per_s"),
             "ar_tokens_per_s": summary.get("ar_tokens_per_s"),
             "tau": summary.get("mean_accepted_tokens"), "chosen": False,
             **({"lossless": summary["lossless"]} if summary.get("lossless") is not None else {})}
