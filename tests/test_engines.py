@@ -217,6 +217,27 @@ def test_a_targets_space_yields_only_configs_its_engine_runs_exactly(target: str
     assert made > 40 and expected <= methods
 
 
+def test_a_targets_own_knobs_are_valid_under_its_rules() -> None:
+    # TensorRT-LLM's public n-gram pool is valid under its rules only: the space validates
+    # each point under the target's rules, so the pool is searched, not refused.
+    bound = load_space("engine_trtllm").bind(6, None).for_engine(
+        "trtllm", refusal("trtllm", has_draft=False))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    pools = set()
+    for _ in range(60):
+        trial = study.ask()
+        try:
+            config = bound.suggest(trial)
+        except InfeasibleConfig as exc:
+            assert "ngram_pool" not in str(exc)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        study.tell(trial, 1.0)
+        if config.method == "ngram":
+            pools.add(config.ngram_pool)
+    assert pools == {"private", "public"}
+
+
 def test_a_target_refuses_what_its_engine_cannot_run() -> None:
     refuse = refusal("vllm", has_draft=False)
     assert refuse(DecodeConfig(method="ngram", k=3, engine="vllm")) is None

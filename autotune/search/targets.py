@@ -41,8 +41,8 @@ def answered_engines(model: str, draft: str | None) -> tuple[str, ...]:
 def engine_space(engine: str) -> str:
     """The shipped space an engine is screened over under `--target all`: its own
     (`engine_<name>`), or for llama-server the drafter our decoder runs exactly as the
-    server does (`all_llama_server`: its other drafters run in the server only)."""
-    return "all_llama_server" if engine == "llama_server" else f"engine_{engine}"
+    server does (`_all_llama_server`: its other drafters run in the server only)."""
+    return "_all_llama_server" if engine == "llama_server" else f"engine_{engine}"
 
 
 def default_space(target: str) -> str:

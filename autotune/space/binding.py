@@ -226,7 +226,9 @@ class BoundSpace:
         if problems:
             raise InfeasibleConfig(problems[0])
         try:
-            config = config_from_mapping(values)
+            # Validated under the engine's rules: a knob only that engine has (TensorRT-LLM's
+            # public n-gram pool) is valid there and nowhere else.
+            config = config_from_mapping({**values, "engine": self.engine})
             # Layer keys are checked against the stack the method indexes (the draft's for
             # exits over --draft); methods that index none against the target's.
             stack = get_method(config.method).stack_layers(self.n_layers, self.draft_layers)
@@ -236,7 +238,6 @@ class BoundSpace:
         waste = config.shape.waste()
         if waste:
             raise InfeasibleConfig(waste)
-        config = dataclasses.replace(config, engine=self.engine)
         reason = self.refuse(config) if self.refuse is not None else None
         if reason:
             raise InfeasibleConfig(reason)
