@@ -143,14 +143,26 @@ def test_grouped_looks_drop_only_within_a_group():
               "vllm.trial4": "vllm"}
     look = racing.next_look_by_group(intervals, groups, last=False, min_gain=0.05)
     # trial2 is behind autotune's leader; vllm.trial3 is vllm's leader, kept although
-    # behind autotune's; vllm.trial4 is behind vllm's leader.
+    # behind autotune's; vllm.trial4 is behind vllm's leader. autotune's group, one
+    # finalist above 1 left, is decided: settled, measured no more.
     assert look.dropped == ["trial2", "vllm.trial4"]
-    assert look.keep == ["trial1", "vllm.trial3"] and look.stop is None
+    assert look.keep == ["vllm.trial3"] and look.stop is None
     # Ungrouped, the same figures drop vllm's leader too.
     assert "vllm.trial3" in racing.next_look(intervals, False, 0.05).dropped
     decided = racing.next_look_by_group({"trial1": (1.3, 1.4), "vllm.trial3": (1.2, 1.3)},
                                         groups, last=False, min_gain=0.05)
     assert decided.stop == "decided"
+    # A group decided at a look is settled (measured no more, not dropped) while an
+    # undecided one races on.
+    partly = racing.next_look_by_group(
+        {"trial1": (1.3, 1.4), "vllm.trial3": (0.9, 1.2), "vllm.trial4": (0.95, 1.25)},
+        groups, last=False, min_gain=0.05)
+    assert partly.keep == ["vllm.trial3", "vllm.trial4"] and partly.dropped == []
+    assert partly.stop is None
+    # One group alone behaves as `next_look`.
+    alone = {"trial1": (1.3, 1.4)}
+    assert racing.next_look_by_group(alone, groups, False, 0.05) == racing.next_look(
+        alone, False, 0.05)
 
 
 def test_answered_engines_are_the_reproduced_ones():

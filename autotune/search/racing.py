@@ -94,13 +94,18 @@ def next_look_by_group(intervals: dict[str, tuple[float, float] | None],
                        groups: dict[str, str], last: bool, min_gain: float) -> Look:
     """`next_look` for arms that compete in separate groups (each engine's finalists for
     that engine's answer, `--target all`): an arm is dropped only against its own group's
-    leader, and the race stops once every group is decided (or `last`). Arms not in
-    `groups` form one group of their own."""
+    leader, a group decided at this look stops being measured (its arms leave `keep`
+    without being dropped), and the race stops once every group is decided (or
+    `last`). Arms not in `groups` form one group of their own."""
     by_group: dict[str, dict[str, tuple[float, float] | None]] = {}
     for arm, interval in intervals.items():
         by_group.setdefault(groups.get(arm, ""), {})[arm] = interval
     looks = [next_look(members, last, min_gain) for members in by_group.values()]
-    keep = [arm for look in looks for arm in look.keep]
+    # Several groups: a group decided at this look is settled, its arms measured no
+    # more while the others race on (its figures stay as this look showed them). One
+    # group: `next_look` as it is (the race stops when it is decided).
+    keep = [arm for look in looks
+            if len(looks) == 1 or look.stop != "decided" for arm in look.keep]
     dropped = [arm for look in looks for arm in look.dropped]
     if last:
         stop: str | None = "sample"
