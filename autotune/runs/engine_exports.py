@@ -85,12 +85,19 @@ def _row(engine: str, doc: dict[str, Any], file: str) -> dict[str, str]:
     decision = str(validation.get("decision", "not validated"))
     shown = _shown(validation)
     config = (str((doc.get("provenance") or {}).get("label") or "")
-              if decision == "speculate" else "none (plain decoding)")
+              if decision == "speculate" else _none_label(shown))
     tau = shown.get("mean_accepted_tokens")
     return {"engine": engine, "config": config or "-",
             "held-out speedup [90%]": speedup_text(shown),
             "tau": f"{tau:.2f}" if isinstance(tau, (int, float)) else "-",
             "verdict": _VERDICTS.get(decision, decision), "file": file}
+
+
+def _none_label(best: dict[str, Any]) -> str:
+    """The config cell of an answer that does not speculate: none, and the best finalist
+    its figure is of (so the figure is not read as plain decoding's own)."""
+    label = best.get("label")
+    return f"none (best tried: {label})" if label else "none (plain decoding)"
 
 
 def _shown(validation: dict[str, Any]) -> dict[str, Any]:
@@ -109,10 +116,15 @@ def _engine_folder(folder: Path, engine: str, doc: dict[str, Any]) -> list[str]:
     validation = doc.get("validation") or {}
     header = _header(engine, doc)
     if validation.get("decision") != "speculate":
-        verdict = _VERDICTS.get(str(validation.get("decision")), "not validated")
-        text = (f"{header}\nAnswer: {verdict}. Serve {engine_rules(engine).label} without "
-                f"speculative decoding: no config of its space was shown faster than plain "
-                f"decoding on the held-out prompts ({validation.get('reason')}).\n"
+        label = engine_rules(engine).label
+        if validation.get("decision") == "undecided":
+            verdict = (f"undecided: the figures cannot tell a gain worth having from none. "
+                       f"Until a rerun decides, serve {label} without speculative decoding")
+        else:
+            verdict = (f"do not speculate: serve {label} without speculative decoding; no "
+                       "config of its space was shown faster than plain decoding on the "
+                       "held-out prompts")
+        text = (f"{header}\nAnswer: {verdict} ({validation.get('reason')}).\n"
                 f"Its best finalist: {speedup_text(_shown(validation))}.\n")
         (folder / README).write_text(text, encoding="utf-8")
         return [README]
@@ -145,7 +157,7 @@ def _header(engine: str, doc: dict[str, Any]) -> str:
     device = hardware.get("device_name") or hardware.get("device") or "unrecorded hardware"
     label = (doc.get("provenance") or {}).get("label")
     lines = [
-        f"Config: {label if validation.get('decision') == 'speculate' and label else 'none'}",
+        f"Config: {label if validation.get('decision') == 'speculate' and label else _none_label(_shown(validation))}",
         f"Held-out speedup: {speedup_text(_shown(validation))} over {validation.get('prompts')} "
         f"measured held-out prompts ({validation.get('estimator', 'measured')}; 90% interval), "
         f"mean accepted tokens "
