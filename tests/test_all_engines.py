@@ -182,3 +182,26 @@ def test_the_screens_rank_on_more_search_prompts_never_held_out_ones(tmp_path):
     # Without `screen`, the screens rank on the search prompts alone.
     plain = split_prompts(str(workload), None, "0.25", 0, prompts=2, held_out=2)
     assert plain.screened == plain.search
+
+
+def test_an_engine_finalist_replay_predicts_far_behind_its_engines_best_is_not_raced():
+    from autotune.measure.paired import PromptPair
+    from autotune.search.engine_screens import PREDICTED_MARGIN, predicted_behind
+    from autotune.search.finalists import Finalist
+
+    def finalist(trial: int, engine: str) -> Finalist:
+        return Finalist(trial, f"c{trial}", "r", None, {"method": "ngram"}, {}, engine)
+
+    def pairs(speedup: float) -> list[PromptPair]:
+        return [PromptPair(f"p{i}", "c", 1.0, 10, 1.0 / speedup, 10) for i in range(3)]
+
+    own, vbest, vnear, vfar, hf = (finalist(1, "autotune"), finalist(2, "vllm"),
+                                   finalist(3, "vllm"), finalist(4, "vllm"), finalist(5, "hf"))
+    worst = 0.5 * (1 - PREDICTED_MARGIN)
+    predicted = {own.arm: pairs(0.1), vbest.arm: pairs(1.2), vnear.arm: pairs(1.15),
+                 vfar.arm: pairs(1.2 * (1 - PREDICTED_MARGIN) - 0.01), hf.arm: pairs(worst)}
+    # Only vLLM's far one: autotune's own are never left out, each engine keeps its best
+    # (hf's only finalist however slow), and one within the margin races.
+    assert predicted_behind([own, vbest, vnear, vfar, hf], predicted) == [vfar]
+    # Without predictions, nothing is left out.
+    assert predicted_behind([own, vbest, vfar], {}) == []

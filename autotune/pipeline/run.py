@@ -49,8 +49,10 @@ from autotune.runs.folder import BEST_FILE, RUN_FILE, TRIALS_FILE, ranked_docume
 from autotune.search import finalists, ranking
 from autotune.search.objectives import EvalContext, Objective
 from autotune.search.engine_screens import (
+    PREDICTED_MARGIN,
     engine_finalists,
     engine_screen_budget,
+    predicted_behind,
     screen_engines,
 )
 from autotune.search.pool_prediction import predict_pool
@@ -392,10 +394,16 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
         return
     chosen = [*finalists.pick_finalists(study, plan.objective, plan.finalists),
               *engines_chosen]
-    if resume is not None and finalists.record_arms(resume) != [f.arm for f in chosen]:
-        resume = None
     predicted = (predict_pool(runner.context, chosen, held.pool)
                  if len(held.pool) > len(held.held_out) else {})
+    behind = predicted_behind(chosen, predicted)
+    if behind:
+        note("not raced, replay predicts them over "
+             f"{PREDICTED_MARGIN:.0%} behind their engine's best on the held-out pool: "
+             + ", ".join(f"{f.engine} {f.label} ({f.role})" for f in behind))
+        chosen = [f for f in chosen if f not in behind]
+    if resume is not None and finalists.record_arms(resume) != [f.arm for f in chosen]:
+        resume = None
     names = ", ".join(f"trial {f.trial} ({f.role})" for f in chosen
                       if f.engine == finalists.OWN_ENGINE) or "none"
     if screens:

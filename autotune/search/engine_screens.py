@@ -18,18 +18,26 @@ import dataclasses
 from optuna.trial import FrozenTrial
 
 from autotune.decoding.label import describe
-from autotune.search.finalists import Finalist
+from autotune.measure import paired
+from autotune.measure.paired import PromptPair
+from autotune.search.finalists import OWN_ENGINE, Finalist
 from autotune.search.objectives import EvalContext, Objective
 from autotune.search.samplers import BASELINE, BASELINE_ATTR
 from autotune.search.screening import distinct_trials, ranked_candidates, run_screen
 from autotune.search.study import SearchSettings, StudyRunner
 from autotune.space import BoundSpace
 
-__all__ = ["ENGINE_FINALISTS", "engine_finalists", "engine_screen_budget", "screen_engines"]
+__all__ = ["ENGINE_FINALISTS", "PREDICTED_MARGIN", "engine_finalists", "engine_screen_budget",
+           "predicted_behind", "screen_engines"]
 
 # The best screened configs raced per engine, besides its documented default: replay
 # ranks these exactly, so the race decides among few.
 ENGINE_FINALISTS = 1
+# An engine's finalist that replay predicts this far behind its engine's best over the
+# whole held-out pool is not raced: replay drafts these model-free configs exactly, so
+# only its cost model could be wrong, and not by this much (the race's time goes to
+# the configs that can win).
+PREDICTED_MARGIN = 0.10
 # An engine's space is one or two drafters' numbers (a few hundred points): a quarter of
 # the main --screen, at least this many, covers it.
 _LEAST_SCREEN = 60
@@ -84,3 +92,20 @@ def _engine_finalist(trial: FrozenTrial, engine: str, role: str) -> Finalist:
     search["fidelity"] = "replay"
     return Finalist(trial=trial.number, label=describe(config), role=role, preset=attrs.get(BASELINE_ATTR), params=config,
                     search=search, engine=engine)
+
+
+def predicted_behind(chosen: list[Finalist], predicted: dict[str, list[PromptPair]]
+                     ) -> list[Finalist]:
+    """The engines' finalists (never autotune's own) whose predicted speedup over the pool
+    lies more than `PREDICTED_MARGIN` below their engine's best predicted one; each
+    engine keeps its best. Finalists without predictions are never left out."""
+    figure = {f.arm: paired.speedup(predicted[f.arm]) for f in chosen if predicted.get(f.arm)}
+    best: dict[str, float] = {}
+    for f in chosen:
+        value = figure.get(f.arm)
+        if value is not None and f.engine != OWN_ENGINE:
+            best[f.engine] = max(best.get(f.engine, value), value)
+    return [f for f in chosen
+            if f.engine != OWN_ENGINE and figure.get(f.arm) is not None
+            and figure[f.arm] < best[f.engine] * (1.0 - PREDICTED_MARGIN)]
+
