@@ -12,6 +12,7 @@ from __future__ import annotations
 from autotune.report.panels import (
                                     batch_size,
                                     drafters,
+                                    engines,
                                     finalists,
                                     hardware,
                                     header,
@@ -30,7 +31,7 @@ from autotune.report.panels import (
 from autotune.report.panels.base import Inputs, Panel
 
 PANELS: tuple[Panel, ...] = (
-    header.PANEL, finalists.PANEL, batch_size.PANEL, drafters.PANEL, top.PANEL, history.PANEL,
+    header.PANEL, engines.PANEL, finalists.PANEL, batch_size.PANEL, drafters.PANEL, top.PANEL, history.PANEL,
     knobs.PANEL, parallel.PANEL, importance.PANEL, layers.PANEL, tree.PANEL, pos_acc.PANEL,
     time_split.PANEL, hardware.PANEL, predicted.PANEL, pareto.PANEL,
 )
@@ -42,5 +43,5 @@ PANEL_IDS: tuple[str, ...] = tuple(panel.id for panel in PANELS if not panel.opt
 OPTIONAL_PANEL_IDS: tuple[str, ...] = tuple(panel.id for panel in PANELS if panel.optional)
 
 __all__ = ["PANELS", "PANEL_IDS", "OPTIONAL_PANEL_IDS", "Inputs", "Panel", "batch_size",
-           "drafters", "finalists", "hardware", "header", "history", "importance", "knobs",
+           "drafters", "engines", "finalists", "hardware", "header", "history", "importance", "knobs",
            "layers", "parallel", "pareto", "pos_acc", "predicted", "time_split", "top", "tree"]

@@ -22,6 +22,7 @@ from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, note, num, parity_line, section
 from autotune.report.trials import finite
 from autotune.report.verdict import plural, stale_reason
+from autotune.report.whiskers import clip, clip_markers, readable_range
 from autotune.search.finalists import current_record, measured_in
 
 ALL = "all"
@@ -188,29 +189,33 @@ def data(study: optuna.Study, objective: ObjectiveInfo | None = None) -> Finalis
 def _figure(frame: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     groups = list(dict.fromkeys(frame["group"]))
+    bounds = readable_range(list(frame["speedup"]))
     for i, (legend, part) in enumerate(frame.groupby("legend", sort=False)):
-        has = part["ci_low"].notna()
-        # No interval: no bar (None), never a zero-length one that reads as certainty.
-        up = [h - s if ok else None for h, s, ok in zip(part["ci_high"], part["speedup"], has)]
-        down = [s - lo if ok else None for lo, s, ok in zip(part["ci_low"], part["speedup"], has)]
+        # No interval: no bar (None), never a zero-length one that reads as certainty; a
+        # whisker past the readable range is cut there and marked (`report.whiskers`).
+        whiskers = clip([finite(v) for v in part["speedup"]], [finite(v) for v in part["ci_low"]],
+                        [finite(v) for v in part["ci_high"]], bounds)
+        up, down = whiskers.up, whiskers.down
         chosen = bool(part["chosen"].iloc[0])
         fig.add_trace(go.Scatter(
             x=part["group"], y=part["speedup"], mode="markers", name=str(legend),
+            offsetgroup=str(legend),
             text=part["hover"], hovertemplate="%{text}<extra></extra>",
             marker=dict(color=FINALIST_COLORS[i % len(FINALIST_COLORS)],
                         size=14 if chosen else 10, symbol="star" if chosen else "circle",
                         line=dict(width=1, color="#333")),
             error_y=dict(type="data", symmetric=False, array=up, arrayminus=down,
                          thickness=1.5, width=4)))
+        intervals = [(lo, hi) if finite(lo) is not None and finite(hi) is not None else None
+                     for lo, hi in zip(part["ci_low"], part["ci_high"])]
+        clip_markers(fig, list(part["group"]), whiskers, intervals,
+                     FINALIST_COLORS[i % len(FINALIST_COLORS)], offsetgroup=str(legend))
     layout(fig, "prompt category (all: every held-out prompt)", "validated speedup (× AR)")
     fig.update_layout(scattermode="group", scattergap=0.5)
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=groups)
     parity_line(fig, "speedup")
-    # Ratios around 1.0: a range from zero would flatten the intervals that matter.
-    values = [v for col in ("speedup", "ci_low", "ci_high") for v in frame[col]
-              if finite(v) is not None] + [1.0]
-    pad = max(0.05, 0.08 * (max(values) - min(values)))
-    fig.update_yaxes(range=[min(values) - pad, max(values) + pad])
+    # Ratios around 1.0, the range the point estimates set (`report.whiskers`).
+    fig.update_yaxes(range=list(bounds))
     if len(groups) > 1:
         # "all" pools the categories to its right: a thin rule sets it apart.
         fig.add_vline(x=0.5, line=dict(color="#ccc", width=1))

@@ -1,0 +1,145 @@
+"""Every engine's answer side by side (`--target all` runs only).
+
+One point per answer: autotune's own (the ceiling: our decoder under our rules) and each
+engine's, chosen under that engine's drafting rules and raced against the same AR
+baseline on the same held-out prompts: its held-out speedup with the 90% interval
+(whiskers past the readable range clipped and marked, `report.whiskers`), coloured by
+its verdict. An answer that does not speculate shows its best finalist's figure, hollow,
+so what was on offer is seen beside the verdict. A table below names each config, its
+τ, verdict and reason. Absent from a run without per-engine answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+import plotly.graph_objects as go
+
+from autotune.common.interval import Interval
+from autotune.report.panels.base import Panel
+from autotune.report.style import esc, figure, layout, num, parity_line, section
+from autotune.report.trials import finite
+from autotune.report.whiskers import clip, clip_markers, readable_range
+from autotune.search.finalists import (
+    OWN_ENGINE,
+    SPECULATE,
+    current_record,
+    engine_names,
+    engine_record,
+)
+
+OWN_LABEL = "autotune (ceiling)"
+VERDICT_COLORS = {"speculate": "#0072B2", "do_not_speculate": "#888888",
+                  "undecided": "#E69F00"}
+
+
+@dataclass(frozen=True)
+class EngineAnswer:
+    """One answer as the panel shows it: the figure is the chosen config's (speculate)
+    or the best finalist's (otherwise; `config` then names that finalist)."""
+
+    engine: str                    # OWN_LABEL for autotune's own
+    decision: str
+    config: str | None
+    speedup: float | None
+    interval: Interval | None
+    tau: float | None
+    reason: str
+
+
+def _answer(name: str, part: dict[str, Any]) -> EngineAnswer:
+    entries = [f for f in part.get("finalists") or [] if isinstance(f, dict)]
+    if part.get("decision") == SPECULATE:
+        shown = next((f for f in entries if f.get("trial") == part.get("winner")), {})
+    else:
+        measured = [f for f in entries if finite(f.get("speedup")) is not None]
+        shown = max(measured, key=lambda f: f["speedup"], default={})
+    return EngineAnswer(name, str(part.get("decision") or ""), shown.get("label"),
+                        finite(shown.get("speedup")), Interval.of(shown),
+                        finite(shown.get("mean_accepted_tokens")), str(part.get("reason") or ""))
+
+
+def data(study: optuna.Study) -> list[EngineAnswer] | None:
+    """autotune's answer, then each engine's, from the study's current validation record;
+    None when it has no per-engine answers (the panel is left out)."""
+    record = current_record(study)
+    if record is None or not engine_names(record):
+        return None
+    own = engine_record(record, OWN_ENGINE)
+    answers = [_answer(OWN_LABEL, own or {})]
+    for name in engine_names(record):
+        part = engine_record(record, name)
+        if part is not None:
+            answers.append(_answer(name, part))
+    return answers
+
+
+def _figure(answers: list[EngineAnswer]) -> go.Figure:
+    fig = go.Figure()
+    bounds = readable_range([a.speedup for a in answers])
+    for decision, color in VERDICT_COLORS.items():
+        shown = [a for a in answers if a.decision == decision and a.speedup is not None]
+        if not shown:
+            continue
+        whiskers = clip([a.speedup for a in shown],
+                        [a.interval.low if a.interval else None for a in shown],
+                        [a.interval.high if a.interval else None for a in shown], bounds)
+        fig.add_trace(go.Scatter(
+            x=[a.engine for a in shown], y=[a.speedup for a in shown], mode="markers",
+            name=decision.replace("_", " "),
+            text=[_hover(a) for a in shown], hovertemplate="%{text}<extra></extra>",
+            marker=dict(color=color if decision == SPECULATE else "white", size=12,
+                        symbol="circle", line=dict(width=2, color=color)),
+            error_y=dict(type="data", symmetric=False, array=whiskers.up,
+                         arrayminus=whiskers.down, thickness=1.5, width=5, color=color)))
+        clip_markers(fig, [a.engine for a in shown], whiskers,
+                     [(a.interval.low, a.interval.high) if a.interval else None for a in shown],
+                     color)
+    layout(fig, "engine (its answer, under its own drafting rules)", "held-out speedup (× AR)")
+    fig.update_xaxes(type="category", categoryorder="array",
+                     categoryarray=[a.engine for a in answers])
+    fig.update_yaxes(range=list(bounds))
+    parity_line(fig, "speedup")
+    return fig
+
+
+def _hover(a: EngineAnswer) -> str:
+    figure_text = (f"{a.speedup:.3f}× {a.interval}" if a.interval else f"{a.speedup:.3f}×")
+    which = "answer" if a.decision == SPECULATE else "best finalist"
+    return (f"{esc(a.engine)}: {esc(a.decision.replace('_', ' '))}<br>{which}: "
+            f"{esc(a.config or '-')}<br>{figure_text}"
+            + (f" · τ {a.tau:.2f}" if a.tau is not None else "") + f"<br>{esc(a.reason)}")
+
+
+def _table(answers: list[EngineAnswer]) -> str:
+    heads = ("engine", "verdict", "config (or best finalist)", "held-out speedup",
+             "90% interval", "τ", "reason")
+    rows = []
+    for a in answers:
+        cells = [f'<td class="text nowrap">{esc(a.engine)}</td>',
+                 f'<td class="text nowrap">{esc(a.decision.replace("_", " "))}</td>',
+                 f'<td class="text label">{esc(a.config or "-")}</td>',
+                 f"<td>{esc(num(a.speedup))}</td>",
+                 f'<td class="nowrap">{esc(str(a.interval) if a.interval else "-")}</td>',
+                 f"<td>{esc(num(a.tau))}</td>", f'<td class="text">{esc(a.reason)}</td>']
+        cls = ' class="best"' if a.decision == SPECULATE else ""
+        rows.append(f"<tr{cls}>{''.join(cells)}</tr>")
+    head = "".join(f'<th class="text">{esc(h)}</th>' for h in heads)
+    return (f"<div class='table-wrap'><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def render(answers: list[EngineAnswer]) -> str:
+    how = ("Each engine's own answer, chosen under that engine's drafting rules and raced "
+           "against the same AR baseline on the same held-out prompts, beside autotune's "
+           "own (the ceiling): held-out speedup with its 90% interval; filled: speculate, "
+           "hollow: the best finalist of an engine told not to speculate (grey) or "
+           "undecided (orange). A whisker past the plot's range is clipped at the edge "
+           "and marked with a triangle (its hover gives the whole interval).")
+    return section("engines", "Every engine's answer", how,
+                   figure(_figure(answers), "fig-engines") + _table(answers))
+
+
+PANEL = Panel("engines", lambda i: data(i.study), render, optional=True)
