@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import os
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -48,6 +52,57 @@ def truncated_draft(default_model: LoadedModel) -> LoadedModel:
                        device=torch.device("cpu"), dtype=torch.float32)
 
 
+# ------------------------------------------------------------ AR references
+# The default model's greedy AR tokens, decoded once per test run and shared by every
+# file that compares against them (tests/lossless.py's files, test_llama_ngram.py): a
+# folder of the run's base temp that the pytest-xdist workers share, one file per
+# (prompt, max_new_tokens) written under a file lock. Workers that need the same prompts
+# split them: a prompt another worker is decoding is taken up last, by then read back.
+Reference = Callable[[list[list[int]], int], list[list[int]]]
+
+
+@pytest.fixture(scope="session")
+def ar_reference(default_model: LoadedModel, tmp_path_factory, request) -> Reference:
+    from filelock import FileLock, Timeout
+
+    from autotune.decoding.config import DecodeConfig
+    from autotune.decoding.decoder import SpeculativeDecoder
+
+    root = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):        # a worker: the run's shared folder
+        root = root.parent
+    folder = root / "ar-references"
+    folder.mkdir(exist_ok=True)
+    decoder = SpeculativeDecoder(default_model, DecodeConfig())
+    memo: dict[str, list[int]] = {}
+
+    def one(key: str, ids: list[int], max_new: int, wait: bool) -> bool:
+        path = folder / f"{key}.json"
+        try:
+            with FileLock(f"{path}.lock", timeout=-1 if wait else 0):
+                if not path.exists():
+                    tokens = decoder.generate(ids, max_new, time.perf_counter).tokens
+                    path.write_text(json.dumps({"prompt": ids, "max_new": max_new,
+                                                "tokens": tokens}))
+        except Timeout:
+            return False
+        stored = json.loads(path.read_text())
+        assert stored["prompt"] == ids and stored["max_new"] == max_new
+        memo[key] = stored["tokens"]
+        return True
+
+    def reference(prompts: list[list[int]], max_new: int) -> list[list[int]]:
+        keys = [hashlib.sha256(json.dumps([ids, max_new]).encode()).hexdigest()[:20]
+                for ids in prompts]
+        later = [(key, ids) for key, ids in zip(keys, prompts)
+                 if key not in memo and not one(key, ids, max_new, wait=False)]
+        for key, ids in later:
+            one(key, ids, max_new, wait=True)
+        return [list(memo[key]) for key in keys]
+
+    return reference
+
+
 # ------------------------------------------------------------ parallel workers
 # The suite runs on pytest-xdist workers (pyproject's addopts: one per core, whole files
 # per worker so module fixtures are built once). Each worker gets one torch thread, and
@@ -61,13 +116,14 @@ if _WORKER:
 
 # Files that take minutes, started first so that no worker is left with a long file
 # while the other idles at the end. Worker seconds per file in a full run on 2 cores
-# (2026-11-26, a loaded machine): lossless_real 836, hf_client 332, search_cli 259,
-# llama_draft 169, replay_exact 150, sampling_e2e 76, llama_ngram 57, llama_server 48,
-# wheel 46, train_cli 40; every other file under 25. The rest keep their order.
-_LONG_FIRST = ("test_lossless_real.py", "test_hf_client.py", "test_search_cli.py",
-               "test_llama_draft.py", "test_replay_exact.py", "test_sampling_e2e.py",
-               "test_llama_ngram.py", "test_llama_server.py", "test_wheel.py",
-               "test_train_cli.py")
+# (2026-11-26, a loaded machine): lossless_real 836 (since split three ways: trees,
+# methods, real), hf_client 332, search_cli 259, llama_draft 169, replay_exact 150,
+# sampling_e2e 76, llama_ngram 57, llama_server 48, wheel 46, train_cli 40; every other
+# file under 25. The rest keep their order.
+_LONG_FIRST = ("test_hf_client.py", "test_lossless_trees.py", "test_search_cli.py",
+               "test_lossless_methods.py", "test_llama_draft.py", "test_replay_exact.py",
+               "test_lossless_real.py", "test_sampling_e2e.py", "test_llama_ngram.py",
+               "test_llama_server.py", "test_wheel.py", "test_train_cli.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
