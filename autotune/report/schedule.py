@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.common.interval import Interval
 from autotune.report.trials import finite
 
 SCHEDULE_KEY = "schedule"
@@ -87,12 +88,9 @@ def _int(value: Any, least: int) -> int | None:
     return value
 
 
-def _ci(value: Any) -> tuple[float, float] | None:
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        low, high = finite(value[0]), finite(value[1])
-        if low is not None and high is not None:
-            return low, high
-    return None
+def _ci(figures: dict[str, Any]) -> tuple[float, float] | None:
+    ci = Interval.of(figures)
+    return (ci.low, ci.high) if ci is not None else None
 
 
 def _point(raw: Any) -> Point | None:
@@ -102,7 +100,7 @@ def _point(raw: Any) -> Point | None:
     split = raw.get("split")
     if b is None or k is None or split not in (SEARCH, HELD_OUT):
         return None
-    return Point(b, k, split, finite(raw.get("speedup")), _ci(raw.get("ci90")),
+    return Point(b, k, split, finite(raw.get("speedup")), _ci(raw),
                  finite(raw.get("tokens_per_s")), finite(raw.get("ar_tokens_per_s")),
                  finite(raw.get("tau")), raw.get("chosen") is True)
 

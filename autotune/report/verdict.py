@@ -21,6 +21,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.common.interval import Interval
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.trials import finite, metrics_of
 from autotune.search import ranking
@@ -177,7 +178,7 @@ def verdict(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] |
     recorded = finite((own.get("search") or {}).get("speedup"))
     search = recorded if recorded is not None else search
     out = Verdict(VALIDATED, trial, speedup=finite(own.get("speedup")),
-                  ci90=own.get("ci90") if isinstance(own.get("ci90"), list) else None,
+                  ci90=ci.to_json() if (ci := Interval.of(own)) is not None else None,
                   latency_ms_per_token=finite(own.get("latency_ms_per_token")),
                   baseline_ms_per_token=finite(own.get("baseline_latency_ms_per_token")),
                   search_speedup=search, search_prompts=prompts, record=record)

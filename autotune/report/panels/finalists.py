@@ -17,6 +17,7 @@ import optuna
 import pandas as pd
 import plotly.graph_objects as go
 
+from autotune.common.interval import CI_KEY, Interval
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, note, num, parity_line, section
@@ -48,12 +49,9 @@ class Finalists:
     note: str | None = None
 
 
-def _ci(value: Any) -> tuple[float, float] | None:
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        low, high = finite(value[0]), finite(value[1])
-        if low is not None and high is not None:
-            return low, high
-    return None
+def _ci(figures: dict[str, Any]) -> tuple[float, float] | None:
+    ci = Interval.of(figures)
+    return (ci.low, ci.high) if ci is not None else None
 
 
 def finalist_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -66,10 +64,10 @@ def finalist_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     for f in record.get("finalists") or []:
         if not isinstance(f, dict):
             continue
-        ci = _ci(f.get("ci90"))
+        ci = _ci(f)
         rows.append({"trial": f.get("trial"), "label": f.get("label"), "role": f.get("role"),
                      "search_speedup": finite((f.get("search") or {}).get("speedup")),
-                     "speedup": finite(f.get("speedup")), "ci90": list(ci) if ci else None,
+                     "speedup": finite(f.get("speedup")), CI_KEY: list(ci) if ci else None,
                      "tau": finite(f.get("mean_accepted_tokens")), "lossless": f.get("lossless"),
                      "near_ties": (len(f["near_tie_prompts"])
                                    if isinstance(f.get("near_tie_prompts"), list) else None),
@@ -122,7 +120,7 @@ def frame_of(record: dict[str, Any]) -> pd.DataFrame:
         cats = f.get("by_category") if isinstance(f.get("by_category"), dict) else {}
         for group in groups:
             if group == ALL:
-                figures = {"speedup": f.get("speedup"), "ci90": f.get("ci90"),
+                figures = {"speedup": f.get("speedup"), CI_KEY: f.get(CI_KEY),
                            "prompts": record.get("pool_prompts", record.get("prompts")),
                            "mean_accepted_tokens":
                            f.get("mean_accepted_tokens")}
@@ -130,7 +128,7 @@ def frame_of(record: dict[str, Any]) -> pd.DataFrame:
                 figures = cats[group]
             else:
                 continue
-            speedup, ci = finite(figures.get("speedup")), _ci(figures.get("ci90"))
+            speedup, ci = finite(figures.get("speedup")), _ci(figures)
             tau = finite(figures.get("mean_accepted_tokens"))
             prompts = figures.get("prompts")
             rows.append({"trial": f.get("trial"), "legend": legend, "label": f.get("label"),
@@ -224,7 +222,7 @@ def _figure(frame: pd.DataFrame) -> go.Figure:
 
 _TABLE_HEADS = (("trial", "trial", False), ("label", "config", True), ("role", "role", True),
                 ("search_speedup", "search speedup", False),
-                ("speedup", "validated speedup", False), ("ci90", "90% interval", False),
+                ("speedup", "validated speedup", False), (CI_KEY, "90% interval", False),
                 ("tau", "τ (tokens/round)", False), ("lossless", "lossless", False),
                 ("near_ties", "near-ties", False), ("chosen", "chosen", False))
 
@@ -247,7 +245,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
                 cells.append(f"<td>{'✓' if value else ''}</td>")
             elif key == "trial":
                 cells.append(f"<td>{esc(value)}</td>")
-            elif key == "ci90":
+            elif key == CI_KEY:
                 cells.append(f'<td class="nowrap">{esc(num(value, 2))}</td>')
             else:
                 cells.append(f"<td>{esc(num(value))}</td>")

@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 import pandas as pd
 
+from autotune.common.interval import CI_KEY
 from autotune.report.objective import ObjectiveInfo, metric_title
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, note, num, section
@@ -64,7 +65,7 @@ def data(study: optuna.Study, objective: ObjectiveInfo, n: int = 10) -> TopTrial
             own = finalists.get(t.number)
             row["finalist"] = own.get("role") if own else None
             row["validated"] = own.get("speedup") if own else None
-            row["validated_ci90"] = own.get("ci90") if own else None
+            row["validated_ci90"] = own.get(CI_KEY) if own else None
         if objective.multi:
             row["pareto"] = t.number in front
         for metric, value in zip(objective.metrics, t.values):
