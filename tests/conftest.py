@@ -114,16 +114,23 @@ if _WORKER:
     os.environ["MKL_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 
-# Files that take minutes, started first so that no worker is left with a long file
-# while the other idles at the end. Worker seconds per file in a full run on 2 cores
-# (2026-11-26, a loaded machine): lossless_real 836 (since split three ways: trees,
-# methods, real), hf_client 332, search_cli 259, llama_draft 169, replay_exact 150,
-# sampling_e2e 76, llama_ngram 57, llama_server 48, wheel 46, train_cli 40; every other
-# file under 25. The rest keep their order.
+# Files that take minutes, started first (longest first) so that no worker is left with a
+# long file while the other idles at the end. Worker seconds per file, one torch thread
+# each, on 2 cores (2026-11-27): hf_client ~330, lossless_trees ~275, search_cli ~260,
+# llama_draft ~170, replay_exact ~165, lossless_real ~155, lossless_methods ~150,
+# sampling_e2e ~76, llama_server ~48, wheel ~46, train_cli ~40, llama_ngram ~30; every
+# other file under 25. The rest keep their order.
 _LONG_FIRST = ("test_hf_client.py", "test_lossless_trees.py", "test_search_cli.py",
-               "test_lossless_methods.py", "test_llama_draft.py", "test_replay_exact.py",
-               "test_lossless_real.py", "test_sampling_e2e.py", "test_llama_ngram.py",
-               "test_llama_server.py", "test_wheel.py", "test_train_cli.py")
+               "test_llama_draft.py", "test_replay_exact.py", "test_lossless_real.py",
+               "test_lossless_methods.py", "test_sampling_e2e.py", "test_llama_server.py",
+               "test_wheel.py", "test_train_cli.py", "test_llama_ngram.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist (3.x) queues the files by their number of tests unless told not to,
+    # which would put many short files before the long ones and undo _LONG_FIRST.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
