@@ -151,10 +151,20 @@ def _speedup(f: dict[str, Any] | None) -> float:
     return float(f["speedup"]) if f and isinstance(f.get("speedup"), (int, float)) else 1.0
 
 
+def _ratio(f: dict[str, dict[str, Any] | None], role: str, present: bool) -> str:
+    """answer / role, or "-" where the role has no arm (no single-engine search run)."""
+    if not present:
+        return "-"
+    return f"{_speedup(f['answer']) / _speedup(f[role]):.3f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--engines", default="vllm,sglang,trtllm,hf")
+    parser.add_argument("--single-engines", default=None,
+                        help="engines that also get a single-engine search (default: all "
+                             "of --engines; each is another search's time)")
     parser.add_argument("--skip-search", action="store_true",
                         help="use the runs already in --out")
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -165,7 +175,9 @@ def main() -> int:
     if not args.skip_search:
         seconds = _search(args.out / "all", None, args.max_new_tokens)
         print(f"bench: the main job (--target all) took {seconds:.0f} s", flush=True)
-        for engine in engines:
+        singles = engines if args.single_engines is None else [
+            e for e in args.single_engines.split(",") if e]
+        for engine in singles:
             _search(args.out / engine, engine, args.max_new_tokens)
 
     from autotune.models.loading import load_model
@@ -188,9 +200,10 @@ def main() -> int:
         f = {role: shown.get(f"{engine}.{role}")
              for role in ("answer", "default", "single", "hindsight")}
         s = {role: _speedup(v) for role, v in f.items()}
+        single = (args.out / engine / "best.json").is_file()
         print(f"| {engine} | {_figure(f['answer'])} | {_figure(f['default'])} | "
-              f"{_figure(f['single'])} | {_figure(f['hindsight'])} | "
-              f"{s['answer'] / s['default']:.3f} | {s['answer'] / s['single']:.3f} | "
+              f"{_figure(f['single']) if single else '-'} | {_figure(f['hindsight'])} | "
+              f"{_ratio(f, 'default', True)} | {_ratio(f, 'single', single)} | "
               f"{s['answer'] / s['hindsight']:.3f} "
               f"({'met' if s['answer'] / s['hindsight'] >= GOAL_HINDSIGHT else 'unmet'}) |")
         for role, config in arms_for_labels(arms, engine).items():
