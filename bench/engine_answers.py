@@ -81,12 +81,21 @@ def arms_for(engine: str, out: Path, target: Any, prompts: list[Any], max_new: i
 
     best_all = json.loads((out / "all" / "best.json").read_text())
     single = out / engine / "best.json"
-    default = next((dict(p.config, engine=engine) for p in presets(target.n_layers, engine)
-                    if p.config.get("method", "none") != "none"), None)
+    default = next((dict(p.values, engine=engine) for p in presets(target.n_layers, engine)
+                    if p.values.get("method", "none") != "none" and _runs_here(p.values)),
+                   None)
     return {"answer": _params(engine_answer(best_all, engine)),
             "default": default,
             "single": _params(json.loads(single.read_text())) if single.is_file() else None,
             "hindsight": hindsight(engine, out, target, prompts, max_new)}
+
+
+def _runs_here(config: dict[str, Any]) -> bool:
+    """Whether autotune's decoder drafts `config` as its engine does (llama-server's
+    ngram-mod default runs in the server only: its ngram-simple default stands in)."""
+    from autotune.decoding.llama_spec import reproduced
+    return config.get("method") != "llama_ngram" or reproduced(
+        str(config.get("llama_spec_type", "ngram-simple")))
 
 
 def hindsight(engine: str, out: Path, target: Any, prompts: list[Any], max_new: int
