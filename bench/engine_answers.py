@@ -36,6 +36,12 @@ from pathlib import Path
 from typing import Any
 
 GOAL_HINDSIGHT = 0.97
+# TensorRT-LLM's NGram has no default draft length (NGramDecodingConfig, llm_args.py:
+# `max_draft_len must be > 0 for NGram`); its field defaults are max_matching_ngram_size
+# 2 and is_public_pool true. The bench takes those with K 5 (vLLM's documented default
+# num_speculative_tokens), a choice of ours, not TensorRT-LLM's.
+TRTLLM_NGRAM = {"method": "ngram", "k": 5, "ngram_min": 1, "ngram_max": 2,
+                "ngram_pool": "public", "exit_policy": "fixed", "engine": "trtllm"}
 
 
 def _search(out: Path, target: str | None, max_new: int) -> float:
@@ -83,7 +89,7 @@ def arms_for(engine: str, out: Path, target: Any, prompts: list[Any], max_new: i
     single = out / engine / "best.json"
     default = next((dict(p.values, engine=engine) for p in presets(target.n_layers, engine)
                     if p.values.get("method", "none") != "none" and _runs_here(p.values)),
-                   None)
+                   TRTLLM_NGRAM if engine == "trtllm" else None)
     return {"answer": _params(engine_answer(best_all, engine)),
             "default": default,
             "single": _params(json.loads(single.read_text())) if single.is_file() else None,
@@ -91,9 +97,14 @@ def arms_for(engine: str, out: Path, target: Any, prompts: list[Any], max_new: i
 
 
 def _runs_here(config: dict[str, Any]) -> bool:
-    """Whether autotune's decoder drafts `config` as its engine does (llama-server's
-    ngram-mod default runs in the server only: its ngram-simple default stands in)."""
+    """Whether autotune's decoder drafts `config` as its engine does, with no draft model
+    (the bench runs the default model alone): llama-server's ngram-mod default runs in
+    the server only (its ngram-simple default stands in); HF's assistant default needs
+    a draft (its prompt-lookup default stands in)."""
     from autotune.decoding.llama_spec import reproduced
+    from autotune.decoding.methods import get_method
+    if get_method(str(config["method"])).needs_draft:
+        return False
     return config.get("method") != "llama_ngram" or reproduced(
         str(config.get("llama_spec_type", "ngram-simple")))
 
