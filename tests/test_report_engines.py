@@ -48,6 +48,16 @@ def test_the_panel_shows_every_engines_answer_with_its_verdict():
     assert (sglang.decision, sglang.config, sglang.speedup) == (DO_NOT_SPECULATE,
                                                                 "sglang_ngram k=4", 0.7)
     assert vllm.decision == SPECULATE and vllm.interval.high == 9.0
+    fig = P.engines._figure(answers)
+    points = {t.name: t for t in fig.data if t.name in ("speculate", "do not speculate")}
+    assert list(points["speculate"].x) == [P.engines.OWN_LABEL, "vllm"]
+    assert list(points["do not speculate"].x) == ["sglang"]
+    assert list(points["do not speculate"].y) == [0.7]
+    # Greyed, hollow, with its verdict written beside it.
+    grey = points["do not speculate"]
+    assert grey.marker.color == "#888888" and grey.marker.symbol.endswith("-open")
+    assert list(grey.text) == ["do not speculate"] and "sglang_ngram k=4" in grey.hovertext[0]
+    assert points["speculate"].marker.color != grey.marker.color
     page = P.engines.render(answers)
     assert 'id="panel-engines"' in page and "do not speculate" in page
     assert "sglang_ngram k=4" in page and "[1.020, 9.000]" in page
@@ -93,3 +103,21 @@ def test_clipping_rules():
     assert w.up[0] == pytest.approx(0.1) and w.clipped_high == [None, 1.3, None]
     assert w.clipped_low == [None, 0.85, None] and w.up[2] is None and w.any_clipped
     assert not clip([1.1], [1.0], [1.2], (0.85, 1.3)).any_clipped
+
+
+def test_the_batch_size_chart_clips_a_held_out_interval_too():
+    from test_report_schedule import schedule_doc
+
+    doc = schedule_doc()
+    held = next(p for p in doc["points"] if p["split"] == "held_out" and p["batch_size"] == 2)
+    held["ci90"] = [0.05, 40.0]
+    fig = P.batch_size.figure_of(P.batch_size.data({"schedule": doc}))
+    low, high = fig.layout.yaxis.range
+    assert high < 2.0 and low > 0.05                  # the points' range, not the interval's
+    points = next(t for t in fig.data if t.name == P.batch_size.HELD_OUT_TRACE)
+    assert points.y[1] + points.error_y.array[1] == pytest.approx(high)
+    assert points.y[1] - points.error_y.arrayminus[1] == pytest.approx(low)
+    marks = {t.marker.symbol: t for t in fig.data if t.name == "interval clipped"}
+    assert set(marks) == {"triangle-up", "triangle-down"}
+    assert list(marks["triangle-up"].x) == [2] and marks["triangle-up"].y[0] == high
+    assert "interval clipped: [0.050, 40.000]" in marks["triangle-down"].text[0]

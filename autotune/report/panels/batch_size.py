@@ -40,7 +40,9 @@ from autotune.report.style import (
     parity_line,
     section,
 )
+from autotune.report.trials import finite
 from autotune.report.verdict import plural
+from autotune.report.whiskers import clip, clip_markers, readable_range
 
 PANEL_ID = "batch-size"
 FRAME_COLUMNS = ["batch_size", "k", "split", "speedup", "ci_low", "ci_high", "tokens_per_s",
@@ -207,14 +209,18 @@ def _schedule_line(fig: go.Figure, d: BatchSize, frame: pd.DataFrame) -> None:
         line=dict(color=BEST_COLOR, width=5), marker=dict(size=10, color=BEST_COLOR)))
 
 
-def _held_out(fig: go.Figure, frame: pd.DataFrame) -> None:
-    """Held-out points with their 90% intervals (no bar where there is none)."""
+def _held_out(fig: go.Figure, frame: pd.DataFrame, bounds: tuple[float, float]) -> None:
+    """Held-out points with their 90% intervals (no bar where there is none), whiskers
+    clipped to `bounds`."""
     part = frame[(frame["split"] == HELD_OUT) & frame["speedup"].notna()]
     if part.empty:
         return
-    has = part["ci_low"].notna()
-    up = [hi - s if ok else None for hi, s, ok in zip(part["ci_high"], part["speedup"], has)]
-    down = [s - lo if ok else None for lo, s, ok in zip(part["ci_low"], part["speedup"], has)]
+    has = list(part["ci_low"].notna() & part["ci_high"].notna())
+    # A whisker past the readable range is cut at its edge and marked (`report.whiskers`).
+    whiskers = clip([float(s) for s in part["speedup"]],
+                    [float(lo) if ok else None for lo, ok in zip(part["ci_low"], has)],
+                    [float(hi) if ok else None for hi, ok in zip(part["ci_high"], has)], bounds)
+    up, down = whiskers.up, whiskers.down
     fig.add_trace(go.Scatter(
         x=part["batch_size"], y=part["speedup"], mode="markers", name=HELD_OUT_TRACE,
         text=part["hover"], hovertemplate="%{text}<extra></extra>",
@@ -222,14 +228,16 @@ def _held_out(fig: go.Figure, frame: pd.DataFrame) -> None:
                     line=dict(width=1, color="white")),
         error_y=dict(type="data", symmetric=False, array=up, arrayminus=down,
                      thickness=1.5, width=5, color=HELD_OUT_COLOR)))
+    intervals = [(float(lo), float(hi)) if ok else None
+                 for lo, hi, ok in zip(part["ci_low"], part["ci_high"], has)]
+    clip_markers(fig, list(part["batch_size"]), whiskers, intervals, HELD_OUT_COLOR)
 
 
 def _y_range(frame: pd.DataFrame) -> tuple[float, float]:
-    # Ratios around 1.0: a range from zero would flatten the differences that matter.
-    values = [float(v) for col in ("speedup", "ci_low", "ci_high") for v in frame[col]
-              if v is not None and not (isinstance(v, float) and math.isnan(v))] + [1.0]
-    pad = max(0.05, 0.08 * (max(values) - min(values)))
-    return min(values) - pad, max(values) + pad
+    # Ratios around 1.0, the range the point estimates set (`report.whiskers`): a range
+    # from zero, or one a few prompts' wide interval sets, would flatten the differences
+    # that matter.
+    return readable_range([finite(v) for v in frame["speedup"]])
 
 
 def figure_of(d: BatchSize) -> go.Figure:
@@ -238,8 +246,8 @@ def figure_of(d: BatchSize) -> go.Figure:
     fig = go.Figure()
     _k_lines(fig, d.frame)
     _schedule_line(fig, d, d.frame)
-    _held_out(fig, d.frame)
     low, high = _y_range(d.frame)
+    _held_out(fig, d.frame, (low, high))
     if d.stops_at is not None:
         # A trace, not a shape: shapes on a log axis take log10 coordinates, and a trace
         # also names the marker in the legend.

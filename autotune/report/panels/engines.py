@@ -31,8 +31,11 @@ from autotune.search.finalists import (
 )
 
 OWN_LABEL = "autotune (ceiling)"
-VERDICT_COLORS = {"speculate": "#0072B2", "do_not_speculate": "#888888",
-                  "undecided": "#E69F00"}
+# Only a speculate answer is in colour: a figure an engine was told not to use (or could
+# not decide on) is what was on offer, greyed and hollow, told apart by symbol and label.
+VERDICT_STYLES = {"speculate": ("#0072B2", "circle"),
+                  "do_not_speculate": ("#888888", "circle-open"),
+                  "undecided": ("#888888", "diamond-open")}
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ def data(study: optuna.Study) -> list[EngineAnswer] | None:
 def _figure(answers: list[EngineAnswer]) -> go.Figure:
     fig = go.Figure()
     bounds = readable_range([a.speedup for a in answers])
-    for decision, color in VERDICT_COLORS.items():
+    for decision, (color, symbol) in VERDICT_STYLES.items():
         shown = [a for a in answers if a.decision == decision and a.speedup is not None]
         if not shown:
             continue
@@ -87,11 +90,13 @@ def _figure(answers: list[EngineAnswer]) -> go.Figure:
                         [a.interval.low if a.interval else None for a in shown],
                         [a.interval.high if a.interval else None for a in shown], bounds)
         fig.add_trace(go.Scatter(
-            x=[a.engine for a in shown], y=[a.speedup for a in shown], mode="markers",
+            x=[a.engine for a in shown], y=[a.speedup for a in shown], mode="markers+text",
             name=decision.replace("_", " "),
-            text=[_hover(a) for a in shown], hovertemplate="%{text}<extra></extra>",
-            marker=dict(color=color if decision == SPECULATE else "white", size=12,
-                        symbol="circle", line=dict(width=2, color=color)),
+            # The verdict beside each point: it is the answer, the figure only its support.
+            text=[decision.replace("_", " ")] * len(shown), textposition="middle right",
+            textfont=dict(color=color, size=11), cliponaxis=False,
+            hovertext=[_hover(a) for a in shown], hovertemplate="%{hovertext}<extra></extra>",
+            marker=dict(color=color, size=12, symbol=symbol, line=dict(width=2, color=color)),
             error_y=dict(type="data", symmetric=False, array=whiskers.up,
                          arrayminus=whiskers.down, thickness=1.5, width=5, color=color)))
         clip_markers(fig, [a.engine for a in shown], whiskers,
@@ -135,8 +140,8 @@ def render(answers: list[EngineAnswer]) -> str:
     how = ("Each engine's own answer, chosen under that engine's drafting rules and raced "
            "against the same AR baseline on the same held-out prompts, beside autotune's "
            "own (the ceiling): held-out speedup with its 90% interval; filled: speculate, "
-           "hollow: the best finalist of an engine told not to speculate (grey) or "
-           "undecided (orange). A whisker past the plot's range is clipped at the edge "
+           "grey and hollow: the best finalist of an engine told not to speculate (circle) or "
+           "undecided (diamond), its verdict beside it. A whisker past the plot's range is clipped at the edge "
            "and marked with a triangle (its hover gives the whole interval).")
     return section("engines", "Every engine's answer", how,
                    figure(_figure(answers), "fig-engines") + _table(answers))
