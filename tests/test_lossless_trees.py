@@ -28,7 +28,17 @@ TREE_METHODS = {
     "sorted_exit": METHODS["sorted_exit"],
     "draft_model": METHODS["draft_model"],
 }
-TREE_PROMPTS = 6          # six categories (real_prompts goes round-robin)
+# Each (method, shape) case decodes TREE_PROMPTS prompts of as many categories, starting
+# at its own offset in tests/lossless.py's one-prompt-per-category list: every case sees
+# several categories, and the cases together see them all.
+TREE_PROMPTS = 4
+CASES = [(method, shape) for method in TREE_METHODS for shape in TREE_SHAPES]
+
+
+def _case_prompts(method: str, shape: str, n_prompts: int) -> list[int]:
+    """The prompt indices the case decodes (rotating over the categories)."""
+    start = CASES.index((method, shape)) * TREE_PROMPTS
+    return [(start + j) % n_prompts for j in range(TREE_PROMPTS)]
 
 
 @pytest.mark.parametrize("shape", list(TREE_SHAPES))
@@ -41,7 +51,8 @@ def test_greedy_tree_lossless(method, shape, default_model, truncated_draft, pro
     draft = truncated_draft if method in USES_DRAFT else None
     decoder = SpeculativeDecoder(default_model, config, draft)
     accepted = side = 0
-    for ids, expected in list(zip(prompt_ids, baseline_tokens))[:TREE_PROMPTS]:
+    for index in _case_prompts(method, shape, len(prompt_ids)):
+        ids, expected = prompt_ids[index], baseline_tokens[index]
         generation = decoder.generate(ids, MAX_NEW, time.perf_counter)
         assert generation.tokens == expected
         accepted += sum(r.accepted for r in generation.rounds)
