@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from optuna.trial import FrozenTrial
 
-from autotune.decoding.label import describe
 from autotune.measure import paired
 from autotune.measure.paired import PromptPair
-from autotune.search.finalists import OWN_ENGINE, Finalist
+from autotune.search.finalists import OWN_ENGINE, Finalist, finalist_of
 from autotune.search.objectives import EvalContext, Objective
 from autotune.search.samplers import BASELINE, BASELINE_ATTR
 from autotune.search.screening import distinct_trials, ranked_candidates, run_screen
@@ -79,19 +77,8 @@ def engine_finalists(screens: dict[str, StudyRunner], objective: Objective,
         if default is not None and default not in best:
             roles.append((default, f"default {default.user_attrs[BASELINE_ATTR]}"))
         for trial, role in roles:
-            chosen.append(_engine_finalist(trial, engine, role))
+            chosen.append(finalist_of(trial, role, engine))
     return chosen
-
-
-def _engine_finalist(trial: FrozenTrial, engine: str, role: str) -> Finalist:
-    attrs = trial.user_attrs
-    config = dict(attrs.get("config", {}))
-    metrics = attrs.get("metrics", {})
-    search = {k: metrics.get(k) for k in ("speedup", "latency_ms_per_token",
-                                          "mean_accepted_tokens")}
-    search["fidelity"] = "replay"
-    return Finalist(trial=trial.number, label=describe(config), role=role, preset=attrs.get(BASELINE_ATTR), params=config,
-                    search=search, engine=engine)
 
 
 def predicted_behind(chosen: list[Finalist], predicted: dict[str, list[PromptPair]]

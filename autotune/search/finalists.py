@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MIN_GAIN", "DO_NOT_SPECULATE", "OWN_ENGINE", "SPECULATE", "UNDECIDED",
            "VALIDATION_ATTR", "Answer", "Finalist",
            "answer", "current_record", "engine_names", "engine_record", "finalist_view",
-           "measure_finalists", "record_arms", "rejudged",
+           "finalist_of", "measure_finalists", "record_arms", "rejudged",
            "resumable",
            "measured_in", "pick_finalists", "shown_faster"]
 
@@ -115,13 +115,18 @@ def _config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
-def _finalist(trial: FrozenTrial, role: str) -> Finalist:
+def finalist_of(trial: FrozenTrial, role: str, engine: str = OWN_ENGINE) -> Finalist:
+    """`trial` as a finalist: its config and its search figures (an engine screen's
+    trial: its replay predictions, marked `fidelity: replay`)."""
     config = dict(trial.user_attrs.get("config", {}))
     metrics = trial.user_attrs.get("metrics", {})
+    search = {k: metrics.get(k) for k in ("speedup", "latency_ms_per_token",
+                                          "mean_accepted_tokens")}
+    if engine != OWN_ENGINE:
+        search["fidelity"] = "replay"
     return Finalist(trial=trial.number, label=describe(config), role=role,
                     preset=trial.user_attrs.get(BASELINE_ATTR), params=config,
-                    search={k: metrics.get(k) for k in ("speedup", "latency_ms_per_token",
-                                                        "mean_accepted_tokens")})
+                    search=search, engine=engine)
 
 
 def pick_finalists(study: optuna.Study, objective: ranking.Directions,
@@ -138,7 +143,7 @@ def pick_finalists(study: optuna.Study, objective: ranking.Directions,
         key = _config_key(trial.user_attrs["config"])
         if key not in seen and len(chosen) < n:
             seen.add(key)
-            chosen.append(_finalist(trial, f"search #{len(chosen) + 1}"))
+            chosen.append(finalist_of(trial, f"search #{len(chosen) + 1}"))
 
     def is_default(trial: FrozenTrial) -> bool:
         preset = trial.user_attrs.get(BASELINE_ATTR)
@@ -146,7 +151,7 @@ def pick_finalists(study: optuna.Study, objective: ranking.Directions,
 
     default = next((t for t in order if is_default(t)), None)
     if default is not None and _config_key(default.user_attrs["config"]) not in seen:
-        chosen.append(_finalist(default, f"default {default.user_attrs[BASELINE_ATTR]}"))
+        chosen.append(finalist_of(default, f"default {default.user_attrs[BASELINE_ATTR]}"))
     return chosen
 
 
