@@ -49,7 +49,7 @@ def all_run(tmp_path_factory) -> tuple[Path, str, int]:
     return run, out.getvalue(), code
 
 
-def _record(run: Path) -> dict:
+def _record(run: Path) -> finalists.ValidationRecord:
     study = optuna.load_study(study_name="all",
                               storage=open_storage(str(run / JOURNAL_NAME)))
     record = finalists.current_record(study)
@@ -63,21 +63,23 @@ def test_every_engine_gets_its_own_screened_raced_and_judged_answer(all_run):
     record = _record(run)
     assert finalists.engine_names(record) == TINY_ENGINES
     for engine in TINY_ENGINES:
-        entries = record["engine_finalists"][engine]
+        entries = record.engine_finalists[engine]
         assert entries, engine
         # Each engine's finalists were drafted under its own rules...
-        assert all(e["engine"] == engine and e["params"].get("engine") == engine
+        assert all(e.engine == engine and e.params.get("engine") == engine
                    for e in entries)
         # ...measured in the same race (a held-out figure each, or dropped after a look)
-        assert all(e.get("speedup") is not None for e in entries)
+        assert all(e.speedup is not None for e in entries)
         # ...and judged among themselves by the one rule.
-        judged = record["engines"][engine]
-        decision, winner, _ = finalists.judge(entries, record["min_gain"])
-        assert (judged["decision"], judged["winner"]) == (decision, winner)
+        judged = record.engines[engine]
+        decision, winner, _ = finalists.judge(entries, record.min_gain)
+        assert (judged.decision, judged.winner) == (decision, winner)
     # autotune's own part reads as a single-engine record always did.
-    assert all("engine" not in f for f in record["finalists"])
+    written = record.to_json()
+    assert all("engine" not in f for f in written["finalists"])
     own = finalists.engine_record(record, finalists.OWN_ENGINE)
-    assert "engines" not in own and own["finalists"] == record["finalists"]
+    assert own is not None and not own.engines and own.finalists == record.finalists
+    assert "engines" not in own.to_json() and own.to_json()["finalists"] == written["finalists"]
 
 
 def test_best_json_holds_each_engine_answer_and_validates(all_run):
@@ -88,13 +90,12 @@ def test_best_json_holds_each_engine_answer_and_validates(all_run):
     assert sorted(answers) == TINY_ENGINES
     record = _record(run)
     for engine, doc in answers.items():
-        judged = record["engines"][engine]
-        assert doc["validation"]["decision"] == judged["decision"]
-        if judged["decision"] == finalists.SPECULATE:
-            won = next(f for f in record["engine_finalists"][engine]
-                       if f["trial"] == judged["winner"])
+        judged = record.engines[engine]
+        assert doc["validation"]["decision"] == judged.decision
+        if judged.decision == finalists.SPECULATE:
+            won = next(f for f in record.engine_finalists[engine] if f.trial == judged.winner)
             assert doc["params"]["engine"] == engine
-            assert doc["validation"]["speedup"] == won["speedup"]
+            assert doc["validation"]["speedup"] == won.speedup
         else:
             assert doc["params"]["method"] == "none"
 
@@ -122,7 +123,7 @@ def test_exports_hold_a_folder_per_engine_and_the_summary_opens_with_the_table(a
 
 def test_a_rerun_remeasures_nothing(all_run, tmp_path):
     run, _, _ = all_run
-    before = json.dumps(_record(run), sort_keys=True)
+    before = json.dumps(_record(run).to_json(), sort_keys=True)
     import contextlib
     import io
     model = run.parent / "model"
@@ -133,7 +134,11 @@ def test_a_rerun_remeasures_nothing(all_run, tmp_path):
             "all", "--no-prune"]
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(args) == 0
-    assert json.dumps(_record(run), sort_keys=True) == before
+    assert json.dumps(_record(run).to_json(), sort_keys=True) == before
+    # The typed record writes back exactly what the study stores (keys and order).
+    study = optuna.load_study(study_name="all", storage=open_storage(str(run / JOURNAL_NAME)))
+    stored = study.user_attrs[finalists.VALIDATION_ATTR]
+    assert json.dumps(finalists.ValidationRecord.from_json(stored).to_json()) == json.dumps(stored)
 
 
 def test_grouped_looks_drop_only_within_a_group():

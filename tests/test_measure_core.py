@@ -21,6 +21,7 @@ import autotune.measure.measurement as measure_module
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.measure import paired
+from autotune.measure.summary import MeasurementSummary
 from autotune.measure.measurement import WARMUP_TOKENS, measure, measure_arms
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt
@@ -139,6 +140,9 @@ def test_prefill_is_reported_apart_and_kept_out_of_per_token_latency(monkeypatch
     monkeypatch.setattr(target.forward, "forward", slow_prefill)
     result = measure(target, DecodeConfig(method="ngram", k=3), PROMPTS, MAX_NEW)
     summary = result.summary()
+    # Every key the JSON of `autotune measure` writes is declared (measure/summary.py).
+    declared = MeasurementSummary.__required_keys__ | MeasurementSummary.__optional_keys__
+    assert set(summary) <= declared, set(summary) - declared
     for side in ("candidate", "baseline"):
         gens = [getattr(r, side) for r in result.runs]
         assert all(PREFILL_S <= g.prefill_s < PREFILL_S + 1 for g in gens)

@@ -120,13 +120,13 @@ def _row(pid: str, code: int) -> list[Any]:
 def test_finalist_rows_carry_the_verdict_and_old_rows_still_read() -> None:
     rows = [_row("a", 1), _row("b", 2), _row("c", 0), _row("b", 1)]
     out = figures(rows, None, 1, 0.9, greedy=True, token_exact=True)
-    assert out["lossless"] is False and out["mismatched_prompts"] == ["c"]
-    assert out["near_tie_prompts"] == ["b"]
-    assert out["divergences"] == {"exact": 2, "near_tie": 1, "real": 1}
+    assert out.lossless is False and out.mismatched_prompts == ["c"]
+    assert out.near_tie_prompts == ["b"]
+    assert out.divergences == {"exact": 2, "near_tie": 1, "real": 1}
     # Rows written before the codes: 1 same tokens, 0 differed (a failure then, and now).
     old = figures([_row("a", 1), _row("b", 0)], None, 1, 0.9, greedy=True, token_exact=True)
-    assert old["lossless"] is False and old["mismatched_prompts"] == ["b"]
-    assert figures([_row("a", 2)], None, 1, 0.9, True, True)["lossless"] is True
+    assert old.lossless is False and old.mismatched_prompts == ["b"]
+    assert figures([_row("a", 2)], None, 1, 0.9, True, True).lossless is True
 
 
 # ------------------------------------------------------------------ bf16 power test
@@ -233,11 +233,13 @@ def test_the_report_facts_name_the_near_ties() -> None:
     from autotune.report.panels.finalists import finalist_rows
     from autotune.report.verdict import _finalist_line
     from autotune.search.finalists import measured_in
+    from autotune.search.validation_record import ValidationRecord
     tied = {"trial": 3, "label": "ngram", "role": "search #1", "speedup": 1.3,
             "lossless": True, "near_tie_prompts": ["a", "b"], "mismatched_prompts": []}
-    record = {"prompts": 8, "lossless_tier": "near-tie (bfloat16)", "finalists": [tied]}
+    record = ValidationRecord.from_json(
+        {"prompts": 8, "lossless_tier": "near-tie (bfloat16)", "finalists": [tied]})
     facts = measured_in(record)
     assert facts["near-ties"].startswith("trial 3: 2 of 8 prompts differ from greedy AR")
     assert "near-tie (bfloat16)" in facts["near-ties"] and "not lossless" not in facts
     assert finalist_rows(record)[0]["near_ties"] == 2
-    assert _finalist_line(tied).endswith(", lossless up to 2 near-ties")
+    assert _finalist_line(record.finalists[0]).endswith(", lossless up to 2 near-ties")

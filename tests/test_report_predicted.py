@@ -20,6 +20,7 @@ from autotune.report import panels as P
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.style import method_color
 from autotune.search.finalists import VALIDATION_ATTR, Finalist, judge
+from autotune.search.validation_record import FinalistEntry
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -117,7 +118,7 @@ def replay_study(stale: bool = False) -> optuna.Study:
                           "baseline_latency_ms_per_token": 30.0, "mean_accepted_tokens": 1.9,
                           "acceptance_rate": 0.5, "lossless": True, "mismatched_prompts": [],
                           "by_category": {}, "ci90": [speedup - 0.05, speedup + 0.05]})
-    decision, winner, reason = judge(finalists)
+    decision, winner, reason = judge([FinalistEntry.from_json(f) for f in finalists])
     complete = len(study.get_trials(states=(TrialState.COMPLETE,)))
     study.set_user_attr(VALIDATION_ATTR, {
         "statistic": "AR / candidate", "level": 0.9, "source": "held out", "prompts": 6,

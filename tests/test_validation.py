@@ -34,6 +34,7 @@ from autotune.search.finalists import (
     rejudged,
 )
 from autotune.search.objectives import load_objective
+from autotune.search.validation_record import FinalistEntry, Judgement, ValidationRecord
 
 SPEEDUP = load_objective("speedup")
 
@@ -72,8 +73,13 @@ def _finalist(trial: int, speedup: float, ci: list[float] | None,
                                      "mean_accepted_tokens": 1.5}}}
 
 
+def _judge(finalists: list[dict[str, Any]], **kwargs: Any) -> Judgement:
+    """`judge` of finalist entries written as the record stores them (JSON)."""
+    return judge([FinalistEntry.from_json(f) for f in finalists], **kwargs)
+
+
 def _record(study: optuna.Study, finalists: list[dict[str, Any]]) -> dict[str, Any]:
-    decision, winner, reason = judge(finalists)
+    decision, winner, reason = _judge(finalists)
     complete = len(study.get_trials(states=(TrialState.COMPLETE,)))
     return {"statistic": "s", "level": 0.9, "source": "test", "prompts": 4,
             "prompt_ids": ["a", "b", "c", "d"], "categories": {"code": 4},
@@ -92,9 +98,9 @@ def test_finalists_are_the_top_distinct_configs_plus_the_strongest_default():
 
 
 def test_judge_needs_the_whole_interval_above_one_and_lossless():
-    decision, winner, reason = judge([_finalist(2, 1.3, [0.98, 1.6]), _finalist(4, 1.1, [1.02, 1.2])])
+    decision, winner, reason = _judge([_finalist(2, 1.3, [0.98, 1.6]), _finalist(4, 1.1, [1.02, 1.2])])
     assert (decision, winner) == (SPECULATE, 4) and "trial 4" in reason
-    decision, winner, reason = judge([_finalist(2, 1.3, [1.1, 1.6], lossless=False),
+    decision, winner, reason = _judge([_finalist(2, 1.3, [1.1, 1.6], lossless=False),
                                       _finalist(4, 0.97, [0.9, 1.03])])
     assert (decision, winner) == (DO_NOT_SPECULATE, None)
     assert "no lossless finalist's 90% interval lies above 1.0" in reason
@@ -102,29 +108,29 @@ def test_judge_needs_the_whole_interval_above_one_and_lossless():
     # In an engine whose multi-token numerics differ (lossless_binding False) the same
     # mismatch does not refuse it: its speed decides.
     numerics = {**_finalist(2, 1.3, [1.1, 1.6], lossless=False), "lossless_binding": False}
-    decision, winner, _ = judge([numerics, _finalist(4, 1.05, [0.9, 1.2])])
+    decision, winner, _ = _judge([numerics, _finalist(4, 1.05, [0.9, 1.2])])
     assert (decision, winner) == (SPECULATE, 2)
-    assert judge([_finalist(2, 1.5, None)])[0] == UNDECIDED        # one prompt decides nothing
-    assert judge([])[0] == DO_NOT_SPECULATE
+    assert _judge([_finalist(2, 1.5, None)])[0] == UNDECIDED        # one prompt decides nothing
+    assert _judge([])[0] == DO_NOT_SPECULATE
 
 
 def test_three_answers_with_a_minimum_worthwhile_gain():
     """speculate: an interval above 1; do not speculate: every interval below 1 + min_gain;
     undecided: neither (the figures cannot tell a worthwhile gain from none)."""
     straddles = _finalist(3, 1.106, [0.998, 1.241])
-    decision, winner, reason = judge([straddles, _finalist(5, 1.0, [0.95, 1.04])])
+    decision, winner, reason = _judge([straddles, _finalist(5, 1.0, [0.95, 1.04])])
     assert (decision, winner) == (UNDECIDED, None)
     assert reason.startswith("likely trial 3 (t3) 1.106x [0.998, 1.241], not shown")
     assert "above 1.05" in reason and "--validation-prompts" in reason
     # Nothing worth 5% is left in any interval: do not speculate.
     small = [_finalist(3, 1.01, [0.99, 1.04]), _finalist(5, 0.9, [0.8, 0.99])]
-    decision, _, reason = judge(small)
+    decision, _, reason = _judge(small)
     assert decision == DO_NOT_SPECULATE and "none reaches 1.05 (--min-gain 0.05)" in reason
     # The same figures with a smaller gain worth having stay open.
-    assert judge(small, min_gain=0.0)[0] == UNDECIDED
-    assert judge([straddles], min_gain=0.25)[0] == DO_NOT_SPECULATE
+    assert _judge(small, min_gain=0.0)[0] == UNDECIDED
+    assert _judge([straddles], min_gain=0.25)[0] == DO_NOT_SPECULATE
     # An interval above 1 decides, whatever the gain asked for.
-    assert judge([_finalist(4, 1.03, [1.01, 1.05])], min_gain=0.2)[:2] == (SPECULATE, 4)
+    assert _judge([_finalist(4, 1.03, [1.01, 1.05])], min_gain=0.2)[:2] == (SPECULATE, 4)
 
 
 def test_an_undecided_record_recommends_the_baseline_and_exports_nothing():
@@ -137,9 +143,9 @@ def test_an_undecided_record_recommends_the_baseline_and_exports_nothing():
     assert chosen.trial is not None and chosen.trial.user_attrs.get("preset") == "baseline"
     table = validation_table(study, SPEEDUP)
     assert "answer: undecided: likely trial 2" in table and "nothing is recommended" in table
-    again = rejudged(record, 0.3)
-    assert again["decision"] == DO_NOT_SPECULATE and again["min_gain"] == 0.3
-    assert again["finalists"] == record["finalists"]
+    again = rejudged(ValidationRecord.from_json(record), 0.3)
+    assert again.decision == DO_NOT_SPECULATE and again.min_gain == 0.3
+    assert again.to_json()["finalists"] == record["finalists"]
 
 
 def test_answer_follows_the_record_while_it_is_current():
@@ -204,20 +210,20 @@ def _frozen(tmp_path: Path, validation: dict[str, Any] | None, speedup: float = 
 def test_exports_never_write_a_config_not_shown_faster(tmp_path):
     study = _study()
     record = _record(study, [_finalist(4, 1.15, [1.05, 1.3])])
-    written = write_exports(_frozen(tmp_path, finalist_view(record, 4)), tmp_path / "ex")
+    written = write_exports(_frozen(tmp_path, finalist_view(ValidationRecord.from_json(record), 4)), tmp_path / "ex")
     assert "vllm.json" in written
     readme = (tmp_path / "ex" / "README.txt").read_text()
     assert "validated 1.150x [1.050, 1.300] on 4 held-out prompts" in readme
 
     slow = _record(study, [_finalist(4, 1.03, [0.97, 1.04])])
-    assert write_exports(_frozen(tmp_path, finalist_view(slow, None)), tmp_path / "ex") == []
+    assert write_exports(_frozen(tmp_path, finalist_view(ValidationRecord.from_json(slow), None)), tmp_path / "ex") == []
     readme = (tmp_path / "ex" / "README.txt").read_text()
     assert readme.startswith("Exports of the run's best.json: do not speculate")
     assert "vllm: not written: the validated answer is not to speculate" in readme
-    assert "not to speculate" in refusal_reason({"validation": finalist_view(slow, 4)})
+    assert "not to speculate" in refusal_reason({"validation": finalist_view(ValidationRecord.from_json(slow), 4)})
     # Undecided: nothing is written either, and the README says why.
     unsure = _record(study, [_finalist(4, 1.03, [0.97, 1.1])])
-    assert write_exports(_frozen(tmp_path, finalist_view(unsure, None)), tmp_path / "ex") == []
+    assert write_exports(_frozen(tmp_path, finalist_view(ValidationRecord.from_json(unsure), None)), tmp_path / "ex") == []
     readme = (tmp_path / "ex" / "README.txt").read_text()
     assert readme.startswith("Exports of the run's best.json: undecided: likely trial 4")
     assert "vllm: not written: the validation is undecided" in readme
@@ -231,7 +237,7 @@ def test_the_export_command_refuses_a_do_not_speculate_answer(tmp_path, capsys):
     from autotune.cli.main import main
     study = _study()
     record = _record(study, [_finalist(4, 1.2, [1.1, 1.3]), _finalist(5, 0.9, [0.8, 1.0])])
-    path = _frozen(tmp_path, finalist_view(record, 5))
+    path = _frozen(tmp_path, finalist_view(ValidationRecord.from_json(record), 5))
     assert main(["export", str(path), "--format", "vllm"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not shown faster" in err[0] and "nothing exported" in err[0]
@@ -247,3 +253,22 @@ def test_finalists_follow_each_objective_ranking(objective):
             distributions={"k": IntDistribution(1, 16)},
             user_attrs={"config": {"method": "ngram", "k": k}, "metrics": {}}))
     assert [f.trial for f in pick_finalists(study, load_objective(objective), 2)] == [1, 2]
+
+
+def test_the_typed_record_reads_back_every_record_as_written():
+    """`ValidationRecord.from_json(x).to_json() == x` for a record written before pools,
+    races and --min-gain (this file's minimal shape) and the same record judged again;
+    the keys an old record lacks stay absent, and what best.json copies is unchanged."""
+    study = _study()
+    old = _record(study, [_finalist(4, 1.15, [1.05, 1.3]), _finalist(5, 0.9, [0.8, 1.0])])
+    typed = ValidationRecord.from_json(old)
+    assert typed.to_json() == old
+    assert typed.race is None and typed.min_gain is None and not typed.pooled
+    assert typed.winning_entry() is not None and typed.winning_entry().trial == 4
+    view = finalist_view(typed, 4)
+    assert "min_gain" not in view and "race" not in view and "estimator" not in view
+    assert [sorted(f) for f in view["finalists"]] == [
+        sorted(("trial", "label", "role", "preset", "search", "speedup", "ci90",
+                "mean_accepted_tokens", "lossless", "by_category"))] * 2
+    again = rejudged(typed, 0.05).to_json()
+    assert {**old, "min_gain": 0.05} == again

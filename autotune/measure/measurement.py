@@ -27,6 +27,7 @@ from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation
 from autotune.measure import divergence, paired
+from autotune.measure.summary import MeasurementSummary
 from autotune.measure.timing import Clock
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt
@@ -75,7 +76,7 @@ class Measurement:
     measured_by_label: str = "autotune's decoder"
     token_exact: bool = True         # the backend's (`Backend.token_exact`)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> MeasurementSummary:
         cand = [r.candidate for r in self.runs]
         base = [r.baseline for r in self.runs]
         rounds = [t for g in cand for t in g.rounds]
@@ -98,7 +99,7 @@ class Measurement:
         pairs = [r.pair() for r in self.runs]
         ci = paired.interval(pairs)
         verdicts = lossless_verdicts(self.runs, self.config.greedy)
-        return {
+        return MeasurementSummary(**{
             "config": self.config.to_dict(),
             "model": self.model,
             "draft": self.draft,
@@ -148,7 +149,7 @@ class Measurement:
             # engine's own numerics may differ, reported but not held against it.
             "lossless_binding": self.token_exact,
             "by_category": paired.by_category(pairs),
-        }
+        })
 
     def traces(self) -> list[dict[str, Any]]:
         """Per prompt, per round: the candidate's full trace (for replay and plots)."""

@@ -370,19 +370,18 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
     resume = None
     engines_chosen = engine_finalists(screens, plan.objective)
     if (record is not None
-            and record.get("sample_sha256", record.get("workload_sha256"))
+            and (record.sample_sha256 or record.workload_sha256)
             == workload_digest(held.held_out)
-            and record.get("pool_sha256") == workload_digest(held.pool)
-            and record.get("repeats") == plan.validation_repeats
+            and record.pool_sha256 == workload_digest(held.pool)
+            and record.repeats == plan.validation_repeats
             # A record of other engines (a `--target all` run after a single-engine
             # one on the same study) races again.
             and finalists.engine_names(record) == sorted({f.engine for f in engines_chosen})):
         if not finalists.resumable(record):
-            if record.get("min_gain") != plan.min_gain:
+            if record.min_gain != plan.min_gain:
                 # Another --min-gain (or a record judged before there was one) judges
                 # the same figures again; nothing is re-measured.
-                study.set_user_attr(finalists.VALIDATION_ATTR,
-                                    finalists.rejudged(record, plan.min_gain))
+                finalists.store_record(study, finalists.rejudged(record, plan.min_gain))
             return
         resume = record
     _, running, _ = runner.progress()
@@ -409,8 +408,8 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
     if screens:
         names += "; " + ", ".join(f"{engine}: {sum(f.engine == engine for f in chosen)}"
                                   for engine in screens)
-    again = (f", resumed after {resume['race']['measured']} measured"
-             if resume is not None else "")
+    again = (f", resumed after {resume.race.measured} measured"
+             if resume is not None and resume.race is not None else "")
     note(f"racing {len(chosen)} finalists ({names}) against the AR "
          f"baseline: up to {len(held.held_out)} of the {len(held.pool)} held-out prompts "
          f"measured x {plan.validation_repeats} repeats{again}")
@@ -421,7 +420,7 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
                                          on_prompt=held_out_prompt, min_gain=plan.min_gain,
                                          pool=held.pool, predicted=predicted,
                                          budget_s=plan.validation_budget_s, resume=resume)
-    study.set_user_attr(finalists.VALIDATION_ATTR, record)
+    finalists.store_record(study, record)
 
 
 def _write_outputs(plan: SearchPlan, study: optuna.Study, context: dict[str, Any]

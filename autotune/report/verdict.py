@@ -21,11 +21,15 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.common.interval import Interval
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.trials import finite, metrics_of
 from autotune.search import ranking
-from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED, VALIDATION_ATTR, answer
+from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED, answer, stored_record
+from autotune.search.validation_record import (
+    FinalistEntry,
+    FinalistFigures,
+    ValidationRecord,
+)
 
 VALIDATED = "validated"
 # The validated answers that recommend no speculative config.
@@ -64,7 +68,7 @@ class Verdict:
     search_speedup: float | None = None
     search_prompts: int | None = None
     evidence: list[str] = field(default_factory=list)
-    record: dict[str, Any] | None = None
+    record: ValidationRecord | None = None
 
     @property
     def validated(self) -> bool:
@@ -90,11 +94,11 @@ def figure_text(speedup: Any, ci90: Any, prompts: Any = None) -> str:
 def stale_reason(study: optuna.Study) -> str | None:
     """Why a stored validation record no longer counts; None when there is none or it is
     current."""
-    record = study.user_attrs.get(VALIDATION_ATTR)
-    if not isinstance(record, dict):
+    record = stored_record(study)
+    if record is None:
         return None
     now = len(ranking.complete(study))
-    judged = record.get("complete_trials")
+    judged = record.complete_trials
     if judged == now:
         return None
     return (f"the validation record judged {plural(judged, 'complete trial')}, the study now "
@@ -111,25 +115,26 @@ def _search_figures(trial: FrozenTrial | None, run: dict[str, Any]) -> tuple[flo
     return finite(metrics.get("speedup")), prompts if isinstance(prompts, int) else None
 
 
-def _held_out(record: dict[str, Any]) -> str:
-    measured = (f"{plural(record.get('prompts'), 'held-out prompt')} × "
-                f"{plural(record.get('repeats'), 'repeat')}")
-    if record.get("estimator") == "ppi++":
-        return (f"{record.get('pool_prompts')} held-out prompts, prediction-powered: the "
+def _held_out(record: ValidationRecord) -> str:
+    measured = (f"{plural(record.prompts, 'held-out prompt')} × "
+                f"{plural(record.repeats, 'repeat')}")
+    if record.pooled:
+        return (f"{record.pool_prompts} held-out prompts, prediction-powered: the "
                 f"replay tier's predictions corrected by {measured} measured")
     return measured
 
 
-def _finalist_line(f: dict[str, Any]) -> str:
-    search = finite((f.get("search") or {}).get("speedup"))
-    line = (f"{f.get('role')}: trial #{f.get('trial')} {f.get('label')}: "
-            f"{figure_text(f.get('speedup'), f.get('ci90'))}")
+def _finalist_line(f: FinalistEntry) -> str:
+    search = finite(f.search.get("speedup"))
+    ci = f.figures.interval
+    line = (f"{f.role}: trial #{f.trial} {f.label}: "
+            f"{figure_text(f.speedup, ci.to_json() if ci is not None else None)}")
     if search is not None:
         line += f" (search {search:.2f}×)"
-    if f.get("lossless") is False:
+    if f.figures.lossless is False:
         line += ", not lossless"
-    elif f.get("near_tie_prompts"):
-        n = len(f["near_tie_prompts"])
+    elif f.figures.near_tie_prompts:
+        n = len(f.figures.near_tie_prompts)
         line += f", lossless up to {n} near-tie{'s' if n != 1 else ''}"
     return line
 
@@ -144,7 +149,7 @@ def verdict(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] |
         stale = stale_reason(study)
         out = Verdict(STALE if stale else NOT_VALIDATED, trial, speedup=search,
                       search_speedup=search, search_prompts=prompts,
-                      record=study.user_attrs.get(VALIDATION_ATTR) if stale else None)
+                      record=stored_record(study) if stale else None)
         if trial is None:
             return out
         metrics = metrics_of(trial)
@@ -158,31 +163,30 @@ def verdict(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] |
         return out
 
     if not chosen.speculate:
-        baseline_ms = finite((record.get("baseline") or {}).get("latency_ms_per_token"))
-        undecided = record.get("decision") == UNDECIDED
+        baseline_ms = finite(record.baseline_ms)
+        undecided = record.decision == UNDECIDED
         out = Verdict(UNDECIDED if undecided else DO_NOT_SPECULATE, trial, speedup=1.0,
                       latency_ms_per_token=baseline_ms, baseline_ms_per_token=baseline_ms,
                       record=record)
         out.emphasis = "Undecided" if undecided else "Do not speculate"
         out.headline = (f"{out.emphasis}: "
-                        f"{record.get('reason') or 'no finalist was shown faster'}")
-        finalists = [f for f in record.get("finalists") or [] if isinstance(f, dict)]
-        if finalists:
+                        f"{record.reason or 'no finalist was shown faster'}")
+        if record.finalists:
             out.evidence = [f"Finalists on {_held_out(record)} (90% intervals):",
-                            *(_finalist_line(f) for f in finalists)]
+                            *(_finalist_line(f) for f in record.finalists)]
         return out
 
-    own = next((f for f in record.get("finalists") or []
-                if isinstance(f, dict) and trial is not None and f.get("trial") == trial.number), {})
+    own = record.entry(trial.number) if trial is not None else None
+    figures = own.figures if own is not None else FinalistFigures()
     search, prompts = _search_figures(trial, run)
-    recorded = finite((own.get("search") or {}).get("speedup"))
+    recorded = finite(own.search.get("speedup")) if own is not None else None
     search = recorded if recorded is not None else search
-    out = Verdict(VALIDATED, trial, speedup=finite(own.get("speedup")),
-                  ci90=ci.to_json() if (ci := Interval.of(own)) is not None else None,
-                  latency_ms_per_token=finite(own.get("latency_ms_per_token")),
-                  baseline_ms_per_token=finite(own.get("baseline_latency_ms_per_token")),
+    out = Verdict(VALIDATED, trial, speedup=finite(figures.speedup),
+                  ci90=figures.interval.to_json() if figures.interval is not None else None,
+                  latency_ms_per_token=finite(figures.latency_ms_per_token),
+                  baseline_ms_per_token=finite(figures.baseline_latency_ms_per_token),
                   search_speedup=search, search_prompts=prompts, record=record)
-    out.emphasis = figure_text(out.speedup, out.ci90, record.get("prompts"))
+    out.emphasis = figure_text(out.speedup, out.ci90, record.prompts)
     on = f" on {plural(prompts, 'prompt')}" if prompts is not None else ""
     search_text = f"{search:.2f}×{on}" if search is not None else "not measured"
     out.headline = (f"Validated: {out.emphasis} (90% interval) on {_held_out(record)} "

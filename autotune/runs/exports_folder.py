@@ -173,7 +173,8 @@ def refusal_reason(doc: dict[str, Any]) -> str | None:
     schedule with K = 0 at every tuned batch size: never speculate. Not validated: its
     figures are replay predictions, or its search speedup is not above 1.0 (no measured
     speedup: nothing to hold against it)."""
-    from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED, shown_faster
+    from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED
+    from autotune.search.validation_record import FinalistFigures
     validation = _validation(doc)
     if validation is not None and validation.get("decision") == DO_NOT_SPECULATE:
         return f"the validated answer is not to speculate: {validation.get('reason')}"
@@ -185,7 +186,7 @@ def refusal_reason(doc: dict[str, Any]) -> str | None:
         return (f"its per-batch-size schedule never speculates: K=0 at every tuned batch "
                 f"size ({sizes})")
     if validation is not None:
-        if not shown_faster(validation):
+        if not FinalistFigures.from_json(validation).shown_faster():
             return (f"not shown faster than the AR baseline on the held-out prompts "
                     f"({_figure(validation)})")
         return None

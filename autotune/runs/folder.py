@@ -36,6 +36,7 @@ from autotune.search.finalists import (
 from autotune.search.ranking import best_trial, pareto_numbers, ranked
 from autotune.search.samplers import BASELINE_ATTR
 from autotune.search.schedule import current_schedule
+from autotune.search.validation_record import ValidationRecord
 
 if TYPE_CHECKING:      # objectives imports the measuring code (torch); the files need none
     from autotune.search.objectives import Objective
@@ -144,7 +145,7 @@ def best_document(study: optuna.Study, objective: Objective,
     return doc
 
 
-def engine_document(record: dict[str, Any], engine: str,
+def engine_document(record: ValidationRecord, engine: str,
                     context: dict[str, Any] | None = None) -> dict[str, Any]:
     """`engine`'s answer in a `--target all` run's record as a frozen config of its own:
     its winner's knobs (measured under its rules: `params.engine`), or for "do not
@@ -153,15 +154,15 @@ def engine_document(record: dict[str, Any], engine: str,
     measured trial; its measured figures are under `validation`)."""
     part = engine_record(record, engine)
     assert part is not None, engine                  # engine_names(record) names it
-    winner = next((f for f in part["finalists"] if f["trial"] == part.get("winner")), None)
-    if part.get("decision") != SPECULATE or winner is None:
+    winner = part.winning_entry()
+    if part.decision != SPECULATE or winner is None:
         doc = frozen_document({}, context=context)
         doc["validation"] = finalist_view(part, None)
         return doc
-    search = {k: v for k, v in (winner.get("search") or {}).items() if v is not None}
-    doc = frozen_document(winner["params"], metrics=search, context=context,
-                          trial={"preset": winner.get("preset"), "label": winner["label"]})
-    doc["validation"] = finalist_view(part, winner["trial"])
+    search = {k: v for k, v in winner.search.items() if v is not None}
+    doc = frozen_document(winner.params, metrics=search, context=context,
+                          trial={"preset": winner.preset, "label": winner.label})
+    doc["validation"] = finalist_view(part, winner.trial)
     return doc
 
 
@@ -186,13 +187,12 @@ def ranked_documents(study: optuna.Study, objective: Objective,
     if record is None:
         return [_trial_document(t, objective, context) for t in ranked(study, objective)]
     trials = {t.number: t for t in ranked(study, objective)}
-    faster = sorted((f for f in record.get("finalists", [])
-                     if shown_faster(f) and f["trial"] in trials),
-                    key=lambda f: (-f["speedup"], f["trial"]))
+    faster = sorted((f for f in record.finalists if shown_faster(f) and f.trial in trials),
+                    key=lambda f: (-(f.speedup or 0.0), f.trial))
     docs = []
     for f in faster:
-        doc = _trial_document(trials[f["trial"]], objective, context)
-        doc["validation"] = finalist_view(record, f["trial"])
+        doc = _trial_document(trials[f.trial], objective, context)
+        doc["validation"] = finalist_view(record, f.trial)
         docs.append(doc)
     return docs
 
@@ -207,8 +207,7 @@ def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
         write_atomically(run_dir / BEST_FILE, json.dumps(doc, indent=2) + "\n")
 
 
-def _interval(figures: dict[str, Any] | None) -> str:
-    ci = Interval.of(figures)
+def _interval(ci: Interval | None) -> str:
     return str(ci) if ci is not None else "-"
 
 
@@ -219,7 +218,7 @@ def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
     if not order:
         return "no trial completed"
     record = current_record(study)
-    validated = {f["trial"]: f for f in (record or {}).get("finalists", [])}
+    validated = {f.trial: f for f in (record.finalists if record is not None else [])}
     rows = []
     for t in order[:n]:
         m = t.user_attrs.get("metrics", {})
@@ -234,8 +233,9 @@ def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
             row["pareto"] = "*" if t.number in front else ""
         if validated:
             f = validated.get(t.number)
-            row["held-out speedup"] = f["speedup"] if f and f.get("speedup") is not None else math.nan
-            row["90% interval"] = _interval(f)
+            speedup = f.speedup if f is not None else None
+            row["held-out speedup"] = speedup if speedup is not None else math.nan
+            row["90% interval"] = _interval(f.figures.interval if f is not None else None)
         rows.append(row)
     frame = pd.DataFrame(rows)
     return frame.to_string(index=False, na_rep="-",
@@ -253,55 +253,54 @@ def validation_table(study: optuna.Study, objective: Objective,
     if record is None:
         return ("not validated: the figures above are the search's own (no held-out "
                 "prompts, or the search was stopped before its finalists were measured)")
-    pooled = record.get("estimator") == "ppi++"
-    rows = [{"trial": f["trial"], "config": f["label"], "role": f["role"],
-             "search speedup": (f.get("search") or {}).get("speedup"),
-             "held-out speedup": f.get("speedup"), "90% interval": _interval(f),
-             **({"measured alone": f.get("measured_speedup"),
-                 "predicted": f.get("predicted_speedup"),
-                 "weight": f.get("ppi_lambda")} if pooled else {}),
-             "tau": f.get("mean_accepted_tokens"), "lossless": f.get("lossless"),
+    pooled = record.pooled
+    tied = any(g.figures.near_tie_prompts for g in record.finalists)
+    rows = [{"trial": f.trial, "config": f.label, "role": f.role,
+             "search speedup": f.search.get("speedup"),
+             "held-out speedup": f.speedup, "90% interval": _interval(f.figures.interval),
+             **({"measured alone": f.figures.pooled.get("measured_speedup"),
+                 "predicted": f.figures.pooled.get("predicted_speedup"),
+                 "weight": f.figures.pooled.get("ppi_lambda")} if pooled else {}),
+             "tau": f.figures.mean_accepted_tokens, "lossless": f.figures.lossless,
              # Prompts whose output left AR's at a near-tie (bf16 / fp16 rounding).
-             **({"near-ties": len(f.get("near_tie_prompts") or [])}
-                if any(g.get("near_tie_prompts") for g in record.get("finalists", []))
-                else {}),
-             "chosen": "*" if f["trial"] == record.get("winner") else ""}
-            for f in record.get("finalists", [])]
-    head = (f"finalists on {record['prompts']} held-out prompts x {record['repeats']} "
-            f"pass(es) ({record.get('source')}); AR {_ms(record)} ms/token")
-    race = record.get("race") or {}
-    if race.get("looks"):
-        dropped = [f"trial {f['trial']} after {f['dropped_after']}"
-                   for f in record.get("finalists", []) if f.get("dropped_after")]
-        head += (f"\nraced in {len(race['looks'])} look(s), stopped after "
-                 f"{race.get('measured')} of {record.get('planned_prompts')} prompts "
-                 f"({_STOPPED.get(race.get('stopped'), race.get('stopped'))})"
+             **({"near-ties": len(f.figures.near_tie_prompts)} if tied else {}),
+             "chosen": "*" if f.trial == record.winner else ""}
+            for f in record.finalists]
+    head = (f"finalists on {record.prompts} held-out prompts x {record.repeats} "
+            f"pass(es) ({record.source}); AR {_ms(record)} ms/token")
+    race = record.race
+    if race is not None and race.looks:
+        dropped = [f"trial {f.trial} after {f.dropped_after}"
+                   for f in record.finalists if f.dropped_after]
+        head += (f"\nraced in {len(race.looks)} look(s), stopped after "
+                 f"{race.measured} of {record.planned_prompts} prompts "
+                 f"({_STOPPED.get(race.stopped, race.stopped)})"
                  + (f"; dropped: {', '.join(dropped)}" if dropped else ""))
     if pooled:
         head += (f"\nprediction-powered (ppi++): the replay tier's predictions on all "
-                 f"{record.get('pool_prompts')} held-out prompts, corrected by the "
-                 f"{record['prompts']} measured (weight: how much the predictions count, "
+                 f"{record.pool_prompts} held-out prompts, corrected by the "
+                 f"{record.prompts} measured (weight: how much the predictions count, "
                  "0 to 1)")
     table = (pd.DataFrame(rows).to_string(index=False, na_rep="-",
                                           float_format=lambda v: f"{v:.3f}")
              if rows else "no finalist")
     lines = [head, table, ""]
-    if record.get("decision") == DO_NOT_SPECULATE:
-        lines.append(f"answer: do not speculate: {record.get('reason')}")
+    if record.decision == DO_NOT_SPECULATE:
+        lines.append(f"answer: do not speculate: {record.reason}")
         return "\n".join(lines)
-    if record.get("decision") == UNDECIDED:
-        lines.append(f"answer: undecided: {record.get('reason')}; nothing is recommended "
+    if record.decision == UNDECIDED:
+        lines.append(f"answer: undecided: {record.reason}; nothing is recommended "
                      "or exported")
         return "\n".join(lines)
-    lines.append(f"answer: {record.get('reason')}")
-    winner = next((f for f in record["finalists"] if f["trial"] == record.get("winner")), None)
-    if winner and winner.get("by_category"):
+    lines.append(f"answer: {record.reason}")
+    winner = record.winning_entry()
+    if winner is not None and winner.figures.by_category:
         per = [{"category": c, "prompts": v.get("prompts"),
                 **({"measured": v.get("measured_prompts")} if pooled else {}),
                 "speedup": v.get("speedup"),
                 "90% interval": _category_interval(v),
                 "tau": v.get("mean_accepted_tokens")}
-               for c, v in winner["by_category"].items()]
+               for c, v in winner.figures.by_category.items()]
         lines += ["", "by category (the answer, held-out prompts):",
                   pd.DataFrame(per).to_string(index=False, na_rep="-",
                                               float_format=lambda v: f"{v:.3f}")]
@@ -314,12 +313,12 @@ _STOPPED = {"decided": "decided", "sample": "the whole sample measured",
 
 def _category_interval(row: dict[str, Any]) -> str:
     if Interval.of(row) is not None:
-        return _interval(row)
+        return _interval(Interval.of(row))
     if row.get("estimator") == "predicted":
         return "- (predicted only: too few measured)"
     return "- (1 prompt)"
 
 
-def _ms(record: dict[str, Any]) -> str:
-    value = (record.get("baseline") or {}).get("latency_ms_per_token")
+def _ms(record: ValidationRecord) -> str:
+    value = record.baseline_ms
     return f"{value:.2f}" if isinstance(value, (int, float)) else "-"

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from autotune.common.interval import CI_KEY, Interval
 from autotune.measure import paired, ppi
 from autotune.measure.divergence import Kind
 from autotune.measure.paired import PromptPair
+from autotune.search.validation_record import POOLED_FIGURES, FinalistFigures
 
 if TYPE_CHECKING:
     from autotune.measure.measurement import PromptRun
@@ -47,7 +49,7 @@ def _pairs(rows: list[list[Any]]) -> list[PromptPair]:
 
 
 def figures(rows: list[list[Any]], predicted: list[PromptPair] | None, repeats: int,
-            level: float, greedy: bool, token_exact: bool) -> dict[str, Any]:
+            level: float, greedy: bool, token_exact: bool) -> FinalistFigures:
     """The figures a finalist carries in the validation record, from its `rows`:
     prediction-powered over the pool `predicted` when given, else from the measured
     rows alone; the interval at `level` (a race's look level)."""
@@ -60,27 +62,29 @@ def figures(rows: list[list[Any]], predicted: list[PromptPair] | None, repeats: 
     drafted = sum(row[8] for row in rows)
     kinds = [(row[0], CODE_VERDICT.get(int(row[10]), Kind.REAL)) for row in rows]
     named = {kind: list(dict.fromkeys(pid for pid, k in kinds if k is kind)) for kind in Kind}
-    out: dict[str, Any] = {
-        "latency_ms_per_token": 1000 * cand_s / cand_t if cand_t else None,
-        "baseline_latency_ms_per_token": 1000 * base_s / base_t if base_t else None,
-        "mean_accepted_tokens": paired.tau(pairs),
-        "acceptance_rate": sum(row[9] for row in rows) / drafted if drafted else None,
+    common = dict(
+        latency_ms_per_token=1000 * cand_s / cand_t if cand_t else None,
+        baseline_latency_ms_per_token=1000 * base_s / base_t if base_t else None,
+        mean_accepted_tokens=paired.tau(pairs),
+        acceptance_rate=sum(row[9] for row in rows) / drafted if drafted else None,
         # Greedy: no run diverged from AR beyond a near-tie (measure/divergence.py).
-        "lossless": (not named[Kind.REAL]) if greedy else None,
-        "lossless_binding": token_exact,
-        "mismatched_prompts": named[Kind.REAL] if greedy else [],
-        "near_tie_prompts": named[Kind.NEAR_TIE] if greedy else [],
-        "divergences": ({kind.value: sum(1 for _, k in kinds if k is kind) for kind in Kind}
-                        if greedy else None),
-        "look_level": level,
-        "measured_prompts": len(pooled),
-    }
+        lossless=(not named[Kind.REAL]) if greedy else None,
+        lossless_binding=token_exact,
+        mismatched_prompts=named[Kind.REAL] if greedy else [],
+        near_tie_prompts=named[Kind.NEAR_TIE] if greedy else [],
+        divergences=({kind.value: sum(1 for _, k in kinds if k is kind) for kind in Kind}
+                     if greedy else None),
+        look_level=level)
     if predicted:
         estimate = ppi.estimate(pairs, predicted, repeats, level=level)
-        out.update(estimate.to_json())
-        out["by_category"] = ppi.by_category(pairs, predicted, repeats, level)
-    else:
-        ci = paired.interval(pairs, level)
-        out.update(speedup=paired.speedup(pairs), ci90=list(ci) if ci else None,
-                   estimator="measured", by_category=paired.by_category(pairs, level))
-    return out
+        written = estimate.to_json()
+        return FinalistFigures(
+            **common, measured_prompts=estimate.measured, speedup=estimate.speedup,
+            interval=Interval.from_json(written[CI_KEY]), estimator=ppi.ESTIMATOR,
+            pooled={k: v for k, v in written.items() if k in POOLED_FIGURES},
+            by_category=ppi.by_category(pairs, predicted, repeats, level))
+    ci = paired.interval(pairs, level)
+    return FinalistFigures(
+        **common, measured_prompts=len(pooled), speedup=paired.speedup(pairs),
+        interval=Interval(*ci) if ci else None, estimator="measured",
+        by_category=paired.by_category(pairs, level))

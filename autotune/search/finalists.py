@@ -40,18 +40,26 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.common.interval import CI_KEY, Interval
+from autotune.common.interval import CI_KEY
 from autotune.decoding.label import describe
 from autotune.measure import paired
 from autotune.search import ranking
 from autotune.search.samplers import BASELINE, BASELINE_ATTR, is_baseline
+from autotune.search.validation_record import (
+    FinalistEntry,
+    FinalistFigures,
+    Judgement,
+    Look,
+    RaceLog,
+    ValidationRecord,
+)
 
 if TYPE_CHECKING:
     from autotune.decoding.config import DecodeConfig
@@ -59,11 +67,12 @@ if TYPE_CHECKING:
     from autotune.workloads.prompts import Prompt
 
 __all__ = ["DEFAULT_MIN_GAIN", "DO_NOT_SPECULATE", "OWN_ENGINE", "SPECULATE", "UNDECIDED",
-           "VALIDATION_ATTR", "Answer", "Finalist",
+           "VALIDATION_ATTR", "Answer", "Finalist", "FinalistEntry", "Judgement",
+           "ValidationRecord",
            "answer", "current_record", "engine_names", "engine_record", "finalist_view",
            "finalist_of", "measure_finalists", "record_arms", "rejudged",
            "resumable",
-           "measured_in", "pick_finalists", "shown_faster"]
+           "measured_in", "pick_finalists", "shown_faster", "store_record", "stored_record"]
 
 VALIDATION_ATTR = "validation"
 # The finalists of autotune's own search (its decoder, its rules): the record's top level.
@@ -78,19 +87,6 @@ STATISTIC = ("AR / candidate decode time per generated token, summed over the he
              "(ppi++) over the held-out pool where the replay tier predicts the config, "
              "else over the measured prompts; 90% percentile bootstrap interval over "
              "prompts")
-# Figures kept per finalist from its validation summary.
-_KEPT = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
-         "mean_accepted_tokens", "acceptance_rate", "lossless", "lossless_binding",
-         "mismatched_prompts", "near_tie_prompts", "divergences",
-         "by_category")
-# What names a finalist in the record, beside its figures.
-_IDENTITY = ("trial", "label", "role", "preset", "params", "search", "dropped_after",
-             "engine")
-# The prediction-powered figures a finalist carries besides (`ppi.PoolEstimate.to_json`).
-_POOLED = ("estimator", "ppi_lambda", "measured_prompts", "pool_prompts",
-           "measured_speedup", "measured_ci90", "predicted_speedup", "look_level", "dropped_after")
-
-
 @dataclass(frozen=True)
 class Finalist:
     """A config chosen for validation: its trial, why it was chosen and its search figures."""
@@ -155,65 +151,49 @@ def pick_finalists(study: optuna.Study, objective: ranking.Directions,
     return chosen
 
 
-def _refused_as_lossy(figures: dict[str, Any]) -> bool:
-    """Its greedy output differed from the baseline's in an engine where that counts
-    (`lossless_binding` is False only where the engine's multi-token numerics differ)."""
-    return figures.get("lossless") is False and figures.get("lossless_binding") is not False
-
-
-def shown_faster(figures: dict[str, Any]) -> bool:
+def shown_faster(entry: FinalistEntry) -> bool:
     """Validated faster than the AR baseline: lossless (where checked) and the whole
     interval above 1.0."""
-    ci = Interval.of(figures)
-    return not _refused_as_lossy(figures) and ci is not None and ci.above(1.0)
+    return entry.figures.shown_faster()
 
 
-def judge(finalists: list[dict[str, Any]], min_gain: float = DEFAULT_MIN_GAIN
-          ) -> tuple[str, int | None, str]:
-    """(decision, winning trial or None, a one-line reason) from measured finalists:
-    SPECULATE, DO_NOT_SPECULATE or UNDECIDED (the module docstring says when)."""
-    def figure(f: dict[str, Any]) -> str:
-        ci = Interval.of(f)
-        return (f"trial {f['trial']} ({f['label']}) {f['speedup']:.3f}x "
-                f"{ci if ci is not None else '(no interval)'}")
-
-    faster = [f for f in finalists if shown_faster(f)]
+def judge(finalists: list[FinalistEntry], min_gain: float = DEFAULT_MIN_GAIN) -> Judgement:
+    """The decision from measured finalists: SPECULATE (with its winning trial),
+    DO_NOT_SPECULATE or UNDECIDED, and a one-line reason (the module docstring says
+    when)."""
+    faster = [f for f in finalists if f.figures.shown_faster()]
     if faster:
-        best = max(faster, key=lambda f: (f["speedup"], -f["trial"]))
-        return SPECULATE, best["trial"], f"{figure(best)}: the highest validated speedup " \
-                                         "whose interval lies above 1.0"
+        best = max(faster, key=lambda f: (f.speedup, -f.trial))
+        return Judgement(SPECULATE, best.trial, f"{best.headline()}: the highest validated "
+                                                "speedup whose interval lies above 1.0")
     if not finalists:
-        return DO_NOT_SPECULATE, None, "no speculative config completed in the search"
-    lossy = [f for f in finalists if _refused_as_lossy(f)]
-    measured = [f for f in finalists if isinstance(f.get("speedup"), (int, float))]
+        return Judgement(DO_NOT_SPECULATE, None,
+                         "no speculative config completed in the search")
+    lossy = [f for f in finalists if f.figures.refused_as_lossy()]
+    measured = [f for f in finalists if isinstance(f.speedup, (int, float))]
     if not measured:
-        return DO_NOT_SPECULATE, None, "no finalist decoded a token on the validation prompts"
-    best = max(measured, key=lambda f: f["speedup"])
+        return Judgement(DO_NOT_SPECULATE, None,
+                         "no finalist decoded a token on the validation prompts")
+    best = max(measured, key=lambda f: f.speedup or 0.0)
     # A lossy finalist may well be faster: it is refused for its output, not its speed.
     which = "lossless finalist's" if lossy else "finalist's"
     not_lossless = ""
     if lossy:
         not_lossless = (f"; not lossless (the speculative output differed from the same "
                         f"engine's greedy output): trial "
-                        f"{', '.join(str(f['trial']) for f in lossy)}")
+                        f"{', '.join(str(f.trial) for f in lossy)}")
     worth = 1.0 + min_gain
-    open_ = [f for f in measured if not _refused_as_lossy(f) and not _below(f, worth)]
+    open_ = [f for f in measured
+             if not f.figures.refused_as_lossy() and not f.figures.below(worth)]
     if open_:
-        leader = max(open_, key=lambda f: (f["speedup"], -f["trial"]))
-        return UNDECIDED, None, (
-            f"likely {figure(leader)}, not shown: its 90% interval reaches below 1.0 and "
+        leader = max(open_, key=lambda f: (f.speedup or 0.0, -f.trial))
+        return Judgement(UNDECIDED, None, (
+            f"likely {leader.headline()}, not shown: its 90% interval reaches below 1.0 and "
             f"above {worth:.2f} (a gain worth having); rerun with more "
-            f"--validation-prompts (or a larger --validation-pool){not_lossless}")
+            f"--validation-prompts (or a larger --validation-pool){not_lossless}"))
     reason = (f"no {which} 90% interval lies above 1.0, and none reaches {worth:.2f} "
-              f"(--min-gain {min_gain:g}) (best {figure(best)}){not_lossless}")
-    return DO_NOT_SPECULATE, None, reason
-
-
-def _below(figures: dict[str, Any], worth: float) -> bool:
-    """Its whole interval lies below `worth` (a finalist without one, measured on one
-    prompt, never does: one prompt decides nothing)."""
-    ci = Interval.of(figures)
-    return ci is not None and ci.below(worth)
+              f"(--min-gain {min_gain:g}) (best {best.headline()}){not_lossless}")
+    return Judgement(DO_NOT_SPECULATE, None, reason)
 
 
 def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list[Prompt],
@@ -221,8 +201,8 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
                       on_prompt: Callable[[int, int], None] | None = None,
                       min_gain: float = DEFAULT_MIN_GAIN, pool: list[Prompt] | None = None,
                       predicted: dict[str, list[paired.PromptPair]] | None = None,
-                      budget_s: float | None = None, resume: dict[str, Any] | None = None
-                      ) -> dict[str, Any]:
+                      budget_s: float | None = None, resume: ValidationRecord | None = None
+                      ) -> ValidationRecord:
     """Race `finalists` against the AR baseline over `prompts` (`repeats` pooled) and
     judge them: the record stored as the study's `VALIDATION_ATTR`.
 
@@ -251,11 +231,9 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
                    if len(pool) > len(prompts)},
         on_prompt=on_prompt)
     setup = dataclasses.replace(setup, twins=_twins(setup.configs, setup.predicted))
-    race = _RaceState.resumed(finalists, len(prompts), resume or {})
+    race = _RaceState.resumed(finalists, len(prompts), resume)
     _run_race(setup, race)
-    record = _record(setup, race, pool, complete_trials, source)
-    _judge_record(record, setup, race, finalists)
-    return record
+    return _record(setup, race, pool, complete_trials, source, finalists)
 
 
 @dataclass(frozen=True)
@@ -283,19 +261,29 @@ class _RaceSetup:
         return 1.0 - paired.INTERVAL_LEVEL
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """Where a race's runs were measured and what `lossless` means there."""
+
+    measured_by: str
+    measured_by_label: str
+    token_exact: bool
+    lossless_tier: str       # exact (float32) or near-tie (bf16)
+
+
 @dataclass
 class _RaceState:
     """Where a race stands after its latest look: what a resumed race starts from and
     what the record is written from (kept in one place rather than a dozen locals)."""
 
     rows: dict[str, list[list[Any]]]   # per arm, every measured run (`row_of`)
-    looks: list[dict[str, Any]]        # each look: prompts, level, active, dropped
+    looks: list[Look]
     active: list[str]                  # arms still racing
     measured: int                      # prompts of the sample measured so far
     alpha_spent: float
     # What each finalist showed at its last look (a dropped one's stays as it was).
-    shown: dict[str, dict[str, Any]]
-    facts: dict[str, Any]              # where the runs were measured, what lossless means
+    shown: dict[str, FinalistFigures]
+    facts: _Facts | None               # None until a look measured runs
     stopped: str | None                # None while it runs, else racing's reason
     began: float                       # time.monotonic() when this run took it up
     looks_this_run: int = 0            # what the time budget counts
@@ -303,41 +291,32 @@ class _RaceState:
     responses: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
-    def resumed(cls, finalists: list[Finalist], sample: int, earlier: dict[str, Any]
-                ) -> _RaceState:
-        """A fresh race (`earlier` empty), or the one `earlier`'s record stopped."""
-        race = earlier.get("race") or {}
-        looks: list[dict[str, Any]] = list(race.get("looks", []))
-        dropped = {arm for look in looks for arm in look.get("dropped", [])}
-        measured = int(race.get("measured", 0))
+    def resumed(cls, finalists: list[Finalist], sample: int,
+                earlier: ValidationRecord | None) -> _RaceState:
+        """A fresh race (`earlier` None), or the one `earlier`'s record stopped."""
+        race = earlier.race if earlier is not None else None
+        looks = list(race.looks) if race is not None else []
+        dropped = {arm for look in looks for arm in look.dropped}
+        measured = race.measured if race is not None else 0
+        facts = None
+        if earlier is not None and earlier.measured_by is not None:
+            facts = _Facts(earlier.measured_by, earlier.measured_by_label or "",
+                           bool(earlier.token_exact if earlier.token_exact is not None
+                                else True), earlier.lossless_tier or "exact")
         return cls(
-            rows={f.arm: list((earlier.get("rows") or {}).get(f.arm, [])) for f in finalists},
+            rows={f.arm: list(earlier.rows.get(f.arm, []) if earlier is not None else [])
+                  for f in finalists},
             looks=looks, active=[f.arm for f in finalists if f.arm not in dropped],
-            measured=measured, alpha_spent=float(race.get("alpha_spent", 0.0)),
-            shown={_entry_arm(entry): {k: v for k, v in entry.items() if k not in _IDENTITY}
-                   for entry in _all_entries(earlier)},
-            facts={k: earlier[k] for k in ("measured_by", "measured_by_label",
-                                           "token_exact", "lossless_tier") if k in earlier},
-            stopped="sample" if measured >= sample else None, began=time.monotonic())
+            measured=measured, alpha_spent=race.alpha_spent if race is not None else 0.0,
+            shown={entry.arm: entry.figures
+                   for entry in (earlier.all_entries() if earlier is not None else [])},
+            facts=facts, stopped="sample" if measured >= sample else None,
+            began=time.monotonic())
 
 
-def _entry_arm(entry: dict[str, Any]) -> str:
-    """The race arm of a record's finalist entry (`Finalist.arm`)."""
-    engine = entry.get("engine", OWN_ENGINE)
-    own = f"trial{entry['trial']}"
-    return own if engine == OWN_ENGINE else f"{engine}.{own}"
-
-
-def _all_entries(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every finalist entry of `record`: autotune's own, then each engine's."""
-    engines = record.get("engine_finalists") or {}
-    return [*record.get("finalists", []),
-            *(entry for entries in engines.values() for entry in entries)]
-
-
-def record_arms(record: dict[str, Any]) -> list[str]:
+def record_arms(record: ValidationRecord) -> list[str]:
     """The race arms of a record's finalists, autotune's own first (`Finalist.arm`)."""
-    return [_entry_arm(entry) for entry in _all_entries(record)]
+    return [entry.arm for entry in record.all_entries()]
 
 
 def _run_race(setup: _RaceSetup, race: _RaceState) -> None:
@@ -401,11 +380,8 @@ def _measure_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
         measured[arm] = measured[twin]
     for arm, measurement in measured.items():
         race.rows[arm] += [row_of(run) for run in measurement.runs]
-        race.facts = {"measured_by": measurement.measured_by,
-                      "measured_by_label": measurement.measured_by_label,
-                      "token_exact": measurement.token_exact,
-                      # What `lossless` means here: exact (float32) or near-tie (bf16).
-                      "lossless_tier": lossless_tier(measurement.runs)}
+        race.facts = _Facts(measurement.measured_by, measurement.measured_by_label,
+                            measurement.token_exact, lossless_tier(measurement.runs))
     race.measured, race.looks_this_run = size, race.looks_this_run + 1
 
 
@@ -418,22 +394,23 @@ def _take_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
     n = len(setup.prompts)
     level = racing.look_level(setup.alpha, race.alpha_spent, size, n)
     race.alpha_spent += 1.0 - level
-    token_exact = bool(race.facts.get("token_exact", True))
+    token_exact = race.facts.token_exact if race.facts is not None else True
     for arm in race.active:
         race.shown[arm] = figures(race.rows[arm], setup.predicted.get(arm), setup.repeats,
                                   level, setup.configs[arm].greedy, token_exact)
     look = racing.next_look_by_group(
         {arm: _interval_or_none(race.shown[arm]) for arm in race.active},
         groups=setup.groups, last=size >= n, min_gain=setup.min_gain)
-    race.looks.append({"prompts": size, "level": level, "active": list(race.active),
-                       "dropped": look.dropped})
+    race.looks.append(Look(size, level, list(race.active), list(look.dropped)))
     race.active = look.keep
     race.stopped = look.stop
 
 
 def _record(setup: _RaceSetup, race: _RaceState, pool: list[Prompt], complete_trials: int,
-            source: str) -> dict[str, Any]:
-    """The race's record, its finalists and decision still to be filled in."""
+            source: str, finalists: list[Finalist]) -> ValidationRecord:
+    """The race's record: its facts, every finalist's last figures, the baseline's
+    latency, and the decision of autotune's own finalists and of each engine's (`judge`,
+    each group on its own), saying so when the budget stopped an undecided race."""
     from autotune.measure import ppi
     from autotune.search import racing
     from autotune.workloads.prompts import workload_digest
@@ -443,140 +420,122 @@ def _record(setup: _RaceSetup, race: _RaceState, pool: list[Prompt], complete_tr
                                       for row in arm_rows))
     by_id = {p.prompt_id: p for p in prompts}
     measured_prompts = [by_id[i] for i in measured_ids if i in by_id]
-    return {
-        "statistic": STATISTIC, "level": paired.INTERVAL_LEVEL, "source": source,
-        "estimator": ppi.ESTIMATOR if setup.predicted else "measured",
-        "pool_prompts": len(pool), "pool_sha256": workload_digest(pool),
-        "pool_categories": _counts(p.category for p in pool),
-        "prompts": len(measured_prompts), "prompt_ids": measured_ids,
-        "categories": _counts(p.category for p in measured_prompts),
-        "workload_sha256": workload_digest(measured_prompts),
-        "planned_prompts": len(prompts), "sample_sha256": workload_digest(prompts),
-        "repeats": setup.repeats, "max_new_tokens": setup.ctx.max_new_tokens,
-        "complete_trials": complete_trials, "min_gain": setup.min_gain,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "race": {"stopped": race.stopped or "sample", "measured": race.measured,
-                 "looks": race.looks, "alpha_spent": race.alpha_spent,
-                 "budget_s": setup.budget_s, "spending": racing.SPENDING,
-                 **({"twins": setup.twins} if setup.twins else {})},
-        "rows": race.rows, **race.facts, "finalists": [],
-    }
-
-
-def _judge_record(record: dict[str, Any], setup: _RaceSetup, race: _RaceState,
-                  finalists: list[Finalist]) -> None:
-    """Fill `record` in: every finalist's last figures, the baseline's latency, and the
-    decision of autotune's own finalists and of each engine's (`judge`, each group on its
-    own), saying so when the budget stopped an undecided race."""
+    log = RaceLog(stopped=race.stopped or "sample", measured=race.measured,
+                  looks=race.looks, alpha_spent=race.alpha_spent, budget_s=setup.budget_s,
+                  spending=racing.SPENDING, twins=setup.twins)
     baseline_ms = None
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[FinalistEntry]] = {}
     for f in finalists:
         own = race.shown.get(f.arm)
         if own is None:
             continue
-        baseline_ms = own.get("baseline_latency_ms_per_token") or baseline_ms
-        dropped_at = next((look["prompts"] for look in race.looks
-                           if f.arm in look["dropped"]), None)
-        entry = {**asdict(f), **own, "dropped_after": dropped_at}
-        if f.engine == OWN_ENGINE:
-            entry.pop("engine")       # autotune's own entries read as they always did
-        groups.setdefault(f.engine, []).append(entry)
-    record["baseline"] = {"latency_ms_per_token": baseline_ms}
-    record["finalists"] = groups.pop(OWN_ENGINE, [])
+        baseline_ms = own.baseline_latency_ms_per_token or baseline_ms
+        groups.setdefault(f.engine, []).append(FinalistEntry(
+            trial=f.trial, label=f.label, role=f.role, preset=f.preset, params=f.params,
+            search=f.search, engine=None if f.engine == OWN_ENGINE else f.engine,
+            figures=own, dropped_after=log.dropped_after(f.arm)))
 
-    def judged(entries: list[dict[str, Any]]) -> dict[str, Any]:
-        decision, winner, reason = judge(entries, setup.min_gain)
-        if decision == UNDECIDED and record["race"]["stopped"] == "budget":
-            reason += (f"; the --validation-budget of {setup.budget_s:g} s ran out after "
-                       f"{race.measured} of {len(setup.prompts)} prompts: rerun with a "
-                       "larger one to resume where it stopped")
-        return {"decision": decision, "winner": winner, "reason": reason}
+    def judged(entries: list[FinalistEntry]) -> Judgement:
+        verdict = judge(entries, setup.min_gain)
+        if verdict.decision == UNDECIDED and log.stopped == "budget":
+            verdict = verdict._replace(reason=verdict.reason + (
+                f"; the --validation-budget of {setup.budget_s:g} s ran out after "
+                f"{race.measured} of {len(setup.prompts)} prompts: rerun with a larger "
+                "one to resume where it stopped"))
+        return verdict
 
-    record.update(judged(record["finalists"]))
+    own_entries = groups.pop(OWN_ENGINE, [])
     engines = sorted({f.engine for f in finalists} - {OWN_ENGINE})
-    if engines:
-        record["engine_finalists"] = {name: groups.get(name, []) for name in engines}
-        record["engines"] = {name: judged(groups.get(name, [])) for name in engines}
+    facts = race.facts
+    return ValidationRecord(
+        statistic=STATISTIC, level=paired.INTERVAL_LEVEL, source=source,
+        estimator=ppi.ESTIMATOR if setup.predicted else "measured",
+        pool_prompts=len(pool), pool_sha256=workload_digest(pool),
+        pool_categories=_counts(p.category for p in pool),
+        prompts=len(measured_prompts), prompt_ids=measured_ids,
+        categories=_counts(p.category for p in measured_prompts),
+        workload_sha256=workload_digest(measured_prompts),
+        planned_prompts=len(prompts), sample_sha256=workload_digest(prompts),
+        repeats=setup.repeats, max_new_tokens=setup.ctx.max_new_tokens,
+        complete_trials=complete_trials, min_gain=setup.min_gain,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        race=log, rows=race.rows,
+        measured_by=facts.measured_by if facts else None,
+        measured_by_label=facts.measured_by_label if facts else None,
+        token_exact=facts.token_exact if facts else None,
+        lossless_tier=facts.lossless_tier if facts else None,
+        finalists=own_entries, baseline_ms=baseline_ms, judgement=judged(own_entries),
+        engine_finalists={name: groups.get(name, []) for name in engines},
+        engines={name: judged(groups.get(name, [])) for name in engines},
+        absent=frozenset() if facts else frozenset(
+            ("measured_by", "measured_by_label", "token_exact", "lossless_tier")))
 
 
-def _interval_or_none(figures: dict[str, Any]) -> tuple[float, float] | None:
-    ci = Interval.of(figures)
+def _interval_or_none(figures: FinalistFigures) -> tuple[float, float] | None:
+    ci = figures.interval
     return (ci.low, ci.high) if ci is not None else None
 
 
-def resumable(record: dict[str, Any]) -> bool:
+def resumable(record: ValidationRecord) -> bool:
     """A race its time budget stopped before it was decided: a rerun resumes it."""
-    race = record.get("race") or {}
-    return race.get("stopped") == "budget" and record.get("decision") == UNDECIDED
+    return (record.race is not None and record.race.stopped == "budget"
+            and record.decision == UNDECIDED)
 
 
-def rejudged(record: dict[str, Any], min_gain: float) -> dict[str, Any]:
+def rejudged(record: ValidationRecord, min_gain: float) -> ValidationRecord:
     """`record` judged again under another `min_gain` (the figures stay as measured),
     each engine's part too."""
-    decision, winner, reason = judge(record.get("finalists", []), min_gain)
-    out = {**record, "min_gain": min_gain, "decision": decision, "winner": winner,
-           "reason": reason}
-    if record.get("engines"):
-        out["engines"] = {}
-        for name, entries in (record.get("engine_finalists") or {}).items():
-            decision, winner, reason = judge(entries, min_gain)
-            out["engines"][name] = {"decision": decision, "winner": winner, "reason": reason}
-    return out
+    return replace(
+        record, min_gain=min_gain, judgement=judge(record.finalists, min_gain),
+        engines={name: judge(record.engine_finalists.get(name, []), min_gain)
+                 for name in record.engines},
+        absent=record.absent - {"min_gain"})
 
 
-def engine_names(record: dict[str, Any] | None) -> list[str]:
+def engine_names(record: ValidationRecord | None) -> list[str]:
     """The engines `record` answers for besides autotune's own (none: a single-engine
     search's record)."""
-    return sorted((record or {}).get("engines") or {})
+    return record.engine_names() if record is not None else []
 
 
-def engine_record(record: dict[str, Any], engine: str) -> dict[str, Any] | None:
-    """`engine`'s part of `record` in the single-engine shape (its finalists under
-    `finalists`, its decision, winner and reason at the top, the race's shared facts as
-    they are), or None when `record` has no answer for it. `OWN_ENGINE`: the record's
-    own part (without the engines')."""
-    if engine == OWN_ENGINE:
-        return {k: v for k, v in record.items() if k not in ("engines", "engine_finalists")}
-    judged = (record.get("engines") or {}).get(engine)
-    if not isinstance(judged, dict):
-        return None
-    shared = {k: v for k, v in record.items() if k not in ("engines", "engine_finalists")}
-    return {**shared, **judged,
-            "finalists": list((record.get("engine_finalists") or {}).get(engine, []))}
+def engine_record(record: ValidationRecord, engine: str) -> ValidationRecord | None:
+    """`engine`'s part of `record` in the single-engine shape (its finalists and
+    judgement at the top, the race's shared facts as they are), or None when `record`
+    has no answer for it. `OWN_ENGINE`: the record's own part (without the engines')."""
+    return record.for_engine(None if engine == OWN_ENGINE else engine)
 
 
-def measured_in(record: dict[str, Any]) -> dict[str, str]:
+def measured_in(record: ValidationRecord) -> dict[str, str]:
     """Display facts of where a record's figures were measured: `measured in` (the
     backend's label, "the engine itself" for an engine backend) and, per finalist whose
     speculative output differed from the same engine's greedy output on some prompts,
     which prompts (`not lossless`). Empty for a record without them."""
     facts: dict[str, str] = {}
-    label, who = record.get("measured_by_label"), record.get("measured_by")
+    label, who = record.measured_by_label, record.measured_by
     if label:
         facts["measured in"] = (f"{label}: the engine itself, its own decoding without "
                                 "speculation as the baseline" if who not in (None, "autotune")
                                 else str(label))
-    lossy = [f for f in record.get("finalists") or []
-             if isinstance(f, dict) and f.get("lossless") is False]
+    lossy = [f for f in record.finalists if f.figures.lossless is False]
     if lossy:
-        facts["not lossless"] = "; ".join(
-            f"trial {f.get('trial')}: output differed from greedy on "
-            f"{len(f.get('mismatched_prompts') or [])} of {record.get('prompts')} prompts "
-            f"({', '.join(map(str, (f.get('mismatched_prompts') or [])[:6]))}"
-            f"{', ...' if len(f.get('mismatched_prompts') or []) > 6 else ''})" for f in lossy)
-        if any(f.get("lossless_binding") is False for f in lossy):
+        def mismatched(f: FinalistEntry) -> str:
+            ids = f.figures.mismatched_prompts
+            return (f"trial {f.trial}: output differed from greedy on {len(ids)} of "
+                    f"{record.prompts} prompts ({', '.join(map(str, ids[:6]))}"
+                    f"{', ...' if len(ids) > 6 else ''})")
+        facts["not lossless"] = "; ".join(mismatched(f) for f in lossy)
+        if any(f.figures.lossless_binding is False for f in lossy):
             facts["not lossless"] += (
                 f". {label or 'This engine'}'s multi-token passes break near-ties unlike "
                 "its one-token passes, so its speculative output may differ from its own "
                 "greedy output with no drafting fault: reported, not held against a config")
-    tied = [f for f in record.get("finalists") or []
-            if isinstance(f, dict) and f.get("near_tie_prompts")]
+    tied = [f for f in record.finalists if f.figures.near_tie_prompts]
     if tied:
         facts["near-ties"] = "; ".join(
-            f"trial {f.get('trial')}: {len(f['near_tie_prompts'])} of "
-            f"{record.get('prompts')} prompts" for f in tied) + (
+            f"trial {f.trial}: {len(f.figures.near_tie_prompts)} of "
+            f"{record.prompts} prompts" for f in tied) + (
             " differ from greedy AR only at a near-tie the dtype's rounding explains "
-            f"(lossless tier: {record.get('lossless_tier') or 'near-tie'}; counted, not "
+            f"(lossless tier: {record.lossless_tier or 'near-tie'}; counted, not "
             "held against a config)")
     return facts
 
@@ -588,46 +547,71 @@ def _counts(values: Any) -> dict[str, int]:
     return out
 
 
-def current_record(study: optuna.Study) -> dict[str, Any] | None:
+def current_record(study: optuna.Study) -> ValidationRecord | None:
     """The study's validation record while it still judges the study's complete trials
     (a resumed search that completed more makes it stale: None)."""
-    record = study.user_attrs.get(VALIDATION_ATTR)
-    if not isinstance(record, dict):
-        return None
-    if record.get("complete_trials") != len(ranking.complete(study)):
+    record = stored_record(study)
+    if record is None or record.complete_trials != len(ranking.complete(study)):
         return None
     return record
 
 
-def finalist_view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
-    """What a frozen config carries under `validation`: the record's shared facts, the
-    figures of the finalist from `trial` (the AR baseline's for None: speedup 1 by
-    definition) and every finalist's, as evidence."""
-    shared = {k: record.get(k) for k in ("statistic", "level", "source", "prompts",
-                                         "prompt_ids", "categories", "workload_sha256",
-                                         "repeats", "max_new_tokens", "decision", "reason",
-                                         "winner", "measured_by", "measured_by_label")}
-    if record.get("lossless_tier"):            # records before the near-tie tier have none
-        shared["lossless_tier"] = record["lossless_tier"]
+def stored_record(study: optuna.Study) -> ValidationRecord | None:
+    """The study's validation record, current or stale (None: it has none)."""
+    record = study.user_attrs.get(VALIDATION_ATTR)
+    return ValidationRecord.from_json(record) if isinstance(record, dict) else None
+
+
+def store_record(study: optuna.Study, record: ValidationRecord) -> None:
+    """Keep `record` in the study (`VALIDATION_ATTR`, as JSON): what `current_record`
+    reads back."""
+    study.set_user_attr(VALIDATION_ATTR, record.to_json())
+
+
+# What a frozen config's `validation` copies of the record, in order (a key the record
+# was written without is left out).
+_SHARED = ("statistic", "level", "source", "prompts", "prompt_ids", "categories",
+           "workload_sha256", "repeats", "max_new_tokens", "decision", "reason", "winner",
+           "measured_by", "measured_by_label")
+_POOL_FACTS = ("estimator", "pool_prompts", "pool_sha256", "pool_categories",
+               "planned_prompts", "race")
+# ... of the winner's figures, and of every finalist's as evidence.
+_KEPT = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
+         "mean_accepted_tokens", "acceptance_rate", "lossless", "lossless_binding",
+         "mismatched_prompts", "near_tie_prompts", "divergences",
+         "by_category")
+_POOLED = ("estimator", "ppi_lambda", "measured_prompts", "pool_prompts",
+           "measured_speedup", "measured_ci90", "predicted_speedup", "look_level",
+           "dropped_after")
+_EVIDENCE = ("trial", "label", "role", "preset", "search", "speedup", CI_KEY,
+             "mean_accepted_tokens", "lossless", "divergences", "by_category", *_POOLED)
+
+
+def finalist_view(record: ValidationRecord, trial: int | None) -> dict[str, Any]:
+    """What a frozen config carries under `validation` (JSON): the record's shared
+    facts, the figures of the finalist from `trial` (the AR baseline's for None: speedup
+    1 by definition) and every finalist's, as evidence."""
+    written = record.to_json()
+    shared = {k: written.get(k) for k in _SHARED}
+    if record.lossless_tier:               # records before the near-tie tier have none
+        shared["lossless_tier"] = record.lossless_tier
     # Records before prediction-powered validation have no pool, nor a race.
-    shared.update({k: record[k] for k in ("estimator", "pool_prompts", "pool_sha256",
-                                          "pool_categories", "planned_prompts", "race")
-                   if k in record})
-    if isinstance(record.get("min_gain"), (int, float)):     # records before v4 have none
-        shared["min_gain"] = record["min_gain"]
-    own = next((f for f in record.get("finalists", []) if f["trial"] == trial), None)
+    shared.update({k: written[k] for k in _POOL_FACTS if k in written})
+    if record.min_gain is not None:        # records before v4 have none
+        shared["min_gain"] = record.min_gain
+    own = record.entry(trial)
     figures: dict[str, Any]
     if own is not None:
-        figures = {k: own[k] for k in (*_KEPT, CI_KEY, *_POOLED) if k in own}
+        entry = own.to_json()
+        figures = {k: entry[k] for k in (*_KEPT, CI_KEY, *_POOLED) if k in entry}
     else:
-        baseline_ms = (record.get("baseline") or {}).get("latency_ms_per_token")
-        figures = {"speedup": 1.0, CI_KEY: None, "latency_ms_per_token": baseline_ms,
-                   "baseline_latency_ms_per_token": baseline_ms, "lossless": True}
-    evidence = [{k: f.get(k) for k in ("trial", "label", "role", "preset", "search",
-                                       "speedup", CI_KEY, "mean_accepted_tokens", "lossless",
-                                       "divergences", "by_category", *_POOLED)
-                 if k in f or k not in (*_POOLED, "divergences")}
-                for f in record.get("finalists", [])]
+        figures = {"speedup": 1.0, CI_KEY: None, "latency_ms_per_token": record.baseline_ms,
+                   "baseline_latency_ms_per_token": record.baseline_ms, "lossless": True}
+    evidence = []
+    for f in record.finalists:
+        entry = f.to_json()
+        evidence.append({k: entry.get(k) for k in _EVIDENCE
+                         if k in entry or k not in (*_POOLED, "divergences")})
     return {**shared, **figures, "finalists": evidence}
 
 
@@ -638,7 +622,7 @@ class Answer:
     (None: not validated, the search's own best by `autotune.search.ranking`)."""
 
     trial: FrozenTrial | None
-    record: dict[str, Any] | None
+    record: ValidationRecord | None
 
     @property
     def validated(self) -> bool:
@@ -646,7 +630,7 @@ class Answer:
 
     @property
     def speculate(self) -> bool:
-        return self.record is None or self.record.get("decision") == SPECULATE
+        return self.record is None or self.record.decision == SPECULATE
 
 
 def answer(study: optuna.Study, objective: ranking.Directions) -> Answer:
@@ -657,7 +641,7 @@ def answer(study: optuna.Study, objective: ranking.Directions) -> Answer:
     if record is None:
         return Answer(ranking.best_trial(study, objective), None)
     trials = {t.number: t for t in ranking.complete(study)}
-    if record.get("decision") == SPECULATE and record.get("winner") in trials:
-        return Answer(trials[record["winner"]], record)
+    if record.decision == SPECULATE and record.winner in trials:
+        return Answer(trials[record.winner], record)
     baseline = next((t for t in trials.values() if is_baseline(t)), None)
     return Answer(baseline, record)

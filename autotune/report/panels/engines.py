@@ -12,7 +12,6 @@ so what was on offer is seen beside the verdict. A table below names each config
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 import plotly.graph_objects as go
@@ -22,6 +21,7 @@ from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, num, parity_line, section
 from autotune.report.trials import finite
 from autotune.report.whiskers import clip, clip_markers, readable_range
+from autotune.search.validation_record import FinalistEntry, ValidationRecord
 from autotune.search.finalists import (
     OWN_ENGINE,
     SPECULATE,
@@ -52,16 +52,18 @@ class EngineAnswer:
     reason: str
 
 
-def _answer(name: str, part: dict[str, Any]) -> EngineAnswer:
-    entries = [f for f in part.get("finalists") or [] if isinstance(f, dict)]
-    if part.get("decision") == SPECULATE:
-        shown = next((f for f in entries if f.get("trial") == part.get("winner")), {})
+def _answer(name: str, part: ValidationRecord) -> EngineAnswer:
+    shown: FinalistEntry | None
+    if part.decision == SPECULATE:
+        shown = part.winning_entry()
     else:
-        measured = [f for f in entries if finite(f.get("speedup")) is not None]
-        shown = max(measured, key=lambda f: f["speedup"], default={})
-    return EngineAnswer(name, str(part.get("decision") or ""), shown.get("label"),
-                        finite(shown.get("speedup")), Interval.of(shown),
-                        finite(shown.get("mean_accepted_tokens")), str(part.get("reason") or ""))
+        measured = [f for f in part.finalists if finite(f.speedup) is not None]
+        shown = max(measured, key=lambda f: f.speedup or 0.0, default=None)
+    if shown is None:
+        return EngineAnswer(name, part.decision, None, None, None, None, part.reason)
+    return EngineAnswer(name, part.decision, shown.label, finite(shown.speedup),
+                        shown.figures.interval, finite(shown.figures.mean_accepted_tokens),
+                        part.reason)
 
 
 def data(study: optuna.Study) -> list[EngineAnswer] | None:
@@ -71,7 +73,8 @@ def data(study: optuna.Study) -> list[EngineAnswer] | None:
     if record is None or not engine_names(record):
         return None
     own = engine_record(record, OWN_ENGINE)
-    answers = [_answer(OWN_LABEL, own or {})]
+    assert own is not None                    # a record always has its own part
+    answers = [_answer(OWN_LABEL, own)]
     for name in engine_names(record):
         part = engine_record(record, name)
         if part is not None:

@@ -25,6 +25,7 @@ from autotune.report.trials import finite
 from autotune.report.verdict import plural, stale_reason
 from autotune.report.whiskers import clip, clip_markers, readable_range
 from autotune.search.finalists import current_record, measured_in
+from autotune.search.validation_record import FinalistEntry, ValidationRecord
 
 ALL = "all"
 # One colour per finalist, in the record's order (Okabe-Ito, colour-blind safe): two
@@ -54,30 +55,30 @@ def _ci(figures: dict[str, Any]) -> tuple[float, float] | None:
     return (ci.low, ci.high) if ci is not None else None
 
 
-def finalist_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+def finalist_rows(record: ValidationRecord) -> list[dict[str, Any]]:
     """One row per finalist, in the record's order: trial, label, role, search_speedup
     (the search's own figure), speedup (validated), ci90 ([low, high] or None), tau
     (validated tokens per round), lossless, near_ties (prompts that left AR's output
     at a near-tie the dtype's rounding explains; None for a record without the count),
     chosen (the record's winner)."""
     rows = []
-    for f in record.get("finalists") or []:
-        if not isinstance(f, dict):
-            continue
-        ci = _ci(f)
-        rows.append({"trial": f.get("trial"), "label": f.get("label"), "role": f.get("role"),
-                     "search_speedup": finite((f.get("search") or {}).get("speedup")),
-                     "speedup": finite(f.get("speedup")), CI_KEY: list(ci) if ci else None,
-                     "tau": finite(f.get("mean_accepted_tokens")), "lossless": f.get("lossless"),
-                     "near_ties": (len(f["near_tie_prompts"])
-                                   if isinstance(f.get("near_tie_prompts"), list) else None),
-                     "chosen": f.get("trial") is not None and f.get("trial") == record.get("winner")})
+    for f in record.finalists:
+        ci = f.figures.interval
+        rows.append({"trial": f.trial, "label": f.label, "role": f.role,
+                     "search_speedup": finite(f.search.get("speedup")),
+                     "speedup": finite(f.speedup), CI_KEY: ci.to_json() if ci else None,
+                     "tau": finite(f.figures.mean_accepted_tokens),
+                     "lossless": f.figures.lossless,
+                     "near_ties": (len(f.figures.near_tie_prompts)
+                                   if f.figures.has("near_tie_prompts") else None),
+                     "chosen": f.trial == record.winner})
     return rows
 
 
-def _hover(f: dict[str, Any], group: str, speedup: float | None, ci: tuple[float, float] | None,
-           prompts: Any, tau: float | None, estimator: Any = None) -> str:
-    head = f"#{f.get('trial')} {f.get('label')} ({f.get('role')})"
+def _hover(f: FinalistEntry, group: str, speedup: float | None,
+           ci: tuple[float, float] | None, prompts: Any, tau: float | None,
+           estimator: Any = None) -> str:
+    head = f"#{f.trial} {f.label} ({f.role})"
     if speedup is None:
         return f"{head}<br>{group}: no figure (nothing decoded)"
     if estimator == "predicted":
@@ -94,36 +95,34 @@ def _hover(f: dict[str, Any], group: str, speedup: float | None, ci: tuple[float
     return f"{head}<br>{figure_line}" + (f"<br>{extra}" if extra else "")
 
 
-def _groups(record: dict[str, Any]) -> list[str]:
+def _groups(record: ValidationRecord) -> list[str]:
     """"all", then the categories in the record's order, then any only a finalist has."""
     # A prediction-powered record holds for its pool: the pool's categories.
-    order = [ALL, *(record.get("pool_categories") or record.get("categories") or {})]
-    for f in record.get("finalists") or []:
-        for category in (f.get("by_category") or {}) if isinstance(f, dict) else ():
+    order = [ALL, *(record.pool_categories or record.categories or {})]
+    for f in record.finalists:
+        for category in f.figures.by_category:
             if category not in order:
                 order.append(category)
     return order
 
 
-def frame_of(record: dict[str, Any]) -> pd.DataFrame:
+def frame_of(record: ValidationRecord) -> pd.DataFrame:
     """The plot's rows (FRAME_COLUMNS) from a validation record. Held-out prompts of a
     single category: "all" only (that category's figures are the same ones)."""
     groups = _groups(record)
     if len(groups) == 2:
         groups = [ALL]
     rows = []
-    for f in record.get("finalists") or []:
-        if not isinstance(f, dict):
-            continue
-        chosen = f.get("trial") is not None and f.get("trial") == record.get("winner")
-        legend = f"{f.get('label')} ({f.get('role')})" + (" ✓ chosen" if chosen else "")
-        cats = f.get("by_category") if isinstance(f.get("by_category"), dict) else {}
+    for f in record.finalists:
+        chosen = f.trial == record.winner
+        legend = f"{f.label} ({f.role})" + (" ✓ chosen" if chosen else "")
+        cats = f.figures.by_category
         for group in groups:
             if group == ALL:
-                figures = {"speedup": f.get("speedup"), CI_KEY: f.get(CI_KEY),
-                           "prompts": record.get("pool_prompts", record.get("prompts")),
-                           "mean_accepted_tokens":
-                           f.get("mean_accepted_tokens")}
+                figures = {**f.figures.speedup_json(),
+                           "prompts": (record.pool_prompts if "pool_prompts" not in
+                                       record.absent else record.prompts),
+                           "mean_accepted_tokens": f.figures.mean_accepted_tokens}
             elif isinstance(cats.get(group), dict):
                 figures = cats[group]
             else:
@@ -131,8 +130,8 @@ def frame_of(record: dict[str, Any]) -> pd.DataFrame:
             speedup, ci = finite(figures.get("speedup")), _ci(figures)
             tau = finite(figures.get("mean_accepted_tokens"))
             prompts = figures.get("prompts")
-            rows.append({"trial": f.get("trial"), "legend": legend, "label": f.get("label"),
-                         "role": f.get("role"), "chosen": chosen, "group": group,
+            rows.append({"trial": f.trial, "legend": legend, "label": f.label,
+                         "role": f.role, "chosen": chosen, "group": group,
                          "speedup": speedup, "ci_low": ci[0] if ci else math.nan,
                          "ci_high": ci[1] if ci else math.nan,
                          "prompts": prompts if isinstance(prompts, int) else None, "tau": tau,
@@ -141,19 +140,19 @@ def frame_of(record: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 
-def facts_of(record: dict[str, Any]) -> dict[str, str]:
+def facts_of(record: ValidationRecord) -> dict[str, str]:
     """The record's shared facts as display strings."""
-    facts = {"prompts": f"{plural(record.get('prompts'), 'held-out prompt')} × "
-                        f"{plural(record.get('repeats'), 'repeat')}"
-                        + (f" measured of a pool of {record.get('pool_prompts')}, "
+    facts = {"prompts": f"{plural(record.prompts, 'held-out prompt')} × "
+                        f"{plural(record.repeats, 'repeat')}"
+                        + (f" measured of a pool of {record.pool_prompts}, "
                            "prediction-powered (ppi++): the replay tier's predictions "
                            "on the pool corrected by the measured prompts"
-                           if record.get("estimator") == "ppi++" else ""),
-             "source": str(record.get("source") or ""),
-             "decision": str(record.get("decision") or "").replace("_", " "),
-             "reason": str(record.get("reason") or ""),
-             "statistic": str(record.get("statistic") or "")}
-    baseline_ms = finite((record.get("baseline") or {}).get("latency_ms_per_token"))
+                           if record.pooled else ""),
+             "source": str(record.source or ""),
+             "decision": record.decision.replace("_", " "),
+             "reason": record.reason,
+             "statistic": record.statistic}
+    baseline_ms = finite(record.baseline_ms)
     if baseline_ms is not None:
         facts["AR baseline"] = f"{baseline_ms:.2f} ms/token"
     facts.update(measured_in(record))
@@ -174,7 +173,7 @@ def data(study: optuna.Study, objective: ObjectiveInfo | None = None) -> Finalis
         return Finalists(empty, note=why + " The report's figures are the search's own.")
     rows, facts = finalist_rows(record), facts_of(record)
     if not rows:
-        return Finalists(empty, [], facts, f"No finalist to validate: {record.get('reason')}.")
+        return Finalists(empty, [], facts, f"No finalist to validate: {record.reason}.")
     frame = frame_of(record)
     text = None if not frame.empty else "No finalist has a validated figure."
     if len(_groups(record)) == 2 and text is None:

@@ -194,19 +194,19 @@ def _engine_facts(head: Header, config: Any) -> None:
 def validation_facts(said: Verdict) -> dict[str, str]:
     """The validation record's facts as display strings (empty without a record)."""
     record = said.record
-    if not isinstance(record, dict):
+    if record is None:
         return {}
-    categories = record.get("categories")
+    categories = record.categories
     split = (" (" + ", ".join(f"{k} {v}" for k, v in categories.items()) + ")"
-             if isinstance(categories, dict) and categories else "")
+             if categories else "")
     facts = {"status": "current" if said.validated else "stale: not used",
-             "decision": str(record.get("decision", "")).replace("_", " "),
-             "prompts": f"{record.get('prompts')}{split}",
-             "repeats": str(record.get("repeats")),
-             "source": str(record.get("source") or ""),
-             "finalists": str(len(record.get("finalists") or [])),
-             "statistic": str(record.get("statistic") or ""),
-             "created": str(record.get("created") or ""),
+             "decision": record.decision.replace("_", " "),
+             "prompts": f"{record.prompts}{split}",
+             "repeats": str(record.repeats),
+             "source": str(record.source or ""),
+             "finalists": str(len(record.finalists)),
+             "statistic": record.statistic,
+             "created": str(record.created or ""),
              **measured_in(record)}
     return {k: v for k, v in facts.items() if v and v != "None"}
 
@@ -221,8 +221,8 @@ def _config_line(h: Header) -> str:
     title = _config_title(said) + (" (search)" if said is not None and not said.validated else "")
     tags = [f"trial #{esc(h.best_trial)}"] if h.best_trial is not None else []
     if said is not None and said.record is not None and said.validated:
-        role = next((f.get("role") for f in said.record.get("finalists") or []
-                     if isinstance(f, dict) and f.get("trial") == h.best_trial), None)
+        own = said.record.entry(h.best_trial)
+        role = own.role if own is not None else None
         if role:
             tags.append(f"finalist {esc(role)}")
     if h.best_preset:

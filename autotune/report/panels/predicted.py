@@ -102,10 +102,10 @@ def _validated(study: optuna.Study) -> list[dict[str, Any]]:
         return []
     trials = {t.number: t for t in complete_trials(study)}
     rows = []
-    for f in record.get("finalists") or []:
-        t = trials.get(f.get("trial")) if isinstance(f, dict) else None
+    for f in record.finalists:
+        t = trials.get(f.trial)
         if t is not None and metrics_of(t).get("fidelity") == REPLAY:
-            rows.append(_row(t, VALIDATED, metrics_of(t), f))
+            rows.append(_row(t, VALIDATED, metrics_of(t), f.figures.to_json()))
     return [r for r in rows if r is not None]
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from autotune.common.interval import CI_KEY
 from autotune.report.objective import ObjectiveInfo, metric_title
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, note, num, section
@@ -51,8 +50,7 @@ def data(study: optuna.Study, objective: ObjectiveInfo, n: int = 10) -> TopTrial
     front = pareto_numbers(study, objective)
     order = ranked(study, objective)
     chosen = answer(study, objective)
-    finalists = {f["trial"]: f for f in (chosen.record or {}).get("finalists") or []
-                 if isinstance(f, dict) and "trial" in f}
+    finalists = {f.trial: f for f in (chosen.record.finalists if chosen.record else [])}
     recommended = chosen.trial.number if chosen.trial is not None else None
     shown = [(rank, t) for rank, t in enumerate(order, start=1)
              if rank <= n or t.number in finalists or t.number == recommended]
@@ -63,9 +61,10 @@ def data(study: optuna.Study, objective: ObjectiveInfo, n: int = 10) -> TopTrial
                                "preset": trial_preset(t)}
         if chosen.record is not None:
             own = finalists.get(t.number)
-            row["finalist"] = own.get("role") if own else None
-            row["validated"] = own.get("speedup") if own else None
-            row["validated_ci90"] = own.get(CI_KEY) if own else None
+            ci = own.figures.interval if own else None
+            row["finalist"] = own.role if own else None
+            row["validated"] = own.speedup if own else None
+            row["validated_ci90"] = ci.to_json() if ci is not None else None
         if objective.multi:
             row["pareto"] = t.number in front
         for metric, value in zip(objective.metrics, t.values):
