@@ -3,6 +3,11 @@
 Each version's structure is a JSON Schema in `schemas/frozen-v*.schema.json`. The files do
 not list the method names: `params.method.enum` is filled when a schema is loaded, from the
 method registry, so a method is registered in one place (`autotune.decoding.methods`).
+Nor does the current version's file list the methods' own keys: each entry under
+`params` is made from the key's `MethodKnob` (kind, bounds, choices) when the schema is
+loaded, so a method's keys are declared in its package only. A rule the knob cannot say
+(TensorRT-LLM's SA size is never 0; llama-server's spec-type list) is written in the file,
+and that entry is used as written.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import json
 from importlib.resources import files
 from typing import Any, Sequence
 
+from autotune.decoding.config import KNOBS
+from autotune.decoding.knobs import Knob
 from autotune.decoding.methods import BUILTIN_METHODS, method_names
 
 SCHEMA = "autotune.frozen/v5"
@@ -30,10 +37,52 @@ _SCHEMA_FILES = {"autotune.frozen/v1": "schemas/frozen-v1.schema.json",
 READABLE = tuple(_SCHEMA_FILES)
 
 
+# JSON types of the knob kinds (scalars; a list kind's items).
+_JSON_TYPES = {"int": "integer", "float": "number", "int_set": "integer",
+               "int_list": "integer", "float_list": "number"}
+
+
+def knob_entry(knob: Knob) -> dict[str, Any] | None:
+    """The JSON Schema of a method's key from its knob: its type and bounds (of each item
+    for a list kind; a layer set's items distinct), a string's choices; None for a kind
+    whose values the knob cannot describe (a static tree, a free string)."""
+    bounds = {k: (int(v) if knob.kind in ("int", "int_set", "int_list") else v)
+              for k, v in (("minimum", knob.low), ("maximum", knob.high)) if v is not None}
+    if knob.kind in ("int", "float"):
+        return {"type": _JSON_TYPES[knob.kind], **bounds}
+    if knob.kind == "str":
+        return {"enum": list(knob.choices)} if knob.choices is not None else None
+    if knob.kind in ("int_set", "int_list", "float_list"):
+        entry: dict[str, Any] = {"type": "array",
+                                 "items": {"type": _JSON_TYPES[knob.kind], **bounds}}
+        if knob.kind == "int_set":
+            entry["uniqueItems"] = True
+        return entry
+    return None
+
+
+def _with_method_knobs(params: dict[str, Any]) -> None:
+    """`params.properties` in the knobs' order, each method's own key made from its knob
+    unless the file writes it (a rule beyond kind and bounds)."""
+    written = params["properties"]
+    made: dict[str, Any] = {}
+    for name, knob in KNOBS.items():
+        entry = written.get(name) or (knob_entry(knob) if knob.methods else None)
+        if entry is None:
+            raise ValueError(f"the frozen schema has no entry for config key {name!r}, "
+                             "and its knob cannot describe it: write one")
+        made[name] = entry
+    params["properties"] = {**made, **{k: v for k, v in written.items() if k not in made}}
+
+
 def _with_methods(version: str, methods: Sequence[str]) -> dict[str, Any]:
-    """The schema file of `version` with `params.method.enum` set to `methods`."""
+    """The schema file of `version` with `params.method.enum` set to `methods` (and, for
+    the current version, the methods' own keys made from their knobs)."""
     schema = json.loads(files("autotune.frozen").joinpath(_SCHEMA_FILES[version]).read_text())
-    method = schema["properties"]["params"]["properties"].get("method")
+    params = schema["properties"]["params"]
+    if version == SCHEMA:
+        _with_method_knobs(params)
+    method = params["properties"].get("method")
     if method is not None:
         method["enum"] = list(methods)
     return schema
