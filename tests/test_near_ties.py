@@ -232,13 +232,12 @@ def test_measure_text_names_the_tier_and_the_near_tie_prompts() -> None:
 def test_the_report_facts_name_the_near_ties() -> None:
     from autotune.report.panels.finalists import finalist_rows
     from autotune.report.verdict import _finalist_line
-    from autotune.search.finalists import measured_in
     from autotune.search.validation_record import ValidationRecord
     tied = {"trial": 3, "label": "ngram", "role": "search #1", "speedup": 1.3,
             "lossless": True, "near_tie_prompts": ["a", "b"], "mismatched_prompts": []}
     record = ValidationRecord.from_json(
         {"prompts": 8, "lossless_tier": "near-tie (bfloat16)", "finalists": [tied]})
-    facts = measured_in(record)
+    facts = record.measured_in()
     assert facts["near-ties"].startswith("trial 3: 2 of 8 prompts differ from greedy AR")
     assert "near-tie (bfloat16)" in facts["near-ties"] and "not lossless" not in facts
     assert finalist_rows(record)[0]["near_ties"] == 2

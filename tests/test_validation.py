@@ -28,7 +28,6 @@ from autotune.search.finalists import (
     VALIDATION_ATTR,
     answer,
     current_record,
-    finalist_view,
     judge,
     pick_finalists,
     rejudged,
@@ -76,6 +75,11 @@ def _finalist(trial: int, speedup: float, ci: list[float] | None,
 def _judge(finalists: list[dict[str, Any]], **kwargs: Any) -> Judgement:
     """`judge` of finalist entries written as the record stores them (JSON)."""
     return judge([FinalistEntry.from_json(f) for f in finalists], **kwargs)
+
+
+def _view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
+    """What best.json carries under `validation` for `record` (as stored) and `trial`."""
+    return ValidationRecord.from_json(record).frozen_view(trial)
 
 
 def _record(study: optuna.Study, finalists: list[dict[str, Any]]) -> dict[str, Any]:
@@ -210,20 +214,20 @@ def _frozen(tmp_path: Path, validation: dict[str, Any] | None, speedup: float = 
 def test_exports_never_write_a_config_not_shown_faster(tmp_path):
     study = _study()
     record = _record(study, [_finalist(4, 1.15, [1.05, 1.3])])
-    written = write_exports(_frozen(tmp_path, finalist_view(ValidationRecord.from_json(record), 4)), tmp_path / "ex")
+    written = write_exports(_frozen(tmp_path, _view(record, 4)), tmp_path / "ex")
     assert "vllm.json" in written
     readme = (tmp_path / "ex" / "README.txt").read_text()
     assert "validated 1.150x [1.050, 1.300] on 4 held-out prompts" in readme
 
     slow = _record(study, [_finalist(4, 1.03, [0.97, 1.04])])
-    assert write_exports(_frozen(tmp_path, finalist_view(ValidationRecord.from_json(slow), None)), tmp_path / "ex") == []
+    assert write_exports(_frozen(tmp_path, _view(slow, None)), tmp_path / "ex") == []
     readme = (tmp_path / "ex" / "README.txt").read_text()
     assert readme.startswith("Exports of the run's best.json: do not speculate")
     assert "vllm: not written: the validated answer is not to speculate" in readme
-    assert "not to speculate" in refusal_reason({"validation": finalist_view(ValidationRecord.from_json(slow), 4)})
+    assert "not to speculate" in refusal_reason({"validation": _view(slow, 4)})
     # Undecided: nothing is written either, and the README says why.
     unsure = _record(study, [_finalist(4, 1.03, [0.97, 1.1])])
-    assert write_exports(_frozen(tmp_path, finalist_view(ValidationRecord.from_json(unsure), None)), tmp_path / "ex") == []
+    assert write_exports(_frozen(tmp_path, _view(unsure, None)), tmp_path / "ex") == []
     readme = (tmp_path / "ex" / "README.txt").read_text()
     assert readme.startswith("Exports of the run's best.json: undecided: likely trial 4")
     assert "vllm: not written: the validation is undecided" in readme
@@ -237,7 +241,7 @@ def test_the_export_command_refuses_a_do_not_speculate_answer(tmp_path, capsys):
     from autotune.cli.main import main
     study = _study()
     record = _record(study, [_finalist(4, 1.2, [1.1, 1.3]), _finalist(5, 0.9, [0.8, 1.0])])
-    path = _frozen(tmp_path, finalist_view(ValidationRecord.from_json(record), 5))
+    path = _frozen(tmp_path, _view(record, 5))
     assert main(["export", str(path), "--format", "vllm"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not shown faster" in err[0] and "nothing exported" in err[0]
@@ -265,7 +269,7 @@ def test_the_typed_record_reads_back_every_record_as_written():
     assert typed.to_json() == old
     assert typed.race is None and typed.min_gain is None and not typed.pooled
     assert typed.winning_entry() is not None and typed.winning_entry().trial == 4
-    view = finalist_view(typed, 4)
+    view = typed.frozen_view(4)
     assert "min_gain" not in view and "race" not in view and "estimator" not in view
     assert [sorted(f) for f in view["finalists"]] == [
         sorted(("trial", "label", "role", "preset", "search", "speedup", "ci90",

@@ -30,7 +30,6 @@ from autotune.search.finalists import (
     current_record,
     engine_names,
     engine_record,
-    finalist_view,
     shown_faster,
 )
 from autotune.search.ranking import best_trial, pareto_numbers, ranked
@@ -134,8 +133,8 @@ def best_document(study: optuna.Study, objective: Objective,
     else:
         doc = _trial_document(chosen.trial, objective, context, front)
     if chosen.record is not None:
-        doc["validation"] = finalist_view(
-            chosen.record, chosen.trial.number if chosen.speculate and chosen.trial else None)
+        doc["validation"] = chosen.record.frozen_view(
+            chosen.trial.number if chosen.speculate and chosen.trial else None)
     schedule = current_schedule(study, chosen.trial.number if chosen.trial else None)
     if schedule is not None:
         doc["schedule"] = schedule
@@ -157,12 +156,12 @@ def engine_document(record: ValidationRecord, engine: str,
     winner = part.winning_entry()
     if part.decision != SPECULATE or winner is None:
         doc = frozen_document({}, context=context)
-        doc["validation"] = finalist_view(part, None)
+        doc["validation"] = part.frozen_view(None)
         return doc
     search = {k: v for k, v in winner.search.items() if v is not None}
     doc = frozen_document(winner.params, metrics=search, context=context,
                           trial={"preset": winner.preset, "label": winner.label})
-    doc["validation"] = finalist_view(part, winner.trial)
+    doc["validation"] = part.frozen_view(winner.trial)
     return doc
 
 
@@ -192,7 +191,7 @@ def ranked_documents(study: optuna.Study, objective: Objective,
     docs = []
     for f in faster:
         doc = _trial_document(trials[f.trial], objective, context)
-        doc["validation"] = finalist_view(record, f.trial)
+        doc["validation"] = record.frozen_view(f.trial)
         docs.append(doc)
     return docs
 

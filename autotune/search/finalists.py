@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.common.interval import CI_KEY
 from autotune.decoding.label import describe
 from autotune.measure import paired
 from autotune.search import ranking
@@ -69,10 +68,10 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MIN_GAIN", "DO_NOT_SPECULATE", "OWN_ENGINE", "SPECULATE", "UNDECIDED",
            "VALIDATION_ATTR", "Answer", "Finalist", "FinalistEntry", "Judgement",
            "ValidationRecord",
-           "answer", "current_record", "engine_names", "engine_record", "finalist_view",
+           "answer", "current_record", "engine_names", "engine_record",
            "finalist_of", "measure_finalists", "record_arms", "rejudged",
            "resumable",
-           "measured_in", "pick_finalists", "shown_faster", "store_record", "stored_record"]
+           "pick_finalists", "shown_faster", "store_record", "stored_record"]
 
 VALIDATION_ATTR = "validation"
 # The finalists of autotune's own search (its decoder, its rules): the record's top level.
@@ -505,41 +504,6 @@ def engine_record(record: ValidationRecord, engine: str) -> ValidationRecord | N
     return record.for_engine(None if engine == OWN_ENGINE else engine)
 
 
-def measured_in(record: ValidationRecord) -> dict[str, str]:
-    """Display facts of where a record's figures were measured: `measured in` (the
-    backend's label, "the engine itself" for an engine backend) and, per finalist whose
-    speculative output differed from the same engine's greedy output on some prompts,
-    which prompts (`not lossless`). Empty for a record without them."""
-    facts: dict[str, str] = {}
-    label, who = record.measured_by_label, record.measured_by
-    if label:
-        facts["measured in"] = (f"{label}: the engine itself, its own decoding without "
-                                "speculation as the baseline" if who not in (None, "autotune")
-                                else str(label))
-    lossy = [f for f in record.finalists if f.figures.lossless is False]
-    if lossy:
-        def mismatched(f: FinalistEntry) -> str:
-            ids = f.figures.mismatched_prompts
-            return (f"trial {f.trial}: output differed from greedy on {len(ids)} of "
-                    f"{record.prompts} prompts ({', '.join(map(str, ids[:6]))}"
-                    f"{', ...' if len(ids) > 6 else ''})")
-        facts["not lossless"] = "; ".join(mismatched(f) for f in lossy)
-        if any(f.figures.lossless_binding is False for f in lossy):
-            facts["not lossless"] += (
-                f". {label or 'This engine'}'s multi-token passes break near-ties unlike "
-                "its one-token passes, so its speculative output may differ from its own "
-                "greedy output with no drafting fault: reported, not held against a config")
-    tied = [f for f in record.finalists if f.figures.near_tie_prompts]
-    if tied:
-        facts["near-ties"] = "; ".join(
-            f"trial {f.trial}: {len(f.figures.near_tie_prompts)} of "
-            f"{record.prompts} prompts" for f in tied) + (
-            " differ from greedy AR only at a near-tie the dtype's rounding explains "
-            f"(lossless tier: {record.lossless_tier or 'near-tie'}; counted, not "
-            "held against a config)")
-    return facts
-
-
 def _counts(values: Any) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in values:
@@ -566,53 +530,6 @@ def store_record(study: optuna.Study, record: ValidationRecord) -> None:
     """Keep `record` in the study (`VALIDATION_ATTR`, as JSON): what `current_record`
     reads back."""
     study.set_user_attr(VALIDATION_ATTR, record.to_json())
-
-
-# What a frozen config's `validation` copies of the record, in order (a key the record
-# was written without is left out).
-_SHARED = ("statistic", "level", "source", "prompts", "prompt_ids", "categories",
-           "workload_sha256", "repeats", "max_new_tokens", "decision", "reason", "winner",
-           "measured_by", "measured_by_label")
-_POOL_FACTS = ("estimator", "pool_prompts", "pool_sha256", "pool_categories",
-               "planned_prompts", "race")
-# ... of the winner's figures, and of every finalist's as evidence.
-_KEPT = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
-         "mean_accepted_tokens", "acceptance_rate", "lossless", "lossless_binding",
-         "mismatched_prompts", "near_tie_prompts", "divergences",
-         "by_category")
-_POOLED = ("estimator", "ppi_lambda", "measured_prompts", "pool_prompts",
-           "measured_speedup", "measured_ci90", "predicted_speedup", "look_level",
-           "dropped_after")
-_EVIDENCE = ("trial", "label", "role", "preset", "search", "speedup", CI_KEY,
-             "mean_accepted_tokens", "lossless", "divergences", "by_category", *_POOLED)
-
-
-def finalist_view(record: ValidationRecord, trial: int | None) -> dict[str, Any]:
-    """What a frozen config carries under `validation` (JSON): the record's shared
-    facts, the figures of the finalist from `trial` (the AR baseline's for None: speedup
-    1 by definition) and every finalist's, as evidence."""
-    written = record.to_json()
-    shared = {k: written.get(k) for k in _SHARED}
-    if record.lossless_tier:               # records before the near-tie tier have none
-        shared["lossless_tier"] = record.lossless_tier
-    # Records before prediction-powered validation have no pool, nor a race.
-    shared.update({k: written[k] for k in _POOL_FACTS if k in written})
-    if record.min_gain is not None:        # records before v4 have none
-        shared["min_gain"] = record.min_gain
-    own = record.entry(trial)
-    figures: dict[str, Any]
-    if own is not None:
-        entry = own.to_json()
-        figures = {k: entry[k] for k in (*_KEPT, CI_KEY, *_POOLED) if k in entry}
-    else:
-        figures = {"speedup": 1.0, CI_KEY: None, "latency_ms_per_token": record.baseline_ms,
-                   "baseline_latency_ms_per_token": record.baseline_ms, "lossless": True}
-    evidence = []
-    for f in record.finalists:
-        entry = f.to_json()
-        evidence.append({k: entry.get(k) for k in _EVIDENCE
-                         if k in entry or k not in (*_POOLED, "divergences")})
-    return {**shared, **figures, "finalists": evidence}
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,24 @@ _IDENTITY = ("trial", "label", "role", "preset", "params", "search", "engine")
 POOLED_FIGURES = ("ppi_lambda", "pool_prompts", "measured_speedup", "measured_ci90",
         "predicted_speedup")
 
+# What a frozen config's `validation` copies of the record (`frozen_view`), in order (a
+# key the record was written without is left out).
+_SHARED = ("statistic", "level", "source", "prompts", "prompt_ids", "categories",
+           "workload_sha256", "repeats", "max_new_tokens", "decision", "reason", "winner",
+           "measured_by", "measured_by_label")
+_POOL_FACTS = ("estimator", "pool_prompts", "pool_sha256", "pool_categories",
+               "planned_prompts", "race")
+# ... of the winner's figures, and of every finalist's as evidence.
+_KEPT = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
+         "mean_accepted_tokens", "acceptance_rate", "lossless", "lossless_binding",
+         "mismatched_prompts", "near_tie_prompts", "divergences",
+         "by_category")
+_POOLED = ("estimator", "ppi_lambda", "measured_prompts", "pool_prompts",
+           "measured_speedup", "measured_ci90", "predicted_speedup", "look_level",
+           "dropped_after")
+_EVIDENCE = ("trial", "label", "role", "preset", "search", "speedup", CI_KEY,
+             "mean_accepted_tokens", "lossless", "divergences", "by_category", *_POOLED)
+
 
 def _absent(data: Mapping[str, Any], optional: tuple[str, ...]) -> frozenset[str]:
     return frozenset(k for k in optional if k not in data)
@@ -416,3 +434,66 @@ class ValidationRecord:
         return replace(self, judgement=judged,
                        finalists=list(self.engine_finalists.get(engine, [])),
                        engines={}, engine_finalists={})
+
+    def frozen_view(self, trial: int | None) -> dict[str, Any]:
+        """What a frozen config carries under `validation` (JSON): the record's shared
+        facts, the figures of its finalist from `trial` (the AR baseline's for None:
+        speedup 1 by definition) and every finalist's, as evidence."""
+        written = self.to_json()
+        shared = {k: written.get(k) for k in _SHARED}
+        if self.lossless_tier:             # records before the near-tie tier have none
+            shared["lossless_tier"] = self.lossless_tier
+        # Records before prediction-powered validation have no pool, nor a race.
+        shared.update({k: written[k] for k in _POOL_FACTS if k in written})
+        if self.min_gain is not None:      # records before v4 have none
+            shared["min_gain"] = self.min_gain
+        own = self.entry(trial)
+        figures: dict[str, Any]
+        if own is not None:
+            entry = own.to_json()
+            figures = {k: entry[k] for k in (*_KEPT, CI_KEY, *_POOLED) if k in entry}
+        else:
+            figures = {"speedup": 1.0, CI_KEY: None, "latency_ms_per_token": self.baseline_ms,
+                       "baseline_latency_ms_per_token": self.baseline_ms, "lossless": True}
+        evidence = []
+        for f in self.finalists:
+            entry = f.to_json()
+            evidence.append({k: entry.get(k) for k in _EVIDENCE
+                             if k in entry or k not in (*_POOLED, "divergences")})
+        return {**shared, **figures, "finalists": evidence}
+
+    def measured_in(self) -> dict[str, str]:
+        """Display facts of where its figures were measured: `measured in` (the
+        backend's label, "the engine itself" for an engine backend) and, per finalist
+        whose speculative output differed from the same engine's greedy output on some
+        prompts, which prompts (`not lossless`); `near-ties` likewise. Empty without
+        them."""
+        facts: dict[str, str] = {}
+        label, who = self.measured_by_label, self.measured_by
+        if label:
+            facts["measured in"] = (f"{label}: the engine itself, its own decoding without "
+                                    "speculation as the baseline"
+                                    if who not in (None, "autotune") else str(label))
+        lossy = [f for f in self.finalists if f.figures.lossless is False]
+        if lossy:
+            def mismatched(f: FinalistEntry) -> str:
+                ids = f.figures.mismatched_prompts
+                return (f"trial {f.trial}: output differed from greedy on {len(ids)} of "
+                        f"{self.prompts} prompts ({', '.join(map(str, ids[:6]))}"
+                        f"{', ...' if len(ids) > 6 else ''})")
+            facts["not lossless"] = "; ".join(mismatched(f) for f in lossy)
+            if any(f.figures.lossless_binding is False for f in lossy):
+                facts["not lossless"] += (
+                    f". {label or 'This engine'}'s multi-token passes break near-ties "
+                    "unlike its one-token passes, so its speculative output may differ "
+                    "from its own greedy output with no drafting fault: reported, not "
+                    "held against a config")
+        tied = [f for f in self.finalists if f.figures.near_tie_prompts]
+        if tied:
+            facts["near-ties"] = "; ".join(
+                f"trial {f.trial}: {len(f.figures.near_tie_prompts)} of "
+                f"{self.prompts} prompts" for f in tied) + (
+                " differ from greedy AR only at a near-tie the dtype's rounding explains "
+                f"(lossless tier: {self.lossless_tier or 'near-tie'}; counted, not "
+                "held against a config)")
+        return facts

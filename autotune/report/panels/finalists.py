@@ -24,7 +24,7 @@ from autotune.report.style import esc, figure, layout, note, num, parity_line, s
 from autotune.report.trials import finite
 from autotune.report.verdict import plural, stale_reason
 from autotune.report.whiskers import clip, clip_markers, readable_range
-from autotune.search.finalists import current_record, measured_in
+from autotune.search.finalists import current_record
 from autotune.search.validation_record import FinalistEntry, ValidationRecord
 
 ALL = "all"
@@ -155,7 +155,7 @@ def facts_of(record: ValidationRecord) -> dict[str, str]:
     baseline_ms = finite(record.baseline_ms)
     if baseline_ms is not None:
         facts["AR baseline"] = f"{baseline_ms:.2f} ms/token"
-    facts.update(measured_in(record))
+    facts.update(record.measured_in())
     return {k: v for k, v in facts.items() if v}
 
 

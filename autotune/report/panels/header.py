@@ -35,7 +35,6 @@ from autotune.report.trials import (
     trial_preset,
 )
 from autotune.report.verdict import NOT_SPECULATING, Verdict, verdict
-from autotune.search.finalists import measured_in
 from autotune.search.samplers import BASELINE
 
 # The keys a tree's shape is given by, in the header's order (replacing k and the policy).
@@ -207,7 +206,7 @@ def validation_facts(said: Verdict) -> dict[str, str]:
              "finalists": str(len(record.finalists)),
              "statistic": record.statistic,
              "created": str(record.created or ""),
-             **measured_in(record)}
+             **record.measured_in()}
     return {k: v for k, v in facts.items() if v and v != "None"}
 
 
