@@ -19,10 +19,17 @@ INSTALL = ("pip install nanobind grpcio-tools cmake ninja && "
            "--no-build-isolation arctic-inference==0.3.0")
 
 
+def _short(value: Any) -> str:
+    """A searched float at three significant digits (`3.53`, not `3.53227449256707`):
+    a label names the config, best.json keeps its exact value."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 def _summary(c: Mapping[str, Any]) -> str:
     cached = c.get("suffix_max_cached_requests")
-    return (f"depth={c.get('suffix_max_tree_depth')} factor={c.get('suffix_max_spec_factor')}"
-            f" p>={c.get('suffix_min_token_prob')}"
+    return (f"depth={c.get('suffix_max_tree_depth')} "
+            f"factor={_short(c.get('suffix_max_spec_factor'))}"
+            f" p>={_short(c.get('suffix_min_token_prob'))}"
             + (" prompt-only" if cached == 0 else ""))
 
 
