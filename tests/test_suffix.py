@@ -246,3 +246,11 @@ def test_without_arctic_inference_the_method_drops_out_and_is_refused(monkeypatc
     assert "pip install" in message and "arctic-inference==0.3.0" in message
     with pytest.raises(AutotuneError, match="arctic-inference==0.3.0"):
         load_space("suffix").bind(30)
+
+
+def test_a_suffix_label_rounds_the_searched_floats():
+    from autotune.decoding.label import describe
+    config = {"method": "suffix", "k": 25, "suffix_max_tree_depth": 15,
+              "suffix_max_spec_factor": 3.53227449256707,
+              "suffix_min_token_prob": 0.20029885863595928}
+    assert describe(config) == "suffix k=25 depth=15 factor=3.53 p>=0.2"
