@@ -389,3 +389,74 @@ def test_storage_passwords_never_reach_files_or_messages():
         "postgresql://me:***@db.example:5432/x"
     assert masked_storage("postgresql://me@db/x") == "postgresql://me@db/x"
     assert masked_storage("reports/run/study.journal") == "reports/run/study.journal"
+
+
+class _StubbornEverywhere(_Stubborn):
+    """Proposes the same point through relative and independent sampling alike, as TPE
+    does once it has settled (its independent sampling is model-based too)."""
+
+    def sample_independent(self, study, trial, name, dist):
+        return self.point[name]
+
+
+def test_guarded_sampler_draws_at_random_even_when_the_inner_one_never_moves():
+    from autotune.search.samplers import MAX_REPEATS, GuardedSampler
+
+    def measured(trial):
+        trial.suggest_int("x", 0, 50), trial.suggest_int("y", 0, 50)
+        return 1.0
+
+    study = optuna.create_study(
+        sampler=GuardedSampler(_StubbornEverywhere({"x": 3, "y": 4}), seed=0))
+    study.optimize(measured, n_trials=MAX_REPEATS + 3)
+    points = [(t.params["x"], t.params["y"]) for t in study.trials]
+    assert points[:MAX_REPEATS] == [(3, 4)] * MAX_REPEATS
+    assert (3, 4) not in points[MAX_REPEATS:]
+
+
+class _SettledTPE(optuna.samplers.BaseSampler):
+    """Samples every parameter independently and always the same value for a known one
+    (a settled univariate TPE), any other at random."""
+
+    def __init__(self, point):
+        self.point = point
+        self.random = optuna.samplers.RandomSampler(seed=0)
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, name, dist):
+        if name in self.point:
+            return self.point[name]
+        return self.random.sample_independent(study, trial, name, dist)
+
+
+def test_a_distinct_study_screens_each_config_once_and_stops_when_covered(tmp_path, target):
+    """A replay screen (`distinct`): a repeat of a finished config is pruned uncounted
+    and the next trial draws at random; a space with nothing new left stops ("covered")."""
+    from autotune.search.study import COVERED_AFTER, REPEAT_ATTR
+    runner = _runner(tmp_path, target, "ngram", trials=8, distinct=True)
+    first = runner.study.ask()
+    runner.space.suggest(first)
+    point = dict(first.params)
+    first.set_user_attr("infeasible", "only asked for its parameters")
+    runner.study.tell(first, state=TrialState.PRUNED)
+    runner.study.sampler.inner = _SettledTPE(point)
+    assert runner.run() == "budget"
+    trials = runner.study.get_trials(deepcopy=False)
+    counted = counted_trials(trials)
+    configs = [str(sorted(t.user_attrs["config"].items())) for t in counted]
+    assert len(counted) == 8 and len(set(configs)) == 8
+    repeats = [t for t in trials if t.user_attrs.get(REPEAT_ATTR) is not None]
+    assert repeats and all(t.state == TrialState.PRUNED for t in repeats)
+    # Nothing new anywhere (the random draws repeat too): it stops, not spins.
+    runner.study.sampler._random = _SettledTPE(point)
+    runner.settings.trials = 1000
+    assert runner.run() == "covered"
+    assert len(counted_trials(runner.study.get_trials(deepcopy=False))) == 8
+    after = [t for t in runner.study.get_trials(deepcopy=False)
+             if t.user_attrs.get(REPEAT_ATTR) is not None]
+    assert len(after) >= len(repeats) + COVERED_AFTER

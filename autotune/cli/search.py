@@ -20,7 +20,8 @@ from autotune.runs.folder import best_document, top_table, validation_table
 STOPPED = {"budget": "trial budget reached", "timeout": "--timeout reached",
            "interrupted": "interrupted (Ctrl-C); rerun the same command to resume",
            "infeasible": "the space kept yielding infeasible points",
-           "grid": "the grid is exhausted"}
+           "grid": "the grid is exhausted",
+           "covered": "every config of the space was tried"}
 
 
 def run_search_command(args: argparse.Namespace) -> int:

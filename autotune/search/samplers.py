@@ -77,10 +77,20 @@ class _StudyView:
 
 
 class GuardedSampler(BaseSampler):
-    """Delegates to `inner`, hiding the baseline trial and known-infeasible repeats."""
+    """Delegates to `inner`, hiding the baseline trial and known-infeasible repeats: a
+    trial whose proposal is exhausted, or that follows one its runner refused as a
+    repeat (`draw_next_at_random`), draws every parameter at random instead (a
+    model-based sampler's own independent sampling would propose the same again)."""
 
-    def __init__(self, inner: BaseSampler) -> None:
+    def __init__(self, inner: BaseSampler, seed: int | None = None) -> None:
         self.inner = inner
+        self._random = optuna.samplers.RandomSampler(seed=seed)
+        self._random_trial: int | None = None     # the trial drawn at random
+        self._next_random = False
+
+    def draw_next_at_random(self) -> None:
+        """The next trial draws at random (its runner refused the last one as a repeat)."""
+        self._next_random = True
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial
                                     ) -> dict[str, BaseDistribution]:
@@ -88,17 +98,25 @@ class GuardedSampler(BaseSampler):
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if trial.number == self._random_trial:
+            return {}
         params = self.inner.sample_relative(_StudyView(study), trial, search_space)  # type: ignore[arg-type]
         if params and _exhausted(study, params):
+            self._random_trial = trial.number
             return {}          # each parameter then comes from sample_independent
         return params
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
+        if trial.number == self._random_trial:
+            return self._random.sample_independent(study, trial, param_name,
+                                                   param_distribution)
         return self.inner.sample_independent(_StudyView(study), trial, param_name,  # type: ignore[arg-type]
                                              param_distribution)
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        if self._next_random:
+            self._random_trial, self._next_random = trial.number, False
         self.inner.before_trial(_StudyView(study), trial)  # type: ignore[arg-type]
 
     def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
@@ -107,6 +125,7 @@ class GuardedSampler(BaseSampler):
 
     def reseed_rng(self) -> None:
         self.inner.reseed_rng()
+        self._random.reseed_rng()
 
 
 def _exhausted(study: Study, params: dict[str, Any]) -> bool:
@@ -257,4 +276,4 @@ def make_sampler(name: str, seed: int | None, n_objectives: int,
         else:
             check_sampler_name(name)
             raise AssertionError(f"sampler {name!r} is listed but not built")
-    return GuardedSampler(inner)
+    return GuardedSampler(inner, seed)

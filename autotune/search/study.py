@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import math
 import os
 import signal
@@ -39,7 +40,7 @@ from autotune.decoding.config import DecodeConfig
 from autotune.decoding.methods import Preset, all_methods
 from autotune.search.objectives import EvalContext, Objective
 from autotune.search.ranking import best_trial
-from autotune.search.samplers import BASELINE, BASELINE_ATTR, make_sampler
+from autotune.search.samplers import BASELINE, BASELINE_ATTR, GuardedSampler, make_sampler
 from autotune.search.storage import (
     masked_storage,
     open_storage,
@@ -65,6 +66,11 @@ BUDGET_ATTR = "trial_budget"
 # Trial user attr: measure this enqueued config on every prompt, never prune it (a
 # method's only measured config: its figures are what the report compares).
 UNPRUNED_ATTR = "unpruned"
+# Trial user attr of a `distinct` study's refused repeat: the trial it repeats.
+REPEAT_ATTR = "repeat_of"
+# Refused repeats in a row (each after a random draw) that say a `distinct` study has
+# seen its whole space: it stops there ("covered") rather than spinning.
+COVERED_AFTER = 50
 
 
 def presets(n_layers: int, engine: str = "autotune") -> list[Preset]:
@@ -96,6 +102,9 @@ class SearchSettings:
     study_attrs: dict[str, Any] = field(default_factory=dict)     # what defines the study
     startup_trials: int | None = None  # random trials before the sampler models (TPE)
     concurrency: int = 1               # requests served side by side (llama-server -np)
+    # Every config once (a replay screen: a repeat predicts the same figures): a repeat is
+    # refused uncounted, and the next trial draws at random.
+    distinct: bool = False
 
 
 @dataclass
@@ -116,7 +125,8 @@ def counted_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     retried |= {t.system_attrs.get("failed_trial") for t in trials}
     return [t for t in trials
             if t.state.is_finished() and not t.user_attrs.get("interrupted")
-            and not t.user_attrs.get("infeasible") and t.number not in retried]
+            and not t.user_attrs.get("infeasible") and not t.user_attrs.get(REPEAT_ATTR)
+            and t.number not in retried]
 
 
 class TrialTimeout(Exception):
@@ -200,6 +210,7 @@ class StudyRunner:
         self.worker = worker_id()
         self.storage = open_storage(settings.storage)
         self.study = self._open_study()
+        self._repeats_in_a_row = 0          # a `distinct` study's refused repeats
 
     # -- study set-up ---------------------------------------------------------------
 
@@ -365,10 +376,13 @@ class StudyRunner:
         self.enqueue_defaults()
         started = time.monotonic()
         self._on_start = on_start
+        self._repeats_in_a_row = 0
         while True:
             done, running, infeasible = self.progress()
             if done + running >= self.settings.trials:
                 return "budget"
+            if self._repeats_in_a_row >= COVERED_AFTER:
+                return "covered"
             if (self.settings.timeout_s is not None
                     and time.monotonic() - started >= self.settings.timeout_s):
                 return "timeout"
@@ -406,6 +420,8 @@ class StudyRunner:
             values = ", ".join(f"{m}={v:.4g}" for m, v in zip(self.objective.metrics, trial.values))
             return values
         if trial.state == TrialState.PRUNED:
+            if trial.user_attrs.get(REPEAT_ATTR) is not None:
+                return f"a repeat of trial {trial.user_attrs[REPEAT_ATTR]}: not counted"
             return trial.user_attrs.get("infeasible") or "pruned"
         return trial.user_attrs.get("error", "failed")
 
@@ -422,6 +438,8 @@ class StudyRunner:
                                      top_p=workload.top_p,
                                      concurrency=self.settings.concurrency)
         trial.set_user_attr("config", config.to_dict())
+        if self.settings.distinct and preset is None:
+            self._refuse_a_repeat(trial, config.to_dict())
         if self._on_start is not None:
             self._on_start(config.to_dict())
         report = self._reporter(trial) if (self.settings.prune and not self.objective.multi
@@ -458,6 +476,24 @@ class StudyRunner:
             _release_memory()
             raise TrialFailed(message) from None
         return values[0] if len(values) == 1 else values
+
+    def _refuse_a_repeat(self, trial: Trial, config: dict[str, Any]) -> None:
+        """In a `distinct` study, prune `trial` uncounted when a finished trial ran its
+        very config, and have the sampler draw the next one at random."""
+        key = json.dumps(config, sort_keys=True)
+        earlier = next((t.number for t in self.study.get_trials(
+                            deepcopy=False, states=(TrialState.COMPLETE,))
+                        if json.dumps(t.user_attrs.get("config"), sort_keys=True) == key),
+                       None)
+        if earlier is None:
+            self._repeats_in_a_row = 0
+            return
+        self._repeats_in_a_row += 1
+        trial.set_user_attr(REPEAT_ATTR, earlier)
+        sampler = self.study.sampler
+        if isinstance(sampler, GuardedSampler):
+            sampler.draw_next_at_random()
+        raise optuna.TrialPruned(f"a repeat of trial {earlier}")
 
     def _reporter(self, trial: Trial) -> Callable[[int, float], None]:
         def report(step: int, value: float) -> None:
