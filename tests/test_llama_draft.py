@@ -192,7 +192,7 @@ def test_the_exported_script_writes_its_draft_and_the_export_reproduces_the_draf
         measured.close()
     args = [str(_gguf()) if a == data["args"][1] else str(written) if a == data["draft"]["file"]
             else a for a in args]
-    with ServerProcess(find_server(), args + ["-t", "2", "-c", "1024"]) as server:
+    with ServerProcess(find_server(), args + ["-t", "1", "-c", "1024"]) as server:
         answer = server.post("/completion", {**data["request"], "prompt": prompt,
                                              "n_predict": 48, "cache_prompt": False,
                                              "return_tokens": True})
@@ -207,6 +207,14 @@ def test_measure_in_the_server_from_the_cli(tmp_path, monkeypatch, capsys):
     """`measure --in llama_server` runs llama_draft with the target's first layers; our
     decoder and a draft that is not GGUF are refused in one line."""
     from autotune.cli.main import main
+    from autotune.models.loading import cache_root
+
+    # A private cache for the drafts written, sharing the real cache's models/: the
+    # default model's converted copy is made once per machine, not by each CLI call here
+    # (dequantising the GGUF took 16 s a call, most of this test).
+    models = cache_root() / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "models").symlink_to(models, target_is_directory=True)
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     common = ["--workload", "copy_edit", "--prompts", "2", "--max-new-tokens", "8", "--json"]
     assert main(["measure", "--in", "llama_server", "--set", "method=llama_draft",

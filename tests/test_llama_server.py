@@ -54,7 +54,10 @@ def _gguf() -> Path:
 
 @pytest.fixture(scope="module")
 def backend() -> LlamaServerBackend:
-    return LlamaServerBackend(_gguf(), threads=2, n_ctx=1024)
+    # One thread, as each pytest-xdist worker's torch (tests/conftest.py): a two-thread
+    # server beside the other worker waits on its descheduled thread every op and ran
+    # test_llama_draft's draft-simple test in 100 s instead of 27 (2 busy cores).
+    return LlamaServerBackend(_gguf(), threads=1, n_ctx=1024)
 
 
 def _tokens(runner, text: str) -> list[int]:
@@ -136,7 +139,7 @@ def test_the_export_starts_a_server_that_reproduces_the_measured_drafts(backend)
         "llama_server/llama_server.json"])
     args = list(data["args"])
     args[1] = str(_gguf())                      # the frozen doc names a placeholder model
-    with ServerProcess(find_server(), args + ["-t", "2", "-c", "1024"]) as server:
+    with ServerProcess(find_server(), args + ["-t", "1", "-c", "1024"]) as server:
         answer = server.post("/completion", {**data["request"], "prompt": prompt,
                                              "n_predict": 64, "cache_prompt": False,
                                              "return_tokens": True})

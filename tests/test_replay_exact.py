@@ -78,9 +78,14 @@ CASES: dict[str, dict] = {
                            exits=(8, 16, 24), thresholds=(0.9, 0.6)),
 }
 USES_DRAFT = {"draft_fixed", "draft_heuristic", "draft_confidence", "draft_static_tree"}
-# The cases `Replayer.summary` is compared on run every prompt; the others every other
-# prompt (three categories each, alternating), which halves this module's decoding.
-EVERY_OTHER = {"ngram_vllm": 1, "suffix_vllm": 0, "sa_trtllm": 1, "ngram_heuristic": 0, "ngram_confidence": 1, "draft_heuristic": 1,
+# The cases `Replayer.summary` is compared on (ngram_fixed, draft_fixed) run every
+# prompt; the others every other prompt (prompts 0, 2, 4 or 1, 3), which halves this
+# module's decoding. Each offset is one where the case accepts drafts on this model
+# (`_exercised`): n-gram and suffix drafts are accepted on the math and coding prompts
+# (3, 4), the SGLang trie's on 1..4 (BFS) and 2 (PROB).
+EVERY_OTHER = {"ngram_adaptive": 1, "ngram_heuristic": 0, "ngram_confidence": 1,
+               "ngram_vllm": 1, "suffix_fixed": 1, "suffix_vllm": 0, "sa_trtllm": 1,
+               "sglang_ngram_bfs": 1, "sglang_ngram_prob": 0, "draft_heuristic": 1,
                "draft_confidence": 0, "draft_static_tree": 1, "layer_skip_k1": 0,
                "sorted_exit_k1": 1}
 
