@@ -295,6 +295,12 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     never picked over an unlucky one. Every config must share one temperature and top-p
     (the baseline's). `on_prompt(index, repeat, runs, so_far)` follows each prompt.
 
+    Our decoder's arms share the target's prefill of each prompt (the first arm to
+    serve it runs the pass, the others copy its keys, values and logits:
+    `decoding.decoder.PrefillMemo`): decoded exactly as with their own, each run's
+    `prefill_s` the pass's measured time, and one prefill per prompt instead of one per
+    arm (a prompt's prefill costs about a third of an arm's run at 32 new tokens).
+
     `backend` runs every arm, the baseline included (the engine's own decoding without
     speculation): default our decoder (`EmbeddedBackend(target, draft)`). `target`
     gives the tokenizer that encodes the prompts, the same token ids for every engine.
