@@ -329,6 +329,9 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
                           max_new_tokens, seed)
     try:
         if warm_up:
+            # The runners' warm-ups share one prefill too (each still runs its own
+            # drafter's); the timed runs then start from a fresh memo.
+            session.share_prefills()
             session.warm_up()
         session.share_prefills()
         stateful = [session.runners[name] for name in configs
@@ -440,9 +443,9 @@ class _ArmSession:
                             category=self.prompts[0].category)
 
     def share_prefills(self) -> None:
-        """From here on, the arms of a prompt share the target's prefill of it (after the
-        warm-up, whose cold pass no timed run should inherit): decoded alike, paid once
-        per prompt (`PrefillMemo`; a runner of another engine ignores it)."""
+        """From here on, the arms of a prompt share the target's prefill of it, in a new
+        memo (the timed runs never inherit the warm-up's cold pass): decoded alike, paid
+        once per prompt (`PrefillMemo`; a runner of another engine ignores it)."""
         memo = PrefillMemo()
         for runner in self.runners.values():
             runner.share_prefills(memo)
