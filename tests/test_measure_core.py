@@ -376,3 +376,70 @@ def test_repeats_are_pooled_per_prompt(target):
     assert summary["speedup_ci90"] == list(paired.interval(paired.pool(
         [r.pair() for r in result.runs])))
     assert {c: v["prompts"] for c, v in summary["by_category"].items()} == {"code": 2, "chat": 1}
+
+
+# ------------------------------------------------------------------ shared prefills
+SHARED_ARMS = {"ngram": DecodeConfig(method="ngram", k=3),
+               "skip": DecodeConfig(method="layer_skip", k=3, attn_skip=[1], mlp_skip=[2]),
+               "tree": DecodeConfig(method="layer_skip", k=3, attn_skip=[1], tree_width=2,
+                                    tree_depth=2, tree_tokens=4)}
+
+
+def _trace(generation: Any) -> tuple[Any, ...]:
+    return (tuple(generation.tokens),
+            tuple((t.drafted, t.accepted, t.emitted, t.verified) for t in generation.rounds))
+
+
+def test_a_shared_prefill_decodes_exactly_as_its_own(target):
+    """A decoder that copies another's prefill of the prompt (`PrefillMemo`) emits the
+    same tokens in the same rounds as one that runs the pass itself; the pass runs once
+    per prompt, whatever the number of decoders."""
+    memo = decoder_module.PrefillMemo()
+    for prompt in PROMPTS:
+        ids = _ids(target, prompt)
+        for config in [DecodeConfig(), *SHARED_ARMS.values()]:
+            own = SpeculativeDecoder(target, config).generate(ids, MAX_NEW, time.perf_counter)
+            shared = SpeculativeDecoder(target, config)
+            shared.share_prefills(memo)
+            copied = shared.generate(ids, MAX_NEW, time.perf_counter)
+            assert _trace(copied) == _trace(own)
+    assert memo.hits == len(PROMPTS) * len(SHARED_ARMS)
+
+
+def test_measure_arms_prefills_each_prompt_once(target, monkeypatch):
+    """Timed runs share the target's prefill of their prompt: one pass per prompt and
+    repeat (the warm-up keeps its own), outputs as without sharing."""
+    passes: list[int] = []
+    forward = target.forward.forward
+
+    def counted(ids: torch.Tensor, cache: Any, *args: Any, last_only: bool = False,
+                **kwargs: Any) -> torch.Tensor:
+        if cache.length == 0:            # a prefill: the pass over the whole prompt
+            passes.append(ids.shape[1])
+        return forward(ids, cache, *args, last_only=last_only, **kwargs)
+
+    monkeypatch.setattr(target.forward, "forward", counted)
+    results = measure_arms(target, SHARED_ARMS, PROMPTS, MAX_NEW, repeats=2)
+    # The warm-up prefills prompt 0 once for its four runners; the timed runs start
+    # from a fresh memo: one pass per prompt and repeat.
+    assert len(passes) == 1 + len(PROMPTS) * 2
+    for name, config in SHARED_ARMS.items():
+        for run in results[name].runs:
+            prompt = next(p for p in PROMPTS if p.prompt_id == run.prompt_id)
+            own = SpeculativeDecoder(target, config).generate(_ids(target, prompt), MAX_NEW,
+                                                              time.perf_counter)
+            assert _trace(run.candidate) == _trace(own)
+            assert run.candidate.prefill_s > 0
+
+
+def test_greedy_baseline_outputs_are_kept_as_later_histories(target):
+    """Greedy, the baseline's timed output of a prompt is what a later call's warm history
+    would decode untimed: `responses` keeps it, so that history costs no decode."""
+    responses: dict[str, list[int]] = {}
+    first = measure_arms(target, {"a": DecodeConfig(method="ngram", k=3)}, PROMPTS[:2],
+                         MAX_NEW, responses=responses)["a"]
+    assert responses == {r.prompt_id: r.baseline.tokens for r in first.runs}
+    sampled: dict[str, list[int]] = {}
+    measure_arms(target, {"a": DecodeConfig(method="ngram", k=3, temperature=1.0)},
+                 PROMPTS[:1], MAX_NEW, responses=sampled)
+    assert sampled == {}          # a sampled output is one draw, not the history's

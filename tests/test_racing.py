@@ -61,6 +61,7 @@ class _Bench:
         self.now = 0.0
         self.measured: list[str] = []
         self.histories: list[list[str]] = []
+        self.warm_ups: list[bool] = []
         self.rng = np.random.default_rng(0)
 
     def clock(self) -> float:
@@ -69,9 +70,10 @@ class _Bench:
     def measure_arms(self, target: Any, configs: dict[str, Any], prompts: list[Prompt],
                      max_new_tokens: int, repeats: int = 1, seed: int = 0, draft: Any = None,
                      on_prompt: Any = None, backend: Any = None, history: Any = (),
-                     responses: Any = None) -> dict[str, Measurement]:
+                     responses: Any = None, warm_up: bool = True) -> dict[str, Measurement]:
         # What each look was told came before it (a stateful method's warm history).
         self.histories.append([p.prompt_id for p in history])
+        self.warm_ups.append(warm_up)
         runs: dict[str, list[PromptRun]] = {arm: [] for arm in configs}
         for prompt in prompts:
             self.now += 10.0
@@ -136,3 +138,5 @@ def test_the_budget_stops_a_close_race_undecided_and_a_rerun_resumes_it(monkeypa
     ids = [p.prompt_id for p in PROMPTS]
     assert bench.histories[0] == [] and bench.histories[1:] == [
         ids[:n] for n in (8, 12)][:len(bench.histories) - 1]
+    # Our decoder warms up once per process: the first look of each run, not the rest.
+    assert bench.warm_ups == [True, True, False][:len(bench.warm_ups)]

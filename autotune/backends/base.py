@@ -54,6 +54,12 @@ class Runner(Protocol):
         """File a request served untimed into the cross-request state."""
         ...
 
+    def share_prefills(self, memo: Any) -> None:
+        """Take the target's prefill of a prompt from `memo` (a
+        `decoding.decoder.PrefillMemo`) when another runner of this measurement made it
+        already; an engine that prefills in its own process ignores it."""
+        ...
+
     def close(self) -> None:
         """Free what this config's engine instance holds."""
         ...
@@ -72,6 +78,9 @@ class RunnerBase:
 
     def absorb(self, prompt: list[int], response: list[int], max_new_tokens: int) -> None:
         """Nothing kept: a served request leaves no trace."""
+
+    def share_prefills(self, memo: Any) -> None:
+        """Every prefill runs in the engine itself."""
 
     def close(self) -> None:
         """Nothing held beyond what garbage collection frees."""

@@ -25,7 +25,7 @@ import torch
 from autotune.backends.base import Backend, Runner
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
-from autotune.decoding.decoder import Generation
+from autotune.decoding.decoder import Generation, PrefillMemo
 from autotune.measure import divergence, paired
 from autotune.measure.summary import MeasurementSummary
 from autotune.measure.timing import Clock
@@ -284,7 +284,8 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
                  on_prompt: Callable[[int, int, dict[str, PromptRun],
                                       dict[str, Measurement]], None] | None = None,
                  backend: Backend | None = None, history: Sequence[Prompt] = (),
-                 responses: dict[str, list[int]] | None = None) -> dict[str, Measurement]:
+                 responses: dict[str, list[int]] | None = None,
+                 warm_up: bool = True) -> dict[str, Measurement]:
     """Time every config of `configs` (by arm name) against one AR baseline on `prompts`.
 
     All arms run on a prompt before the next prompt starts, the baseline among them, in an
@@ -294,6 +295,12 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     pools the repeats of a prompt (sums their times and tokens), so a lucky repeat is
     never picked over an unlucky one. Every config must share one temperature and top-p
     (the baseline's). `on_prompt(index, repeat, runs, so_far)` follows each prompt.
+
+    Our decoder's arms share the target's prefill of each prompt (the first arm to
+    serve it runs the pass, the others copy its keys, values and logits:
+    `decoding.decoder.PrefillMemo`): decoded exactly as with their own, each run's
+    `prefill_s` the pass's measured time, and one prefill per prompt instead of one per
+    arm (a prompt's prefill costs about a third of an arm's run at 32 new tokens).
 
     `backend` runs every arm, the baseline included (the engine's own decoding without
     speculation): default our decoder (`EmbeddedBackend(target, draft)`). `target`
@@ -305,7 +312,13 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     served before `prompts` (each prompt with the baseline's output, decoded untimed
     once and kept in `responses` by prompt id), then serves `prompts` in their order;
     every repeat starts again from that history, so no repeat drafts from its own
-    earlier answers.
+    earlier answers. Greedy, the baseline's timed output of a prompt is that output:
+    it is kept in `responses` too, so a later call whose history holds the prompt
+    decodes nothing again.
+
+    `warm_up`: False skips the untimed warm-up, for a caller that has just measured
+    the same configs in this process through our own decoder (a race's later looks):
+    what a warm-up pays for (allocator growth, kernel selection, lazy imports) is paid.
     """
     temperature, top_p, concurrency = _shared_sampling(configs)
     if backend is None:
@@ -316,7 +329,12 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     session = _ArmSession(target, draft, backend, baseline, configs, prompts,
                           max_new_tokens, seed)
     try:
-        session.warm_up()
+        if warm_up:
+            # The runners' warm-ups share one prefill too (each still runs its own
+            # drafter's); the timed runs then start from a fresh memo.
+            session.share_prefills()
+            session.warm_up()
+        session.share_prefills()
         stateful = [session.runners[name] for name in configs
                     if session.runners[name].stateful]
         served = session.history(history, responses) if stateful else []
@@ -327,6 +345,10 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
             for index in range(len(prompts)):
                 this = session.serve_prompt(index, repeat, _rotated(session.arms, step))
                 step += 1
+                if responses is not None and baseline.greedy:
+                    # The same greedy decode `history` would make untimed.
+                    responses.setdefault(prompts[index].prompt_id,
+                                         next(iter(this.values())).baseline.tokens)
                 if on_prompt is not None:
                     on_prompt(index, repeat, this, session.results())
         return session.results()
@@ -420,6 +442,14 @@ class _ArmSession:
             runner.generate(self.encoded[0], min(WARMUP_TOKENS, self.max_new_tokens),
                             self.clock, self.generator(0, 0),
                             category=self.prompts[0].category)
+
+    def share_prefills(self) -> None:
+        """From here on, the arms of a prompt share the target's prefill of it, in a new
+        memo (the timed runs never inherit the warm-up's cold pass): decoded alike, paid
+        once per prompt (`PrefillMemo`; a runner of another engine ignores it)."""
+        memo = PrefillMemo()
+        for runner in self.runners.values():
+            runner.share_prefills(memo)
 
     def history(self, history: Sequence[Prompt], responses: dict[str, list[int]] | None
                 ) -> list[tuple[list[int], list[int]]]:

@@ -93,7 +93,7 @@ class SearchOutcome:
     seconds: float                 # this run's time in the study, validation and files
     files: list[str]               # what the run folder holds, for the last line
     # (stage, seconds) in the order they ran: loading, screening, trials, the engines'
-    # screens, the race, the files; for the summary.
+    # screens, the pool's predictions, the race, the files; for the summary.
     stages: tuple[tuple[str, float], ...] = ()
 
     @property
@@ -323,7 +323,7 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
         clock.lap("the engines' screens")
     if reason != INTERRUPTED and plan.held_out:
         try:
-            _validate(plan, runner, screens)
+            _validate(plan, runner, screens, clock)
         except KeyboardInterrupt:
             reason = INTERRUPTED
             note("interrupted while validating the finalists; the search is "
@@ -360,7 +360,7 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
 
 
 def _validate(plan: SearchPlan, runner: StudyRunner,
-              screens: dict[str, StudyRunner]) -> None:
+              screens: dict[str, StudyRunner], clock: _Stages | None = None) -> None:
     """Race the finalists on the held-out prompts and store the record in the study,
     unless a current record of these prompts and repeats is there already (a rerun of
     a finished search loses nothing and re-measures nothing); a race its budget
@@ -395,6 +395,9 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
               *engines_chosen]
     predicted = (predict_pool(runner.context, chosen, held.pool)
                  if len(held.pool) > len(held.held_out) else {})
+    if clock is not None:
+        # The pool's reference decodes and tables apart from the race's measurements.
+        clock.lap("predicting the held-out pool")
     behind = predicted_behind(chosen, predicted)
     if behind:
         note("not raced, replay predicts them over "

@@ -374,7 +374,10 @@ def _measure_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
                             prompts[offset:size], ctx.max_new_tokens, repeats=setup.repeats,
                             seed=ctx.seed, draft=ctx.draft, on_prompt=each,
                             backend=ctx.final_backend, history=prompts[:offset],
-                            responses=race.responses)
+                            responses=race.responses,
+                            # Our decoder, in this process, warmed by this run's first
+                            # look: a later look's warm-up would pay for nothing.
+                            warm_up=race.looks_this_run == 0 or ctx.final_backend is not None)
     for arm, twin in copied.items():
         measured[arm] = measured[twin]
     for arm, measurement in measured.items():
