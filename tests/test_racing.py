@@ -103,8 +103,10 @@ def _race(monkeypatch: pytest.MonkeyPatch, bench: _Bench, budget: float | None =
                        {"method": "ngram", "k": n}, {}) for n in bench.speedups]
     ctx = SimpleNamespace(target=None, draft=None, max_new_tokens=TOKENS, seed=0,
                           final_backend=None)
-    return finalists.measure_finalists(ctx, chosen, PROMPTS[:sample], 1, 5, "test",
-                                       budget_s=budget, resume=resume)
+    earlier = finalists.ValidationRecord.from_json(resume) if resume is not None else None
+    record = finalists.measure_finalists(ctx, chosen, PROMPTS[:sample], 1, 5, "test",
+                                         budget_s=budget, resume=earlier)
+    return record.to_json()         # the record as the study stores it
 
 
 def test_a_clear_race_stops_at_the_first_look_with_the_leader(monkeypatch) -> None:
