@@ -37,8 +37,9 @@ ENGINE_FINALISTS = 1
 # the configs that can win).
 PREDICTED_MARGIN = 0.10
 # An engine's space is one or two drafters' numbers (a few hundred points): a quarter of
-# the main --screen, at least this many, covers it.
-_LEAST_SCREEN = 60
+# the main --screen, at least this many, covers it (its model-free replays take a few
+# seconds per hundred configs; a space with nothing new left stops before: "covered").
+_LEAST_SCREEN = 100
 
 
 def engine_screen_budget(screen: int) -> int:
