@@ -154,7 +154,7 @@ def measure(target: Any, arms: dict[str, dict[str, Any]], prompts: list[Any],
                         on_prompt=lambda i, r, runs, so_far: print(
                             f"  [{i + 1}/{len(prompts)}] bench prompt", file=sys.stderr,
                             flush=True))
-    shown = {arm: figures([row_of(run) for run in m.runs], None, 1, 0.9, True, True)
+    shown = {arm: figures([row_of(run) for run in m.runs], None, 1, 0.9, True, True).to_json()
              for arm, m in done.items()}
     return {arm: shown[distinct[json.dumps(config, sort_keys=True)]]
             for arm, config in arms.items()}
