@@ -116,16 +116,9 @@ class FinalistFigures:
             "estimator": self.estimator, **self.pooled, "by_category": self.by_category}
         return {k: v for k, v in out.items() if k not in self.absent}
 
-    def figure_json(self, key: str) -> Any:
-        """One figure as JSON by its key (what best.json copies into `validation`); a key
-        the record was written without raises KeyError."""
-        if key in self.absent:
-            raise KeyError(key)
-        return self.to_json()[key]
-
     def has(self, key: str) -> bool:
         """The figure under `key` was written (older records lack some)."""
-        return key in self.to_json()
+        return key not in self.absent
 
     def shown_faster(self) -> bool:
         """Validated faster than the AR baseline: lossless (where checked) and the whole
@@ -201,11 +194,6 @@ class FinalistEntry:
     @property
     def speedup(self) -> float | None:
         return self.figures.speedup
-
-    @property
-    def search_speedup(self) -> float | None:
-        value = self.search.get("speedup")
-        return float(value) if isinstance(value, (int, float)) else None
 
     def headline(self) -> str:
         """`trial 3 (ngram k=4 n=2..3) 1.118x [1.065, 1.172]` (judge's reasons)."""
