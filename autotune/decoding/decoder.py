@@ -184,7 +184,7 @@ class PrefillMemo:
                 clock: Callable[[], float]) -> tuple[torch.Tensor, float]:
         """The last position's logits [1, 1, V] of the target's pass over `prompt_ids`
         [1, P] into the empty `cache`, and the seconds to add to the measured prefill
-        window (a copy: the pass's own time less the copy's)."""
+        window so that it reads the pass's own time (less the copies made here)."""
         key = (id(forward), cache.k.dtype, cache.k.device, tuple(prompt_ids[0].tolist()))
         n = prompt_ids.shape[1]
         if key == self._key and self._k is not None and self._v is not None:
@@ -203,7 +203,8 @@ class PrefillMemo:
         self._k = cache.k[:, :, :, :n].clone()
         self._v = cache.v[:, :, :, :n].clone()
         self._logits = logits.clone()
-        return logits, 0.0
+        # The keeping copies are not the prefill: their time leaves the window too.
+        return logits, self._seconds - (clock() - began)
 
 
 class SpeculativeDecoder:
