@@ -39,7 +39,7 @@ from autotune.replay.costs import (
 from autotune.replay.reference import Reference, reference_set
 from autotune.replay.simulate import ReplayRound, simulate
 from autotune.search.study import counted_trials
-from autotune.workloads.prompts import Prompt
+from autotune.workloads.prompts import Prompt, encode_prompt
 
 # Repetitive prompts so n-gram drafts get accepted on a random model too.
 WORKLOAD = "t1 t2 t3 t4 t5 t1 t2 t3 t4 t5 t1 t2\nt7 t8 t9 t7 t8 t9 t7 t8\n"
@@ -273,6 +273,16 @@ def test_references_are_the_ar_decoders_output(tiny, tmp_path, capsys):
         assert decoder.generate(ref.prompt, MAX_NEW, time.perf_counter).tokens == ref.tokens
         assert len(ref.tokens) == MAX_NEW                   # no EOS in the tiny model
     assert capsys.readouterr().err == ""
+
+
+def test_references_decoded_in_batches_are_each_prompts_own_decode(tiny):
+    """Chunks of 2 rows (the last one alone), one batch, one by one: the same tokens."""
+    ids = [encode_prompt(tiny.tokenizer, p) for p in PROMPTS]
+    assert len({len(i) for i in ids}) == len(ids)         # rows of different lengths
+    one_by_one = decoding_reference.reference_continuations(tiny, ids, MAX_NEW, batch_rows=1)
+    for rows in (2, 16):
+        assert decoding_reference.reference_continuations(tiny, ids, MAX_NEW,
+                                                          batch_rows=rows) == one_by_one
 
 
 @pytest.mark.parametrize("damage", list(CORRUPTIONS))

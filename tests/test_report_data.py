@@ -20,7 +20,7 @@ from autotune.report.objective import ObjectiveInfo, objective_info
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 METHODS = CategoricalDistribution(("ngram", "layer_skip", "sorted_exit"))
-BIT = IntDistribution(0, 1)
+BIT = CategoricalDistribution((0, 1))
 LATENCY = ObjectiveInfo("latency", ("latency_ms_per_token",), ("minimize",))
 
 
@@ -378,3 +378,12 @@ def test_objective_info_sources() -> None:
     assert objective_info(study, {"objective": "latency"}, None).metrics == ("latency_ms_per_token",)
     info = objective_info(study, {}, None)
     assert info.metrics == ("objective",) and info.directions == ("minimize",)
+
+
+def test_a_layer_bit_is_two_categories_or_in_an_older_study_an_integer_0_to_1():
+    from autotune.report.trials import is_bit
+    assert is_bit("layer_skip.attn_skip[3]", BIT)
+    assert is_bit("layer_skip.attn_skip[3]", IntDistribution(0, 1))       # a study made before
+    assert not is_bit("layer_skip.attn_skip[3]", CategoricalDistribution((0, 1, 2)))
+    assert not is_bit("layer_skip.attn_skip[3]", IntDistribution(0, 2))
+    assert not is_bit("ngram.k", BIT)

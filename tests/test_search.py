@@ -230,6 +230,19 @@ def test_resume_refuses_another_experiment(tmp_path, target):
         _runner(tmp_path, target, "ngram", trials=2, study_attrs={"space_sha256": "bbb"})
 
 
+def test_a_study_made_before_its_bits_were_categories_is_refused_by_name(tmp_path, target):
+    """A study recorded without `bit_params` had integer bits: resuming it with
+    categorical ones is another experiment (Optuna would refuse the params' new
+    distributions mid-trial); a key it never recorded otherwise stays unchecked."""
+    runner = _runner(tmp_path, target, "ngram", trials=1, study_attrs={"space_sha256": "a"})
+    runner.run()
+    with pytest.raises(AutotuneError, match="was made with bit_params='integer'"):
+        _runner(tmp_path, target, "ngram", trials=2,
+                study_attrs={"space_sha256": "a", "bit_params": "categorical"})
+    _runner(tmp_path, target, "ngram", trials=2,
+            study_attrs={"space_sha256": "a", "screen_sha256": "b"})
+
+
 def test_dead_worker_trial_is_failed_and_requeued(tmp_path, target):
     runner = _runner(tmp_path, target, "ngram", trials=2)
     # A trial left RUNNING by a process of this host that no longer exists.

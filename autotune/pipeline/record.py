@@ -23,6 +23,7 @@ from autotune.runs.record import (
     WorkloadRecord,
 )
 from autotune.search.storage import masked_storage
+from autotune.space.binding import BIT_PARAMS
 from autotune.workloads.prompts import workload_digest
 
 
@@ -37,7 +38,8 @@ def study_identity(plan: SearchPlan, models: SearchModels) -> StudyIdentity:
         device_type=target.device.type, dtype=str(target.dtype).removeprefix("torch."),
         workload=plan.workload, categories=plan.categories, prompts=len(plan.prompts),
         workload_sha256=workload_digest(plan.prompts), max_new_tokens=plan.max_new_tokens,
-        temperature=defaults.temperature, top_p=defaults.top_p, engine=plan.target)
+        temperature=defaults.temperature, top_p=defaults.top_p, engine=plan.target,
+        bit_params=BIT_PARAMS)
 
 
 def write_run_record(plan: SearchPlan, models: SearchModels,

@@ -20,7 +20,7 @@ import re
 from typing import Any, Iterable
 
 import optuna
-from optuna.distributions import BaseDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial
 
 from autotune.decoding.config import DecodeConfig, shape_of_mapping
@@ -153,9 +153,13 @@ def derived_values(t: FrozenTrial) -> dict[str, int]:
 
 # ------------------------------------------------------------------ optuna params
 def is_bit(name: str, dist: BaseDistribution | None) -> bool:
-    """A per-layer / per-exit on-off param (`…attn_skip[12]`, `…exits[6]`)."""
-    return (INDEXED.match(name) is not None and isinstance(dist, IntDistribution)
-            and dist.low == 0 and dist.high == 1)
+    """A per-layer / per-exit on-off param (`…attn_skip[12]`, `…exits[6]`): two
+    categories 0 and 1, or in a study made before they were, an integer 0..1."""
+    if INDEXED.match(name) is None:
+        return False
+    if isinstance(dist, CategoricalDistribution):
+        return tuple(dist.choices) == (0, 1)
+    return isinstance(dist, IntDistribution) and dist.low == 0 and dist.high == 1
 
 
 def leaf(name: str) -> str:

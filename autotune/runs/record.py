@@ -43,6 +43,7 @@ class StudyIdentity:
     temperature: float
     top_p: float
     engine: str = "autotune"          # --target: whose rules every trial is measured under
+    bit_params: str = "categorical"   # how a layer set's bits are suggested (`BIT_PARAMS`)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

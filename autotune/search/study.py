@@ -60,6 +60,9 @@ MAX_INFEASIBLE_PER_TRIAL = 20
 # largest --trials its runs asked for, and the trial budget that gave (fewer when the
 # screen found fewer distinct configs): a rerun of the same command resumes to the same
 # budget, a rerun with a larger --trials measures more.
+# What a study made before an identity key was recorded was made with: such a study
+# resumes only where that is what this run has (its layer bits were integers 0..1).
+RECORDED_SINCE = {"bit_params": "integer"}
 SCREENED_ATTR = "screened_queued"
 TRIALS_ASKED_ATTR = "trials_asked"
 BUDGET_ATTR = "trial_budget"
@@ -255,10 +258,11 @@ class StudyRunner:
             study.set_user_attr("autotune", True)
             return
         for key, value in self.settings.study_attrs.items():
-            if key in existing and existing[key] != value:
+            was = existing.get(key, RECORDED_SINCE.get(key))
+            if was is not None and was != value:
                 raise AutotuneError(
                     f"study {self.settings.study_name!r} in {masked_storage(self.settings.storage)} "
-                    f"was made with {key}={existing[key]!r}, this run has {value!r}: "
+                    f"was made with {key}={was!r}, this run has {value!r}: "
                     "use another --study or --out")
 
     def screened_queued(self) -> bool:
