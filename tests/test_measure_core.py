@@ -432,6 +432,43 @@ def test_measure_arms_prefills_each_prompt_once(target, monkeypatch):
             assert run.candidate.prefill_s > 0
 
 
+def test_a_searchs_prefill_memo_times_each_prompt_once_across_measurements(target,
+                                                                            monkeypatch):
+    """Measurements given one memo that holds every prompt (a search's trials) run each
+    prompt's prefill once: a later measurement copies them (its warm-up keeps its own
+    pass), decodes as without the memo, and reports the pass's own time; a memo of one
+    prompt keeps only the latest, so the next measurement runs them all again."""
+    passes: list[int] = []
+    forward = target.forward.forward
+
+    def counted(ids: torch.Tensor, cache: Any, *args: Any, last_only: bool = False,
+                **kwargs: Any) -> torch.Tensor:
+        if cache.length == 0:
+            passes.append(ids.shape[1])
+        return forward(ids, cache, *args, last_only=last_only, **kwargs)
+
+    monkeypatch.setattr(target.forward, "forward", counted)
+    arms = {"a": DecodeConfig(method="ngram", k=3)}
+    memo = decoder_module.PrefillMemo(capacity=len(PROMPTS))
+    first = measure_arms(target, arms, PROMPTS, MAX_NEW, prefills=memo)["a"]
+    assert len(passes) == 1 + len(PROMPTS)
+    again = measure_arms(target, {"b": DecodeConfig(method="ngram", k=2)}, PROMPTS, MAX_NEW,
+                         prefills=memo)["b"]
+    assert len(passes) == 2 + len(PROMPTS)             # its warm-up's pass only
+    for before, after in zip(first.runs, again.runs):
+        assert after.candidate.prefill_s == pytest.approx(before.candidate.prefill_s,
+                                                          abs=0.05)
+        own = SpeculativeDecoder(target, DecodeConfig(method="ngram", k=2)).generate(
+            _ids(target, next(p for p in PROMPTS if p.prompt_id == after.prompt_id)),
+            MAX_NEW, time.perf_counter)
+        assert _trace(after.candidate) == _trace(own)
+    passes.clear()
+    latest_only = decoder_module.PrefillMemo(capacity=1)
+    for _ in range(2):
+        measure_arms(target, arms, PROMPTS, MAX_NEW, prefills=latest_only)
+    assert len(passes) == 2 * (1 + len(PROMPTS))
+
+
 def test_greedy_baseline_outputs_are_kept_as_later_histories(target):
     """Greedy, the baseline's timed output of a prompt is what a later call's warm history
     would decode untimed: `responses` keeps it, so that history costs no decode."""

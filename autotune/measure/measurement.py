@@ -285,7 +285,8 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
                                       dict[str, Measurement]], None] | None = None,
                  backend: Backend | None = None, history: Sequence[Prompt] = (),
                  responses: dict[str, list[int]] | None = None,
-                 warm_up: bool = True) -> dict[str, Measurement]:
+                 warm_up: bool = True, prefills: PrefillMemo | None = None
+                 ) -> dict[str, Measurement]:
     """Time every config of `configs` (by arm name) against one AR baseline on `prompts`.
 
     All arms run on a prompt before the next prompt starts, the baseline among them, in an
@@ -319,6 +320,10 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     `warm_up`: False skips the untimed warm-up, for a caller that has just measured
     the same configs in this process through our own decoder (a race's later looks):
     what a warm-up pays for (allocator growth, kernel selection, lazy imports) is paid.
+
+    `prefills`: the timed runs' memo, for a caller that measures the same prompts
+    again and again (a search's trials): its prompts' prefills, timed once in this
+    process, are copied by every later measurement. Default: a memo of its own.
     """
     temperature, top_p, concurrency = _shared_sampling(configs)
     if backend is None:
@@ -334,7 +339,7 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
             # drafter's); the timed runs then start from a fresh memo.
             session.share_prefills()
             session.warm_up()
-        session.share_prefills()
+        session.share_prefills(prefills)
         stateful = [session.runners[name] for name in configs
                     if session.runners[name].stateful]
         served = session.history(history, responses) if stateful else []
@@ -443,11 +448,12 @@ class _ArmSession:
                             self.clock, self.generator(0, 0),
                             category=self.prompts[0].category)
 
-    def share_prefills(self) -> None:
-        """From here on, the arms of a prompt share the target's prefill of it, in a new
-        memo (the timed runs never inherit the warm-up's cold pass): decoded alike, paid
-        once per prompt (`PrefillMemo`; a runner of another engine ignores it)."""
-        memo = PrefillMemo()
+    def share_prefills(self, memo: PrefillMemo | None = None) -> None:
+        """From here on, the arms of a prompt share the target's prefill of it, in
+        `memo` or a new one (the timed runs never inherit the warm-up's cold pass):
+        decoded alike, paid once per prompt (`PrefillMemo`; a runner of another engine
+        ignores it)."""
+        memo = memo if memo is not None else PrefillMemo()
         for runner in self.runners.values():
             runner.share_prefills(memo)
 

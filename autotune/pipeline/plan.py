@@ -39,7 +39,7 @@ REPORTS = Path("reports")
 # prompts varies with them by as much as its margin over an engine's default (issue 41).
 SCREEN_PROMPTS_FACTOR = 3
 # The trial budget when none is given, by the fidelity asked for.
-DEFAULT_TRIALS = {"measure": 30, "multi": 8, "replay": 500, "engine": 16}
+DEFAULT_TRIALS = {"measure": 30, "multi": 6, "replay": 500, "engine": 16}
 
 
 @dataclass(frozen=True)

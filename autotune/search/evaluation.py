@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from autotune.decoding.config import DecodeConfig
+from autotune.decoding.decoder import PrefillMemo
 from autotune.decoding.reference import reference_continuations
 from autotune.measure.agreement import teacher_forced_agreement
 from autotune.measure.measurement import Measurement, PromptRun, measure_arms
@@ -66,10 +67,22 @@ def _timed(objective: Objective, ctx: EvalContext, config: DecodeConfig,
     measured = measure_arms(ctx.target, {"candidate": config}, ctx.prompts,
                             ctx.max_new_tokens, repeats=objective.repeats, seed=ctx.seed,
                             draft=ctx.draft, on_prompt=on_prompt,
-                            backend=ctx.backend)["candidate"]
+                            backend=ctx.backend, prefills=_trial_prefills(ctx))["candidate"]
     out = measured.summary()
     out["repeats"] = objective.repeats
     return out
+
+
+def _trial_prefills(ctx: EvalContext) -> PrefillMemo:
+    """The search's prefill memo: every trial measures the same prompts, so each prompt's
+    prefill is timed once (by the first trial's first arm) and copied by every later
+    trial. All of them kept on the CPU; on an accelerator only the latest prompt's, as
+    in any measurement: kept caches would count in every arm's allocator peak."""
+    memo = ctx.memo.get("prefills")
+    if memo is None:
+        keep = len(ctx.prompts) if ctx.target.device.type == "cpu" else 1
+        memo = ctx.memo["prefills"] = PrefillMemo(capacity=keep)
+    return memo
 
 
 def _agreement(ctx: EvalContext, config: DecodeConfig,

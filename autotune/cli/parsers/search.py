@@ -88,7 +88,7 @@ def _add_budget_args(s: argparse.ArgumentParser) -> None:
     """How many trials, and at which fidelity each is evaluated."""
     s.add_argument("--trials", type=int, default=None,
                    help="trials to finish in the study (finished ones count on resume); "
-                        "default 30 measured (--fidelity measure), 8 measured after the "
+                        "default 30 measured (--fidelity measure), 6 measured after the "
                         "screen (multi), 500 replayed (replay), 16 in the engine (engine)")
     s.add_argument("--fidelity", default="multi",
                    choices=("multi", "measure", "replay", "engine"),
