@@ -73,7 +73,7 @@ class SearchRequest:
     fidelity: str = "multi"
     batch_sizes: str | None = None         # "1,4,16"
     schedule_k: str | None = None          # "1,2,4"
-    screen: int = 250
+    screen: int = 220
     screen_prompts: int | None = None      # None: SCREEN_PROMPTS_FACTOR x the prompts
     timeout: float | None = None
     trial_timeout: float | None = None

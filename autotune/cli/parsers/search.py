@@ -118,7 +118,7 @@ def _add_schedule_args(s: argparse.ArgumentParser) -> None:
 
 def _add_study_args(s: argparse.ArgumentParser) -> None:
     """The study itself: screen size, time limits, sampler, storage and run folder."""
-    s.add_argument("--screen", type=int, default=250, metavar="N",
+    s.add_argument("--screen", type=int, default=220, metavar="N",
                    help="configs the replay tier screens before measuring (multi)")
     s.add_argument("--screen-prompts", type=int, default=None, metavar="N",
                    help="search prompts the replay screens rank configs on: the measured "
