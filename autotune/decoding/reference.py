@@ -11,10 +11,11 @@ from autotune.models.loading import LoadedModel
 Sequence = tuple[int, list[int]]      # (prompt length P, prompt + continuation ids)
 
 # Prompts decoded together. A decode step reads every weight once whatever the rows, so
-# on the 2-core machine 16 rows make the references 2.4x faster than one by one (48
-# Spec-Bench prompts x 32 tokens, SmolLM2-135M: 48 s -> 20 s, every token the same;
-# bench/reference_decoding.py prints both); more rows gain little.
-BATCH_ROWS = 16
+# on the 2-core machine 16 rows made the references 2.1x faster than one by one (48
+# Spec-Bench prompts x 32 tokens, SmolLM2-135M: 67 s -> 31 s, every token the same;
+# bench/reference_decoding.py prints both); 32 a little more, and the prefills, one
+# prompt at a time, are then most of what is left.
+BATCH_ROWS = 32
 
 
 def _no_clock() -> float:

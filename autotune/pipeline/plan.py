@@ -67,7 +67,7 @@ class SearchRequest:
     validation_budget: float | None = None     # seconds for the finalists' race
     turns: str = "first"                       # multi-turn prompts: "first" or "all"
     concurrency: int = 1                       # requests served side by side (llama-server)
-    finalists: int = 3
+    finalists: int = 2
     min_gain: float = DEFAULT_MIN_GAIN     # below it, speculating is not worth having
     trials: int | None = None
     fidelity: str = "multi"

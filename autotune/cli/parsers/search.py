@@ -79,7 +79,7 @@ def _add_decision_args(s: argparse.ArgumentParser) -> None:
                    help="the smallest speedup worth having, as a fraction (0.05: 5%%): "
                         "no finalist's interval reaching 1+G is 'do not speculate'; "
                         "one reaching it but not shown faster is 'undecided'")
-    s.add_argument("--finalists", type=int, default=3, metavar="N",
+    s.add_argument("--finalists", type=int, default=2, metavar="N",
                    help="top distinct configs re-measured on the held-out prompts (plus "
                         "the strongest documented default)")
 
