@@ -243,6 +243,13 @@ def test_a_study_made_before_its_bits_were_categories_is_refused_by_name(tmp_pat
             study_attrs={"space_sha256": "a", "screen_sha256": "b"})
 
 
+def test_a_key_recorded_as_none_is_still_checked_on_resume(tmp_path, target):
+    """`draft: None` recorded, a draft given now: another experiment."""
+    _runner(tmp_path, target, "ngram", trials=1, study_attrs={"draft": None}).run()
+    with pytest.raises(AutotuneError, match="was made with draft=None"):
+        _runner(tmp_path, target, "ngram", trials=2, study_attrs={"draft": "d"})
+
+
 def test_dead_worker_trial_is_failed_and_requeued(tmp_path, target):
     runner = _runner(tmp_path, target, "ngram", trials=2)
     # A trial left RUNNING by a process of this host that no longer exists.

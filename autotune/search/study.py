@@ -56,13 +56,13 @@ __all__ = ["MAX_INFEASIBLE_PER_TRIAL", "SearchSettings", "StudyRunner", "TrialEv
 # reject and do not count toward the budget; a space that yields almost nothing else
 # is broken, and this stops the search rather than spinning.
 MAX_INFEASIBLE_PER_TRIAL = 20
+# What a study made before an identity key was recorded was made with: such a study
+# resumes only where that is what this run has (its layer bits were integers 0..1).
+RECORDED_SINCE = {"bit_params": "integer"}
 # Study user attrs of a multi-fidelity search: how many screened configs it queued, the
 # largest --trials its runs asked for, and the trial budget that gave (fewer when the
 # screen found fewer distinct configs): a rerun of the same command resumes to the same
 # budget, a rerun with a larger --trials measures more.
-# What a study made before an identity key was recorded was made with: such a study
-# resumes only where that is what this run has (its layer bits were integers 0..1).
-RECORDED_SINCE = {"bit_params": "integer"}
 SCREENED_ATTR = "screened_queued"
 TRIALS_ASKED_ATTR = "trials_asked"
 BUDGET_ATTR = "trial_budget"
@@ -258,8 +258,10 @@ class StudyRunner:
             study.set_user_attr("autotune", True)
             return
         for key, value in self.settings.study_attrs.items():
+            if key not in existing and key not in RECORDED_SINCE:
+                continue                 # a key this study never recorded: unchecked
             was = existing.get(key, RECORDED_SINCE.get(key))
-            if was is not None and was != value:
+            if was != value:
                 raise AutotuneError(
                     f"study {self.settings.study_name!r} in {masked_storage(self.settings.storage)} "
                     f"was made with {key}={was!r}, this run has {value!r}: "
