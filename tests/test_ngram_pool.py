@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from test_exports import frozen
@@ -113,3 +114,42 @@ def test_the_export_writes_the_pool_measured():
         doc = frozen(method="ngram", engine="trtllm", k=4, ngram_max=3, ngram_pool=pool)
         spec = json.loads(export(doc, "trtllm").primary())
         assert spec["is_public_pool"] is public
+
+
+TRANSCRIPT = Path(__file__).parent / "oracles" / "trtllm_ngram_transcript.json"
+
+
+def test_the_pool_drafts_as_tensorrt_llms_own_code_did():
+    """A transcript of TensorRT-LLM's NGramPoolManager.get_draft_tokens (ngram.py @
+    0249976, is_keep_all and is_use_oldest; the same at c4dc529f) run with ordered-set
+    4.1.0 by oracles/trtllm_ngram_record.py: every draft and each pool at the end, on 24
+    seeded cases, public and private pools. Its L123-125 remove shorter matches from the
+    OrderedSet while iterating over it, which skips the match after each one removed."""
+    transcript = json.loads(TRANSCRIPT.read_text())
+    assert transcript["ordered_set"] == "4.1.0" and len(transcript["cases"]) == 24
+    for case in transcript["cases"]:
+        shared: dict | None = {} if case["public"] else None
+        pools = []
+        for request, drafts in zip(case["requests"], case["drafts"]):
+            pool = MatchPool(case["max_ngram"], case["max_draft"], shared)
+            pools.append(pool.pool)
+            end = request["prompt_len"] + request["max_new_tokens"]
+            for length, expected in zip(request["prefixes"], drafts, strict=True):
+                limit = min(case["max_draft"], end - 1 - length)
+                if limit <= 0:              # the decoder asks no draft with no budget
+                    assert expected == []
+                    continue
+                assert pool.draft(request["tokens"][:length], limit) == expected, case["case"]
+        for pool, recorded in zip(pools[:1] if case["public"] else pools, case["pools"],
+                                  strict=True):
+            assert [[list(p), [list(m) for m in matches]] for p, matches in pool.items()
+                    ] == recorded, case["case"]
+
+
+def test_a_longer_match_skips_the_one_after_each_shorter_one_removed():
+    """The issue's case: [A3, B1] filed, then A4 -> TensorRT-LLM keeps B1 (the removal
+    of A3 moves B1 under the iterator, which steps past it) and drafts it, the oldest."""
+    pool = MatchPool(1, 4)
+    pool.pool[(9,)] = [(1, 2, 3), (7,)]
+    assert pool.draft([9, 1, 2, 3, 4, 9], 4) == [7]
+    assert pool.pool[(9,)] == [(7,), (1, 2, 3, 4)]

@@ -30,13 +30,29 @@ def lookup(tokens: list[int], ngram_min: int, ngram_max: int, limit: int,
     return []
 
 
+def _drop_shorter(filed: list[tuple[int, ...]], length: int) -> None:
+    """Drop the continuations shorter than `length` as TensorRT-LLM's code does, not as
+    its comment says ("Drop all existed matches with small length"): ngram.py L123-125
+    (PROVENANCE["trtllm"]; the same at c4dc529f) removes them from the OrderedSet it is
+    iterating over, and ordered-set 4.1.0 iterates its item list (`iter(self.items)`)
+    while `remove` deletes from that list, so the continuation after each one removed
+    moves under the iterator's last position and is skipped, kept whatever its length
+    (tests/oracles/trtllm_ngram_transcript.json records TensorRT-LLM's own code)."""
+    position = 0
+    while position < len(filed):
+        if len(filed[position]) < length:
+            del filed[position]     # the next one shifts into `position`, passed already
+        position += 1
+
+
 class MatchPool:
     """TensorRT-LLM's n-gram pool for one request (NGramDecodingConfig with is_keep_all,
     is_use_oldest and a private pool; tensorrt_llm/_torch/speculative/ngram.py at
     its commit in PROVENANCE["trtllm"]). On every draft call it first files every
     n-gram (sizes max down to 1) of the tokens since its window start with the up to
     `max_draft` tokens that follow it, keeping a pattern's earlier continuations unless
-    the new one is longer (shorter ones are then dropped); the window then restarts
+    the new one is longer (shorter ones are then dropped, as TensorRT-LLM's loop drops
+    them: `_drop_shorter`, which keeps some); the window then restarts
     max_draft + max_ngram - 1 tokens before the end. The draft is the oldest continuation
     filed under the longest suffix of the sequence that has one."""
 
@@ -59,7 +75,7 @@ class MatchPool:
                 if filed is None:
                     self.pool[pattern] = [match]
                 elif match not in filed:
-                    filed[:] = [m for m in filed if len(m) >= len(match)]
+                    _drop_shorter(filed, len(match))
                     filed.append(match)
         self.start = max(0, len(prefix) - (self.max_draft + self.max_ngram - 1))
 
