@@ -36,6 +36,9 @@ class EngineRules:
     ngram_pads_drafts: an n-gram draft is always k tokens long: the slots no match fills
         (no match at all, or fewer than k tokens after it) hold the sequence's last
         token, verified like any draft.
+    ngram_top_p_crop: under sampling with top_p < 1, an n-gram draft is cut before its
+        first token that the top-p filter masks on uniform stand-in logits, and a match
+        cut to nothing gives way to the next one (transformers).
     roc_threshold: a separate draft model's confidence threshold is re-tuned after every
         round from an ROC curve of past drafts (transformers' AssistedCandidateGenerator).
     greedy_model_drafts: under sampling, a model drafter proposes its argmax (verified as
@@ -57,6 +60,7 @@ class EngineRules:
     ngram_stops_at_eos: bool = False
     ngram_ignores_budget: bool = False
     ngram_pads_drafts: bool = False
+    ngram_top_p_crop: bool = False
     roc_threshold: bool = False
     greedy_model_drafts: bool = False
     drafted_token_confidence: bool = False
@@ -76,7 +80,7 @@ class EngineRules:
 
 AUTOTUNE = EngineRules("autotune", "autotune")
 
-# transformers 5.23.0 (the installed wheel; src/transformers/generation/):
+# transformers 5.23.0 (src/transformers/generation/; get_candidates unchanged in 5.24.0):
 # - candidate_generator.py PromptLookupCandidateGenerator.get_candidates: n-gram sizes
 #   from max_matching_ngram_size down to 1, `match_indices = matches.nonzero(...)`,
 #   first valid match left to right ("this finds the first valid candidates (left to
@@ -94,8 +98,18 @@ AUTOTUNE = EngineRules("autotune", "autotune")
 #   self.max_length)`, positions inside the input, so it drafts its full K whenever 2+
 #   tokens are left (`if self.max_length == input_length + 1: return input_ids, None`);
 #   utils.py crops the accepted tokens to the budget (`valid_tokens[:, :tokens_budget]`).
+# transformers 5.24.0 (the same code in 5.23.0, its utils.py at L1318 and L1620),
+# sampled prompt lookup: utils.py L1324-1331 hand the generation's logits processors to
+#   PromptLookupCandidateGenerator, which (candidate_generator.py L1111-1129) runs them
+#   on `torch.ones((bsz, vocab_size))` stand-in logits for each draft token and cuts the
+#   draft at the first token they set to -inf, looking at the next match when nothing is
+#   left. With do_sample, utils.py L1626-1629 add TopPLogitsWarper for top_p < 1 (and
+#   autotune's HF backend passes top_k=0: no top-k warper), which on equal logits masks the
+#   (1 - top_p) share of the vocabulary that torch.sort puts first among the ties
+#   (logits_process.py L556-568): which ids those are is torch's, so autotune runs
+#   transformers' own warpers to find them (methods/ngram/hf_stand_in.py).
 HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_eos=True,
-                 ngram_ignores_budget=True, roc_threshold=True,
+                 ngram_ignores_budget=True, ngram_top_p_crop=True, roc_threshold=True,
                  drafted_token_confidence=True)
 
 # vLLM (PROVENANCE["vllm"]: the release and its wheel's commit), Model Runner V2, its default:
@@ -261,6 +275,8 @@ PROVENANCE: dict[str, Provenance] = {p.engine: p for p in (
         "trtllm", "TensorRT-LLM", "NVIDIA/TensorRT-LLM", (),
         (("tensorrt_llm/llmapi/llm_args.py", "0004396720054fd8e205cbf616f21f0b57c6b412"),
          ("tensorrt_llm/_torch/speculative/ngram.py", "0249976575050d2c624a5f285683c66de311a3b7"),
+         ("tensorrt_llm/_torch/speculative/ngram.py (the same pool, max_draft_len)",
+          "c4dc529f72b1ab13c0096770364d81f983d4df6e"),
          ("tensorrt_llm/_torch/speculative/interface.py",
           "00b6d5a25c30b4382d24fbdf52956d601b3ffd24"),
          ("tensorrt_llm/_torch/pyexecutor/sampler/two_model_spec_dec.py",
@@ -280,7 +296,7 @@ PROVENANCE: dict[str, Provenance] = {p.engine: p for p in (
         "docs/engines/trtllm.md"),
     Provenance(
         "hf", "HF transformers", "huggingface/transformers",
-        ("transformers 5.23.0",), (),
+        ("transformers 5.24.0", "transformers 5.23.0"), (),
         ("src/transformers/generation/candidate_generator.py",
          "src/transformers/generation/utils.py",
          "src/transformers/generation/configuration_utils.py",
@@ -348,6 +364,8 @@ def relevant(method: str, greedy: bool, exit_policy: str, model_drafter: bool,
     if method == "ngram":
         out += ["ngram_match", "ngram_pool", "ngram_stops_at_eos", "ngram_ignores_budget",
                 "ngram_pads_drafts"]
+        if not greedy:
+            out.append("ngram_top_p_crop")
     if model_drafter and not greedy:
         out += ["greedy_model_drafts", "match_verification"]
     if separate_draft and exit_policy in ("confidence", "adaptive"):
@@ -365,6 +383,9 @@ RULE_TEXT: dict[str, tuple[str, str]] = {
                              "drafts no more n-gram tokens than are left to generate"),
     "ngram_pads_drafts": ("pads an n-gram draft to k tokens with the last token (k drafts "
                           "verified every step)", "drafts only the n-gram tokens it finds"),
+    "ngram_top_p_crop": ("cuts a sampled n-gram draft before its first token that top-p "
+                         "masks on uniform stand-in logits",
+                         "does not filter sampled n-gram drafts by top-p"),
     "ngram_stops_at_eos": ("cuts an n-gram draft before its first EOS token",
                            "keeps EOS tokens in an n-gram draft"),
     "roc_threshold": ("re-tunes the draft model's confidence threshold every round "

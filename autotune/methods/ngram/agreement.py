@@ -15,7 +15,9 @@ def scorer(target: LoadedModel, config: DecodeConfig, draft: LoadedModel | None)
 
     def ngram(ids: list[int]) -> list[int]:
         out = []
-        propose = NgramProposer(config, eos)     # asked at every prefix, in order
+        # Asked at every prefix, in order.
+        propose = NgramProposer(config, eos, vocab_size=target.forward.vocab_size,
+                                device=str(target.device))
         for t in range(len(ids)):
             found = propose(ids[:t + 1], 1)
             out.append(found[0] if found else -1)

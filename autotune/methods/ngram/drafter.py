@@ -6,6 +6,7 @@ from typing import Collection, Sequence
 
 import torch
 
+from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.drafters.base import Draft, DraftContext, Drafter
 from autotune.decoding.engines import EARLIEST, engine_rules
@@ -13,11 +14,14 @@ from autotune.decoding.policies import ExitPolicy
 
 
 def lookup(tokens: list[int], ngram_min: int, ngram_max: int, limit: int,
-           earliest: bool = False) -> list[int]:
+           earliest: bool = False, masked: frozenset[int] = frozenset()) -> list[int]:
     """Up to `limit` tokens that followed an earlier occurrence of the longest suffix of
     `tokens` (n from ngram_max down to ngram_min) that occurs earlier: its most recent
     occurrence, or with `earliest` its first one; [] when none does. An occurrence
-    overlapping the suffix counts; its continuation runs at most to the sequence's end."""
+    overlapping the suffix counts; its continuation runs at most to the sequence's end.
+    A continuation is cut before its first token in `masked`, and one cut to nothing
+    gives way to the next occurrence (transformers' sampled prompt lookup:
+    hf_stand_in.py)."""
     n_tokens = len(tokens)
     for n in range(min(ngram_max, n_tokens - 1), ngram_min - 1, -1):
         pattern = tokens[-n:]
@@ -26,7 +30,12 @@ def lookup(tokens: list[int], ngram_min: int, ngram_max: int, limit: int,
         starts = range(n_tokens - n) if earliest else range(n_tokens - n - 1, -1, -1)
         for start in starts:
             if tokens[start] == first and tokens[start:start + n] == pattern:
-                return tokens[start + n:start + n + limit]
+                found = tokens[start + n:start + n + limit]
+                if masked:
+                    found = found[:next((i for i, t in enumerate(found) if t in masked),
+                                        len(found))]
+                if found:
+                    return found
     return []
 
 
@@ -91,8 +100,9 @@ class MatchPool:
 class PublicPool:
     """TensorRT-LLM's public n-gram pool (`is_public_pool`, its default): one pattern ->
     continuations map filed by every request's draft calls and never emptied
-    (NGramPoolManager in tensorrt_llm/_torch/speculative/ngram.py, PROVENANCE["trtllm"]: `pool = self.pool if self.is_public_pool
-    else self.pool[request_id]`; `update_resources` returns early for a public pool,
+    (NGramPoolManager in tensorrt_llm/_torch/speculative/ngram.py, PROVENANCE["trtllm"]:
+    `pool = self.pool if self.is_public_pool else self.pool[request_id]`;
+    `update_resources` returns early for a public pool,
     "TODO: Here should be an strategy to update the pool"). The state an arm keeps
     across requests for `ngram_pool=public`."""
 
@@ -132,23 +142,37 @@ class NgramProposer:
     """The n-gram drafts of `config` for one generation, under its engine's rules: the
     match rule (most recent or earliest occurrence, or TensorRT-LLM's pool, which keeps
     state between calls: call it once per round, in order), a draft cut before its
-    first EOS token where the engine does that (transformers), and a draft padded to
-    `limit` with the last token where the engine does that (vLLM's V2 runner)."""
+    first EOS token where the engine does that (transformers), under sampling with
+    top_p < 1 a draft cut before the first token transformers' top-p filter masks on
+    stand-in logits (which needs `vocab_size`, and the `device` that filter runs on),
+    and a draft padded to `limit` with the last token where the engine does that (vLLM's
+    V2 runner)."""
 
     def __init__(self, config: DecodeConfig, eos: Collection[int],
-                 shared: PublicPool | None = None) -> None:
+                 shared: PublicPool | None = None, vocab_size: int | None = None,
+                 device: str = "cpu") -> None:
         self.config, self.eos = config, frozenset(eos)
         self.rules = engine_rules(config.engine)
         self.pool = (MatchPool(config.ngram_max, config.k,
                                shared.patterns if shared is not None else None)
                      if self.rules.ngram_pool else None)
+        self.masked: frozenset[int] = frozenset()
+        if self.rules.ngram_top_p_crop and not config.greedy and config.top_p < 1.0:
+            if vocab_size is None:
+                raise AutotuneError(f"{self.rules.label}'s sampled n-gram drafts with "
+                                    f"top_p={config.top_p} need the vocabulary size")
+            # transformers: the ids it refuses to draft (hf_stand_in.py); imported here,
+            # so that only these configs load transformers' generation code.
+            from autotune.methods.ngram.hf_stand_in import stand_in_masked
+            self.masked = stand_in_masked(vocab_size, config.temperature, config.top_p,
+                                          device)
 
     def __call__(self, tokens: list[int], limit: int) -> list[int]:
         if self.pool is not None:
             found = self.pool.draft(tokens, limit)
         else:
             found = lookup(tokens, self.config.ngram_min, self.config.ngram_max, limit,
-                           earliest=self.rules.ngram_match == EARLIEST)
+                           earliest=self.rules.ngram_match == EARLIEST, masked=self.masked)
         if self.rules.ngram_stops_at_eos:
             for i, token in enumerate(found):
                 if token in self.eos:
@@ -159,10 +183,10 @@ class NgramProposer:
 
 
 def ngram_proposal(tokens: list[int], config: DecodeConfig, limit: int,
-                   eos: Collection[int]) -> list[int]:
+                   eos: Collection[int], vocab_size: int | None = None) -> list[int]:
     """One n-gram draft after `tokens` by a fresh NgramProposer (stateless rules; a
     pool sees `tokens` for the first time)."""
-    return NgramProposer(config, eos)(tokens, limit)
+    return NgramProposer(config, eos, vocab_size=vocab_size)(tokens, limit)
 
 
 class NgramDrafter(Drafter):
@@ -170,15 +194,15 @@ class NgramDrafter(Drafter):
     (so a confidence exit rule never stops it)."""
 
     def __init__(self, config: DecodeConfig, vocab_size: int, eos: Collection[int],
-                 shared: PublicPool | None = None) -> None:
-        self.proposer = NgramProposer(config, eos, shared)
+                 shared: PublicPool | None = None, device: str = "cpu") -> None:
+        self.proposer = NgramProposer(config, eos, shared, vocab_size, device)
         self.vocab_size = vocab_size
         self.sampling = not config.greedy          # greedy verification needs no q
 
     @classmethod
     def build(cls, context: DraftContext) -> "NgramDrafter":
         return cls(context.config, context.vocab_size, context.target.eos_token_ids,
-                   context.shared)
+                   context.shared, str(context.target.device))
 
     def propose(self, seq: torch.Tensor, limit: int, policy: ExitPolicy) -> Draft:
         found = self.proposer(seq[0].tolist(), limit)

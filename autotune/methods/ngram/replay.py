@@ -22,10 +22,11 @@ class NgramTrack(TrackBase):
     """Prompt lookup over the sequence the decoder holds after g generated tokens."""
 
     def __init__(self, ref: Reference, config: DecodeConfig, eos: Collection[int],
-                 shared: PublicPool | None = None) -> None:
+                 shared: PublicPool | None = None, vocab_size: int | None = None,
+                 device: str = "cpu") -> None:
         self.ref, self.sequence = ref, ref.sequence
         # One proposer per prompt, asked once per round in order, as the decoder's is.
-        self.proposer = NgramProposer(config, eos, shared)
+        self.proposer = NgramProposer(config, eos, shared, vocab_size, device)
 
     def chain(self, g: int, limit: int, policy: ExitPolicy) -> ChainDraft:
         end = len(self.ref.prompt) + g
@@ -38,8 +39,11 @@ class NgramSource(ReplaySourceBase):
     rules: exact. TensorRT-LLM's public pool is one per config and replay pass
     (`prepare` starts a pass), the references served in order through it."""
 
-    def __init__(self, eos: frozenset[int]) -> None:
-        self.eos = eos
+    def __init__(self, eos: frozenset[int], vocab_size: int | None = None,
+                 device: str = "cpu") -> None:
+        # vocab_size and device: where transformers' sampled drafts are filtered by
+        # top-p on stand-in logits (NgramProposer), as the decoder on this target does.
+        self.eos, self.vocab_size, self.device = eos, vocab_size, device
         self._pools: dict[DecodeConfig, PublicPool | None] = {}
 
     def prepare(self, config: DecodeConfig, refs: list[Reference]) -> None:
@@ -48,14 +52,15 @@ class NgramSource(ReplaySourceBase):
     def track(self, config: DecodeConfig, ref: Reference) -> Track:
         if config not in self._pools:
             self.prepare(config, [ref])
-        return NgramTrack(ref, config, self.eos, self._pools[config])
+        return NgramTrack(ref, config, self.eos, self._pools[config], self.vocab_size,
+                          self.device)
 
     def fidelity(self, config: DecodeConfig) -> tuple[bool, list[str]]:
         return True, []
 
 
 def source(target: "LoadedModel", draft: "LoadedModel | None") -> "ReplaySource":
-    return NgramSource(target.eos_token_ids)
+    return NgramSource(target.eos_token_ids, target.forward.vocab_size, str(target.device))
 
 
 class NgramCost(DraftCost):
