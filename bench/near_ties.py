@@ -8,7 +8,11 @@ the first differing position and both passes' gaps in ulps of the dtype at the l
 magnitude (AR's logit(a) - logit(b), the speculative pass's logit(b) - logit(a)), and the
 verdict at the chosen ULPS. Beside them, the noise scale: the largest |difference|
 between a 1-token pass and one multi-token pass over the same tokens, at the same
-positions, over the top-16 logits of each row, in ulps at the row's magnitude.
+positions, over the top-16 logits of each row, in ulps at the row's magnitude; and per
+run (AR, chunked AR, each config) the widest per-logit drift of its recorded rows from
+its clean teacher-forced pass (tier b at every position, `divergence.drift`): what
+`divergence.NOISE_ULPS` must cover. Chunked AR (`measure/near_tie_baseline.py`) is AR
+against itself under another pass shape: the near-tie rate no bug is needed for.
 
     .venv/bin/python bench/near_ties.py [--prompts 16] [--tokens 48] [--dtypes bfloat16 float16]
 
@@ -31,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autotune.decoding.config import DecodeConfig  # noqa: E402
 from autotune.decoding.decoder import SpeculativeDecoder  # noqa: E402
 from autotune.measure import divergence  # noqa: E402
+from autotune.measure.near_tie_baseline import chunked_ar, far_above  # noqa: E402
 from autotune.models.loading import LoadedModel, load_model  # noqa: E402
 from autotune.workloads.prompts import encode_prompt, load_workload  # noqa: E402
 
@@ -82,15 +87,23 @@ def run(dtype: str, n_prompts: int, tokens: int) -> dict:
     noise = [noise_scale(model, ids, g.tokens) for ids, g in zip(encoded, baseline)]
     print(f"[{dtype}] noise scale (1-token vs {NOISE_WIDTH}-token pass, top-16): max "
           f"{max(noise):.1f} ulps, median {sorted(noise)[len(noise) // 2]:.1f}", flush=True)
+    ar_drift = _worst_drift(baseline)
+    print(f"[{dtype}] AR drift from its teacher-forced pass: {ar_drift:.1f} ulps", flush=True)
     out: dict = {"dtype": dtype, "prompts": n_prompts, "tokens": tokens,
-                 "noise_ulps_max": max(noise), "noise_ulps": noise, "configs": {}}
-    for name, knobs in CONFIGS.items():
-        decoder = SpeculativeDecoder(model, DecodeConfig(**knobs))
+                 "noise_ulps_max": max(noise), "noise_ulps": noise, "ar_drift_ulps": ar_drift,
+                 "configs": {}}
+    chunked = [chunked_ar(model, ids, g.tokens) for ids, g in zip(encoded, baseline)]
+    base_ties = None
+    for name, knobs in {"chunked_ar": None, **CONFIGS}.items():
+        decoder = SpeculativeDecoder(model, DecodeConfig(**knobs)) if knobs else None
         counts = {kind.value: 0 for kind in divergence.Kind}
         rows = []
         generated = 0
-        for prompt, ids, base in zip(prompts, encoded, baseline):
-            spec = decoder.generate(ids, tokens, _no_clock)
+        runs = []
+        for index, (prompt, ids, base) in enumerate(zip(prompts, encoded, baseline)):
+            spec = (decoder.generate(ids, tokens, _no_clock) if decoder is not None
+                    else chunked[index])
+            runs.append(spec)
             generated += len(spec.tokens)
             verdict = divergence.classify(base, spec)
             counts[verdict.kind.value] += 1
@@ -110,9 +123,21 @@ def run(dtype: str, n_prompts: int, tokens: int) -> dict:
                   f"spec gap {_f(spec_ulps)} ulps (|logit| {magnitude:.2f}, ulp "
                   f"{divergence.ulp(dtype, magnitude):.4g}) -> {verdict.kind.value}"
                   f"{' (' + verdict.why + ')' if verdict.why else ''}", flush=True)
-        print(f"[{dtype}] {name}: {counts} over {generated} tokens", flush=True)
-        out["configs"][name] = {"counts": counts, "divergences": rows, "tokens": generated}
+        drift = _worst_drift(runs)
+        flagged = base_ties is not None and far_above(counts["near_tie"], base_ties, n_prompts)
+        base_ties = counts["near_tie"] if base_ties is None else base_ties
+        print(f"[{dtype}] {name}: {counts} over {generated} tokens, drift {drift:.1f} ulps"
+              f"{' FAR ABOVE chunked AR' if flagged else ''}", flush=True)
+        out["configs"][name] = {"counts": counts, "divergences": rows, "tokens": generated,
+                                "drift_ulps": drift, "near_ties_far_above": flagged}
     return out
+
+
+def _worst_drift(runs: list) -> float:
+    """The widest per-logit drift (ulps) of any run's recorded rows from its clean
+    teacher-forced pass."""
+    found = [divergence.drift(g.numerics) for g in runs if g.numerics is not None]
+    return max((d[1] for d in found if d is not None), default=float("nan"))
 
 
 def _f(x: float | None) -> str:

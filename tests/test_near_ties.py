@@ -16,7 +16,18 @@ import autotune.decoding.decoder as decoder_module
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation
 from autotune.decoding.numerics import NumericsRecorder, TokenNumerics, records
-from autotune.measure.divergence import EPS, ULPS, Kind, bound, classify, tier_label, ulp
+from autotune.measure.divergence import (
+    EPS,
+    NOISE_ULPS,
+    ULPS,
+    Kind,
+    bound,
+    classify,
+    drift,
+    tier_label,
+    ulp,
+)
+from autotune.measure.near_tie_baseline import far_above
 from autotune.measure.measurement import measure
 from autotune.models.loading import LoadedModel
 from autotune.search.finalist_figures import figures
@@ -73,6 +84,52 @@ def test_a_large_gap_in_either_pass_is_real() -> None:
     far_in_spec = _gen([5, 8, 4], [SAME, {8: 20.0, 7: 20.0 - wide}, {4: 17.0}])
     verdict = classify(AR, far_in_spec)
     assert verdict.kind is Kind.REAL and verdict.spec_gap == pytest.approx(wide)
+
+
+def test_two_gaps_are_held_to_their_sum() -> None:
+    """Each gap within the bound alone, but together wider than two passes' rounding
+    can put apart: a flip only the sum of both differences explains is real."""
+    each = 0.6 * ULPS[BF16] * ULP_16
+    ar = _gen([5, 7, 9], [SAME, {7: 20.0, 8: 20.0 - each}, {9: 17.0}])
+    spec = _gen([5, 8, 4], [SAME, {8: 20.0, 7: 20.0 - each}, {4: 17.0}])
+    verdict = classify(ar, spec)
+    assert verdict.kind is Kind.REAL and "adding up" in verdict.why
+    within = 0.4 * ULPS[BF16] * ULP_16
+    ar = _gen([5, 7, 9], [SAME, {7: 20.0, 8: 20.0 - within}, {9: 17.0}])
+    spec = _gen([5, 8, 4], [SAME, {8: 20.0, 7: 20.0 - within}, {4: 17.0}])
+    assert classify(ar, spec).kind is Kind.NEAR_TIE
+
+
+def _taught(gen: Generation, off: dict[int, float]) -> Generation:
+    """`gen` with a teacher-forced pass equal to its recorded rows but for position i's
+    logits, `off[i]` higher (tier b at every position reads the difference)."""
+    assert gen.numerics is not None
+    teacher = [[v + off.get(i, 0.0) for v in row] for i, row in enumerate(gen.numerics.values)]
+    return dataclasses.replace(gen, numerics=dataclasses.replace(gen.numerics, teacher=teacher))
+
+
+def test_a_pass_off_its_teacher_forced_logits_is_real_at_any_position() -> None:
+    """Position 2 comes after the near-tie at 1, where nothing was compared before: a
+    row further than the noise from the clean pass makes the prompt real."""
+    beyond = (NOISE_ULPS[BF16] + 1) * ULP_16          # row 2's logits sit at 17.0
+    verdict = classify(_taught(AR, {}), _taught(SPEC, {2: beyond}))
+    assert verdict.kind is Kind.REAL and verdict.position == 2
+    assert verdict.drift_ulps == pytest.approx(NOISE_ULPS[BF16] + 1)
+    assert "speculative" in verdict.why
+    # The same in AR's own run (its passes are checked too), and on exact outputs.
+    assert "AR run" in classify(_taught(AR, {2: beyond}), _taught(AR, {})).why
+    # Within the noise: the near-tie stands.
+    inside = (NOISE_ULPS[BF16] - 1) * ULP_16
+    assert classify(_taught(AR, {1: inside}), _taught(SPEC, {2: inside})).kind is Kind.NEAR_TIE
+    assert drift(_taught(SPEC, {2: inside}).numerics) == (2, pytest.approx(NOISE_ULPS[BF16] - 1))
+    assert drift(SPEC.numerics) is None                 # no teacher pass: nothing to read
+
+
+def test_far_above_reads_a_count_against_the_baselines_rate() -> None:
+    assert not far_above(10, 5, 40)                     # twice, but within its spread
+    assert far_above(22, 5, 40) and far_above(6, 0, 8)
+    assert not far_above(3, 0, 8)                       # a baseline of 0 is no certainty
+    assert not far_above(4, 4, 8) and not far_above(0, 0, 0)
 
 
 def test_a_token_missing_from_a_top_k_is_real() -> None:

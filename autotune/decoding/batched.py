@@ -172,9 +172,9 @@ class BatchedDecoder:
         per_row = [Generation(prompt_len=row.prompt_len, tokens=row.generated,
                               prefill_s=0.0, decode_s=row.finished_at - decode_start,
                               rounds=row.rounds, cache_bytes=0, timed_parts=False,
-                              # Folded after the clock stopped: the top-K is not timed.
-                              numerics=(row.numerics.finish() if row.numerics is not None
-                                        else None))
+                              numerics=self.single._checked(row.numerics,
+                                                            row.buffer[0, :row.prompt_len].tolist(),
+                                                            row.generated))
                    for row in rows]
         return BatchGeneration(per_row, prefill_s=decode_start - start_time,
                                decode_s=end_time - decode_start, rounds=batch_rounds)

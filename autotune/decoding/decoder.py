@@ -36,7 +36,12 @@ from autotune.decoding.drafters.base import (
 )
 from autotune.decoding.engines import EngineRules, engine_rules
 from autotune.decoding.methods import MethodSpec, get_method
-from autotune.decoding.numerics import NumericsRecorder, TokenNumerics, records
+from autotune.decoding.numerics import (
+    NumericsRecorder,
+    TokenNumerics,
+    records,
+    teacher_force,
+)
 from autotune.decoding.policies import ExitPolicy, make_policy
 from autotune.decoding.sampling import probabilities
 from autotune.decoding.tree import DraftTree, compact_cache
@@ -503,8 +508,17 @@ class SpeculativeDecoder:
                           prefill_s=decode_start - start_time + credit,
                           decode_s=end_time - decode_start,
                           rounds=rounds, cache_bytes=self._cache_bytes(run),
-                          # Folded after the clock stopped: the top-K is not timed.
-                          numerics=run.numerics.finish() if run.numerics is not None else None)
+                          numerics=self._checked(run.numerics, prompt, generated))
+
+    def _checked(self, recorder: NumericsRecorder | None, prompt: list[int],
+                 tokens: list[int]) -> TokenNumerics | None:
+        """The run's numerics, folded after the clock stopped (the top-K is not timed),
+        with tier b's clean teacher-forced pass beside every row (numerics.py)."""
+        if recorder is None:
+            return None
+        numerics = recorder.finish()
+        teacher_force(self.target.forward, prompt, tokens, numerics)
+        return numerics
 
     def _positions_needed(self, prompt_len: int, max_new_tokens: int) -> int:
         """Cache positions one generation needs. Drafts never run past the token budget,

@@ -11,6 +11,15 @@ and checks that the emitted token is an argmax of that row (tier a: the acceptan
 was right under that pass's numerics), independently of the verifier.
 `autotune.measure.divergence` compares two runs' records.
 
+Tier b at every position (`teacher_force`): after the clock stops, the run's whole
+output is passed through the target once more, teacher-forced in one pass over prompt +
+output from a fresh cache (the prefill's shape, no speculation involved), and the
+logits of each recorded row's top-K ids are kept beside the recorded ones. A verify pass
+with a wrong position, mask or KV entry computes other mathematical logits than that
+clean pass does, at the position where it went wrong and after it, even where the
+emitted token is still its own row's argmax (which tier a cannot see); rounding alone
+moves them by the dtype's noise only (`divergence.NOISE_ULPS`).
+
 Cost: float32 runs (the CPU's default) and sampling record nothing. A recording run
 copies each round's emitted rows ([n, V], one small copy) inside the timed loop; the
 top-K and the argmax check run on the kept rows after the generation's clock stops
@@ -20,6 +29,7 @@ top-K and the argmax check run on the kept rows after the generation's clock sto
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -44,6 +54,9 @@ class TokenNumerics:
     values: list[list[float]] = field(default_factory=list)
     ids: list[list[int]] = field(default_factory=list)
     argmax_violations: int = 0
+    # teacher[i][j]: the clean teacher-forced pass's logit of ids[i][j] (`teacher_force`);
+    # empty until that pass ran.
+    teacher: list[list[float]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -99,3 +112,22 @@ class NumericsRecorder:
     def finish(self) -> TokenNumerics:
         self._fold()
         return self.out
+
+
+def teacher_force(forward: Any, prompt: list[int], tokens: list[int],
+                  numerics: TokenNumerics) -> None:
+    """Fill `numerics.teacher`: one pass of the target `forward` over `prompt` + `tokens`
+    (all but the last, which no row scores) from a fresh cache, and per emitted token i
+    the logits of `numerics.ids[i]` in the row that scored slot i. Runs untimed (after a
+    generation's clock stopped); costs one prefill-shaped pass over prompt + output."""
+    if len(numerics) != len(tokens):
+        raise ValueError(f"{len(numerics)} recorded rows for {len(tokens)} tokens")
+    if not tokens:
+        return
+    ids = prompt + tokens[:-1]
+    cache = forward.new_cache(1, len(ids))
+    with torch.inference_mode():
+        logits = forward.forward(torch.tensor([ids], device=forward.device), cache)[0]   # [T, V]
+        rows = logits[len(prompt) - 1:].float()                                  # [n, V]
+        index = torch.tensor(numerics.ids, dtype=torch.long, device=rows.device)
+        numerics.teacher = rows.gather(1, index).tolist()

@@ -27,6 +27,7 @@ from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation, PrefillMemo
 from autotune.measure import divergence, paired
+from autotune.measure.near_tie_baseline import chunked_ar, far_above
 from autotune.measure.summary import MeasurementSummary
 from autotune.measure.timing import Clock
 from autotune.models.loading import LoadedModel
@@ -75,6 +76,9 @@ class Measurement:
     measured_by: str = "autotune"    # the backend (engine) that ran both arms
     measured_by_label: str = "autotune's decoder"
     token_exact: bool = True         # the backend's (`Backend.token_exact`)
+    # Greedy low precision, our decoder: AR against itself decoded in chunks, runs per
+    # verdict kind over the prompts (measure/near_tie_baseline.py); None elsewhere.
+    near_tie_baseline: dict[str, int] | None = None
 
     def summary(self) -> MeasurementSummary:
         cand = [r.candidate for r in self.runs]
@@ -98,7 +102,7 @@ class Measurement:
         base_ms = _ms_per_token(base)
         pairs = [r.pair() for r in self.runs]
         ci = paired.interval(pairs)
-        verdicts = lossless_verdicts(self.runs, self.config.greedy)
+        verdicts = lossless_verdicts(self.runs, self.config.greedy, self.near_tie_baseline)
         return MeasurementSummary(**{
             "config": self.config.to_dict(),
             "model": self.model,
@@ -161,7 +165,8 @@ class Measurement:
                  "rounds": [asdict(t) for t in r.candidate.rounds]} for r in self.runs]
 
 
-def lossless_verdicts(runs: Sequence[PromptRun], greedy: bool) -> dict[str, Any]:
+def lossless_verdicts(runs: Sequence[PromptRun], greedy: bool,
+                      near_tie_baseline: dict[str, int] | None = None) -> dict[str, Any]:
     """The lossless figures of a summary: `lossless` (greedy: no prompt diverged from AR
     beyond a near-tie, no emitted token off its pass's argmax; sampling: None),
     `lossless_tier` ("exact" where float32 must match token for token, "near-tie
@@ -169,14 +174,23 @@ def lossless_verdicts(runs: Sequence[PromptRun], greedy: bool) -> dict[str, Any]
     (the prompts with a real divergence: what makes `lossless` False),
     `near_tie_prompts` (those that differ at a near-tie only) and `divergences` (runs
     per verdict: {"exact", "near_tie", "real"}). Each prompt is named once, however
-    many of its repeats diverged."""
+    many of its repeats diverged. Where `near_tie_baseline` (AR against itself in
+    chunks, runs per kind) is given, it is reported beside them, and
+    `near_ties_far_above` says whether this config's near-tie prompts are far above its
+    near-ties (`near_tie_baseline.far_above`): a suspect, not a verdict."""
     if not greedy:
         return {"lossless": None, "lossless_tier": None, "mismatched_prompts": [],
                 "near_tie_prompts": [], "divergences": None}
     kinds = [(r.prompt_id, r.verdict().kind) for r in runs]
     named = {kind: list(dict.fromkeys(pid for pid, k in kinds if k is kind))
              for kind in divergence.Kind}
-    return {"lossless": not named[divergence.Kind.REAL],
+    extra: dict[str, Any] = {}
+    if near_tie_baseline is not None:
+        prompts = sum(near_tie_baseline.values())
+        extra = {"near_tie_baseline": near_tie_baseline,
+                 "near_ties_far_above": far_above(len(named[divergence.Kind.NEAR_TIE]),
+                                                  near_tie_baseline["near_tie"], prompts)}
+    return {**extra, "lossless": not named[divergence.Kind.REAL],
             "lossless_tier": lossless_tier(runs),
             "mismatched_prompts": named[divergence.Kind.REAL],
             "near_tie_prompts": named[divergence.Kind.NEAR_TIE],
@@ -356,9 +370,30 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
                                          next(iter(this.values())).baseline.tokens)
                 if on_prompt is not None:
                     on_prompt(index, repeat, this, session.results())
-        return session.results()
+        results = session.results()
+        # After every clock stopped: AR against itself under another pass shape.
+        judged = _near_tie_baseline(target, session, baseline.greedy)
+        for measured in results.values():
+            measured.near_tie_baseline = judged
+        return results
     finally:
         session.close()
+
+
+def _near_tie_baseline(target: LoadedModel, session: "_ArmSession", greedy: bool
+                       ) -> dict[str, int] | None:
+    """Runs per verdict kind of greedy AR decoded in chunks against the measured AR
+    runs (repeat 0), where our decoder recorded their numerics; else None."""
+    if not greedy or not session.configs:
+        return None
+    first = session.runs[next(iter(session.configs))][:len(session.prompts)]
+    if not first or any(r.baseline.numerics is None for r in first):
+        return None
+    counts = {kind.value: 0 for kind in divergence.Kind}
+    for ids, run in zip(session.encoded, first):
+        chunked = chunked_ar(target, ids, run.baseline.tokens)
+        counts[divergence.classify(run.baseline, chunked).kind.value] += 1
+    return counts
 
 
 def _shared_sampling(configs: dict[str, DecodeConfig]) -> tuple[float, float, int]:

@@ -66,5 +66,9 @@ class MeasurementSummary(TypedDict, total=False):
     mismatched_prompts: list[str]
     near_tie_prompts: list[str]
     divergences: dict[str, int] | None
+    # Greedy low precision in our decoder: AR against itself decoded in chunks (runs per
+    # verdict kind), and whether the config's near-tie prompts are far above it.
+    near_tie_baseline: dict[str, int]
+    near_ties_far_above: bool
     lossless_binding: bool
     by_category: dict[str, dict[str, Any]]
