@@ -127,7 +127,8 @@ def test_the_budget_stops_a_close_race_undecided_and_a_rerun_resumes_it(monkeypa
     record = _race(monkeypatch, bench, budget=100.0)
     assert record["race"]["stopped"] == "budget" and record["race"]["measured"] == 8
     assert record["decision"] == finalists.UNDECIDED
-    assert "--validation-budget of 100 s ran out after 8 of 16 prompts" in record["reason"]
+    assert ("race's 100 s (--validation-budget, or its share of --time-budget) ran out "
+            "after 8 of 16 prompts") in record["reason"]
     assert bench.measured == [p.prompt_id for p in PROMPTS[:8]]
     again = _race(monkeypatch, bench, budget=1000.0, resume=record)
     # Only the prompts not measured yet, then the rest of the error.

@@ -21,6 +21,7 @@ STOPPED = {"budget": "trial budget reached", "timeout": "--timeout reached",
            "interrupted": "interrupted (Ctrl-C); rerun the same command to resume",
            "infeasible": "the space kept yielding infeasible points",
            "grid": "the grid is exhausted",
+           "deadline": "the trials' share of --time-budget spent",
            "covered": "every config of the space was tried"}
 
 
@@ -51,3 +52,5 @@ def print_summary(outcome: SearchOutcome) -> None:
         print("time by stage: " + ", ".join(f"{stage} {seconds:.0f} s"
                                             for stage, seconds in outcome.stages)
               + f" (total {sum(seconds for _, seconds in outcome.stages):.0f} s)")
+    for line in outcome.budget_lines:
+        print(line)

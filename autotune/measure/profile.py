@@ -110,6 +110,21 @@ def forward_cost_profile(target: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZ
     }
 
 
+def ar_seconds_per_token(target: LoadedModel, repeats: int = 8,
+                         context_tokens: int = 32) -> float:
+    """The machine's AR speed today: seconds of the target's one-token forward after a
+    short context, the median of `repeats` (after the untimed warm-up `time_points`
+    runs). What `--time-budget` sizes a search from: every stage's cost scales with it."""
+    limit = _max_positions(target)
+    if limit is not None:
+        context_tokens = max(1, min(context_tokens, limit - 1))
+    forward, device = target.forward, target.device
+    times = forward_times(forward, forward.vocab_size, (1,), context_tokens, Clock(device),
+                          device, repeats, last_only=True)
+    ordered = sorted(times[1])
+    return ordered[len(ordered) // 2]
+
+
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
 # Tokens per row in a batched verify pass: 1 (an AR step) up to a long chain.
 DEFAULT_ROW_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)

@@ -21,6 +21,7 @@ from autotune.backends import ENGINE_BACKENDS, input_error, unavailable
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import config_from_mapping, load_config_file
 from autotune.decoding.engines import ENGINES
+from autotune.pipeline.budget import DEFAULT_TIME_BUDGET, parse_duration
 from autotune.pipeline.progress import note
 from autotune.search.finalists import DEFAULT_MIN_GAIN
 from autotune.search.objectives import Objective, load_objective
@@ -75,6 +76,8 @@ class SearchRequest:
     schedule_k: str | None = None          # "1,2,4"
     screen: int = 220
     screen_prompts: int | None = None      # None: SCREEN_PROMPTS_FACTOR x the prompts
+    # Wall clock for the whole run ("10m", "600s", None or "none": the counts alone).
+    time_budget: str | float | None = DEFAULT_TIME_BUDGET
     timeout: float | None = None
     trial_timeout: float | None = None
     sampler: str = "tpe"
@@ -129,6 +132,9 @@ class SearchPlan:
     min_gain: float                        # the answer's smallest gain worth having
     timeout_s: float | None
     trial_timeout_s: float | None
+    # --time-budget in seconds (None: none): the counts above are then upper bounds,
+    # sized to the machine's speed once it is measured (`autotune.pipeline.budget`).
+    time_budget_s: float | None
     # After the search: K per batch size (none: no schedule).
     batch_sizes: tuple[int, ...]
     schedule_ks: tuple[int, ...] | None
@@ -175,6 +181,7 @@ def plan_search(request: SearchRequest) -> SearchPlan:
     asked = _engine_fidelity(request)
     trials = request.trials if request.trials is not None else DEFAULT_TRIALS[asked]
     _check_numbers(request, trials)
+    time_budget_s = parse_duration(request.time_budget)
     space = load_space(request.space or default_space(target))
     objective = load_objective(request.objective)
     if objective.multi and request.sampler in ("cmaes", "bayes_opt"):
@@ -227,7 +234,8 @@ def plan_search(request: SearchRequest) -> SearchPlan:
         concurrency=request.concurrency,
         min_gain=request.min_gain,
         timeout_s=request.timeout,
-        trial_timeout_s=request.trial_timeout, batch_sizes=batch_sizes,
+        trial_timeout_s=request.trial_timeout, time_budget_s=time_budget_s,
+        batch_sizes=batch_sizes,
         schedule_ks=schedule_ks, sampler=request.sampler, seed=request.seed,
         prune=request.prune, enqueue=tuple(enqueue), study_name=study_name,
         storage=storage, run_dir=run_dir)

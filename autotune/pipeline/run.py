@@ -26,12 +26,14 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import optuna
 
 from autotune.decoding.engines import engine_rules
 from autotune.measure.profile import PROFILE_FILE, run_profile, save_run_profile
+from autotune.pipeline import fitting
+from autotune.pipeline.budget import Budget
 from autotune.pipeline.loading import load_models
 from autotune.pipeline.plan import SearchPlan
 from autotune.pipeline.progress import Progress, held_out_prompt, note, warn
@@ -51,7 +53,6 @@ from autotune.search.objectives import EvalContext, Objective
 from autotune.search.engine_screens import (
     PREDICTED_MARGIN,
     engine_finalists,
-    engine_screen_budget,
     predicted_behind,
     screen_engines,
 )
@@ -95,6 +96,9 @@ class SearchOutcome:
     # (stage, seconds) in the order they ran: loading, screening, trials, the engines'
     # screens, the pool's predictions, the race, the files; for the summary.
     stages: tuple[tuple[str, float], ...] = ()
+    # --time-budget: its lines for the summary (what was cut to fit, what a larger
+    # budget would add); empty without one.
+    budget_lines: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -127,12 +131,28 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     """Run `plan`: load its models, open (or resume) its study, screen, measure, validate
     the finalists, tune the schedule, and write the run folder."""
     clock = _Stages()
+    budget = fitting.start(plan)
     models = load_models(plan)
     clock.lap("loading the models")
     if plan.turns == "all":
         plan = _with_later_turns(plan, models.target)
+    # The machine's speed first: with a budget, every count below is sized from it.
+    speed = fitting.measure_speed(budget, models.target)
     _quiet_optuna()
     identity = study_identity(plan, models)
+    # Once per run folder (reused on resume): where verifying more tokens stops being
+    # nearly free on this hardware, for the report. A failure is a warning only. It is
+    # measured before the study is opened (the worker that creates a shared study queues
+    # the baseline and presets as it starts, before the other workers use up the
+    # budget) and written only once the study has accepted this run; the folder itself
+    # is made only after it, so a Ctrl-C while loading or profiling leaves nothing.
+    # Not for an engine that decodes in its own process (llama-server): our forward's
+    # cost would describe another engine than the one every trial is measured in.
+    in_own_process = engine_rules(plan.target).measures_in_engine
+    profile, fresh = (None, False) if in_own_process else run_profile(plan.run_dir,
+                                                                      models.target)
+    if budget is not None and speed is not None:
+        plan = fitting.size(plan, budget, speed, len(models.engine_spaces))
     settings = SearchSettings(
         study_name=plan.study_name, storage=plan.storage, trials=plan.trials,
         sampler=plan.sampler, seed=plan.seed, timeout_s=plan.timeout_s,
@@ -147,32 +167,22 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
                           replay_parts=plan.run_dir / PARTS_FILE,
                           backend=models.backend if plan.fidelity == "engine" else None,
                           final_backend=models.backend)
-    # Once per run folder (reused on resume): where verifying more tokens stops being
-    # nearly free on this hardware, for the report. A failure is a warning only. It is
-    # measured before the study is opened (the worker that creates a shared study queues
-    # the baseline and presets as it starts, before the other workers use up the
-    # budget) and written only once the study has accepted this run; the folder itself
-    # is made only after it, so a Ctrl-C while loading or profiling leaves nothing.
-    # Not for an engine that decodes in its own process (llama-server): our forward's
-    # cost would describe another engine than the one every trial is measured in.
-    in_own_process = engine_rules(plan.target).measures_in_engine
-    profile, fresh = (None, False) if in_own_process else run_profile(plan.run_dir,
-                                                                      models.target)
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     # The measured study is opened first: a run it refuses (another space, model,
     # workload) is refused before anything is screened or written.
     runner = StudyRunner(settings, models.space, plan.objective, context)
     clock.lap("profiling the hardware")
     screening = _screen_context(plan, runner)
-    if plan.fidelity == "multi" and not _screen(plan, runner, screening):
+    if plan.fidelity == "multi" and not _screen(plan, runner, screening, budget):
         return SearchOutcome(INTERRUPTED, plan.run_dir, None, plan.objective, 0,
-                             settings.trials, 0.0, [], clock.stages)
+                             settings.trials, 0.0, [], clock.stages,
+                             tuple(budget.summary()) if budget is not None else ())
     clock.lap("screening by replay")
     if fresh:
         save_run_profile(plan.run_dir, profile)
     record = write_run_record(plan, models, identity)
     return _run_study(plan, runner, record.frozen.to_json(), models.engine_spaces, clock,
-                      screening)
+                      screening, budget)
 
 
 def _screen_context(plan: SearchPlan, runner: StudyRunner) -> EvalContext:
@@ -206,18 +216,28 @@ def _quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-def _screen(plan: SearchPlan, runner: StudyRunner, context: EvalContext) -> bool:
+def _screen(plan: SearchPlan, runner: StudyRunner, context: EvalContext,
+            budget: Budget | None = None) -> bool:
     """The replay screen (multi fidelity): queue what it found worth measuring in the
     measured study and cut the trial budget to it; on resume, screen on to a larger
     --screen and measure more for a larger --trials (`_resume_screened`). False after
     Ctrl-C (the screened configs are in the storage; a rerun resumes)."""
     settings = runner.settings
     resumed = runner.screened_queued()
+    screen_settings = _on_screen_prompts(settings, plan)
+    if budget is not None:
+        screen_settings = dataclasses.replace(screen_settings, clock=budget.clock,
+                                              stop_at=budget.stop_at("screen"))
     try:
-        screen, reason = run_screen(_on_screen_prompts(settings, plan), plan.screen,
-                                    runner.space, plan.objective, context)
+        screen, reason = run_screen(screen_settings, plan.screen, runner.space,
+                                    plan.objective, context)
     except KeyboardInterrupt:
         reason = INTERRUPTED
+    if budget is not None:
+        budget.done("screen")
+        if reason == "deadline":
+            finished, _, _ = screen.progress()
+            budget.stopped.append(f"the screen after {finished} of {plan.screen} configs")
     if reason == INTERRUPTED:
         note("interrupted while screening; the screened configs are saved "
              "in the study storage. Rerun the same command to resume.")
@@ -289,7 +309,8 @@ def _on_screen_prompts(settings: SearchSettings, plan: SearchPlan) -> SearchSett
 
 def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
                engine_spaces: dict[str, BoundSpace], clock: _Stages,
-               screening: EvalContext) -> SearchOutcome:
+               screening: EvalContext, time_budget: Budget | None = None
+               ) -> SearchOutcome:
     """Run the trials with a progress display, screen the other engines' spaces
     (`--target all`), validate the finalists on the held-out prompts, tune the schedule,
     then write the run folder."""
@@ -300,6 +321,9 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
          f"run folder {run_dir}")
     progress = Progress(budget, done)
     began = time.monotonic()
+    if time_budget is not None:
+        runner.settings.clock = time_budget.clock
+        runner.settings.stop_at = time_budget.stop_at("trials")
 
     def finished(event: TrialEvent) -> None:
         run_folder.write_run_files(run_dir, runner.study, objective, context)
@@ -309,21 +333,30 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
         reason = runner.run(on_trial=finished, on_start=progress.start)
     finally:
         progress.close()
+    if time_budget is not None:
+        time_budget.done("trials")
+        if reason == "deadline":
+            finished_now, _, _ = runner.progress()
+            time_budget.stopped.append(f"the measured trials after {finished_now} of {budget}")
     clock.lap("measured trials")
     screens: dict[str, StudyRunner] = {}
     if reason != INTERRUPTED and plan.held_out and engine_spaces:
         try:
             screens = screen_engines(_on_screen_prompts(runner.settings, plan),
                                      engine_spaces, objective, screening,
-                                     engine_screen_budget(plan.screen))
+                                     fitting.engine_screen(plan, time_budget),
+                                     _engines_stop(time_budget))
         except KeyboardInterrupt:
             reason = INTERRUPTED
             note("interrupted while screening the engines' spaces; the screened configs "
                  "are saved in the study storage. Rerun the same command to resume.")
+        if time_budget is not None:
+            time_budget.done("engines")
         clock.lap("the engines' screens")
     if reason != INTERRUPTED and plan.held_out:
         try:
-            _validate(plan, runner, screens, clock)
+            plan = fitting.held_out(plan, time_budget, runner.study)
+            _validate(plan, runner, screens, clock, time_budget)
         except KeyboardInterrupt:
             reason = INTERRUPTED
             note("interrupted while validating the finalists; the search is "
@@ -356,11 +389,18 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
     files = [TRIALS_FILE, BEST_FILE, RUN_FILE, *outputs,
              *([PROFILE_FILE] if (run_dir / PROFILE_FILE).is_file() else [])]
     return SearchOutcome(reason, run_dir, runner.study, objective, done, budget,
-                         time.monotonic() - began, files, clock.stages)
+                         time.monotonic() - began, files, clock.stages,
+                         tuple(time_budget.summary()) if time_budget is not None else ())
+
+
+def _engines_stop(budget: Budget | None) -> tuple[float, Callable[[], float]] | None:
+    """The engines' screens' deadline and its clock, with a budget."""
+    return None if budget is None else (budget.stop_at("engines"), budget.clock)
 
 
 def _validate(plan: SearchPlan, runner: StudyRunner,
-              screens: dict[str, StudyRunner], clock: _Stages | None = None) -> None:
+              screens: dict[str, StudyRunner], clock: _Stages | None = None,
+              budget: Budget | None = None) -> None:
     """Race the finalists on the held-out prompts and store the record in the study,
     unless a current record of these prompts and repeats is there already (a rerun of
     a finished search loses nothing and re-measures nothing); a race its budget
@@ -422,7 +462,13 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
                                          len(ranking.complete(study)), held.source,
                                          on_prompt=held_out_prompt, min_gain=plan.min_gain,
                                          pool=held.pool, predicted=predicted,
-                                         budget_s=plan.validation_budget_s, resume=resume)
+                                         budget_s=fitting.race_seconds(plan, budget),
+                                         resume=resume)
+    if budget is not None:
+        budget.done("race")
+        if record.race is not None and record.race.stopped == "budget":
+            budget.stopped.append(f"the race after {record.race.measured} of "
+                                  f"{len(held.held_out)} held-out prompts")
     finalists.store_record(study, record)
 
 

@@ -14,7 +14,7 @@ measured trials are spent before the race.
 from __future__ import annotations
 
 import dataclasses
-
+from collections.abc import Callable
 
 from autotune.measure import paired
 from autotune.measure.paired import PromptPair
@@ -48,15 +48,25 @@ def engine_screen_budget(screen: int) -> int:
 
 
 def screen_engines(settings: SearchSettings, spaces: dict[str, BoundSpace],
-                   objective: Objective, context: EvalContext, budget: int
+                   objective: Objective, context: EvalContext, budget: int,
+                   deadline: tuple[float, Callable[[], float]] | None = None
                    ) -> dict[str, StudyRunner]:
     """Replay `budget` configs of each engine's space (finished ones count, as in any
-    resumed screen). KeyboardInterrupt propagates (each screen is in the storage)."""
+    resumed screen). `deadline`: (when all must stop, on its clock): each engine's
+    screen gets an equal share of the time left when it starts (one that ends early
+    leaves its time to the next). KeyboardInterrupt propagates (each screen is in the
+    storage)."""
     screens: dict[str, StudyRunner] = {}
-    for engine, space in spaces.items():
+    for index, (engine, space) in enumerate(spaces.items()):
         engine_settings = dataclasses.replace(
             settings, study_name=f"{settings.study_name}.{engine}", enqueue=[],
             screened=None, study_attrs={**settings.study_attrs, "engine": engine})
+        if deadline is not None:
+            stop_at, clock = deadline
+            now = clock()
+            engine_settings = dataclasses.replace(
+                engine_settings, clock=clock,
+                stop_at=now + max(stop_at - now, 0.0) / (len(spaces) - index))
         screens[engine], _ = run_screen(engine_settings, budget, space, objective, context,
                                         label=f"{engine}'s")
     return screens

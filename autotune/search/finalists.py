@@ -441,9 +441,10 @@ def _record(setup: _RaceSetup, race: _RaceState, pool: list[Prompt], complete_tr
         verdict = judge(entries, setup.min_gain)
         if verdict.decision == UNDECIDED and log.stopped == "budget":
             verdict = verdict._replace(reason=verdict.reason + (
-                f"; the --validation-budget of {setup.budget_s:g} s ran out after "
-                f"{race.measured} of {len(setup.prompts)} prompts: rerun with a larger "
-                "one to resume where it stopped"))
+                f"; the race's {setup.budget_s:.0f} s (--validation-budget, or its "
+                f"share of --time-budget) ran out after {race.measured} of "
+                f"{len(setup.prompts)} prompts: rerun with a larger one to resume where "
+                "it stopped"))
         return verdict
 
     own_entries = groups.pop(OWN_ENGINE, [])

@@ -108,6 +108,11 @@ class SearchSettings:
     # Every config once (a replay screen: a repeat predicts the same figures): a repeat is
     # refused uncounted, and the next trial draws at random.
     distinct: bool = False
+    # --time-budget: this stage's end on `clock`'s scale. No trial starts that, as long
+    # as this run's median trial, would pass it ("deadline"): a stage keeps to its share
+    # and what it finished stays counted. None: no deadline (`timeout_s` still applies).
+    stop_at: float | None = None
+    clock: Callable[[], float] = time.monotonic
 
 
 @dataclass
@@ -199,6 +204,18 @@ def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
                 str(c): (v.get("speedup") if isinstance(v, dict) else None)
                 for c, v in list(value.items())[:64]}
     return keep
+
+
+def past_deadline(stop_at: float | None, now: float, took: list[float]) -> bool:
+    """Whether a trial started `now` would pass `stop_at`, judged by the median of the
+    trials this run has taken (`took`; the median, not the mean: a screen's first trial
+    decodes its references and costs many later ones). None: no deadline."""
+    if stop_at is None:
+        return False
+    if not took:
+        return now >= stop_at
+    ordered = sorted(took)
+    return now + ordered[len(ordered) // 2] > stop_at
 
 
 class StudyRunner:
@@ -377,10 +394,12 @@ class StudyRunner:
 
     def run(self, on_trial: Callable[[TrialEvent], None] | None = None,
             on_start: Callable[[dict[str, Any]], None] | None = None) -> str:
-        """Run trials; returns why it stopped: budget, timeout, interrupted, infeasible."""
+        """Run trials; returns why it stopped: budget, timeout, deadline, interrupted,
+        infeasible."""
         self.recover_interrupted()
         self.enqueue_defaults()
         started = time.monotonic()
+        took: list[float] = []          # this run's trials, seconds each (the deadline's)
         self._on_start = on_start
         self._repeats_in_a_row = 0
         while True:
@@ -392,14 +411,18 @@ class StudyRunner:
             if (self.settings.timeout_s is not None
                     and time.monotonic() - started >= self.settings.timeout_s):
                 return "timeout"
+            if past_deadline(self.settings.stop_at, self.settings.clock(), took):
+                return "deadline"
             if infeasible > MAX_INFEASIBLE_PER_TRIAL * max(self.settings.trials, 1):
                 return "infeasible"
             inner = getattr(self.study.sampler, "inner", None)
             if isinstance(inner, optuna.samplers.GridSampler) and inner.is_exhausted(self.study):
                 return "grid"
             try:
+                began = self.settings.clock()
                 self.study.optimize(self._trial, n_trials=1, catch=(TrialFailed,),
                                     gc_after_trial=False)
+                took.append(self.settings.clock() - began)
                 # The callback (run files, progress line) is "between trials": a Ctrl-C
                 # there stops the same way, with nothing of ours left RUNNING.
                 last = self._last_own_trial()

@@ -118,6 +118,21 @@ def split_prompts(workload: str, categories: list[str] | None, validation: str, 
                        screened)
 
 
+def resized(split: PromptSplit, pool: int, measured: int, seed: int, why: str
+            ) -> PromptSplit:
+    """`split` with its held-out pool cut to its first `pool` prompts (the pool is drawn
+    round-robin over categories, so they are what a `--validation-pool` of `pool` draws)
+    and `measured` of them drawn as `split_prompts` draws them; the search and screen
+    prompts unchanged. `why` ends the source sentence ("by --time-budget")."""
+    if pool >= len(split.pool) and measured >= len(split.held_out):
+        return split
+    kept = split.pool[:pool]
+    sample = _sample(kept, measured, seed)
+    return split._replace(pool=kept, held_out=sample,
+                          source=f"{split.source}; cut to a pool of {len(kept)}, "
+                                 f"{len(sample)} measured, {why}")
+
+
 def _sample(pool: list[Prompt], wanted: int | None, seed: int) -> list[Prompt]:
     """The first `wanted` prompts (all for None) of a seeded random order of `pool` that
     is balanced by category: each category's prompts are shuffled and spread evenly

@@ -16,6 +16,7 @@ from autotune.cli.parsers.options import (
     add_workload_args,
     engine_name,
 )
+from autotune.pipeline.budget import DEFAULT_TIME_BUDGET
 from autotune.workloads.split import DEFAULT_POOL
 
 if TYPE_CHECKING:
@@ -124,6 +125,12 @@ def _add_study_args(s: argparse.ArgumentParser) -> None:
                    help="search prompts the replay screens rank configs on: the measured "
                         "--prompts and more of the search part, never held-out ones "
                         "(default 3 x --prompts; each costs one reference decode)")
+    s.add_argument("--time-budget", default=DEFAULT_TIME_BUDGET, metavar="DURATION",
+                   help="wall clock for the whole run (10m, 600s, 1h; none: no budget): "
+                        "the machine's AR speed is measured first, the screen, trials, "
+                        "engines' screens, held-out pool and race are sized to fit (each "
+                        "count flag an upper bound) and each stage stops at its share; a "
+                        f"rerun with a larger budget extends (default {DEFAULT_TIME_BUDGET})")
     s.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="stop starting trials after S seconds")
     s.add_argument("--trial-timeout", type=float, default=None, metavar="S",

@@ -1,0 +1,311 @@
+"""`--time-budget`: a search sized to the machine it runs on, in wall-clock time.
+
+The work of a search is counts (`--screen`, `--trials`, the engines' screens, the held-out
+pool and its measured sample); what they cost is the machine's business: the same
+counts took 8.4 minutes at 26.6 ms/token AR and 26 at 54 (issue 51). With a budget:
+
+1. the budget's clock starts with the process (`process_started`: what `time` measures);
+2. after the models load, the target's one-token forward is timed (the machine's AR
+   speed today, `measure.profile.ar_seconds_per_token`);
+3. after the hardware profile, `size_counts` sizes the screen, the measured trials and
+   the engines' screens to the time left, each flag's count an upper bound: the search's
+   counts shrink by a factor f, the held-out ones by √f (they decide the answer, so they
+   give way more slowly);
+4. each stage then runs to a deadline (`Budget.stop_at`): its share of the time left, in
+   proportion to its estimated cost against the stages still to run. A stage that ends
+   early leaves its time to the next; one that reaches its deadline stops with what it
+   has finished (the study runner starts no trial its median trial would carry past it);
+5. the held-out pool and its measured sample are sized when validation starts
+   (`Budget.size_held_out`), at the pace the stages so far kept against their estimates
+   (`Budget.pace`); the race gets what is left before the run folder's reserve.
+
+The decision rules never change with the budget: a race that runs out of time says
+"undecided", never a verdict at a weaker level. A rerun with a larger budget extends the
+stored screen and trials (as a larger `--trials` does) and validates on a larger sample.
+Every estimate is in AR tokens (the cost of one AR decode step here), so the constants
+below hold across machines; a test drives `Budget` with a fake clock.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from autotune.common.errors import AutotuneError
+
+__all__ = ["DEFAULT_TIME_BUDGET", "Budget", "Counts", "Shape", "parse_duration",
+           "process_started", "size_counts", "stage_seconds"]
+
+# The main job's default budget (README command 1 promises it).
+DEFAULT_TIME_BUDGET = "10m"
+
+# Each stage's cost in AR tokens per unit of work, from the main job at 26.6 ms/token
+# (commit 292d7a0, docs/benchmarks.md): the screen 165 s for 220 configs on 24 prompts x
+# 32 tokens (its references decoded first), 6 measured trials 92 s on 8 prompts, five
+# engines' screens of 100 configs 30 s, a pool of 80 prompts 71 s, a race of 8 arms on 16
+# prompts 113 s. Each estimate came within 8% of its stage there.
+REFERENCE_TOKENS = 1.0        # per screen prompt x new token (the references)
+SCREEN_TOKENS = 0.035         # per screened config x screen prompt x new token
+TRIAL_TOKENS = 2.4            # per measured trial x search prompt x new token (AR too)
+ENGINE_TOKENS = 0.003         # per engine config x screen prompt x new token
+POOL_TOKENS = 1.1             # per pool prompt x new token (reference and tables)
+RACE_TOKENS = 1.1             # per measured prompt x arm x repeat x new token
+
+# The least each count is cut to (a flag's own smaller value stands): a screen of 30
+# holds the documented defaults and a first random sweep; 2 trials, AR and one config;
+# a pool and sample of 8 and 4 still give an interval (most likely "undecided").
+FLOORS = {"screen": 30, "trials": 2, "engine_screen": 20, "pool": 8, "measured": 4}
+
+# What the run folder, report and exports are left at the end: at least this, or this
+# share of the budget.
+RESERVE_S = 10.0
+RESERVE_SHARE = 0.02
+
+# The stages the budget shares out, in the order they run.
+STAGES = ("screen", "trials", "engines", "pool", "race")
+# A stage's pace (actual over estimated seconds) is believed within these bounds.
+PACE_BOUNDS = (0.5, 4.0)
+
+_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | float | None) -> float | None:
+    """`--time-budget`'s value in seconds: `600`, `90s`, `10m`, `1.5h`; None, `none` or
+    `off`: no budget. Anything else, or a duration that is not positive, is one
+    AutotuneError line."""
+    if text is None:
+        return None
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        spec = str(text).strip().lower()
+        if spec in ("none", "off"):
+            return None
+        unit = next((u for u in sorted(_UNITS, key=len, reverse=True) if spec.endswith(u)), "")
+        try:
+            seconds = float(spec[: len(spec) - len(unit)]) * _UNITS.get(unit, 1.0)
+        except ValueError:
+            raise AutotuneError(f"--time-budget {text!r} is not a duration: give e.g. 10m, "
+                                "600s, 1.5h, or none") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise AutotuneError(f"--time-budget {text!r} must be a positive duration (or none)")
+    return seconds
+
+
+def process_started(clock: Callable[[], float] = time.monotonic) -> float:
+    """When this process started, on `clock`'s scale (Linux: from /proc; elsewhere: now),
+    so a budget counts the imports before the search as the user's `time` does."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            # The command name (field 2) may hold spaces; the fields after it do not.
+            fields = stat.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        age = 0.0
+    return clock() - max(age, 0.0)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A search's work in counts (each an upper bound from its flag)."""
+
+    screen: int             # configs the main replay screen replays
+    trials: int             # measured trials, the AR baseline included
+    engine_screen: int      # configs each engine's screen replays
+    pool: int               # held-out prompts the replay tier predicts
+    measured: int           # of them, prompts the race measures
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the stages' costs scale with besides the counts."""
+
+    max_new_tokens: int
+    search_prompts: int
+    screen_prompts: int
+    engines: int            # engines answered besides autotune's own (`--target all`)
+    arms: int               # the race's arms, the AR baseline included
+    repeats: int            # passes over the measured held-out prompts
+    stages: frozenset[str]  # which of STAGES this search runs
+
+
+def stage_seconds(counts: Counts, shape: Shape, ar_s: float) -> dict[str, float]:
+    """Each stage's estimated seconds at `ar_s` seconds per AR token (0 for a stage this
+    search does not run)."""
+    t = shape.max_new_tokens
+    tokens = {
+        "screen": shape.screen_prompts * t * (REFERENCE_TOKENS + counts.screen * SCREEN_TOKENS),
+        "trials": counts.trials * shape.search_prompts * t * TRIAL_TOKENS,
+        "engines": shape.engines * counts.engine_screen * shape.screen_prompts * t
+        * ENGINE_TOKENS,
+        "pool": counts.pool * t * POOL_TOKENS,
+        "race": counts.measured * shape.arms * shape.repeats * t * RACE_TOKENS,
+    }
+    return {stage: (tokens[stage] * ar_s if stage in shape.stages else 0.0)
+            for stage in STAGES}
+
+
+def _scaled(caps: Counts, f: float) -> Counts:
+    """`caps` cut by f (the search's counts) and √f (the held-out ones), never below
+    their floors nor above the caps; the sample never larger than the pool."""
+    def cut(name: str, factor: float) -> int:
+        cap = getattr(caps, name)
+        return min(cap, max(FLOORS[name], round(cap * factor)))
+
+    root = math.sqrt(f)
+    pool = cut("pool", root)
+    return Counts(screen=cut("screen", f), trials=cut("trials", f),
+                  engine_screen=cut("engine_screen", f), pool=pool,
+                  measured=min(cut("measured", root), pool))
+
+
+def size_counts(caps: Counts, shape: Shape, ar_s: float, seconds: float) -> Counts:
+    """The largest counts within `caps` whose stages are estimated to fit `seconds`
+    (all at their floors when even those do not)."""
+    def fits(counts: Counts) -> bool:
+        return sum(stage_seconds(counts, shape, ar_s).values()) <= seconds
+
+    if fits(caps):
+        return caps
+    low, high = 0.0, 1.0
+    for _ in range(40):                  # the counts are integers: 40 halvings settle f
+        middle = (low + high) / 2
+        if fits(_scaled(caps, middle)):
+            low = middle
+        else:
+            high = middle
+    return _scaled(caps, low)
+
+
+class Budget:
+    """One search's time budget: sizing, each stage's deadline, and what it cut."""
+
+    def __init__(self, seconds: float, started: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self.started = started
+        self.clock = clock
+        self.reserve = max(RESERVE_S, RESERVE_SHARE * seconds)
+        self.ar_s: float | None = None
+        self.caps: Counts | None = None
+        self.counts: Counts | None = None
+        self.shape: Shape | None = None
+        self.fixed_s = 0.0               # what ran before the sizing (loading, profile)
+        self._open: dict[str, float] = {}        # stage -> when it started
+        self._took: dict[str, float] = {}        # stage -> seconds it took
+        self._estimated: dict[str, float] = {}   # stage -> its estimate when it started
+        self.stopped: list[str] = []     # "the screen after 80 of 95 configs", ...
+
+    def left(self) -> float:
+        """Seconds left for the stages, the reserve for the run folder set aside."""
+        return self.seconds - (self.clock() - self.started) - self.reserve
+
+    def plan(self, caps: Counts, shape: Shape, ar_s: float) -> Counts:
+        """Size the counts to the time left (`size_counts`) and return them."""
+        if not ar_s > 0:
+            raise AutotuneError(f"the machine's speed measured {ar_s!r} s per token")
+        self.caps, self.shape, self.ar_s = caps, shape, ar_s
+        self.fixed_s = self.clock() - self.started
+        self.counts = size_counts(caps, shape, ar_s, max(self.left(), 0.0))
+        return self.counts
+
+    def pace(self) -> float:
+        """How the finished stages' time compares with their estimates (1: as
+        estimated), within PACE_BOUNDS; 1 before any."""
+        estimated = sum(self._estimated[s] for s in self._took if self._estimated.get(s))
+        if estimated <= 0:
+            return 1.0
+        took = sum(self._took[s] for s in self._took if self._estimated.get(s))
+        return min(max(took / estimated, PACE_BOUNDS[0]), PACE_BOUNDS[1])
+
+    def _estimates(self) -> dict[str, float]:
+        assert self.counts is not None and self.shape is not None and self.ar_s is not None
+        return stage_seconds(self.counts, self.shape, self.ar_s)
+
+    def stop_at(self, stage: str) -> float:
+        """Start `stage` now; its deadline on the budget's clock: its share of the time
+        left, against the estimated cost of the stages still to run."""
+        estimates = self._estimates()
+        later = STAGES[STAGES.index(stage):]
+        total = sum(estimates[s] for s in later)
+        now = self.clock()
+        self._open[stage] = now
+        self._estimated[stage] = estimates[stage]
+        share = self.left() * (estimates[stage] / total if total > 0 else 1.0)
+        return now + max(share, 0.0)
+
+    def done(self, stage: str) -> None:
+        """`stage` has ended (it teaches `pace` how far the estimates are off)."""
+        if stage in self._open:
+            self._took[stage] = self.clock() - self._open.pop(stage)
+
+    def size_held_out(self, pool_cap: int, measured_cap: int,
+                      at_least: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+        """(pool, measured) for the validation starting now: the largest within the
+        caps whose pool and race fit the time left at the pace kept so far, never below
+        `at_least` (what an earlier run of this study validated on: a rerun extends, it
+        does not shrink)."""
+        assert self.counts is not None and self.shape is not None and self.ar_s is not None
+        caps = replace(self.counts, pool=pool_cap, measured=measured_cap)
+        shape = replace(self.shape, stages=frozenset({"pool", "race"}))
+        sized = size_counts(caps, shape, self.ar_s * self.pace(), max(self.left(), 0.0))
+        pool = min(pool_cap, max(sized.pool, at_least[0]))
+        measured = min(measured_cap, pool, max(sized.measured, at_least[1]))
+        self.counts = replace(self.counts, pool=pool, measured=measured)
+        self.caps = replace(self.caps or caps, pool=pool_cap, measured=measured_cap)
+        return pool, measured
+
+    def full_seconds(self) -> float:
+        """The budget every count in full would take here, at the pace kept."""
+        assert self.caps is not None and self.shape is not None and self.ar_s is not None
+        stages = sum(stage_seconds(self.caps, self.shape, self.ar_s).values())
+        return self.fixed_s + stages * self.pace() + self.reserve
+
+    def cuts(self) -> list[str]:
+        """What was cut to fit, as "--screen 220 -> 90"."""
+        if self.caps is None or self.counts is None:
+            return []
+        names = (("screen", "--screen"), ("trials", "trials"),
+                 ("engine_screen", "engines' screens"), ("pool", "held-out pool"),
+                 ("measured", "measured held-out prompts"))
+        stages = self.shape.stages if self.shape is not None else frozenset(STAGES)
+        needs = {"screen": "screen", "trials": "trials", "engine_screen": "engines",
+                 "pool": "pool", "measured": "race"}
+        return [f"{label} {getattr(self.caps, name)} -> {getattr(self.counts, name)}"
+                for name, label in names
+                if needs[name] in stages
+                and getattr(self.counts, name) < getattr(self.caps, name)]
+
+    def summary(self) -> list[str]:
+        """The summary's lines: the budget, what was cut to fit and what stopped at its
+        share, and what a larger budget would add."""
+        if self.ar_s is None:
+            return []
+        used = self.clock() - self.started
+        lines = [f"time budget {_duration(self.seconds)}: {used:.0f} s used; AR "
+                 f"{1000 * self.ar_s:.1f} ms/token measured here at the start"]
+        cuts, stopped = self.cuts(), self.stopped
+        if cuts:
+            lines.append("cut to fit: " + ", ".join(cuts))
+        if stopped:
+            lines.append("stopped at their share of the budget: " + "; ".join(stopped))
+        if cuts or stopped:
+            lines.append(f"a larger budget screens, measures and validates more: about "
+                         f"--time-budget {_duration(self.full_seconds(), up=True)} runs "
+                         "every count in full here; a rerun with it extends this one")
+        else:
+            lines.append("nothing was cut to fit")
+        return lines
+
+
+def _duration(seconds: float, up: bool = False) -> str:
+    """600 -> "10m"; 90 -> "90s"; with `up`, rounded up to a whole minute."""
+    if up:
+        return f"{math.ceil(seconds / 60)}m"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"

@@ -1,0 +1,238 @@
+"""`--time-budget`: parsing, the sizing of a search's counts to the machine's speed, each
+stage's deadline and pace on a fake clock, the held-out sample cut to fit, and a tiny
+random-weight search cut to fit and extended by a rerun with a larger budget. No test
+here depends on the machine's speed: the speed and the clock are given."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+from test_search_cli import _journal_trials
+from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
+
+import autotune.measure.profile as profile
+import autotune.models.loading as loading
+from autotune.cli.main import main
+from autotune.common.errors import AutotuneError
+from autotune.pipeline import budget as budget_module
+from autotune.pipeline import fitting
+from autotune.pipeline.budget import Budget, Counts, Shape, parse_duration, size_counts
+from autotune.pipeline.budget import stage_seconds
+from autotune.search.study import counted_trials, past_deadline
+from autotune.workloads.split import resized, split_prompts
+
+CAPS = Counts(screen=220, trials=6, engine_screen=100, pool=80, measured=16)
+# The main job's shape: 32 new tokens, 8 search prompts, 24 screen prompts, 5 engines.
+SHAPE = Shape(max_new_tokens=32, search_prompts=8, screen_prompts=24, engines=5, arms=9,
+              repeats=1, stages=frozenset(budget_module.STAGES))
+
+
+class FakeClock:
+    """A clock that moves only when told to (`advance`), or by `step` per reading."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now = 1000.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0), (" 2min ", 120.0),
+    (45, 45.0), ("none", None), ("OFF", None), (None, None)])
+def test_durations_parse(text, seconds) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["-5", "0", "0m", "ten", "10x", "", "nan", "inf"])
+def test_a_bad_duration_is_one_line(text) -> None:
+    with pytest.raises(AutotuneError, match="--time-budget") as caught:
+        parse_duration(text)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value,message", [("-5", "must be a positive duration"),
+                                           ("soon", "is not a duration")])
+def test_a_bad_budget_is_refused_before_loading(capsys, monkeypatch, tmp_path, value,
+                                                message) -> None:
+    def spy(*args, **kwargs):
+        raise AssertionError("load_model reached")
+    monkeypatch.setattr(loading, "load_model", spy)
+    assert main(["search", "--out", str(tmp_path / "r"), "--time-budget", value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autotune: error: --time-budget") and "\n" not in err
+    assert message in err and not (tmp_path / "r").exists()
+
+
+def test_the_estimates_match_the_main_job_they_were_taken_from() -> None:
+    # 292d7a0 at 26.6 ms/token: screen 165, trials 92, engines 30, pool 71, race 113 s
+    # (8 arms there).
+    seconds = stage_seconds(CAPS, Shape(**{**SHAPE.__dict__, "arms": 8}), 0.0266)
+    for stage, measured in (("screen", 165), ("trials", 92), ("engines", 30), ("pool", 71),
+                            ("race", 113)):
+        assert seconds[stage] == pytest.approx(measured, rel=0.1)
+    # A stage the search does not run costs nothing.
+    none = stage_seconds(CAPS, Shape(**{**SHAPE.__dict__, "stages": frozenset({"trials"})}),
+                         0.0266)
+    assert none["screen"] == none["race"] == 0 and none["trials"] > 0
+
+
+def test_counts_are_cut_to_the_time_the_search_held_out_last() -> None:
+    assert size_counts(CAPS, SHAPE, 0.0266, 600.0) == CAPS          # it fits: all of it
+    slow = size_counts(CAPS, SHAPE, 0.054, 450.0)
+    assert sum(stage_seconds(slow, SHAPE, 0.054).values()) <= 450.0
+    assert slow.screen < CAPS.screen and slow.pool < CAPS.pool
+    # The held-out counts give way more slowly than the search's (√f against f).
+    assert slow.pool / CAPS.pool > slow.screen / CAPS.screen
+    assert slow.measured <= slow.pool
+    # More time never sizes less.
+    sizes = [size_counts(CAPS, SHAPE, 0.054, s) for s in (200, 300, 450, 800, 1600)]
+    for small, large in itertools.pairwise(sizes):
+        assert all(getattr(small, f) <= getattr(large, f) for f in CAPS.__dict__)
+    # Nothing left: every count at its floor (a flag's smaller value stands).
+    least = size_counts(CAPS, SHAPE, 0.054, 0.0)
+    assert least == Counts(screen=30, trials=2, engine_screen=20, pool=8, measured=4)
+    small = Counts(screen=10, trials=1, engine_screen=5, pool=6, measured=3)
+    assert size_counts(small, SHAPE, 1.0, 0.0) == small
+
+
+def test_each_stage_gets_its_share_and_the_pace_corrects_the_estimates() -> None:
+    clock = FakeClock()
+    budget = Budget(600.0, started=clock.now, clock=clock)
+    clock.advance(50.0)                                   # loading, speed, profile
+    counts = budget.plan(CAPS, SHAPE, 0.054)
+    assert counts.screen < CAPS.screen
+    left = budget.left()
+    assert left == pytest.approx(600.0 - 50.0 - budget.reserve)
+    estimates = stage_seconds(counts, SHAPE, 0.054)
+    stop = budget.stop_at("screen")
+    assert stop - clock.now == pytest.approx(left * estimates["screen"]
+                                             / sum(estimates.values()))
+    # The screen takes twice its estimate: later estimates are read at that pace.
+    clock.advance(2 * estimates["screen"])
+    budget.done("screen")
+    assert budget.pace() == pytest.approx(2.0)
+    # The trials end early: their time goes to the stages after them.
+    trial_stop = budget.stop_at("trials")
+    clock.advance((trial_stop - clock.now) / 4)
+    budget.done("trials")
+    engines_stop = budget.stop_at("engines")
+    later = budget.left() * estimates["engines"] / (
+        estimates["engines"] + estimates["pool"] + estimates["race"])
+    assert engines_stop - clock.now == pytest.approx(later)
+    clock.advance(engines_stop - clock.now)
+    budget.done("engines")
+    # The held-out sizes at the pace kept: fitting what is left, within the caps.
+    pool, measured = budget.size_held_out(80, 16)
+    assert 8 <= pool <= 80 and 4 <= measured <= min(16, pool)
+    held = stage_seconds(budget.counts, SHAPE, 0.054 * budget.pace())
+    assert held["pool"] + held["race"] <= budget.left() or (pool, measured) == (8, 4)
+    # A rerun never validates on fewer than before.
+    assert budget.size_held_out(80, 16, at_least=(60, 12)) >= (60, 12)
+    lines = budget.summary()
+    assert lines[0].startswith("time budget 10m: ") and "AR 54.0 ms/token" in lines[0]
+    assert any(line.startswith("cut to fit: --screen 220 -> ") for line in lines)
+    larger = [line for line in lines if "a larger budget" in line]
+    assert larger and "runs every count in full here" in larger[0]
+    # What the whole of it would take: more than this budget at this speed and pace.
+    assert budget.full_seconds() > 600.0
+
+
+def test_a_budget_with_room_cuts_nothing() -> None:
+    clock = FakeClock()
+    budget = Budget(3600.0, started=clock.now, clock=clock)
+    assert budget.plan(CAPS, SHAPE, 0.0266) == CAPS
+    assert budget.cuts() == [] and "nothing was cut to fit" in budget.summary()[-1]
+
+
+def test_a_trial_starts_only_when_its_median_fits_before_the_deadline() -> None:
+    assert not past_deadline(None, 1e9, [5.0])
+    assert not past_deadline(100.0, 99.0, []) and past_deadline(100.0, 100.0, [])
+    # The median (a screen's first trial decodes its references: it is no guide).
+    assert not past_deadline(100.0, 90.0, [60.0, 2.0, 3.0])
+    assert past_deadline(100.0, 98.0, [60.0, 2.0, 3.0])
+
+
+def test_a_cut_pool_is_a_prefix_and_its_sample_is_drawn_from_it(tmp_path) -> None:
+    lines = [{"category": c, "prompt": f"{c} prompt {i}"} for c in "abc" for i in range(20)]
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    split = split_prompts(str(workload), None, "0.5", 0, 6, held_out=12, pool=24)
+    cut = resized(split, 12, 6, 0, "by --time-budget")
+    assert cut.pool == split.pool[:12] and len(cut.held_out) == 6
+    assert {p.prompt_id for p in cut.held_out} <= {p.prompt_id for p in cut.pool}
+    assert {p.category for p in cut.held_out} == {"a", "b", "c"}      # balanced
+    assert cut.search == split.search and cut.screen == split.screen
+    assert cut.source.endswith("cut to a pool of 12, 6 measured, by --time-budget")
+    # What split_prompts draws with those sizes, so a flag-sized run agrees.
+    direct = split_prompts(str(workload), None, "0.5", 0, 6, held_out=6, pool=12)
+    assert [p.prompt_id for p in direct.held_out] == [p.prompt_id for p in cut.held_out]
+    assert resized(split, 24, 12, 0, "x") is split
+
+
+# -- a tiny search, cut to fit and extended --------------------------------------------
+
+LINES = [{"category": "rep", "prompt": f"a{i} b{i} c{i} a{i} b{i} c{i} a{i} b{i}"}
+         for i in range(8)]
+LINES += [{"category": "mix", "prompt": f"x{i} y{i} x{i} z{i} x{i} y{i}"} for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny")
+    save_tiny(llama_model(seed=5, layers=4, scale=4.0), folder / "model")
+    (folder / "prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
+    return folder
+
+
+def _args(tiny_dir: Path, run: Path, budget: str) -> list[str]:
+    return ["search", "--model", str(tiny_dir / "model"), "--workload",
+            str(tiny_dir / "prompts.jsonl"), "--space", "ngram", "--screen", "60",
+            "--trials", "6", "--max-new-tokens", "8", "--prompts", "2",
+            "--validation", "0.5", "--validation-prompts", "4", "--out", str(run),
+            "--study", "b", "--target", "autotune", "--time-budget", budget]
+
+
+def test_a_budgeted_search_is_cut_to_fit_and_a_larger_budget_extends_it(
+        tiny_dir, tmp_path, monkeypatch, capsys) -> None:
+    # The machine's speed and the clock are given: 0.25 s per AR token, and a clock that
+    # moves 0.2 s per reading, so the counts and deadlines follow from the code alone.
+    monkeypatch.setattr(profile, "ar_seconds_per_token", lambda target: 0.25)
+    clocks: list[FakeClock] = []
+
+    def start(plan):
+        clock = FakeClock(step=0.2)
+        clocks.append(clock)
+        return None if plan.time_budget_s is None else Budget(plan.time_budget_s,
+                                                               clock.now, clock)
+    monkeypatch.setattr(fitting, "start", start)
+    run = tmp_path / "run"
+    # Every count in full is estimated at about 148 s here: 2 minutes cut the search's.
+    assert main(_args(tiny_dir, run, "2m")) == 0
+    out, err = capsys.readouterr()
+    assert "the machine's speed: AR 250.0 ms/token" in err
+    assert "time budget 2m: " in out and "cut to fit: --screen 60 -> " in out
+    assert "runs every count in full here" in out
+    cut = int(out.split("cut to fit: --screen 60 -> ")[1].split(",")[0].split()[0])
+    assert 30 <= cut < 60
+    screened = len(counted_trials(_journal_trials(run / "study.journal", "b.screen")))
+    assert screened <= cut
+    measured = len(counted_trials(_journal_trials(run / "study.journal", "b")))
+    best = json.loads((run / "best.json").read_text())
+    assert best["validation"]["decision"] in ("speculate", "do not speculate", "undecided")
+    # A rerun with a larger budget extends what is stored, as a larger --trials does.
+    assert main(_args(tiny_dir, run, "1h")) == 0
+    out, _ = capsys.readouterr()
+    assert "nothing was cut to fit" in out
+    assert len(counted_trials(_journal_trials(run / "study.journal", "b.screen"))) > screened
+    assert len(counted_trials(_journal_trials(run / "study.journal", "b"))) >= measured
+    assert math.isfinite(json.loads((run / "best.json").read_text())["validation"]["speedup"])
