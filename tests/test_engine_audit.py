@@ -204,6 +204,30 @@ def test_sglang_tree_launch_names_its_backends() -> None:
     assert "page-size" not in launch(chain, "sglang", export(chain, "sglang").files)
 
 
+def test_sglang_sampled_eagle_launch_says_rocm_verifies_otherwise() -> None:
+    """sglang 0.5.23 arg_groups/speculative_hook.py L29-62, L1182-1206: on HIP, EAGLE
+    with topk 1, no token map and accept thresholds 1.0 gets rejection sampling turned
+    on by itself; greedy figures, STANDALONE and trees are untouched."""
+    sampled = frozen(DRAFT, method="eagle", k=4, engine="sglang", temperature=0.7,
+                     top_p=0.9)
+    text = launch(sampled, "sglang", export(sampled, "sglang").files)
+    assert "On ROCm (AMD GPUs) SGLang turns `speculative_use_rejection_sampling` on" in text
+    greedy = frozen(DRAFT, method="eagle", k=4, engine="sglang")
+    draft = frozen(DRAFT, method="draft_model", k=4, engine="sglang", temperature=0.7)
+    for doc in (greedy, draft):
+        assert "ROCm" not in launch(doc, "sglang", export(doc, "sglang").files)
+
+
+def test_dv_launch_names_the_repositorys_transformers_pin() -> None:
+    """self-speculative-decoding decoding.py @ f69f2a75 L5 imports top_k_top_p_filtering
+    (absent from transformers 5.x); its ssd.yml pins transformers==4.33.1."""
+    doc = frozen(method="layer_skip", attn_skip=[1, 3], mlp_skip=[2])
+    text = launch(doc, "dv", export(doc, "dv").files)
+    assert "`transformers==4.33.1`" in text and "top_k_top_p_filtering" in text
+    import transformers
+    assert not hasattr(transformers, "top_k_top_p_filtering")
+
+
 # ------------------------------------------------ the arctic-inference plugin trap
 def test_vllm_suffix_launch_leaves_the_arctic_plugin_off() -> None:
     """arctic-inference 0.3.0 (sdist): utils.py L22 targets vLLM 0.26.0; plugin.py

@@ -131,12 +131,46 @@ def test_vllm_writes_the_ranges_and_the_largest_k(make, fields) -> None:
     assert result.dropped == [
         "schedule drafting: at batch sizes 1 (K=3), 4-8 (K=0) vLLM drafts more than "
         "autotune measured: Model Runner V2 (the default) drafts num_speculative_tokens=5 "
-        "every step and verifies only the step's K (v1/worker/gpu/model_runner.py "
-        "L2308-2337); V1 drafts the step's K but runs one draft forward even where K is 0 "
-        "(v1/spec_decode/llm_base_proposer.py L599 before L616-619); the schedule is "
-        "written as tuned, and those ranges run slower than measured"]
+        "every step with a draft model (v1/worker/gpu/spec_decode/standalone_ar/"
+        "speculator.py L290 loops over all of them) and verifies only the step's K "
+        "(v1/worker/gpu/model_runner.py L2308-2337); V1 drafts the step's K but runs one "
+        "draft forward even where K is 0 (v1/spec_decode/llm_base_proposer.py L599 before "
+        "L616-619); the schedule is written as tuned, and those ranges run slower than "
+        "measured"]
     same = [{"start": 1, "end": 8, "k": 4}]
     assert export(make("vllm", same), "vllm").dropped == []
+
+
+def test_vllm_eagle_schedules_lose_only_where_k_is_zero() -> None:
+    """vLLM 0.33.0's V2 EAGLE speculator drafts exactly the step's K
+    (v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py L193-201, L345-368), and
+    prefills the draft where K is 0 (L285-300); only a draft model drafts the largest K
+    every step (standalone_ar/speculator.py L290). So an EAGLE schedule whose K are all
+    above 0 exports as measured, and one with K = 0 names that range alone."""
+    all_on = [{"start": 1, "end": 1, "k": 4}, {"start": 2, "end": 3, "k": 3},
+              {"start": 4, "end": 8, "k": 2}]
+    with_off = all_on[:2] + [{"start": 4, "end": 8, "k": 0}]
+    doc = frozen(DRAFT, method="eagle", k=4, engine="vllm")
+    doc["schedule"] = schedule("eagle", all_on)
+    result = export(doc, "vllm")
+    assert result.dropped == [] and "vllm" in expressible(doc)
+    assert json.loads(result.primary())["num_speculative_tokens_per_batch_size"] == [
+        [1, 1, 4], [2, 3, 3], [4, 8, 2]]
+    doc["schedule"] = schedule("eagle", with_off)
+    dropped = export(doc, "vllm", lossy=True).dropped
+    assert len(dropped) == 1 and dropped[0].startswith(
+        "schedule drafting: at batch sizes 4-8 (K=0) vLLM drafts more than autotune "
+        "measured: both model runners run one EAGLE draft pass where K is 0")
+    text = launch(doc, "vllm", export(doc, "vllm", lossy=True).files)
+    assert "drafts exactly the step's K with EAGLE" in text
+
+
+def test_vllm_suffix_launch_names_the_async_scheduling_it_loses() -> None:
+    """vLLM 0.33.0 vllm/config/vllm.py L1651-1661, L1710-1717: on Model Runner V1, where
+    suffix decoding runs, async scheduling is turned off for it."""
+    doc = frozen(method="suffix", engine="vllm", k=8)
+    text = launch(doc, "vllm", export(doc, "vllm").files)
+    assert "suffix decoding also turns async scheduling off" in text
 
 
 def test_vllm_launch_says_what_was_measured_and_what_lies_beyond() -> None:

@@ -100,7 +100,13 @@ def launch(src: Source, files: dict[str, str]) -> str:
         '    **entry["generate_kwargs"])',
         'print(tokenizer.decode(output["generate_ids"][0], skip_special_tokens=True))',
     ]
+    # The repository's decoding.py (L5, PROVENANCE["dv"]) imports top_k_top_p_filtering,
+    # which transformers 5.x no longer has; its ssd.yml (same commit) pins 4.33.1.
     return (fenced("\n".join(lines), "python")
             + f"\n{FILE} has the shape of the repository's skip_layers.json (its loader "
             "reads only \"attention\" and \"mlp\"); generate_kwargs carry the tuned "
-            "threshold, draft length and sampling.\n")
+            "threshold, draft length and sampling.\n"
+            + "\nRun it in the repository's own environment, not autotune's: its "
+            "decoding.py imports `top_k_top_p_filtering` from transformers (L5), which "
+            "transformers 5.x no longer has, so it fails to import there; the "
+            "repository's ssd.yml pins `transformers==4.33.1` (with torch 1.13.1).\n")

@@ -259,7 +259,8 @@ def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
 
 
 def launch(src: Source, files: dict[str, str]) -> str:
-    notes = [note for note in (_schedule_text(src), _start_conditions(src)) if note]
+    notes = [note for note in (_schedule_text(src), _start_conditions(src),
+                               _rocm_text(src)) if note]
     return (fenced(f"python -m sglang.launch_server --config {shlex.quote(FILE)}", "sh")
             + "\nor, the same as flags (`" + SHELL + "`):\n\n"
             + fenced(files[SHELL], "sh") + "\n"
@@ -286,6 +287,23 @@ def _start_conditions(src: Source) -> str:
                 "`--page-size` > 1 unless the attention backend is flashinfer, fa3 or "
                 "triton.\n")
     return ""
+
+
+def _rocm_text(src: Source) -> str:
+    """Sampled EAGLE chains on ROCm: SGLang (PROVENANCE["sglang"].version,
+    arg_groups/speculative_hook.py L29-62 and L1182-1206) turns
+    speculative_use_rejection_sampling on by itself on HIP for algorithm EAGLE with topk
+    1, no token map and accept thresholds 1.0 (what autotune writes), so sampled drafts
+    are verified another way than was measured."""
+    args = server_args(src)
+    if (src.cfg.greedy or args.get("speculative_algorithm") != "EAGLE"
+            or args["speculative_eagle_topk"] != 1):
+        return ""
+    return ("On ROCm (AMD GPUs) SGLang turns `speculative_use_rejection_sampling` on by "
+            "itself for this config (\"ROCm needs rejection sampling for EAGLE "
+            "spec-decode to sample at all\"), so sampled drafts are verified by rejection "
+            "sampling there, not by the target-only kernel measured: these sampled figures "
+            "hold on CUDA only; re-tune on ROCm.\n")
 
 
 def _schedule_text(src: Source) -> str:

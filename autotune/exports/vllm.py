@@ -77,23 +77,37 @@ def check(src: Source) -> list[Loss]:
 
 
 def _model_drafter_schedule_loss(src: Source) -> Loss | None:
-    """A model drafter's schedule with a K below its largest: vLLM drafts more there than
-    was measured (V2: the largest K every step; V1: one draft forward where K is 0), so
-    those ranges' figures do not hold. The schedule is still written (with --lossy)."""
+    """The ranges of a model drafter's schedule where vLLM drafts more than was measured,
+    so their figures do not hold (the schedule is still written, with --lossy). EAGLE:
+    where K is 0 only; both runners run one draft pass there. A draft model: every K
+    below the largest, which V2 drafts every step (V1: one draft forward where K is 0)."""
     schedule = src.schedule
     if schedule is None or not src.spec.drafts or src.spec.model_free:
         return None
-    short = [r for r in schedule.ranges if r.k < schedule.max_k]
+    if src.cfg.method == "eagle":
+        # V2's EAGLE speculator (target_dependent_ar/speculator.py L193-201, L345-368)
+        # drafts exactly the step's K; at K = 0 it still prefills the draft (L285-300).
+        short = [r for r in schedule.ranges if r.k == 0 and schedule.max_k > 0]
+        why = ("both model runners run one EAGLE draft pass where K is 0, where autotune "
+               "measured none (V2: v1/worker/gpu/spec_decode/target_dependent_ar/"
+               "speculator.py L285-300 prefills the draft before returning no tokens; V1: "
+               "v1/spec_decode/llm_base_proposer.py L599 before L616-619); elsewhere V2 "
+               "drafts exactly the step's K (L193-201, L345-368), as measured")
+    else:
+        short = [r for r in schedule.ranges if r.k < schedule.max_k]
+        why = (f"Model Runner V2 (the default) drafts num_speculative_tokens="
+               f"{schedule.max_k} every step with a draft model (v1/worker/gpu/spec_decode/"
+               "standalone_ar/speculator.py L290 loops over all of them) and verifies only "
+               "the step's K (v1/worker/gpu/model_runner.py L2308-2337); V1 drafts the "
+               "step's K but runs one draft forward even where K is 0 "
+               "(v1/spec_decode/llm_base_proposer.py L599 before L616-619)")
     if not short:
         return None
     spans = ", ".join(f"{r.span()} (K={r.k})" for r in short)
     return Loss("schedule drafting", (),
-                f"at batch sizes {spans} vLLM drafts more than autotune measured: Model "
-                f"Runner V2 (the default) drafts num_speculative_tokens={schedule.max_k} "
-                "every step and verifies only the step's K (v1/worker/gpu/model_runner.py "
-                "L2308-2337); V1 drafts the step's K but runs one draft forward even where "
-                "K is 0 (v1/spec_decode/llm_base_proposer.py L599 before L616-619); the "
-                "schedule is written as tuned, and those ranges run slower than measured")
+                f"at batch sizes {spans} vLLM drafts more than autotune measured: {why}; "
+                "the schedule is written as tuned, and those ranges run slower than "
+                "measured")
 
 
 def _suffix_schedule_loss(src: Source) -> Loss | None:
@@ -177,9 +191,15 @@ def _runner_text(src: Source) -> str:
                 "vllm/config/vllm.py L3066-3068) and needs arctic-inference installed "
                 "beside it. Leave `ARCTIC_INFERENCE_ENABLED` unset: arctic-inference "
                 "0.3.0's vLLM plugin patches only vLLM 0.26.0 and, enabled, refuses to "
-                "start on any other vLLM. Its cache of earlier outputs lives as long as the server: the "
-                "figures hold for a server that had served the measured workload's earlier "
-                "requests, in order (docs/engines/vllm.md says what warm means).\n")
+                "start on any other vLLM. Its cache of earlier outputs lives as long as the "
+                "server: the figures hold for a server that had served the measured "
+                "workload's earlier requests, in order (docs/engines/vllm.md says what warm "
+                "means). On V1 suffix decoding also turns async scheduling off "
+                "(vllm/config/vllm.py L1651-1661 count it among the methods V1 cannot "
+                "schedule asynchronously and L1710-1717 then set async_scheduling to False; "
+                "an explicit `--async-scheduling` refuses to start, L1676-1680): a cost per "
+                "step that autotune's own decoder does not pay, so figures measured there "
+                "are optimistic by it.\n")
     if src.cfg.method == "ngram":
         return (f"The figures hold for vLLM's default Model Runner V2 ({VERSION}): the "
                 "longest n-gram's most recent occurrence, and num_speculative_tokens drafts "
@@ -204,10 +224,14 @@ def _schedule_text(src: Source) -> str:
                 "max_num_seqs")
             + "\nvLLM's batch size is the number of requests it schedules in a step. "
             "Model Runner V1 (`VLLM_USE_V2_MODEL_RUNNER=0`, as vLLM's dynamic-SD "
-            "examples run) drafts each step's K n-gram tokens, but a draft model's first "
-            "draft forward runs even where K is 0 (v1/spec_decode/llm_base_proposer.py "
-            "L599 runs it before L616-619 return no draft), and V1 uses piecewise CUDA "
-            "graphs with a schedule; V2 (the default) drafts num_speculative_tokens every step and "
-            "verifies the first K, so drafting costs more than measured wherever K is "
-            "smaller. With `--data-parallel-size` > 1 "
-            "vLLM drops the schedule and runs num_speculative_tokens at every batch size.\n")
+            "examples run) drafts each step's K n-gram tokens, but a draft model's or "
+            "EAGLE's first draft forward runs even where K is 0 "
+            "(v1/spec_decode/llm_base_proposer.py L599 runs it before L616-619 return no "
+            "draft), and V1 uses piecewise CUDA graphs with a schedule. V2 (the default) "
+            "drafts exactly the step's K with EAGLE, but prefills the draft where K is 0 "
+            "(v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py L285-300, "
+            "L345-368); with a draft model it drafts num_speculative_tokens every step "
+            "(standalone_ar/speculator.py L290) and verifies the first K, so drafting "
+            "costs more than measured wherever K is smaller. With `--data-parallel-size` "
+            "> 1 vLLM drops the schedule and runs num_speculative_tokens at every batch "
+            "size.\n")
