@@ -205,10 +205,12 @@ def _parts() -> CostParts:
     (DecodeConfig(method="layer_skip", k=2, attn_skip=(1, 2), mlp_skip=(3,)),
      ReplayRound(2, 1, 2, 3, 2, [0.9, 0.4], passes=[1, 1]),
      (2 * (2.0 + 6 * 0.25 + 7 * 0.5 + 0.2) * 1.5, 14.0, 0.8)),
-    # sorted_exit: each draft token to its exit (no factor measured: 1).
+    # sorted_exit: each draft token to its exit (no factor measured: 1), never below the
+    # target's one-token pass (10) scaled to the layers it runs (base 2 + 0.75 a layer of
+    # 8 in all): the exit at 2 is priced at that floor, (2 + 2 * 0.75) / 8 * 10.
     (DecodeConfig(method="sorted_exit", k=2, exits=(2, 4, 8), thresholds=(0.9, 0.6)),
      ReplayRound(2, 2, 3, 3, 2, [0.95, 0.3], passes=[1, 1], exits=[2, 8]),
-     ((0.5 + 2 * 0.75 + 1.7 + 6 * 0.1) + (0.5 + 8 * 0.75 + 3 * 1.7), 14.0, 0.8)),
+     ((2 + 2 * 0.75) / 8 * 10 + (0.5 + 8 * 0.75 + 3 * 1.7), 14.0, 0.8)),
     # A static tree over a draft model: the root pass catches up 2 tokens, one level pass,
     # per-node bookkeeping; the tree-masked verify pass and per-node verify overhead.
     (DecodeConfig(method="draft_model", tree_choices=((0,), (1,), (0, 0))),

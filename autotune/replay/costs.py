@@ -77,6 +77,15 @@ class LayerParts:
         return (self.base + (self.layers - n_attn_skipped) * self.attn
                 + (self.layers - n_mlp_skipped) * self.mlp + self.choose)
 
+    def run_share(self, attn_layers: int, mlp_layers: int) -> float:
+        """The share of a one-token pass (embedding + head + every sublayer) that a pass
+        running `attn_layers` attention and `mlp_layers` MLP sublayers runs; 0 where no
+        sublayer cost was measured (a forward without layer access)."""
+        full = self.base + self.layers * (self.attn + self.mlp)
+        if full <= 0:
+            return 0.0
+        return min((self.base + attn_layers * self.attn + mlp_layers * self.mlp) / full, 1.0)
+
     def exit_pass(self, exit_layer: int, exits_reached: int, depth: int) -> float:
         """A token run to `exit_layer`, scored at `exits_reached` exits, its k/v filled
         up to `depth`."""
@@ -174,6 +183,14 @@ class CostModel:
         if r.drafted == 0 and not r.passes:
             return 0.0
         return self.drafting.round_ms(r) / 1000
+
+    def draft_floor_seconds(self, r: ReplayRound) -> float:
+        """The least round r's drafting can cost: the target's measured one-token pass,
+        scaled to the share of its layers each draft pass runs (`DraftCost.floor_round_ms`;
+        0 for drafters that run none of the target's layers)."""
+        if r.drafted == 0 and not r.passes:
+            return 0.0
+        return self.drafting.floor_round_ms(r) / 1000
 
     def round_seconds(self, r: ReplayRound) -> tuple[float, float, float]:
         """(draft, verify, other) predicted seconds of one round."""

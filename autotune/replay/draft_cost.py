@@ -56,6 +56,10 @@ class CostView(Protocol):
         """The target's pass over `tokens` tokens ÷ its one-token pass."""
         ...
 
+    def target(self, tokens: int) -> float:
+        """ms of the target's pass over `tokens` tokens, as the decoder's loop runs it."""
+        ...
+
 
 class DraftCost:
     """Drafting time of one config's rounds (`round_ms`), from `model.parts`."""
@@ -72,6 +76,11 @@ class DraftCost:
 
     def round_ms(self, r: "ReplayRound") -> float:
         """ms of drafting in round r (a round that drafted something)."""
+        return 0.0
+
+    def floor_round_ms(self, r: "ReplayRound") -> float:
+        """The least round r's drafting can cost from the target's measured passes: 0
+        for a drafter that runs none of the target's layers (see `PassDraftCost`)."""
         return 0.0
 
     # -- calibrating and measuring the parts (costs.measure_parts) -------------------------
@@ -119,6 +128,46 @@ class PassDraftCost(DraftCost):
         early-exit drafter's chain draft; None: its deepest)."""
         raise NotImplementedError
 
+    def run_share(self, exit_layer: int | None) -> float | None:
+        """The share of the target's own one-token pass that one of this drafter's passes
+        runs (embedding, the sublayers it does not skip, the head): 1 for a pass through
+        every layer; None where the drafter's passes are not the target's layers (a
+        separate draft model)."""
+        return None
+
+    def floor_ms(self, tokens: int, exit_layer: int | None) -> float:
+        """The least a pass can cost: the measured cost of the target's layers it runs,
+        i.e. `run_share` of the target's one-token pass as the decoder's own loop
+        measured it (the target curve), scaled to `tokens`. The bare parts and the
+        method's in-loop factor are fitted on other passes (the factor on a calibration
+        config's mix of exits or masks) and can price a pass below it: an exit at the
+        last layer, which runs the whole target, was priced at a fifth of a target pass
+        (issue 51). 0 where `run_share` is None."""
+        share = self.run_share(exit_layer)
+        if share is None:
+            return 0.0
+        return share * self.model.target(1) * self.model.ratio(tokens)
+
+    def priced_pass_ms(self, tokens: int, exit_layer: int | None) -> float:
+        """One in-loop pass: the parts' price times the in-loop factor, never below
+        `floor_ms`."""
+        return max(self.pass_ms(tokens, exit_layer) * self.factor,
+                   self.floor_ms(tokens, exit_layer))
+
+    def floor_round_ms(self, r: "ReplayRound") -> float:
+        """The least round r's drafting can cost: `floor_ms` of each of its passes
+        (`CostModel.draft_floor_seconds`, the replay tier's check)."""
+        total = 0.0
+        for i, tokens in enumerate(r.passes):
+            if self.config.is_tree:
+                fed, exit_layer = tokens + (r.catch_up if i == 0 and self.feeds_catch_up
+                                            else 0), None
+            else:
+                fed = tokens if self.feeds_catch_up else 1
+                exit_layer = r.exits[i] if i < len(r.exits) else None
+            total += self.floor_ms(fed, exit_layer)
+        return total
+
     def tree_catch_up_ms(self, tokens: int) -> float:
         """ms of catching a tree round's drafter up on `tokens` tokens outside its level
         passes (S2D's own cache over a stack); 0 where its root pass feeds them."""
@@ -131,12 +180,12 @@ class PassDraftCost(DraftCost):
                 total += self.tree_catch_up_ms(r.catch_up)
             for i, tokens in enumerate(r.passes):
                 fed = tokens + (r.catch_up if i == 0 and self.feeds_catch_up else 0)
-                total += self.pass_ms(fed, None) * self.factor
+                total += self.priced_pass_ms(fed, None)
             return total + self.parts.tree_node * r.drafted
         for i, tokens in enumerate(r.passes):
             exit_layer = r.exits[i] if i < len(r.exits) else None
             fed = tokens if self.feeds_catch_up else 1
-            total += self.pass_ms(fed, exit_layer) * self.factor
+            total += self.priced_pass_ms(fed, exit_layer)
         return total
 
 

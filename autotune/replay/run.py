@@ -20,17 +20,32 @@ from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation, RoundTrace, SpeculativeDecoder
 from autotune.decoding.drafter_choice import pick_drafter
+from autotune.decoding.label import describe
 from autotune.decoding.methods import get_method
 from autotune.measure.measurement import Measurement, PromptRun
 from autotune.models.loading import LoadedModel
 from autotune.replay import replay_refusal
 from autotune.replay.costs import CostModel, CostParts, load_or_measure_parts
 from autotune.replay.reference import Reference, reference_set
-from autotune.replay.simulate import simulate
+from autotune.replay.simulate import ReplayRound, simulate
 from autotune.replay.sources import ReplaySource
 from autotune.workloads.prompts import Prompt
 
 FIDELITY = "replay"
+
+
+def _check_draft_cost(config: DecodeConfig, r: ReplayRound, draft_s: float,
+                      cost: CostModel) -> None:
+    """The replay tier's guard: a round's predicted drafting may not cost less than the
+    target's measured passes over the layers its draft passes run (a draft through every
+    layer costs a target pass). A prediction below it is impossible on any hardware and
+    would rank a slower-than-AR config first, so it stops the replay, naming the config."""
+    floor = cost.draft_floor_seconds(r)
+    if draft_s < floor * (1 - 1e-9):
+        raise AutotuneError(
+            f"replay cost model: {describe(config.to_dict())} priced a round's drafting at "
+            f"{1000 * draft_s:.3g} ms, below the {1000 * floor:.3g} ms its passes' "
+            "layers cost in the target's measured pass")
 
 
 class Replayer:
@@ -108,6 +123,7 @@ class Replayer:
         traces = []
         for r in rounds:
             draft_s, verify_s, other_s = cost.round_seconds(r)
+            _check_draft_cost(config, r, draft_s, cost)
             traces.append(RoundTrace(
                 drafted=r.drafted, accepted=r.accepted, emitted=r.emitted,
                 confidences=r.confidences, draft_s=draft_s, verify_s=verify_s,

@@ -136,6 +136,12 @@ class LayerSkipCost(PassDraftCost):
         one = self.parts.target_layers.skip_pass(len(config.attn_skip), len(config.mlp_skip))
         return one * self.model.ratio(tokens)
 
+    def run_share(self, exit_layer: int | None) -> float | None:
+        """The target's pass less the sublayers the mask skips."""
+        config, layers = self.config, self.parts.target_layers
+        return layers.run_share(layers.layers - len(config.attn_skip),
+                                layers.layers - len(config.mlp_skip))
+
     @staticmethod
     def calibration_config(target: "LoadedModel", draft: "LoadedModel | None"
                            ) -> DecodeConfig | None:

@@ -125,6 +125,15 @@ class SortedExitCost(PassDraftCost):
                                self._exits_reached(exit_layer), depth)
         return one * self.model.ratio(tokens)
 
+    def run_share(self, exit_layer: int | None) -> float | None:
+        """A pass to `exit_layer` of the target's own stack runs that many of its layers
+        (an exit at the last layer: all of them, a full target pass); None over a
+        separate draft model's stack."""
+        if self.parts.draft_layers is not None:
+            return None
+        layer = exit_layer if exit_layer is not None else self.config.exits[-1]
+        return self.parts.target_layers.run_share(layer, layer)
+
     def tree_catch_up_ms(self, tokens: int) -> float:
         """Tokens run through the whole draft stack without a head (S2D's own cache)."""
         layers = self.parts.draft_layers or self.parts.target_layers
