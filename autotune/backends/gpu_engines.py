@@ -1,11 +1,13 @@
-"""vLLM and SGLang as measurement backends: the interface they take, and a refusal.
+"""SGLang as a measurement backend: the interface it takes, and a refusal.
 
-Both would run in-process through their offline Python APIs — vLLM's `LLM(model=...,
-speculative_config=...)`, SGLang's `sglang.Engine(model_path=..., speculative_*=...)` —
-with one engine instance per config (its own no-speculation instance for the baseline),
-reused across prompts, its `generate` driven one prompt at a time so that the clock, the
-interleaving and the paired statistics stay `autotune.measure.measurement`'s. Neither runs on this
-kind of machine (CPU only, no CUDA), and a backend that has never run is not offered: on
+It would run through its offline Python API, `sglang.Engine(model_path=...,
+speculative_*=...)`, with one engine instance per config (its own no-speculation instance
+for the baseline), reused across prompts, its `generate` driven one prompt at a time so
+that the clock, the interleaving and the paired statistics stay
+`autotune.measure.measurement`'s, as vLLM's backend does (`autotune/backends/vllm.py`,
+which runs vLLM's CPU build here). SGLang does not run on this kind of machine (CPU
+only, no CUDA; docs/engines/sglang.md says what was tried), and a backend that has never
+run is not offered: on
 a machine without the package or a GPU, opening one fails with a one-line error that
 says what is missing; where both are present it says the backend is not built yet. No
 measurement is ever faked.
@@ -19,8 +21,7 @@ from typing import Any
 from autotune.backends.base import BackendUnavailable
 
 # engine -> (Python package, what the user would install, label)
-_ENGINES = {"vllm": ("vllm", "pip install vllm", "vLLM"),
-            "sglang": ("sglang", "pip install 'sglang[all]'", "SGLang")}
+_ENGINES = {"sglang": ("sglang", "pip install 'sglang[all]'", "SGLang")}
 
 
 def _cuda_available() -> bool:
@@ -43,7 +44,7 @@ def missing(engine: str) -> list[str]:
 
 
 def open_gpu_backend(engine: str, *args: Any, **kwargs: Any) -> Any:
-    """Refuse, in one line, to measure in vLLM or SGLang here (see the module docstring)."""
+    """Refuse, in one line, to measure in SGLang here (see the module docstring)."""
     _, _, label = _ENGINES[engine]
     lacks = missing(engine)
     if lacks:

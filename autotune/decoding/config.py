@@ -25,7 +25,7 @@ import yaml
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
-from autotune.decoding.engines import ENGINES, retirement
+from autotune.decoding.engines import RULES, retirement
 from autotune.decoding.knobs import (
     ALL,
     DRAFT,
@@ -171,8 +171,9 @@ class DecodeConfig:
         "llama_server only)", low=1))
     engine: str = field(default="autotune", metadata=knob(
         "str", WORKLOAD, "whose drafting and verification rules the decoder follows "
-        "(`search --target`): `autotune`, `vllm`, `sglang`, `trtllm`, `hf`, `llama_server`",
-        choices=tuple(ENGINES)))
+        "(`search --target`): `autotune`, `vllm`, `sglang`, `trtllm`, `hf`, `llama_server`; "
+        "`vllm_v1`: vLLM's Model Runner V1, which a vLLM search on a CPU measures under",
+        choices=tuple(RULES)))
     # Draft trees (EAGLE-2's dynamic tree, or a static one). tree_width 0 and no
     # tree_choices = a chain of up to k tokens under the exit policy.
     tree_width: int = field(default=0, metadata=knob(

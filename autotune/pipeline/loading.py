@@ -9,6 +9,7 @@ from typing import Any
 
 from autotune.backends import Backend, open_backend
 from autotune.common.errors import AutotuneError
+from autotune.decoding.engines import rules_for
 
 # By attribute (`loading.load_model`), looked up when called: tests put a spy on it.
 from autotune.models import loading
@@ -47,7 +48,10 @@ def load_models(plan: SearchPlan) -> SearchModels:
         bound = space.bind(target.n_layers, layered.n_layers if layered is not None else None,
                            draft.trained_kind if draft is not None else None,
                            **trained_space_args(draft))
-        return bound.for_engine(engine, refusal(engine, draft is not None))
+        # Measured under the rules of the runner the engine uses on this device
+        # (vLLM on a CPU: Model Runner V1), refused by what the engine's export cannot carry.
+        return bound.for_engine(rules_for(engine, target.device.type),
+                                refusal(engine, draft is not None))
 
     backend = (_open_engine_backend(plan, target, draft) if plan.in_engine else None)
     return SearchModels(target, draft, bound(plan.space, plan.target), backend,

@@ -37,6 +37,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
+from autotune.decoding.engines import engine_rules
 from autotune.decoding.methods import Preset, all_methods
 from autotune.search.objectives import EvalContext, Objective
 from autotune.search.ranking import best_trial
@@ -81,8 +82,10 @@ def presets(n_layers: int, engine: str = "autotune") -> list[Preset]:
     `MethodSpec.presets`) by their `rank`, for an `n_layers` target; for a search with
     `--target ENGINE`, only that engine's own defaults."""
     baseline = Preset(BASELINE, "autoregressive decoding, no speculation", {"method": "none"})
+    # A runner's rules (vLLM's V1 on a CPU) take the engine's documented defaults.
+    family = engine_rules(engine).family
     documented = [preset for spec in all_methods() for preset in spec.presets(n_layers)
-                  if (engine == "autotune" and not preset.targeted) or preset.engine == engine]
+                  if (engine == "autotune" and not preset.targeted) or preset.engine == family]
     return [baseline, *sorted(documented, key=lambda preset: preset.rank)]
 
 

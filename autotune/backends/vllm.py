@@ -1,0 +1,218 @@
+"""vLLM as a measurement backend: the config runs in vLLM itself, on this machine.
+
+A config runs in its own vLLM engine (`LLM(model=..., speculative_config=...)` in a child
+process under vLLM's venv, `vllm_process`), started from the `speculative_config` the
+vLLM export writes for it (`autotune.exports.vllm`: what is measured is what is
+deployed); the baseline is the same engine without `speculative_config`. Each runner
+owns one engine, reused across prompts; `autotune.measure` interleaves the arms per
+prompt and owns the clock, read when a request is sent, when the worker says the first
+token exists (the prefill's end) and when the last arrives. vLLM's own spec-decode
+counters (drafts, draft tokens, accepted, per position) come back per request, and the
+tokens each decode step emitted with the drafts it verified become the rounds.
+
+The engine is vLLM's CPU build here (`python -m autotune.backends.vllm_install`), which
+runs Model Runner V1 ("Model Runner V2 requires Triton"); the runner it reports is kept
+on the backend's label and checked against the rules the search measured under.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.backends.base import BackendBase, BackendUnavailable, Clock, RunnerBase
+from autotune.backends.vllm_install import INSTALL, installed_python, missing_instructions
+from autotune.backends.vllm_process import EngineProcess
+from autotune.common.errors import AutotuneError
+from autotune.decoding.config import DecodeConfig
+from autotune.decoding.engines import rules_for
+
+if TYPE_CHECKING:
+    from autotune.decoding.decoder import Generation
+    from autotune.models.loading import LoadedModel
+
+NAME = "vllm"
+ENV_PYTHON = "AUTOTUNE_VLLM_PYTHON"
+# Eager mode (no torch.compile): start-up in about 30 s instead of 2.5 min on 2 cores,
+# decoding about 1.5x slower; for tests (AUTOTUNE_VLLM_EAGER=1). A search measures the
+# compiled engine, as a server runs.
+ENV_EAGER = "AUTOTUNE_VLLM_EAGER"
+CONTEXT_STEP = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecCounters:
+    """What vLLM's spec-decode counters (`LLM.get_metrics()`) added over one request:
+    steps that verified a draft, draft tokens, accepted tokens, accepted per position."""
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    accepted_per_pos: tuple[int, ...]
+
+
+def find_python() -> Path:
+    """The Python of vLLM's venv: $AUTOTUNE_VLLM_PYTHON, else the one `vllm_install`
+    made; BackendUnavailable (one line naming the install command) when there is none."""
+    named = os.environ.get(ENV_PYTHON)
+    if named:
+        path = Path(named).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        raise BackendUnavailable(f"{ENV_PYTHON}={named} is not an executable file")
+    lacks = missing_instructions()
+    if lacks:
+        raise BackendUnavailable(f"vLLM cannot run here: {lacks}")
+    python = installed_python()
+    if python is None:
+        raise BackendUnavailable(f"vLLM is not installed ({INSTALL}, or ./setup.sh "
+                                 "--engines vllm: its CPU build in a venv of its own, "
+                                 "about 4 min)")
+    return python
+
+
+def unavailable() -> str | None:
+    """Why vLLM cannot measure here (one line), or None."""
+    try:
+        find_python()
+    except BackendUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def eager_default() -> bool:
+    return os.environ.get(ENV_EAGER, "") not in ("", "0")
+
+
+class VllmRunner(RunnerBase):
+    """One config (or the baseline) in one vLLM engine."""
+
+    def __init__(self, backend: "VllmBackend", config: DecodeConfig,
+                 speculative: dict[str, Any] | None) -> None:
+        self.backend = backend
+        self.config = config
+        self.speculative = speculative
+        label = "vLLM " + ("(no speculation)" if speculative is None
+                           else f"({speculative.get('method')})")
+        self.engine = EngineProcess(backend.python, {
+            "model": backend.model_dir, "dtype": backend.dtype,
+            "speculative_config": speculative, "enforce_eager": backend.eager,
+            "max_model_len": backend.max_model_len, "seed": 0}, name=label,
+            threads=backend.threads)
+        backend.saw(self.engine)
+        # Per request served, vLLM's own spec-decode counters (what the oracle test reads).
+        self.counters: list[SpecCounters] = []
+
+    def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,
+                 generator: Any = None, *, category: str | None = None) -> "Generation":
+        from autotune.decoding.decoder import Generation, RoundTrace
+        if len(prompt) + max_new_tokens > self.backend.max_model_len:
+            raise AutotuneError(f"a prompt of {len(prompt)} tokens + {max_new_tokens} "
+                                f"exceeds the vLLM engine's max_model_len of "
+                                f"{self.backend.max_model_len}")
+        body: dict[str, Any] = {"prompt": list(prompt), "max_tokens": max_new_tokens,
+                                "temperature": self.config.temperature,
+                                "top_p": self.config.top_p}
+        if generator is not None and not self.config.greedy:
+            body["seed"] = int(generator.initial_seed()) % 2**31
+        stamps: list[float] = []
+        start = clock()
+        done = self.engine.request(body, lambda: stamps.append(clock()))
+        end = clock()
+        first = stamps[0] if stamps else end
+        speculates = self.speculative is not None
+        self.counters.append(SpecCounters(int(done["drafts"]), int(done["draft_tokens"]),
+                                          int(done["accepted"]),
+                                          tuple(int(v) for v in done["accepted_per_pos"])))
+        rounds = [RoundTrace(drafted=drafted or 0, accepted=emitted - 1, emitted=emitted,
+                             confidences=[], draft_s=0.0, verify_s=0.0,
+                             verified=(drafted or 0) + 1, draft_depth=drafted or 0)
+                  for emitted, drafted in done.get("steps", [])] if speculates else []
+        return Generation(
+            prompt_len=len(prompt), tokens=[int(t) for t in done["tokens"]],
+            prefill_s=first - start, decode_s=end - first, rounds=rounds, cache_bytes=0,
+            timed_parts=False,
+            draft_totals=(int(done["draft_tokens"]), int(done["accepted"]))
+            if speculates else None,
+            engine_decode_s=float(done["engine_decode_s"]))
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class VllmBackend(BackendBase):
+    """`Backend` over vLLM engines (one child process per config) on one HF folder."""
+
+    name = NAME
+    device = "cpu"
+    memory_kind = "not measured (vLLM)"
+    # float32 on the CPU: vLLM's multi-token verify pass gives its one-token passes'
+    # argmax (the oracle test holds every output to its AR's).
+    token_exact = True
+
+    def __init__(self, model_dir: str, dtype: str = "float32", max_model_len: int = 2048,
+                 eager: bool | None = None, python: Path | None = None,
+                 threads: int | None = None) -> None:
+        """`threads`: OpenMP threads per engine, unbound (None: vLLM's own binding)."""
+        self.python = python or find_python()
+        self.threads = threads
+        self.model_dir = model_dir
+        self.dtype = dtype
+        self.max_model_len = max_model_len
+        self.eager = eager_default() if eager is None else eager
+        self.version = "?"
+        self.runner_name = "?"
+        self.label = f"vLLM (CPU build, {Path(model_dir).name})"
+
+    @classmethod
+    def for_model(cls, target: "LoadedModel", prompts: list[list[int]],
+                  max_new_tokens: int) -> "VllmBackend":
+        """The backend for the loaded target (vLLM reads its HF folder), its context
+        sized to the `prompts` (token ids) it times."""
+        if target.device.type != "cpu":
+            raise BackendUnavailable("autotune runs vLLM's CPU build only: on a GPU, "
+                                     "measure with --target vllm in autotune's decoder")
+        folder = Path(target.path)
+        if not (folder / "config.json").is_file():
+            raise BackendUnavailable(f"vLLM loads an HF folder and {target.path} is not one")
+        need = max((len(p) for p in prompts), default=1) + max_new_tokens + 1
+        dtype = str(target.dtype).removeprefix("torch.")
+        return cls(str(folder), dtype, -(-need // CONTEXT_STEP) * CONTEXT_STEP)
+
+    def saw(self, engine: EngineProcess) -> None:
+        """Record what the engine says it is (its version and model runner)."""
+        self.version, self.runner_name = engine.version, engine.runner
+        self.label = (f"vLLM {engine.version} (CPU build, Model Runner {engine.runner}, "
+                      f"{'eager' if self.eager else 'compiled'}, {Path(self.model_dir).name})")
+
+    def speculative_config(self, config: DecodeConfig) -> dict[str, Any]:
+        """The `speculative_config` the vLLM export writes for `config` (refused in one
+        line where the export names a loss)."""
+        from autotune.exports import engine_losses
+        from autotune.exports._common import Source
+        from autotune.exports.vllm import speculative_config
+        losses = engine_losses(config, NAME, False)
+        if losses:
+            raise AutotuneError(f"vLLM cannot run it exactly: {losses[0]}")
+        return speculative_config(Source(cfg=config, target=self.model_dir, draft=None,
+                                         model_id=Path(self.model_dir).name), {})
+
+    def runner(self, config: DecodeConfig) -> VllmRunner:
+        if config.method == "none":
+            return VllmRunner(self, config, None)
+        if config.method not in ("ngram",):
+            # Only n-gram lookup was run and checked in vLLM's CPU build (the oracle
+            # test); its draft-model, EAGLE and suffix paths were not.
+            raise AutotuneError(f"autotune measures method=ngram in vLLM's CPU build; "
+                                f"{config.method} there was never checked: measure it "
+                                "in autotune's decoder under vLLM's rules (--in autotune)")
+        if config.engine == "autotune":
+            # Rules left unset (`measure --in vllm --set method=ngram ...`): vLLM drafts
+            # by its own, those of the runner it runs here.
+            config = dataclasses.replace(config, engine=rules_for(NAME, "cpu"))
+        return VllmRunner(self, config, self.speculative_config(config))
+
+    def weights_bytes(self, config: DecodeConfig) -> int | None:
+        return None

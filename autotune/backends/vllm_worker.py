@@ -1,0 +1,159 @@
+"""One vLLM engine instance in a child process, driven over JSON lines (stdin -> stdout).
+
+Runs under vLLM's own venv (`autotune.backends.vllm_install`), so it imports nothing of
+autotune: the standard library and vllm only. `autotune.backends.vllm` starts it.
+
+Protocol (one JSON object per line):
+- first line in: {"model", "dtype", "speculative_config" (null: no speculation),
+  "enforce_eager", "max_model_len", "seed"}; out: {"ready": true, "version",
+  "runner": "V1" | "V2", "startup_s"} or {"error": "<one line>"}.
+- then per request in: {"prompt": [ids], "max_tokens", "temperature", "top_p", "seed"};
+  out: {"event": "first"} as soon as the first token exists (the prefill's end, which the
+  parent stamps on its own clock), then {"event": "done", "tokens": [...],
+  "engine_decode_s", "steps": [[emitted, drafts verified], ...] per decode step,
+  "drafts", "draft_tokens", "accepted", "accepted_per_pos": [...]}:
+  the spec-decode counters (`LLM.get_metrics()`, vllm/v1/metrics/reader.py) this request
+  added, or {"error": ...}.
+
+The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, set by the parent), a
+request at a time through `LLMEngine.add_request` / `step()`, prefix caching off (each
+request pays its own prefill, as in autotune's decoder). vLLM logs to stdout, so the
+protocol keeps its own copy of stdout and everything else goes to stderr (the parent's
+log file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+# Run as a script, this folder is sys.path[0], and its vllm.py (autotune's backend) would
+# shadow the vllm package: the folder leaves the path before anything imports vllm.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+COUNTERS = {"vllm:spec_decode_num_drafts": "drafts",
+            "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+            "vllm:spec_decode_num_accepted_tokens": "accepted"}
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:400]
+
+
+def _counters(llm: Any) -> dict[str, Any]:
+    """The spec-decode counters now (zeros, and no per-position list, before any draft)."""
+    out: dict[str, Any] = {name: 0 for name in COUNTERS.values()}
+    out["accepted_per_pos"] = []
+    for metric in llm.get_metrics():
+        if metric.name in COUNTERS:
+            out[COUNTERS[metric.name]] += int(metric.value)
+        elif metric.name == PER_POS:
+            out["accepted_per_pos"] = [int(v) for v in metric.values]
+    return out
+
+
+def _added(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    per_pos = list(after["accepted_per_pos"])
+    for i, value in enumerate(before["accepted_per_pos"]):
+        per_pos[i] -= value
+    return {**{name: after[name] - before[name] for name in COUNTERS.values()},
+            "accepted_per_pos": per_pos}
+
+
+def _generate(llm: Any, request: dict[str, Any], number: int, send: Any) -> None:
+    from vllm import SamplingParams
+    engine = llm.llm_engine
+    params = SamplingParams(max_tokens=int(request["max_tokens"]),
+                            temperature=float(request.get("temperature", 0.0)),
+                            top_p=float(request.get("top_p", 1.0)),
+                            seed=request.get("seed"), detokenize=False)
+    before = _counters(llm)
+    engine.add_request(f"autotune-{number}", {"prompt_token_ids": list(request["prompt"])},
+                       params)
+    request_id = f"autotune-{number}"
+    scheduler = _scheduler(engine)
+    first = final = None
+    # Per decode step: (tokens it emitted, draft tokens it verified). A step verifies
+    # the drafts the step before it left on the request (`spec_token_ids`).
+    steps: list[tuple[int, int | None]] = []
+    emitted_so_far, pending = 0, None
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            emitted = len(output.outputs[0].token_ids) if output.outputs else 0
+            if first is None and emitted:
+                first = time.perf_counter()
+                send({"event": "first"})
+            elif emitted > emitted_so_far:
+                steps.append((emitted - emitted_so_far, pending))
+            emitted_so_far = emitted
+            if output.finished:
+                final = output
+        pending = _pending_drafts(scheduler, request_id)
+    end = time.perf_counter()
+    if final is None:
+        raise RuntimeError("vLLM finished no request")
+    send({"event": "done", "tokens": [int(t) for t in final.outputs[0].token_ids],
+          "engine_decode_s": end - (first if first is not None else end),
+          "steps": steps, **_added(before, _counters(llm))})
+
+
+def _scheduler(engine: Any) -> Any:
+    """The in-process engine core's scheduler (VLLM_ENABLE_V1_MULTIPROCESSING=0), or None:
+    read only for the per-step draft counts, never changed."""
+    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
+    return getattr(core, "scheduler", None)
+
+
+def _pending_drafts(scheduler: Any, request_id: str) -> int | None:
+    """Draft tokens the request holds for its next step (None: not readable)."""
+    requests = getattr(scheduler, "requests", None)
+    if not isinstance(requests, dict):
+        return None
+    # vLLM keys a request by an internal id (the caller's plus a suffix); one request
+    # is served at a time, so it is the only one, if it is still running.
+    request = requests.get(request_id)
+    if request is None and len(requests) == 1:
+        request = next(iter(requests.values()))
+    drafts = getattr(request, "spec_token_ids", None)
+    return len(drafts) if drafts is not None else None
+
+
+def main() -> int:
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)                           # vLLM's own prints go to the log
+
+    def send(message: dict[str, Any]) -> None:
+        protocol.write(json.dumps(message) + "\n")
+        protocol.flush()
+
+    settings = json.loads(sys.stdin.readline())
+    started = time.perf_counter()
+    try:
+        from vllm import LLM, __version__
+        llm = LLM(model=settings["model"], dtype=settings["dtype"],
+                  speculative_config=settings["speculative_config"],
+                  enforce_eager=bool(settings["enforce_eager"]),
+                  max_model_len=int(settings["max_model_len"]), seed=int(settings["seed"]),
+                  enable_prefix_caching=False, disable_log_stats=False)
+        runner = "V2" if llm.llm_engine.vllm_config.use_v2_model_runner else "V1"
+    except Exception as exc:                 # vLLM raises many types for a bad setting
+        send({"error": _one_line(exc)})
+        return 1
+    send({"ready": True, "version": __version__, "runner": runner,
+          "startup_s": time.perf_counter() - started})
+    for number, line in enumerate(sys.stdin):
+        try:
+            _generate(llm, json.loads(line), number, send)
+        except Exception as exc:
+            send({"error": _one_line(exc)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
