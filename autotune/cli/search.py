@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from autotune.common.memory import gb
 from autotune.pipeline.plan import SearchRequest, plan_search
 from autotune.pipeline.run import SearchOutcome, run_search
 from autotune.frozen.engines import engine_answers
@@ -49,8 +50,14 @@ def print_summary(outcome: SearchOutcome) -> None:
         print(f"\n{engine}'s " + validation_table(outcome.study, outcome.objective, engine))
     print(f"\nrun folder: {outcome.run_dir} ({', '.join(outcome.files)})")
     if outcome.stages:
-        print("time by stage: " + ", ".join(f"{stage} {seconds:.0f} s"
-                                            for stage, seconds in outcome.stages)
-              + f" (total {sum(seconds for _, seconds in outcome.stages):.0f} s)")
+        # Each stage's peak resident set beside its time (none where not measured).
+        peaks = ([f" (peak {gb(p)})" for p in outcome.peak_rss]
+                 if len(outcome.peak_rss) == len(outcome.stages) else [""] * len(outcome.stages))
+        print("time by stage: " + ", ".join(f"{stage} {seconds:.0f} s{peak}"
+                                            for (stage, seconds), peak
+                                            in zip(outcome.stages, peaks))
+              + f" (total {sum(seconds for _, seconds in outcome.stages):.0f} s"
+              + (f"; peak RSS {gb(max(outcome.peak_rss))}" if outcome.peak_rss else "")
+              + ")")
     for line in outcome.budget_lines:
         print(line)

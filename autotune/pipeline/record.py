@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 from autotune import __version__
 from autotune.common.files import write_atomically
@@ -55,6 +56,22 @@ def write_run_record(plan: SearchPlan, models: SearchModels,
         frozen=_frozen_context(plan, models, identity))
     write_atomically(plan.run_dir / RUN_FILE, json.dumps(record.to_json(), indent=2) + "\n")
     return record
+
+
+def record_stages(run_dir: Path, stages: tuple[tuple[str, float], ...],
+                  peak_rss: tuple[int, ...]) -> None:
+    """Add this run's stages to RUN_DIR/run.json (atomically): `stages`, each with its
+    seconds and peak resident set, and `peak_rss_bytes`, the run's largest. A missing or
+    unreadable run.json is left alone (the run wrote none: Ctrl-C before the study)."""
+    path = run_dir / RUN_FILE
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    doc["stages"] = [{"stage": stage, "seconds": round(seconds, 1), "peak_rss_bytes": peak}
+                     for (stage, seconds), peak in zip(stages, peak_rss)]
+    doc["peak_rss_bytes"] = max(peak_rss, default=None)
+    write_atomically(path, json.dumps(doc, indent=2) + "\n")
 
 
 def _frozen_context(plan: SearchPlan, models: SearchModels,

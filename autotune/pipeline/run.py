@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import optuna
 
+from autotune.common.memory import StagePeaks
 from autotune.decoding.engines import engine_rules
 from autotune.measure.profile import PROFILE_FILE, run_profile, save_run_profile
 from autotune.pipeline import fitting
@@ -37,7 +38,7 @@ from autotune.pipeline.budget import Budget
 from autotune.pipeline.loading import load_models
 from autotune.pipeline.plan import SearchPlan
 from autotune.pipeline.progress import Progress, held_out_prompt, note, warn
-from autotune.pipeline.record import study_identity, write_run_record
+from autotune.pipeline.record import record_stages, study_identity, write_run_record
 from autotune.replay import PARTS_FILE
 from autotune.report import write_report
 from autotune.space import BoundSpace
@@ -99,6 +100,9 @@ class SearchOutcome:
     # --time-budget: its lines for the summary (what was cut to fit, what a larger
     # budget would add); empty without one.
     budget_lines: tuple[str, ...] = ()
+    # Each stage's peak resident set in bytes, in the order of `stages` (issue 51: the
+    # run reports its own memory, in the summary and run.json).
+    peak_rss: tuple[int, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -176,7 +180,8 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     if plan.fidelity == "multi" and not _screen(plan, runner, screening, budget):
         return SearchOutcome(INTERRUPTED, plan.run_dir, None, plan.objective, 0,
                              settings.trials, 0.0, [], clock.stages,
-                             tuple(budget.summary()) if budget is not None else ())
+                             tuple(budget.summary()) if budget is not None else (),
+                             peak_rss=clock.peak_rss)
     clock.lap("screening by replay")
     if fresh:
         save_run_profile(plan.run_dir, profile)
@@ -193,17 +198,26 @@ def _screen_context(plan: SearchPlan, runner: StudyRunner) -> EvalContext:
 
 
 class _Stages:
-    """How long each stage of a run took, for the summary's last lines."""
+    """How long each stage of a run took and its peak resident set, for the summary's
+    last lines and run.json."""
 
     def __init__(self) -> None:
         self.stages: tuple[tuple[str, float], ...] = ()
+        self.peak_rss: tuple[int, ...] = ()
         self._since = time.monotonic()
+        self._memory = StagePeaks()
+        self._carried = 0          # the peak of a skipped stage, counted in the next
 
     def lap(self, stage: str) -> None:
         """Close `stage` at now (a stage that took no time, skipped, is left out)."""
         now = time.monotonic()
+        peak = max(self._memory.lap(), self._carried)
         if now - self._since >= 0.05:
             self.stages += ((stage, now - self._since),)
+            self.peak_rss += (peak,)
+            self._carried = 0
+        else:
+            self._carried = peak
         self._since = now
 
 
@@ -385,12 +399,14 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
              f"Redo the files with: autotune report {run_dir}; autotune export "
              f"{run_dir / BEST_FILE} --format ... (or rerun the same command)")
     clock.lap("the run folder, report and exports")
+    record_stages(run_dir, clock.stages, clock.peak_rss)
     done, _, _ = runner.progress()
     files = [TRIALS_FILE, BEST_FILE, RUN_FILE, *outputs,
              *([PROFILE_FILE] if (run_dir / PROFILE_FILE).is_file() else [])]
     return SearchOutcome(reason, run_dir, runner.study, objective, done, budget,
                          time.monotonic() - began, files, clock.stages,
-                         tuple(time_budget.summary()) if time_budget is not None else ())
+                         tuple(time_budget.summary()) if time_budget is not None else (),
+                         peak_rss=clock.peak_rss)
 
 
 def _engines_stop(budget: Budget | None) -> tuple[float, Callable[[], float]] | None:

@@ -1,0 +1,78 @@
+"""This process's peak resident set size (RSS), per stage of a run.
+
+Why RSS: it is what the OOM killer and `/usr/bin/time -v` read, and it counts what the
+Python and torch allocators hold (freed tensors that glibc has not returned, caches)
+as well as live tensors; tracemalloc sees only Python's own allocations, torch's
+allocator statistics only CUDA's.
+
+A stage's peak needs the high-water mark restarted at the stage's start. Linux does that
+when "5" is written to /proc/self/clear_refs (since 4.0): VmHWM in /proc/self/status
+then restarts from the current RSS. Where that is not possible (another OS, a sandbox
+refusing the write) the peak is the process's since it started
+(`resource.getrusage`'s ru_maxrss), and `StagePeaks.per_stage` says so.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_kib(field: str) -> int | None:
+    """A `kB` field of /proc/self/status (VmRSS, VmHWM), in KiB; None where unreadable."""
+    try:
+        found = re.search(rf"^{field}:\s+(\d+)\s+kB", _STATUS.read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
+
+
+def current_rss_bytes() -> int | None:
+    """The resident set now, in bytes (None where /proc is absent)."""
+    kib = _status_kib("VmRSS")
+    return kib * 1024 if kib is not None else None
+
+
+def peak_rss_bytes() -> int:
+    """The resident set's high-water mark, in bytes: since the last `reset_peak` where it
+    worked, else since the process started."""
+    kib = _status_kib("VmHWM")
+    if kib is not None:
+        return kib * 1024
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is in KiB on Linux, in bytes on macOS.
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def reset_peak() -> bool:
+    """Restart the high-water mark from the current RSS; False where the OS cannot."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return _status_kib("VmHWM") is not None
+
+
+class StagePeaks:
+    """Peak RSS of consecutive stages: `lap()` closes the current stage and returns its
+    peak in bytes, then starts the next one's high-water mark."""
+
+    def __init__(self) -> None:
+        self.per_stage = reset_peak()
+
+    def lap(self) -> int:
+        peak = peak_rss_bytes()
+        if self.per_stage:
+            self.per_stage = reset_peak()
+        return peak
+
+
+def gb(n_bytes: float) -> str:
+    """`n_bytes` as "1.23 GB" (10^9 bytes)."""
+    return f"{n_bytes / 1e9:.2f} GB"

@@ -1,0 +1,41 @@
+"""Peak RSS per stage (autotune.common.memory) and its record in run.json (issue 51)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune.common.memory import StagePeaks, current_rss_bytes, gb, peak_rss_bytes
+from autotune.pipeline.record import record_stages
+
+
+def test_a_stage_that_held_memory_peaks_above_the_next():
+    peaks = StagePeaks()
+    if not peaks.per_stage:
+        pytest.skip("this OS cannot restart the high-water mark (/proc/self/clear_refs)")
+    block = bytearray(300 * 2**20)          # 300 MiB, touched so that it is resident
+    block[:: 4096] = b"x" * len(block[:: 4096])
+    del block                               # freed inside the stage: its peak keeps it
+    held = peaks.lap()
+    after = peaks.lap()
+    assert held >= 300 * 2**20
+    assert after < held - 200 * 2**20
+    assert peak_rss_bytes() >= (current_rss_bytes() or 0)
+
+
+def test_stages_and_their_peaks_are_added_to_run_json(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"study": "s"}))
+    record_stages(tmp_path, (("loading", 3.04), ("screening", 10.0)), (2 * 10**9, 3 * 10**9))
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert doc["study"] == "s"
+    assert doc["stages"] == [
+        {"stage": "loading", "seconds": 3.0, "peak_rss_bytes": 2 * 10**9},
+        {"stage": "screening", "seconds": 10.0, "peak_rss_bytes": 3 * 10**9}]
+    assert doc["peak_rss_bytes"] == 3 * 10**9
+    assert gb(doc["peak_rss_bytes"]) == "3.00 GB"
+
+
+def test_no_run_json_is_left_alone(tmp_path):
+    record_stages(tmp_path, (("loading", 1.0),), (10**9,))
+    assert not (tmp_path / "run.json").exists()
