@@ -109,3 +109,24 @@ def race_seconds(plan: SearchPlan, budget: Budget | None) -> float | None:
     left = max(budget.stop_at("race") - budget.clock(), 1e-3)
     given = plan.validation_budget_s
     return left if given is None else min(given, left)
+
+
+def undecided_if_cut(record: Any, budget: Budget | None) -> Any:
+    """`record` (a ValidationRecord) with every "do not speculate" that rests on no
+    measured finalist made "undecided" when the budget stopped a stage: the time ran out
+    before a config was measured, which says nothing about speculating."""
+    from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED
+    from autotune.search.validation_record import Judgement
+
+    if budget is None or not budget.stopped:
+        return record
+    why = Judgement(UNDECIDED, None, "the time budget ran out before a speculative config "
+                                     "was measured: rerun with a larger --time-budget")
+
+    def fixed(judgement: Judgement, entries: list[Any]) -> Judgement:
+        return why if judgement.decision == DO_NOT_SPECULATE and not entries else judgement
+
+    engines = {name: fixed(j, record.engine_finalists.get(name, []))
+               for name, j in record.engines.items()}
+    return dataclasses.replace(record, judgement=fixed(record.judgement, record.finalists),
+                               engines=engines)

@@ -485,6 +485,7 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
         if record.race is not None and record.race.stopped == "budget":
             budget.stopped.append(f"the race after {record.race.measured} of "
                                   f"{len(held.held_out)} held-out prompts")
+        record = fitting.undecided_if_cut(record, budget)
     finalists.store_record(study, record)
 
 
