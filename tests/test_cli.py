@@ -113,9 +113,9 @@ def test_the_retired_llama_cpp_engine_is_one_line_naming_its_replacement(
 
 
 def test_measure_in_an_engine_that_cannot_run_here_fails_before_loading(capsys, no_loading):
-    assert main(["measure", "--in", "vllm", "--set", "method=ngram"]) == 2
+    assert main(["measure", "--in", "sglang", "--set", "method=ngram"]) == 2
     line = _one_error_line(capsys)
-    assert line.startswith("autotune: error: --in vllm: it cannot measure here")
+    assert line.startswith("autotune: error: --in sglang: it cannot measure here")
     assert no_loading == []
     assert main(["measure", "--in", "hf", "--replay", "--set", "method=ngram"]) == 2
     assert "--replay and --trace read autotune's decoder only" in _one_error_line(capsys)

@@ -70,7 +70,6 @@ def no_loading(monkeypatch):
     # The engine backends: refused before any model loads where they cannot run.
     (["--fidelity", "engine"], "--fidelity engine measures in the --target engine"),
     (["--target", "trtllm", "--fidelity", "engine"], "'trtllm' has no backend"),
-    (["--target", "vllm", "--fidelity", "engine"], "vllm cannot measure here"),
     (["--target", "sglang", "--fidelity", "engine"], "sglang cannot measure here"),
     # A retired target: the line names its replacement and how to install it.
     (["--target", "llama_cpp"], "llama_cpp (llama-cpp-python) was retired: use llama_server"),
@@ -82,6 +81,16 @@ def test_bad_search_inputs_are_one_line_before_loading(capsys, no_loading, tmp_p
     assert err.startswith("autotune: error:") and "\n" not in err
     assert message in err
     assert not (tmp_path / "r").exists()
+
+
+def test_vllm_that_cannot_run_here_is_refused_before_loading(capsys, no_loading, tmp_path,
+                                                            monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_VLLM_PYTHON", str(tmp_path / "no-python"))
+    assert main(["search", "--out", str(tmp_path / "r"), "--target", "vllm", "--fidelity",
+                 "engine"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autotune: error:") and "\n" not in err
+    assert "vllm cannot measure here" in err and "AUTOTUNE_VLLM_PYTHON" in err
 
 
 def test_bad_enqueue_file(capsys, no_loading, tmp_path):
