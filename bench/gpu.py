@@ -327,6 +327,7 @@ def ar_timing(model: LoadedModel, prompt: list[int], tokens: int,
     decoder = SpeculativeDecoder(target, DecodeConfig())
     clock = Clock(model.device)
     decoder.generate(prompt, tokens, clock)
+    captured = getattr(model.forward, "captures", 0)
     runs = [decoder.generate(prompt, tokens, clock) for _ in range(repeats)]
     return {
         "ms_per_token": 1000 * statistics.median(g.decode_s / g.decoded for g in runs),
@@ -339,6 +340,8 @@ def ar_timing(model: LoadedModel, prompt: list[int], tokens: int,
         "repeat_tokens_equal": all(g.tokens == runs[0].tokens for g in runs),
         # Set when CUDA graph capture failed and the static forward ran eagerly.
         "graph_error": getattr(model.forward, "graph_error", None),
+        # Graphs captured inside the timed runs (must be 0: the untimed run captured all).
+        "captures_in_timed_runs": getattr(model.forward, "captures", 0) - captured,
     }
 
 

@@ -13,6 +13,7 @@ from tiny import CPU, llama_model, one_thread, tiny_loaded  # noqa: F401 (autous
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
+from autotune.models.graphs import CudaGraphCapture
 from autotune.models.loading import LoadedModel, load_model
 from autotune.models.static_forward import BUCKETS, StaticLlamaForward, bucket_for
 
@@ -164,18 +165,17 @@ def test_a_failed_capture_falls_back_to_eager_passes_and_says_why(capsys, monkey
     assert "run eagerly" in capsys.readouterr().err
 
 
-def test_a_capture_after_every_graph_was_dropped_takes_a_new_pool(models, monkeypatch):
+def test_a_capture_after_every_graph_was_dropped_takes_a_new_pool(monkeypatch):
     """Regression (H200, 2026-11-26): a cache regrown for a longer prompt dropped every
     graph, and the next capture into the freed pool failed the CUDA allocator's assert,
-    so the finalists ran eagerly. A pool is reused only while a graph shares it."""
-    static = StaticLlamaForward(llama_model(seed=5, layers=1), capture=False)
+    so the finalists ran eagerly. A pool is reused only while a graph shares it (the
+    forward's side: tests/test_graph_capture.py)."""
     handles = iter(range(100))
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: next(handles))
-    first = static._capture_pool()
-    static._graphs[("key", 1)] = object()            # a live graph shares the pool
-    assert static._capture_pool() == first
-    static._graphs.clear()                            # every graph dropped
-    assert static._capture_pool() != first
+    graphs = CudaGraphCapture()
+    first = graphs.pool(new_pool=True)
+    assert graphs.pool(new_pool=False) == first      # a live graph shares the pool
+    assert graphs.pool(new_pool=True) != first       # every graph dropped
 
 
 def fused(loaded: LoadedModel) -> LoadedModel:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import torch
 
@@ -56,6 +56,7 @@ from autotune.decoding.verify import (
 from autotune.models.drafter_folder import served_method
 from autotune.models.llama import KVCache
 from autotune.models.loading import LoadedModel, check_shared_vocabulary, draft_model
+from autotune.models.static_forward import StaticLlamaForward
 
 # HF's heuristic schedule grows K without bound; a cap keeps one runaway round from
 # drafting far past what any verify pass should carry.
@@ -328,6 +329,28 @@ class SpeculativeDecoder:
                     f"draft trees need the compact Llama-family forward for the {role} "
                     f"({model.name}, {model.hf_model.config.model_type}); use a chain "
                     "(tree_width=0) with this model")
+
+    def static_forwards(self, categories: Collection[str | None] = (None,)
+                        ) -> dict[str, StaticLlamaForward]:
+        """The static (graphed) forwards this decoder runs prompts of `categories` on,
+        by model name: the target's and the draft's, where they are static forwards."""
+        found: dict[str, StaticLlamaForward] = {}
+        for model in [self.target] + [self.draft_for(c) for c in categories]:
+            if model is not None and isinstance(model.forward, StaticLlamaForward):
+                found.setdefault(model.name, model.forward)
+        return found
+
+    def reserve(self, prompt_len: int, max_new_tokens: int,
+                categories: Collection[str | None] = (None,)) -> bool:
+        """Size the static caches for generating `max_new_tokens` after a `prompt_len`
+        token prompt (of `categories`), before anything is timed: a cache grown later
+        drops its graphs, and they are captured again inside a timed run. Returns
+        whether a cache grew."""
+        max_len = self._positions_needed(prompt_len, max_new_tokens)
+        grew = False
+        for forward in self.static_forwards(categories).values():
+            grew = forward.reserve(max_len) or grew
+        return grew
 
     def draft_for(self, category: str | None) -> LoadedModel | None:
         """The draft that drafts a prompt of `category` (differs from `self.draft` only

@@ -25,7 +25,7 @@ import torch
 from autotune.backends.base import Backend, Runner
 from autotune.common.errors import AutotuneError
 from autotune.decoding.config import DecodeConfig
-from autotune.decoding.decoder import Generation, PrefillMemo
+from autotune.decoding.decoder import Generation, PrefillMemo, SpeculativeDecoder
 from autotune.measure import divergence, paired
 from autotune.measure.near_tie_baseline import chunked_ar, far_above
 from autotune.measure.summary import MeasurementSummary
@@ -79,6 +79,12 @@ class Measurement:
     # Greedy low precision, our decoder: AR against itself decoded in chunks, runs per
     # verdict kind over the prompts (measure/near_tie_baseline.py); None elsewhere.
     near_tie_baseline: dict[str, int] | None = None
+    # Our decoder on static forwards: how their passes ran ("cuda graphs", "eager",
+    # "eager (capture failed: ...)"; per model where they differ), and the graphs
+    # captured during this arm's and the baseline's timed runs (0: none was timed).
+    # None: no static forward ran (an engine, or the plain eager forward).
+    graphs: str | None = None
+    graph_captures_timed: int | None = None
 
     def summary(self) -> MeasurementSummary:
         cand = [r.candidate for r in self.runs]
@@ -152,6 +158,8 @@ class Measurement:
             # Whether `lossless` judges the config (see Backend.token_exact); False: the
             # engine's own numerics may differ, reported but not held against it.
             "lossless_binding": self.token_exact,
+            "graphs": self.graphs,
+            "graph_captures_timed": self.graph_captures_timed,
             "by_category": paired.by_category(pairs),
         })
 
@@ -348,7 +356,9 @@ def measure_arms(target: LoadedModel, configs: dict[str, DecodeConfig],
     session = _ArmSession(target, draft, backend, baseline, configs, prompts,
                           max_new_tokens, seed)
     try:
-        if warm_up:
+        # Caches sized for the longest prompt first: one grown later drops its graphs,
+        # captured again inside a timed run (a grown cache needs a warm-up again).
+        if session.reserve(history) or warm_up:
             # The runners' warm-ups share one prefill too (each still runs its own
             # drafter's); the timed runs then start from a fresh memo.
             session.share_prefills()
@@ -455,6 +465,33 @@ class _ArmSession:
         self.peaks: dict[str, int | None] = {
             name: (0 if self.weights[name] is not None else None) for name in configs}
         self.runs: dict[str, list[PromptRun]] = {name: [] for name in configs}
+        categories = {p.category for p in prompts}
+        self.static = {name: forward for runner in self.runners.values()
+                       if isinstance(runner, SpeculativeDecoder)
+                       for name, forward in runner.static_forwards(categories).items()}
+        # Graphs captured during each arm's timed runs (the baseline's included).
+        self.captures: dict[str, int] = {name: 0 for name in self.runners}
+
+    def reserve(self, history: Sequence[Prompt]) -> bool:
+        """Size our decoders' static caches for the longest prompt (of `history` too:
+        it is decoded after the warm-up) plus the budget; whether a cache grew."""
+        lengths = [len(ids) for ids in self.encoded]
+        lengths += [len(encode_prompt(self.target.tokenizer, p)) for p in history]
+        categories = {p.category for p in [*self.prompts, *history]}
+        grew = False
+        for runner in self.runners.values():
+            if isinstance(runner, SpeculativeDecoder):
+                grew = runner.reserve(max(lengths), self.max_new_tokens, categories) or grew
+        return grew
+
+    def graph_figures(self, name: str) -> tuple[str | None, int | None]:
+        """`Measurement.graphs` and `graph_captures_timed` for arm `name`."""
+        if not self.static:
+            return None, None
+        modes = {model: forward.graph_mode() for model, forward in self.static.items()}
+        said = (next(iter(modes.values())) if len(set(modes.values())) == 1
+                else ", ".join(f"{model}: {mode}" for model, mode in modes.items()))
+        return said, self.captures[name] + self.captures["baseline"]
 
     def generator(self, index: int, repeat: int) -> torch.Generator:
         # Repeat 0 seeds prompt i with seed + i, as a single measurement always has.
@@ -463,6 +500,7 @@ class _ArmSession:
 
     def result(self, name: str) -> Measurement:
         target, backend = self.target, self.backend
+        graphs, captures = self.graph_figures(name)
         return Measurement(
             config=self.configs[name], model=target.name,
             draft=self.draft.name if self.draft is not None else None,
@@ -470,7 +508,8 @@ class _ArmSession:
             max_new_tokens=self.max_new_tokens, runs=list(self.runs[name]),
             weights_bytes=self.weights[name], peak_memory_bytes=self.peaks[name],
             memory_kind=backend.memory_kind, measured_by=backend.name,
-            measured_by_label=backend.label, token_exact=backend.token_exact)
+            measured_by_label=backend.label, token_exact=backend.token_exact,
+            graphs=graphs, graph_captures_timed=captures)
 
     def results(self) -> dict[str, Measurement]:
         return {name: self.result(name) for name in self.configs}
@@ -524,9 +563,11 @@ class _ArmSession:
         the weights plus the cache where no allocator reports one)."""
         if self.cuda and name != "baseline":
             torch.cuda.reset_peak_memory_stats(self.device)
+        captured = sum(f.captures for f in self.static.values())
         generation = self.runners[name].generate(
             self.encoded[index], self.max_new_tokens, self.clock,
             self.generator(index, repeat), category=self.prompts[index].category)
+        self.captures[name] += sum(f.captures for f in self.static.values()) - captured
         weight = self.weights.get(name)
         if name != "baseline" and weight is not None:
             self.peaks[name] = max(self.peaks[name] or 0,

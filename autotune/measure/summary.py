@@ -71,4 +71,9 @@ class MeasurementSummary(TypedDict, total=False):
     near_tie_baseline: dict[str, int]
     near_ties_far_above: bool
     lossless_binding: bool
+    # Our decoder's static forwards: "cuda graphs", "eager" or "eager (capture failed:
+    # ...)" for the whole run; graphs captured inside this arm's and the baseline's
+    # timed runs (must be 0). None where no static forward ran.
+    graphs: str | None
+    graph_captures_timed: int | None
     by_category: dict[str, dict[str, Any]]

@@ -23,9 +23,23 @@ still poison `0 * NaN`). One graph per (cache role, skipped sublayers, exit laye
 features, bucket); all buckets of a new key are captured at its first use, so a
 measurement's warm-up pays for the captures and its timed runs do not.
 
-On CUDA (`capture=True`) the function is captured and replayed; on the CPU
-(`capture=False`) the same function runs eagerly, which is what the tests check token
-for token against `LlamaForward`. Prefill (T > 128), ragged batches and the piecewise
+On CUDA (`capture=True`) the function is captured and replayed (`models/graphs.py`:
+the capture sits behind a small interface, so a CPU fake that binds its inputs at
+capture stands in for it in the tests); on the CPU (`capture=False`) the same function
+runs eagerly, which is what the tests check token for token against `LlamaForward`.
+
+No capture in a timed run: a measurement sizes the caches for its longest prompt plus
+budget before its warm-up (`reserve`), since a regrown cache drops every graph of its
+role; `captures` counts captures so that the measurement can record those after its
+warm-up (0 when all is well). Graphs are evicted by least recent use of their key once
+their outputs pass `graph_bytes_cap` (each key keeps its own logits buffers, ~65 MB at
+a 128k vocabulary). A failed capture before any graph has replayed a pass makes this
+forward eager for good (`graph_error`, `graph_mode`); a failure after that ends the run
+in one line, so that no study mixes graphed and eager timings.
+
+Unused cache slots stay finite: attention reads every column, and a masked column
+weighs 0, but `0 * NaN` is NaN, so each generation gets its cache zeroed (outside the
+clock: `decode_cache` runs before the prefill is timed). Prefill (T > 128), ragged batches and the piecewise
 methods (`begin` / `run_layers`: sorted-exit drafting, state propagation) run eagerly
 on the same cache storage.
 """
@@ -33,12 +47,15 @@ on the same cache storage.
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Collection
+from typing import Collection
 
 import torch
 from torch import nn
 
+from autotune.common.errors import AutotuneError
+from autotune.models.graphs import CapturedPass, CudaGraphCapture, GraphCapture
 from autotune.models.llama import KVCache, LlamaForward, Step
 
 # Token-count buckets a pass is padded to (verify passes reach MAX_DRAFT_TOKENS + 1).
@@ -46,6 +63,8 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 # Decode caches are allocated in steps of this many positions, so that a slightly
 # longer prompt does not re-allocate the cache (and drop its graphs).
 CAPACITY_STEP = 256
+# Graph output bytes kept before the least recently used key's graphs are evicted.
+GRAPH_BYTES_CAP = 4 * 2**30
 
 
 @dataclass
@@ -71,14 +90,6 @@ class _Key:
     features: bool
 
 
-class _Graph:
-    """One captured pass: replay, then read `outputs` (valid until the next replay)."""
-
-    def __init__(self, graph: "torch.cuda.CUDAGraph", outputs: tuple[torch.Tensor, ...]):
-        self.graph = graph
-        self.outputs = outputs
-
-
 def bucket_for(tokens: int) -> int | None:
     """The smallest bucket holding `tokens` new tokens, or None (run eagerly)."""
     for size in BUCKETS:
@@ -90,16 +101,37 @@ def bucket_for(tokens: int) -> int | None:
 class StaticLlamaForward(LlamaForward):
     """`LlamaForward` whose decode-cache passes run as fixed-shape (graphed) functions."""
 
-    def __init__(self, hf_model: nn.Module, capture: bool | None = None) -> None:
+    def __init__(self, hf_model: nn.Module, capture: bool | None = None,
+                 graphs: GraphCapture | None = None,
+                 graph_bytes_cap: int = GRAPH_BYTES_CAP) -> None:
+        """`capture`: replay captured graphs (default: on CUDA); `graphs`: what captures
+        them (default `CudaGraphCapture`; the tests pass a CPU fake); `graph_bytes_cap`:
+        graph output bytes kept before the least recently used key is evicted."""
         super().__init__(hf_model)
+        if graph_bytes_cap < 0:
+            raise ValueError(f"graph_bytes_cap must be >= 0, not {graph_bytes_cap}")
         self.capture = self.device.type == "cuda" if capture is None else capture
+        self.graphs: GraphCapture = graphs if graphs is not None else CudaGraphCapture()
+        self.graph_bytes_cap = graph_bytes_cap
         self._caches: dict[str, KVCache] = {}
+        self._reserved = 0            # positions every cache is made with (`reserve`)
         self._inputs: dict[tuple[str, int], _Inputs] = {}
-        self._graphs: dict[tuple[_Key, int], _Graph] = {}
-        self._pool = None             # one memory pool for every graph, made at first capture
+        self._graphs: dict[tuple[_Key, int], CapturedPass] = {}
+        # Output bytes of each key's graphs, least recently used first.
+        self._key_bytes: OrderedDict[_Key, int] = OrderedDict()
         # Why capture was given up, if it was (this forward then runs every pass
         # eagerly, and says so once): a measurement must know what it timed.
         self.graph_error: str | None = None
+        self.captures = 0             # graphs captured (one per key and bucket), ever
+        self.replays = 0              # passes run by replaying a graph, ever
+        self.evictions = 0            # keys whose graphs were evicted under the cap
+
+    def graph_mode(self) -> str:
+        """How this forward's decode passes run: "cuda graphs", "eager", or "eager
+        (capture failed: ...)" (the whole run, never a mix)."""
+        if self.graph_error is not None:
+            return f"eager (capture failed: {self.graph_error})"
+        return "cuda graphs" if self.capture else "eager"
 
     @classmethod
     def over_layers(cls, base: LlamaForward, layers: list) -> LlamaForward:
@@ -109,24 +141,59 @@ class StaticLlamaForward(LlamaForward):
     # ----------------------------------------------------------------- caches
     def decode_cache(self, max_len: int, role: str = "target") -> KVCache:
         """The static cache of `role` (one per role, reused by every generation),
-        emptied, holding at least `max_len` positions plus room for padded passes."""
+        emptied and zeroed, holding at least `max_len` positions plus room for padded
+        passes."""
+        cache = self._cache(max_len, role)[0]
+        # Attention reads every column: a non-finite value left in scratch by an
+        # earlier generation would turn this one's passes into NaN (0 * NaN).
+        with torch.inference_mode():      # the cache is an inference tensor
+            cache.k.zero_()
+            cache.v.zero_()
+        cache.length = 0
+        return cache
+
+    def reserve(self, max_len: int) -> bool:
+        """Size every role's cache, now and when first made, for `max_len` positions:
+        what `decode_cache` would otherwise grow later, dropping the role's graphs,
+        inside whichever timed run first needs it. Returns whether a cache grew (its
+        graphs are then gone, to be captured again by a warm-up)."""
+        if max_len > self.cos.shape[0]:
+            raise AutotuneError(f"prompt + max_new_tokens = {max_len} tokens exceeds the "
+                                f"model's {self.cos.shape[0]} positions")
+        self._reserved = max(self._reserved, max_len)
+        grew = False
+        for role in list(self._caches):
+            grew = self._cache(max_len, role)[1] or grew
+        return grew
+
+    def _cache(self, max_len: int, role: str) -> tuple[KVCache, bool]:
+        """`role`'s cache with room for `max_len` positions (and what `reserve` asked
+        for), and whether it was (re)made."""
+        max_len = max(max_len, self._reserved)
         need = max_len + BUCKETS[-1]
         capacity = min(-(-need // CAPACITY_STEP) * CAPACITY_STEP, self.cos.shape[0])
         cache = self._caches.get(role)
-        if cache is None or cache.max_len < min(need, self.cos.shape[0]) \
-                or cache.max_len < max_len:
-            self._drop(role)
-            with torch.inference_mode():
-                cache = self.new_cache(1, max(capacity, max_len))
-            self._caches[role] = cache
-        cache.length = 0
-        return cache
+        if cache is not None and cache.max_len >= min(need, self.cos.shape[0]) \
+                and cache.max_len >= max_len:
+            return cache, False
+        self._drop(role)
+        with torch.inference_mode():
+            cache = self.new_cache(1, max(capacity, max_len))
+        self._caches[role] = cache
+        return cache, True
 
     def _drop(self, role: str) -> None:
         """Forget a role's cache, buffers and graphs (its cache is being replaced)."""
         self._caches.pop(role, None)
         self._inputs = {k: v for k, v in self._inputs.items() if k[0] != role}
-        self._graphs = {k: v for k, v in self._graphs.items() if k[0].role != role}
+        for key in [key for key in self._key_bytes if key.role == role]:
+            self._forget(key)
+
+    def _forget(self, key: _Key) -> None:
+        """Free every graph of `key` (their outputs go back to the shared pool)."""
+        self._key_bytes.pop(key, None)
+        for size in BUCKETS:
+            self._graphs.pop((key, size), None)
 
     def _role(self, cache: KVCache) -> str | None:
         for role, static in self._caches.items():
@@ -196,20 +263,30 @@ class StaticLlamaForward(LlamaForward):
             cache.length = begin + tokens
             if self.capture:
                 graph = self._graphs[(key, size)]
-                graph.graph.replay()
+                self._key_bytes.move_to_end(key)          # most recently used
+                graph.replay()
+                self.replays += 1
                 # The next replay overwrites the graph's outputs: the caller gets copies.
                 return tuple(out[:, :tokens].clone() for out in graph.outputs)
             return tuple(out[:, :tokens] for out in self._body(key, cache, inputs))
 
     def _give_up_capture(self, exc: RuntimeError) -> None:
-        """Run eagerly from now on (same passes, same numerics, launch-bound speed)."""
+        """Run eagerly from now on (same passes, same numerics, launch-bound speed) when
+        no graph has run a pass yet; otherwise end the run: passes timed graphed and
+        passes timed eagerly must never meet in one study."""
+        text = str(exc).strip().splitlines()
+        error = text[0] if text else type(exc).__name__
+        if self.replays:
+            raise AutotuneError(f"CUDA graph capture failed after {self.replays} graphed "
+                                f"passes ({error}); running on eagerly would mix graphed "
+                                "and eager timings in one run, so it stops") from exc
         self.capture = False
         self._graphs.clear()
-        text = str(exc).strip().splitlines()
-        self.graph_error = text[0] if text else type(exc).__name__
+        self._key_bytes.clear()
+        self.graph_error = error
         print(f"autotune: CUDA graph capture failed ({self.graph_error}); this model's "
-              "passes run eagerly, so its timings include kernel-launch overhead",
-              file=sys.stderr)
+              "passes run eagerly for the whole run, so its timings include "
+              "kernel-launch overhead", file=sys.stderr)
 
     def _buffers(self, role: str, size: int, cache: KVCache) -> _Inputs:
         found = self._inputs.get((role, size))
@@ -265,37 +342,42 @@ class StaticLlamaForward(LlamaForward):
         logits = self.head_logits(normed)
         return (logits, normed) if key.features else (logits,)
 
-    def _capture_pool(self) -> Any:
-        """The memory pool the next capture shares with the live graphs.
-
-        A pool lives while a graph that shares it does: once every graph is gone (a
-        cache regrown, `_drop`), capturing into the old handle trips the CUDA caching
-        allocator's `use_count > 0` assert, so a capture with no live graph takes a new
-        pool.
-        """
-        if self._pool is None or not self._graphs:
-            self._pool = torch.cuda.graph_pool_handle()
-        return self._pool
-
     def _capture_all(self, key: _Key, cache: KVCache, begin: int) -> None:
-        """Capture `key`'s pass for every bucket that fits after `begin`.
+        """Capture `key`'s pass for every bucket that fits after `begin`, after evicting
+        the least recently used keys that the cap has no room left for.
 
         The warm-up runs before each capture write keys/values at positions from
         `begin` on: the positions this call writes anyway, or scratch past them.
         """
-        pool = self._capture_pool()
-        for size in BUCKETS:
-            if (key, size) in self._graphs or begin + size > cache.max_len:
-                continue
+        sizes = [size for size in BUCKETS
+                 if (key, size) not in self._graphs and begin + size <= cache.max_len]
+        self._evict(key, self._output_bytes(key, sizes))
+        for size in sizes:
             inputs = self._fill(key.role, size, cache, torch.zeros(
                 (1, size), dtype=torch.long, device=self.device), begin, None, None)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):   # kernel selection and allocator growth, uncaptured
-                    self._body(key, cache, inputs)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                outputs = self._body(key, cache, inputs)
-            self._graphs[(key, size)] = _Graph(graph, outputs)
+
+            def body(inputs: _Inputs = inputs) -> tuple[torch.Tensor, ...]:
+                return self._body(key, cache, inputs)
+
+            graph = self.graphs.capture(body, new_pool=not self._graphs)
+            self._graphs[(key, size)] = graph
+            self._key_bytes[key] = self._key_bytes.get(key, 0) + sum(
+                out.element_size() * out.nelement() for out in graph.outputs)
+            self.captures += 1
+        self._evict(key, 0)
+
+    def _output_bytes(self, key: _Key, sizes: list[int]) -> int:
+        """The output bytes `key`'s graphs of `sizes` will hold: logits [1, Tb, V] (and
+        features [1, Tb, hidden])."""
+        width = self.vocab_size + (self.embed.shape[1] if key.features else 0)
+        return sum(sizes) * width * self.embed.element_size()
+
+    def _evict(self, keep: _Key, incoming: int) -> None:
+        """Free the least recently used keys (never `keep`) until the graphs' outputs
+        plus `incoming` bytes fit under `graph_bytes_cap`."""
+        while sum(self._key_bytes.values()) + incoming > self.graph_bytes_cap:
+            victim = next((k for k in self._key_bytes if k != keep), None)
+            if victim is None:
+                return
+            self._forget(victim)
+            self.evictions += 1
