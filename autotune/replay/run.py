@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from autotune.common.errors import AutotuneError
+from autotune.common.memory import release_freed_memory
 from autotune.decoding.config import DecodeConfig
 from autotune.decoding.decoder import Generation, RoundTrace, SpeculativeDecoder
 from autotune.decoding.drafter_choice import pick_drafter
@@ -101,6 +102,9 @@ class Replayer:
         baseline_cost = CostModel(self.parts, DecodeConfig(), self.target.n_layers)
         ar_round = baseline_cost.ar_round_seconds()
         runs = [self._predicted_run(config, ref, cost, ar_round) for ref in self.references]
+        # A screen replays hundreds of configs: what each one's tables and passes freed
+        # goes back to the OS, or RSS grows with the configs screened (issue 51).
+        release_freed_memory()
         return self._measurement(config, runs)
 
     def _prepare(self, config: DecodeConfig) -> None:
