@@ -279,3 +279,41 @@ def test_tree_sampling_check_catches_a_residual_bug(target, monkeypatch):
         gen = decoder.generate(PROMPT, 4, time.perf_counter, torch.Generator().manual_seed(i))
         counts[gen.tokens[1], gen.tokens[2], gen.tokens[3]] += 1
     assert _tv(law, counts / TREE_N) > _null_bound(law, TREE_N)
+
+
+# ------------------------------------------------------------------ block verification
+# Round 1 has a budget of 3 tokens, so a chain of 2 drafts: where block verification
+# differs from token-by-token verification (with one draft they are the same rule).
+BLOCK_N = 1500                  # seeded runs per config (the bound is set for this N)
+BLOCK_CONFIGS = {
+    "layer_skip": DecodeConfig(method="layer_skip", attn_skip=(1,), mlp_skip=(2,), k=2,
+                               temperature=1.0, verify="block"),
+    # vLLM's rules: argmax drafts, a one-hot q (vLLM's closed form for one-hot drafts).
+    "sorted_exit@vllm": DecodeConfig(method="sorted_exit", exits=(1, 3), thresholds=(0.3,),
+                                     k=2, temperature=1.0, engine="vllm", verify="block"),
+    # SGLang's rules: block verification makes its drafter sample (with probabilities).
+    "layer_skip@sglang": DecodeConfig(method="layer_skip", attn_skip=(1,), mlp_skip=(2,),
+                                      k=2, temperature=1.0, engine="sglang", verify="block"),
+}
+
+
+@pytest.mark.parametrize("name", list(BLOCK_CONFIGS))
+def test_block_verification_matches_target_distribution(target, name):
+    """Block verification keeps the target's law of the three tokens a round of two
+    drafts produces (the power of this check: test_tree_sampling_check_catches_...;
+    the rule's own power check: tests/test_verify.py)."""
+    law = _law_of_positions_2_3_4(target.hf_model)
+    bound = _null_bound(law, BLOCK_N)
+    decoder = SpeculativeDecoder(target, BLOCK_CONFIGS[name])
+    counts = torch.zeros(V, V, V, dtype=torch.float64)
+    accepted = Counter()
+    for i in range(BLOCK_N):
+        gen = decoder.generate(PROMPT, 4, time.perf_counter, torch.Generator().manual_seed(i))
+        assert len(gen.tokens) == 4
+        counts[gen.tokens[1], gen.tokens[2], gen.tokens[3]] += 1
+        first = gen.rounds[0]
+        assert first.drafted == 2 and first.verified == 3
+        accepted[first.accepted] += 1
+    assert all(accepted[n] > 0.02 * BLOCK_N for n in (0, 1, 2)), accepted
+    tv = _tv(law, counts / BLOCK_N)
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f} (N={BLOCK_N})"

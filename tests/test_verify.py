@@ -8,6 +8,7 @@ import torch
 from autotune.decoding.sampling import probabilities
 from autotune.decoding.verify import (
     acceptance_probability,
+    block_verify,
     greedy_verify,
     rejection_sample,
     residual_distribution,
@@ -190,6 +191,125 @@ def test_rejection_sample_never_emits_tokens_p_rules_out():
     first = torch.where(n >= 1, x[:, 0], nxt)
     assert set(first.tolist()) <= {1, 2}
     assert not (n.bool() & (x[:, 0] != 1)).any()     # only token 1 can be accepted
+
+
+# ------------------------------------------------------------------ block verification
+# Three drafts over a vocabulary of 4, every distribution depending on the whole prefix
+# (p_i(. | x_<i), q_i(. | x_<i)), so the test sees what block verification changes:
+# a kept token whose acceptance depends on the tokens after it.
+BV, BK, BN = 4, 3, 100_000
+
+
+def _tables(seed: int, power: float) -> list[torch.Tensor]:
+    """Distributions after every prefix of length 0..BK: tables [V]*i + [V]."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(BK + 1):
+        t = torch.rand((BV,) * (i + 1), generator=gen, dtype=torch.float64) ** power
+        out.append(t / t.sum(-1, keepdim=True))
+    return out
+
+
+def _after(table: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
+    """Rows of `table` after each row of prefix [N, i]: [N, V]."""
+    return table[tuple(prefix.T)] if prefix.shape[1] else table.expand(prefix.shape[0], BV)
+
+
+def _block_run(rule, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """BN seeded rounds of `rule` on drafts drawn from q: (n_accepted [N], the first
+    BK+1 emitted tokens [N, BK+1], the output continued with target draws, exact law
+    of BK+1 target tokens [V]*(BK+1))."""
+    ptab, qtab = _tables(40, 3.0), _tables(41, 1.0)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.zeros(BN, 0, dtype=torch.long)
+    for i in range(BK):
+        x = torch.cat((x, torch.multinomial(_after(qtab[i], x), 1, generator=gen)), dim=1)
+    p = torch.stack([_after(ptab[i], x[:, :i]) for i in range(BK + 1)], dim=1)
+    q = torch.stack([_after(qtab[i], x[:, :i]) for i in range(BK)], dim=1)
+    n, nxt = rule(x, q, p, gen)
+    out = torch.zeros(BN, BK + 1, dtype=torch.long)
+    for j in range(BK + 1):
+        drawn = torch.multinomial(_after(ptab[j], out[:, :j]), 1, generator=gen).squeeze(1)
+        out[:, j] = torch.where(j < n, x[:, j] if j < BK else drawn,
+                                torch.where(j == n, nxt, drawn))
+    law = ptab[0]
+    for j in range(1, BK + 1):
+        law = law[..., None] * ptab[j]
+    return n, out, law
+
+
+def _law_tv(out: torch.Tensor, law: torch.Tensor) -> float:
+    flat = (out * BV ** torch.arange(BK, -1, -1)).sum(1)
+    counts = torch.bincount(flat, minlength=BV ** (BK + 1)).double()
+    return 0.5 * float((counts / BN - law.flatten()).abs().sum())
+
+
+def _law_bound(law: torch.Tensor) -> float:
+    """99% quantile of TV(law, empirical law of BN exact draws), seeded (100 draws of
+    the null keep the test fast; the laws checked sit well inside or far outside it)."""
+    gen = torch.Generator().manual_seed(7)
+    flat, reps = law.flatten(), 100
+    counts = torch.stack([torch.bincount(torch.multinomial(flat, BN, replacement=True,
+                                                           generator=gen),
+                                         minlength=flat.numel()) for _ in range(reps)])
+    return float((0.5 * (counts.double() / BN - flat).abs().sum(-1)).quantile(0.99))
+
+
+def test_block_verify_keeps_the_target_law_and_accepts_more():
+    n_block, out, law = _block_run(block_verify)
+    bound = _law_bound(law)
+    assert set(n_block.unique().tolist()) == set(range(BK + 1))
+    assert _law_tv(out, law) < bound
+    # Theorem 2 of Sun et al.: at least as many tokens as token-by-token verification
+    # of the same drafts; here strictly more, by far more than the noise.
+    n_token, out_token, _ = _block_run(rejection_sample)
+    assert _law_tv(out_token, law) < bound
+    assert n_block.double().mean() > n_token.double().mean() + 0.02
+
+
+def _block_without_lookahead(x: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
+                             gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A plausible bug: block verification with h_i = w_i (the running weight alone,
+    without the residual mass R_i of the next position), the rest unchanged."""
+    b, k = x.shape
+    ratio = p[:, :k].gather(-1, x[..., None]).squeeze(-1) / q.gather(-1, x[..., None]).squeeze(-1)
+    w = [torch.ones(b, dtype=p.dtype)]
+    for i in range(k):
+        w.append((w[-1] * ratio[:, i]).clamp(max=1.0))
+    wt = torch.stack(w, dim=1)
+    u = torch.rand(b, k, generator=gen, dtype=p.dtype)
+    pos = torch.arange(1, k + 1)
+    n = torch.where(u < wt[:, 1:], pos, torch.zeros_like(pos)).amax(dim=-1)
+    rows = n[:, None, None].expand(b, 1, p.shape[-1])
+    q_row = torch.cat((q, torch.zeros_like(p[:, :1])), dim=1).gather(1, rows).squeeze(1)
+    dist = residual_distribution(wt.gather(1, n[:, None]) * p.gather(1, rows).squeeze(1), q_row)
+    return n, torch.multinomial(dist, 1, generator=gen).squeeze(1)
+
+
+def test_block_verify_check_catches_a_missing_lookahead():
+    """Power: the same check fails for a rule that drops the look-ahead term of h_i."""
+    _, out, law = _block_run(_block_without_lookahead)
+    assert _law_tv(out, law) > _law_bound(law)
+
+
+@pytest.mark.parametrize("case", ["plain", "q_one_hot", "p_zeros"])
+def test_block_verify_k1_is_the_token_rule(case):
+    """One draft token: block verification is token-by-token verification, draw for draw."""
+    p, q = _random_pair(5, case)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.multinomial(q.float().expand(4000, V), 1, replacement=True, generator=gen)
+    pp = torch.stack((p, _dist(50).double())).expand(4000, 2, V)
+    qq = q.expand(4000, 1, V)
+    got = block_verify(x, qq, pp, torch.Generator().manual_seed(1))
+    want = rejection_sample(x, qq, pp, torch.Generator().manual_seed(1))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_block_verify_k0_draws_from_p():
+    p = _dist(31)
+    n, nxt = block_verify(torch.zeros(B, 0, dtype=torch.long), torch.zeros(B, 0, V),
+                          p.expand(B, 1, V), torch.Generator().manual_seed(4))
+    assert n.eq(0).all() and _tv(torch.bincount(nxt, minlength=V), p) < 0.02
 
 
 # ------------------------------------------------------------------ probabilities()

@@ -185,7 +185,7 @@ class BatchedDecoder:
         """One row per prompt: its view of the batch cache, its buffer and drafter."""
         single, config, device = self.single, self.config, self.target.device
         choose = TokenChooser(config.temperature, config.top_p, single.vocab_size, generator,
-                              greedy_drafts=single.rules.greedy_model_drafts,
+                              greedy_drafts=single.greedy_drafts,
                               drafted_confidence=single.rules.drafted_token_confidence)
         rows: list[_Row] = []
         for index, prompt in enumerate(prompts):

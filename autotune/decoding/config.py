@@ -54,12 +54,14 @@ from autotune.decoding.methods import (
 from autotune.decoding.shape import DraftShape
 from autotune.models.drafter_folder import GENERAL, ROUTED
 
-__all__ = ["DRAFTER_NAME", "EXIT_POLICIES", "GENERAL_DRAFTER", "KNOBS", "MAX_TREE_NODES",
+__all__ = ["DRAFTER_NAME", "EXIT_POLICIES", "VERIFY_RULES", "GENERAL_DRAFTER", "KNOBS", "MAX_TREE_NODES",
            "ROUTED_DRAFTER", "DecodeConfig", "check_choices", "check_exit_order",
            "config_from_mapping", "load_config_file", "method_keys", "own_keys",
            "parse_assignments", "shape_of_mapping"]
 
 EXIT_POLICIES = ("fixed", "confidence", "adaptive", "heuristic")
+# `verify` values: how a sampled chain is verified (verify.rejection_sample, block_verify).
+VERIFY_RULES = ("token", "block")
 # `drafter` values: all, routed, or a workload category (a per-category folder's member).
 DRAFTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # The `drafter` knob's values besides a category (the per-category folder format's names).
@@ -156,6 +158,11 @@ class DecodeConfig:
     beta2: float = field(default=0.9, metadata=knob(
         "float", policy_owner("adaptive"), "β2: smoothing of γ", low=0.0, high=1.0))
     # <- the methods' scalar knobs (ngram_min ... llama_draft_p_min)
+    verify: str = field(default="token", metadata=knob(
+        "str", DRAFTING, "how a sampled chain is verified: `token` (token-by-token "
+        "rejection sampling) or `block` (block verification, Sun et al. 2024: vLLM "
+        "`rejection_sample_method`, SGLang `speculative_use_block_verification`); greedy "
+        "decoding is unchanged", choices=VERIFY_RULES))
     drafter: str = field(default=GENERAL_DRAFTER, metadata=knob(
         "str", DRAFT,
         "which member of a per-category `--draft` folder drafts: `all` (the drafter "
@@ -228,6 +235,7 @@ class DecodeConfig:
             raise AutotuneError(f"engine: {retired}")
         if self.engine not in engines:
             raise AutotuneError(f"engine={self.engine!r} is not one of {', '.join(engines)}")
+        self._validate_verify()
         for name in ("k", "gamma", "target_acceptance", "beta1", "beta2", "top_p"):
             self._check_bounds(name)
         if self.top_p == 0.0:
@@ -251,6 +259,22 @@ class DecodeConfig:
         if n_layers is not None:
             self._check_layers(n_layers)
         return self
+
+    def _validate_verify(self) -> None:
+        """`verify=block` needs a chain (a tree has its own multi-candidate rule) and an
+        engine that runs block verification (greedy configs ignore it)."""
+        if self.verify not in VERIFY_RULES:
+            raise AutotuneError(f"verify={self.verify!r} is not one of "
+                                f"{', '.join(VERIFY_RULES)}")
+        if self.verify != "block":
+            return
+        if self.is_tree:
+            raise AutotuneError("verify=block verifies a chain; a draft tree is verified "
+                                "by its own multi-candidate rule: use verify=token")
+        rules = RULES[self.engine]
+        if not rules.block_verification:
+            raise AutotuneError(f"verify=block: {rules.label} does not run block "
+                                "verification; use verify=token")
 
     def _check_method(self, spec: MethodSpec, n_layers: int | None) -> None:
         """This config's method's own keys: its scalars' bounds and choices, its rules."""

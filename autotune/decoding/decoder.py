@@ -47,6 +47,7 @@ from autotune.decoding.sampling import probabilities
 from autotune.decoding.tree import DraftTree, compact_cache
 from autotune.decoding.tree_drafting import TreeDrafter
 from autotune.decoding.verify import (
+    block_verify,
     greedy_tree_verify,
     greedy_verify,
     match_sample,
@@ -352,6 +353,14 @@ class SpeculativeDecoder:
             grew = forward.reserve(max_len) or grew
         return grew
 
+    @property
+    def greedy_drafts(self) -> bool:
+        """Whether a model drafter proposes its argmax under sampling: the engine's rule,
+        except where turning block verification on makes the engine sample its drafts
+        (SGLang, `EngineRules.block_samples_drafts`)."""
+        return self.rules.greedy_model_drafts and not (
+            self.config.verify == "block" and self.rules.block_samples_drafts)
+
     def draft_for(self, category: str | None) -> LoadedModel | None:
         """The draft that drafts a prompt of `category` (differs from `self.draft` only
         under `drafter=routed` with a per-category folder)."""
@@ -405,7 +414,8 @@ class SpeculativeDecoder:
                 n, nxt = match_sample(draft.tokens, p, generator)
             else:
                 q = draft.q if draft.q is not None else p[:, :0]
-                n, nxt = rejection_sample(draft.tokens, q, p, generator)
+                rule = block_verify if self.config.verify == "block" else rejection_sample
+                n, nxt = rule(draft.tokens, q, p, generator)
         return int(n[0]), int(nxt[0])
 
     def _chain_round(self, run: _Run, seq: torch.Tensor, budget: int) -> RoundResult:
@@ -563,7 +573,7 @@ class SpeculativeDecoder:
         config = self.config
         cache = self.target.forward.decode_cache(max_len)
         choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
-                              greedy_drafts=self.rules.greedy_model_drafts,
+                              greedy_drafts=self.greedy_drafts,
                               drafted_confidence=self.rules.drafted_token_confidence)
         drafter = self._drafter(cache, max_len, choose, self.draft_for(category))
         tree_drafter = self._tree_drafter(drafter, self.target.device)

@@ -49,6 +49,11 @@ class EngineRules:
         compares) is its own probability, not the top-1 probability.
     match_verification: under sampling, drafts are accepted while they equal the target's
         own sampled token (no rejection sampling with the draft's probabilities).
+    block_verification: the engine can verify a sampled chain by block verification
+        (Sun et al. 2024; the `verify=block` knob); a config with it is refused elsewhere.
+    block_samples_drafts: turning block verification on makes the engine's model drafter
+        sample its tokens (verified with the draft's probabilities) instead of drafting
+        its argmax (SGLang forces rejection sampling on with it).
     approximate: method -> what of the engine's behaviour our decoder does not reproduce.
     approximate_sampling: the same for any drafting method under sampling.
     measures_in_engine: most of its drafters run in the engine only, so a `--target`
@@ -73,6 +78,8 @@ class EngineRules:
     greedy_model_drafts: bool = False
     drafted_token_confidence: bool = False
     match_verification: bool = False
+    block_verification: bool = False
+    block_samples_drafts: bool = False
     approximate: tuple[tuple[str, str], ...] = ()
     approximate_sampling: str = ""
     measures_in_engine: bool = False
@@ -91,7 +98,7 @@ class EngineRules:
         return "; ".join(n for n in notes if n) or None
 
 
-AUTOTUNE = EngineRules("autotune", "autotune")
+AUTOTUNE = EngineRules("autotune", "autotune", block_verification=True)
 
 # transformers 5.23.0 (src/transformers/generation/; get_candidates unchanged in 5.24.0):
 # - candidate_generator.py PromptLookupCandidateGenerator.get_candidates: n-gram sizes
@@ -148,8 +155,14 @@ HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_e
 _VLLM_LAST_ROUND = ("vLLM drafts the full K up to a request's last step; autotune cuts a "
                     "model drafter's last draft to the tokens left (a difference in the "
                     "last round of each request only)")
+# - block verification (vLLM 0.33.0): config/speculative.py L83 and L562-569
+#   `rejection_sample_method: "block"`; V2 runs it (v1/worker/gpu/spec_decode/
+#   rejection_sampler.py L177-178; rejection_sampler_utils.py L322-398 the running weight,
+#   L403-500 the residual mass, L627-658 h and the longest prefix, L920-955 the residual,
+#   one-hot drafts included); V1's rejection sampler (v1/sample/rejection_sampler.py L81,
+#   L105) reads only "fly" and "synthetic", so VLLM_V1 does not run it.
 VLLM = EngineRules("vllm", "vLLM", ngram_pads_drafts=True, ngram_ignores_budget=True,
-                   greedy_model_drafts=True, runner="V2",
+                   greedy_model_drafts=True, runner="V2", block_verification=True,
                    approximate=(("draft_model", _VLLM_LAST_ROUND),
                                 ("eagle", _VLLM_LAST_ROUND)))
 
@@ -184,8 +197,16 @@ VLLM_V1 = EngineRules("vllm_v1", "vLLM (Model Runner V1)", engine="vllm", runner
 # verifies under sampling with tree_speculative_sampling_target_only and all-zero draft
 # probabilities (a deterministic draft); NGRAM drafts from a trie shared by every request
 # (method sglang_ngram: autotune/methods/sglang_ngram/corpus.py, read in sglang 0.5.23).
+# Block verification (sglang 0.5.23): arg_groups/fields/spec.py L120-124
+# `speculative_use_block_verification`; speculative_hook.py L175-195: EAGLE/EAGLE3/NEXTN/
+# DFLASH/DSPARK on CUDA or ROCm only, and it turns speculative_use_rejection_sampling on,
+# under which the EAGLE worker samples its drafts and keeps their probabilities
+# (speculative/eagle_worker_v2.py L196-197, L773-777, L856-865); speculative/eagle_utils.py
+# L713-716 runs chain_speculative_sampling_triton with block_verification=True
+# (kernels/ops/speculative/reject_sampling.py L53-112).
 SGLANG = EngineRules(
-    "sglang", "SGLang", greedy_model_drafts=True,
+    "sglang", "SGLang", greedy_model_drafts=True, block_verification=True,
+    block_samples_drafts=True,
     approximate_sampling=(
         "under sampling SGLang verifies with its target-only tree kernel (draft "
         "probabilities all zero, acceptance thresholds speculative_accept_threshold_single/"

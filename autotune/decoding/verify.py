@@ -1,4 +1,4 @@
-"""The shared verifier: greedy matching and Leviathan rejection sampling.
+"""The shared verifier: greedy matching, Leviathan rejection sampling, block verification.
 
 Pure tensor functions, written once and named as in Leviathan et al. (2023): the target
 distribution is `p`, the draft's `q`, the draft tokens `x`. Every drafter's proposal goes
@@ -87,6 +87,61 @@ def rejection_sample(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tenso
     p_row = p.gather(1, rows).squeeze(1)
     q_row = q_padded.gather(1, rows).squeeze(1)
     dist = residual_distribution(p_row, q_row)
+    next_token = torch.multinomial(dist, 1, generator=generator).squeeze(1)
+    return n_accepted, next_token
+
+
+def block_verify(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
+                 generator: torch.Generator | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block verification (Sun et al. 2024, "Block Verification Accelerates Speculative
+    Decoding", Algorithm 2), as vLLM (`rejection_sample_method: "block"`,
+    v1/worker/gpu/spec_decode/rejection_sampler_utils.py L322-398, L627-658, L920-931)
+    and SGLang (kernels/ops/speculative/reject_sampling.py L53-112) run it, in the
+    releases engines.PROVENANCE names (read there: decoding/engines.py): the
+    draft is judged as a block, so a token that token-by-token verification rejects can
+    still be kept when the tokens after it make up for it. With the running weight
+    w_0 = 1, w_i = min(1, w_{i-1} p_i(x_i) / q_i(x_i)) and, for i < k,
+    h_i = R_i / (R_i + 1 - w_i) where R_i = sum_v max(0, w_i p_{i+1}(v) - q_{i+1}(v))
+    (h_k = w_k), keep the longest prefix tau whose own coin u_tau < h_tau (tau = 0 if
+    none); the next token is drawn from p_k when tau = k, else from
+    norm(max(0, w_tau p_tau - q_tau)). Lossless (Theorem 1 of the paper) and it accepts
+    at least as many tokens in expectation as `rejection_sample` (Theorem 2). k = 1 is
+    token-by-token verification exactly.
+
+    draft_tokens: [B, k]; q: [B, k, V] draft probabilities (one-hot for argmax drafts);
+    p: [B, k+1, V] target probabilities. Returns (n_accepted [B], next_token [B]).
+    """
+    b, k = draft_tokens.shape
+    if k == 0:
+        return rejection_sample(draft_tokens, q, p, generator)
+    px = p[:, :k].gather(-1, draft_tokens[..., None]).squeeze(-1)        # [B, k]
+    qx = q.gather(-1, draft_tokens[..., None]).squeeze(-1)
+    # A token its own draft gave probability 0 could not have been drafted: weight 0,
+    # as SGLang's kernel does (`q_is_prob`), rather than a division by zero.
+    ratio = torch.where(qx > 0, px / qx.clamp_min(torch.finfo(p.dtype).tiny),
+                        torch.zeros_like(px))
+    weights = [torch.ones(b, dtype=p.dtype, device=p.device)]           # w_0 .. w_k
+    for i in range(k):
+        weights.append((weights[-1] * ratio[:, i]).clamp(max=1.0))
+    w = torch.stack(weights, dim=1)                                     # [B, k+1]
+    # R_i for i = 1..k-1 reads the distributions after x_1..x_i: p row i, q row i.
+    residual_mass = (w[:, 1:k, None] * p[:, 1:k] - q[:, 1:k]).clamp_min(0.0).sum(-1)
+    denom = residual_mass + 1.0 - w[:, 1:k]
+    # denom == 0 only when w_i = 1 and nothing is left: the block so far is surely kept.
+    h_inner = torch.where(denom > 0, residual_mass / denom.clamp_min(torch.finfo(p.dtype).tiny),
+                          torch.ones_like(denom))
+    h = torch.cat((h_inner, w[:, k:]), dim=1)                           # [B, k]: h_1..h_k
+    u = torch.rand(b, k, generator=generator, device=p.device, dtype=p.dtype)
+    positions = torch.arange(1, k + 1, device=p.device)
+    n_accepted = torch.where(u < h, positions, torch.zeros_like(positions)).amax(dim=-1)
+    # The next token: p_k after the whole block, else the block residual at tau.
+    q_padded = torch.cat((q, torch.zeros_like(p[:, :1])), dim=1)        # [B, k+1, V]
+    rows = n_accepted[:, None, None].expand(b, 1, p.shape[-1])
+    p_row = p.gather(1, rows).squeeze(1)
+    q_row = q_padded.gather(1, rows).squeeze(1)
+    w_row = w.gather(1, n_accepted[:, None])                            # [B, 1]
+    dist = residual_distribution(w_row * p_row, q_row)
     next_token = torch.multinomial(dist, 1, generator=generator).squeeze(1)
     return n_accepted, next_token
 

@@ -251,6 +251,12 @@ def rules_loss(src: Source, engine: str) -> Loss | None:
     lookups, not the baseline), separate_draft = it needs a separate draft model."""
     cfg, spec = src.cfg, src.spec
     measured, rules = engine_rules(cfg.engine), engine_rules(engine)
+    if cfg.verify == "block" and not cfg.greedy and not rules.block_verification:
+        # Measured with block verification, which this engine does not run: it verifies
+        # the same drafts token by token (or by match) and accepts fewer of them.
+        return Loss("verify=block", (),
+                    f"{rules.label} has no block verification; it verifies sampled drafts "
+                    "its own way, which accepts fewer tokens than measured")
     if measured.family == rules.family:
         # Another runner of the same engine (vLLM's V1 beside its default V2): the
         # export's launch notes name the runner its figures hold for.

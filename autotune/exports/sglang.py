@@ -87,7 +87,21 @@ def check(src: Source) -> list[Loss]:
                            note=STATIC_TREE_NOTE))
     losses.append(schedule_loss(src))
     losses.append(rules_loss(src, RULES))
+    losses.append(_block_loss(src))
     return [loss for loss in losses if loss is not None]
+
+
+def _block_loss(src: Source) -> Loss | None:
+    """verify=block where SGLang cannot run it: speculative_use_block_verification takes
+    EAGLE/EAGLE3/NEXTN/DFLASH/DSPARK only (speculative_hook.py L175-180),
+    a chain (topk=1, eagle_worker_v2.py L196-197)."""
+    chain = not src.cfg.is_tree or src.shape.one_path
+    if src.cfg.verify != "block" or (src.cfg.method == "eagle" and chain):
+        return None
+    return Loss("verify=block", (),
+                "SGLang runs block verification only for EAGLE chains "
+                "(speculative_use_block_verification: EAGLE/EAGLE3/NEXTN/DFLASH/DSPARK, "
+                "topk=1); exported without it, verified as SGLang verifies this method")
 
 
 def runs_schedule(src: Source) -> bool:
@@ -188,6 +202,10 @@ def server_args(src: Source) -> dict[str, Any]:
             # The verify pass: the root (last verified token) plus the kept tree nodes.
             "speculative_num_draft_tokens": nodes + 1,
         })
+        if cfg.verify == "block" and eagle and topk == 1:
+            # fields/spec.py L120-124; it turns speculative_use_rejection_sampling on
+            # (speculative_hook.py L181-195), under which EAGLE samples its drafts.
+            args["speculative_use_block_verification"] = True
         if runs_schedule(src):
             assert src.schedule is not None
             # The start step must be a candidate (speculative_hook.py L1416-1421); the

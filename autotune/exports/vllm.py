@@ -73,6 +73,7 @@ def check(src: Source) -> list[Loss]:
         rules_loss(src, RULES),
         _suffix_schedule_loss(src),
         _model_drafter_schedule_loss(src),
+        _block_suffix_loss(src),
     ]
     return [loss for loss in losses if loss is not None]
 
@@ -124,6 +125,19 @@ def _suffix_schedule_loss(src: Source) -> Loss | None:
                 f"{src.cfg.k} runs at every batch size")
 
 
+def _block_suffix_loss(src: Source) -> Loss | None:
+    """verify=block with suffix decoding: vLLM runs suffix on Model Runner V1, whose
+    rejection sampler (v1/sample/rejection_sampler.py L81, L105) reads only "fly" and
+    "synthetic" of rejection_sample_method; block verification is V2's
+    (v1/worker/gpu/spec_decode/rejection_sampler.py L177-178)."""
+    if src.cfg.method != "suffix" or src.cfg.verify != "block":
+        return None
+    return Loss("verify=block", (),
+                "vLLM runs suffix decoding on Model Runner V1, which has no block "
+                "verification (its rejection sampler reads only 'fly' and 'synthetic' of "
+                "rejection_sample_method); verified token by token there")
+
+
 def _medusa_loss(src: Source) -> Loss | None:
     """Medusa: a method vLLM had and VERSION no longer has, named as such."""
     if src.cfg.method != "medusa":
@@ -151,10 +165,14 @@ def speculative_config(src: Source, options: dict[str, Any]) -> dict[str, Any]:
     elif cfg.method == "suffix":
         spec = {"method": "suffix", "num_speculative_tokens": cfg.k,
                 **{field: getattr(cfg, key) for field, key in SUFFIX_FIELDS.items()}}
-        return spec                    # V1 drops a schedule for suffix (a loss, above)
+        return spec                    # V1 drops a schedule and block verification (losses)
     else:
         spec = {"method": "ngram", "num_speculative_tokens": cfg.k,
                 "prompt_lookup_max": cfg.ngram_max, "prompt_lookup_min": cfg.ngram_min}
+    if cfg.verify == "block":
+        # config/speculative.py L562-569; V2 verifies sampled requests by block
+        # verification (argmax drafts as one-hot q), greedy ones as before.
+        spec["rejection_sample_method"] = "block"
     if src.schedule is not None:
         # num_speculative_tokens is the cap every scheduled K is clamped to (and sizes
         # the buffers); the ranges are vLLM's inclusive [start, end, K] entries.
