@@ -351,7 +351,7 @@ def measured(monkeypatch):
     """`measure_parts` replaced by a counter returning made-up parts under its key."""
     calls: list[dict] = []
 
-    def fake(target, draft, refs, max_new, key):
+    def fake(target, draft, refs, max_new, key, effort=None):
         calls.append(key)
         parts = _parts()
         parts.key = key

@@ -263,3 +263,89 @@ def test_a_search_the_budget_cut_before_any_config_is_undecided_not_a_no() -> No
     # A "no" from measured finalists stands: the budget does not weaken it.
     assert cut.engines["hf"] == measured_no
     assert fitting.undecided_if_cut(record, None) is record
+
+
+# -- the screen's setup (references, cost parts): fixed time before the sizing ----------
+
+def test_the_cost_parts_effort_fits_its_share_and_a_slow_machine_leaves_the_screen_out(
+        ) -> None:
+    from autotune.replay.effort import EFFORTS, FULL
+
+    def setup(ar_s: float) -> tuple[Budget, object]:
+        clock = FakeClock()
+        budget = Budget(600.0, started=clock.now, clock=clock)
+        clock.advance(20.0)                               # loading, speed, profile
+        return budget, budget.screen_setup(24, 32, ar_s)
+
+    # The main job's machine: the parts in full (about 37 s), nothing said of them.
+    budget, effort = setup(0.0266)
+    assert effort == FULL and not budget.stopped
+    budget.parts_measured_at(effort)
+    assert budget.trimmed == []
+    # Seven times slower: full parts would take 280 s; the least level fits a fifth of
+    # what is left, and the summary says what it cut.
+    budget, effort = setup(0.2)
+    assert effort == EFFORTS[-1] and effort.part_repeats < FULL.part_repeats
+    assert effort.seconds(32, 0.2) <= budget_module.PARTS_SHARE * budget.left()
+    budget.parts_measured_at(effort)
+    budget.plan(CAPS, SHAPE, 0.2)
+    assert budget.cuts()[-1].startswith("the replay cost parts at least effort (3 of 7 ")
+    assert any("the replay cost parts at least effort" in line for line in budget.summary())
+    # 352 ms/token (the machine that spent 597 s of 600 on the screen's first config):
+    # references and the least parts would take most of the budget; no screen.
+    budget, effort = setup(0.352)
+    assert effort is None
+    assert budget.stopped and budget.stopped[0].startswith("the screen before it began")
+
+
+def test_the_sizing_counts_the_setup_as_fixed_time_and_drops_its_estimate() -> None:
+    prepared = Shape(**{**SHAPE.__dict__, "screen_prepared": True})
+    raw, done = (stage_seconds(CAPS, shape, 0.1) for shape in (SHAPE, prepared))
+    references = budget_module.REFERENCE_TOKENS * 24 * 32 * 0.1
+    assert raw["screen"] - done["screen"] == pytest.approx(references)
+    assert {s: raw[s] for s in raw if s != "screen"} == {s: done[s] for s in done
+                                                          if s != "screen"}
+    clock = FakeClock()
+    budget = Budget(600.0, started=clock.now, clock=clock)
+    clock.advance(250.0)                                  # a slow setup, however long
+    counts = budget.plan(CAPS, prepared, 0.03)
+    assert budget.fixed_s == pytest.approx(250.0) and counts.screen < CAPS.screen
+    assert sum(stage_seconds(counts, prepared, 0.03).values()) <= 600 - 250 - budget.reserve
+
+
+def test_a_budgeted_search_measures_its_cost_parts_before_sizing_the_rest(
+        tiny_dir, tmp_path, monkeypatch, capsys) -> None:
+    import autotune.replay.costs as costs
+
+    # 0.25 s per AR token and a clock moving 0.2 s a reading, as above; the cost parts
+    # take 100 s of it (a slow machine), however fast they really ran.
+    monkeypatch.setattr(profile, "ar_seconds_per_token", lambda target: 0.25)
+    clocks: list[FakeClock] = []
+
+    def start(plan):
+        clock = FakeClock(step=0.2)
+        clocks.append(clock)
+        return Budget(plan.time_budget_s, clock.now, clock)
+    monkeypatch.setattr(fitting, "start", start)
+    efforts = []
+    measure = costs.measure_parts
+
+    def slow(*args, **kwargs):
+        efforts.append(args[5] if len(args) > 5 else kwargs.get("effort"))
+        parts = measure(*args, **kwargs)
+        clocks[-1].advance(100.0)
+        return parts
+    monkeypatch.setattr(costs, "measure_parts", slow)
+    run = tmp_path / "run"
+    assert main(_args(tiny_dir, run, "3m")) == 0
+    out, err = capsys.readouterr()
+    # Full parts are estimated at 88 s here, more than a fifth of 3 minutes: the least.
+    assert [e.name for e in efforts] == ["least"]
+    measured = err.index("measuring the replay cost model's parts")
+    sized = err.index("of the budget left for the search")
+    assert measured < sized                 # the parts came before the sizing
+    left = float(err[:sized].rsplit("autotune: ", 1)[1].split()[0])
+    assert left < 180 - 100                 # and their 100 s were counted
+    assert "the replay cost parts at least effort" in out
+    used = float(out.split("time budget 3m: ")[1].split(" s used")[0])
+    assert used <= 180

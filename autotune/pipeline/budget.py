@@ -7,15 +7,21 @@ counts took 8.4 minutes at 26.6 ms/token AR and 26 at 54 (issue 51). With a budg
 1. the budget's clock starts with the process (`process_started`: what `time` measures);
 2. after the models load, the target's one-token forward is timed (the machine's AR
    speed today, `measure.profile.ar_seconds_per_token`);
-3. after the hardware profile, `size_counts` sizes the screen, the measured trials and
+3. after the hardware profile, the screen's references are decoded and the replay
+   tier's cost parts measured (`Budget.screen_setup`): as fixed time, since no deadline
+   can cut them, the parts at a lesser effort (`replay.effort`) where the full one would
+   take more than PARTS_SHARE of the time left, and no screen at all where even the
+   least would take more than SCREEN_SETUP_MAX of it (a 600 s budget at 352 ms/token
+   spent 597 s there before, its first config uncut);
+4. then `size_counts` sizes the screen, the measured trials and
    the engines' screens to the time left, each flag's count an upper bound: the search's
    counts shrink by a factor f, the held-out ones by √f (they decide the answer, so they
    give way more slowly);
-4. each stage then runs to a deadline (`Budget.stop_at`): its share of the time left, in
+5. each stage then runs to a deadline (`Budget.stop_at`): its share of the time left, in
    proportion to its estimated cost against the stages still to run. A stage that ends
    early leaves its time to the next; one that reaches its deadline stops with what it
    has finished (the study runner starts no trial its median trial would carry past it);
-5. the held-out pool and its measured sample are sized when validation starts
+6. the held-out pool and its measured sample are sized when validation starts
    (`Budget.size_held_out`), at the pace the stages so far kept against their estimates
    (`Budget.pace`); the race gets what is left before the run folder's reserve.
 
@@ -35,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from autotune.common.errors import AutotuneError
+from autotune.replay.effort import FULL, PartsEffort, parts_effort
 
 __all__ = ["DEFAULT_TIME_BUDGET", "Budget", "Counts", "Shape", "parse_duration",
            "process_started", "size_counts", "stage_seconds"]
@@ -63,6 +70,12 @@ FLOORS = {"screen": 30, "trials": 2, "engine_screen": 20, "pool": 8, "measured":
 # share of the budget.
 RESERVE_S = 10.0
 RESERVE_SHARE = 0.02
+
+# The screen's references and cost parts, measured before the sizing: the parts may
+# take this share of the time left (at a lesser effort to fit it); the screen is left
+# out when even the least effort and the references would take more than the second.
+PARTS_SHARE = 0.2
+SCREEN_SETUP_MAX = 0.5
 
 # The stages the budget shares out, in the order they run.
 STAGES = ("screen", "trials", "engines", "pool", "race")
@@ -131,14 +144,18 @@ class Shape:
     arms: int               # the race's arms, the AR baseline included
     repeats: int            # passes over the measured held-out prompts
     stages: frozenset[str]  # which of STAGES this search runs
+    # The screen's references are decoded already (`Budget.screen_setup`): its estimate
+    # is its configs alone.
+    screen_prepared: bool = False
 
 
 def stage_seconds(counts: Counts, shape: Shape, ar_s: float) -> dict[str, float]:
     """Each stage's estimated seconds at `ar_s` seconds per AR token (0 for a stage this
     search does not run)."""
     t = shape.max_new_tokens
+    references = 0.0 if shape.screen_prepared else REFERENCE_TOKENS
     tokens = {
-        "screen": shape.screen_prompts * t * (REFERENCE_TOKENS + counts.screen * SCREEN_TOKENS),
+        "screen": shape.screen_prompts * t * (references + counts.screen * SCREEN_TOKENS),
         "trials": counts.trials * shape.search_prompts * t * TRIAL_TOKENS,
         "engines": shape.engines * counts.engine_screen * shape.screen_prompts * t
         * ENGINE_TOKENS,
@@ -199,10 +216,35 @@ class Budget:
         self._took: dict[str, float] = {}        # stage -> seconds it took
         self._estimated: dict[str, float] = {}   # stage -> its estimate when it started
         self.stopped: list[str] = []     # "the screen after 80 of 95 configs", ...
+        self.trimmed: list[str] = []     # work done at less than full, not in the counts
 
     def left(self) -> float:
         """Seconds left for the stages, the reserve for the run folder set aside."""
         return self.seconds - (self.clock() - self.started) - self.reserve
+
+    def screen_setup(self, screen_prompts: int, max_new_tokens: int, ar_s: float
+                     ) -> PartsEffort | None:
+        """The effort to measure the screen's cost parts at, now, before the sizing:
+        the dearest whose estimate fits PARTS_SHARE of the time left; None (the screen
+        left out, said in `stopped`) when the references and the least effort would
+        take more than SCREEN_SETUP_MAX of it."""
+        if not ar_s > 0:
+            raise AutotuneError(f"the machine's speed measured {ar_s!r} s per token")
+        left = max(self.left(), 0.0)
+        effort = parts_effort(PARTS_SHARE * left, max_new_tokens, ar_s)
+        need = (REFERENCE_TOKENS * screen_prompts * max_new_tokens * ar_s
+                + effort.seconds(max_new_tokens, ar_s))
+        if need > SCREEN_SETUP_MAX * left:
+            self.stopped.append(f"the screen before it began (its references and cost "
+                                f"parts need about {need:.0f} s of the {left:.0f} s left)")
+            return None
+        return effort
+
+    def parts_measured_at(self, effort: PartsEffort) -> None:
+        """The screen's cost parts were measured at `effort` (said when not full)."""
+        if effort != FULL:
+            self.trimmed.append(f"the replay cost parts at {effort.name} effort "
+                                f"({effort.describe()})")
 
     def plan(self, caps: Counts, shape: Shape, ar_s: float) -> Counts:
         """Size the counts to the time left (`size_counts`) and return them."""
@@ -278,7 +320,7 @@ class Budget:
         return [f"{label} {getattr(self.caps, name)} -> {getattr(self.counts, name)}"
                 for name, label in names
                 if needs[name] in stages
-                and getattr(self.counts, name) < getattr(self.caps, name)]
+                and getattr(self.counts, name) < getattr(self.caps, name)] + self.trimmed
 
     def summary(self) -> list[str]:
         """The summary's lines: the budget, what was cut to fit and what stopped at its

@@ -1,6 +1,7 @@
 """A search plan fitted to its `--time-budget` (`autotune.pipeline.budget` says how):
 the budget started with the process, the machine's speed measured after loading, the
-plan's counts sized after the profile, the held-out sample sized when validation starts.
+screen's references and cost parts made after the profile (fixed time, the parts at an
+effort the budget holds), the plan's counts sized from what is left after them, the held-out sample sized when validation starts.
 `run_search` calls these at those points; without a budget each is a no-op."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.models.loading import LoadedModel
+    from autotune.search.objectives import EvalContext
 
 # The study attribute that keeps the held-out sizes a budgeted run validated on: a
 # rerun validates on at least as many (it extends; it never shrinks).
@@ -44,19 +46,43 @@ def measure_speed(budget: Budget | None, target: LoadedModel) -> float | None:
     return seconds
 
 
-def _stages(plan: SearchPlan, engines: int) -> frozenset[str]:
+def prepare_screen(plan: SearchPlan, budget: Budget | None, ar_s: float | None,
+                   screening: EvalContext) -> bool:
+    """With a budget, before the sizing: the screen's references decoded and its cost
+    parts measured (or loaded) into `screening`'s memo, at the effort the budget holds,
+    so that what they took is counted before any stage is sized. False when the budget
+    leaves the screens out (too little time for even their setup); True otherwise, and
+    without a budget or a screen (nothing done here then)."""
+    if budget is None or ar_s is None or plan.fidelity != "multi":
+        return True
+    from autotune.replay.effort import EFFORTS
+    from autotune.search.evaluation import replayer
+
+    effort = budget.screen_setup(len(plan.split.screened), plan.max_new_tokens, ar_s)
+    if effort is None:
+        note(f"{budget.stopped[-1]}: the screens are left out of this --time-budget")
+        return False
+    parts = replayer(screening, effort).parts
+    # Parts stored by an earlier run at a higher effort are kept as they were.
+    budget.parts_measured_at(next((e for e in EFFORTS if e.name == parts.effort), effort))
+    return True
+
+
+def _stages(plan: SearchPlan, engines: int, screened: bool) -> frozenset[str]:
     stages = {"trials"}
-    if plan.fidelity == "multi":
+    if plan.fidelity == "multi" and screened:
         stages.add("screen")
     if plan.held_out:
         stages |= {"pool", "race"} if len(plan.pool) > len(plan.held_out) else {"race"}
-        if engines:
+        if engines and screened:
             stages.add("engines")
     return frozenset(stages)
 
 
-def size(plan: SearchPlan, budget: Budget, ar_s: float, engines: int) -> SearchPlan:
-    """`plan` with its screen and trials sized to the time left (`Budget.plan`); the
+def size(plan: SearchPlan, budget: Budget, ar_s: float, engines: int,
+         screened: bool = True) -> SearchPlan:
+    """`plan` with its screen and trials sized to the time left (`Budget.plan`), the
+    screen's setup done (`prepare_screen`; `screened` False: the screens left out); the
     engines' screens and the held-out sizes are the budget's (`engine_screen`,
     `held_out`). One line says what was cut."""
     caps = Counts(screen=plan.screen, trials=plan.trials,
@@ -66,7 +92,8 @@ def size(plan: SearchPlan, budget: Budget, ar_s: float, engines: int) -> SearchP
     shape = Shape(max_new_tokens=plan.max_new_tokens, search_prompts=len(plan.prompts),
                   screen_prompts=len(plan.split.screened), engines=engines,
                   arms=own + engines + 1, repeats=plan.validation_repeats,
-                  stages=_stages(plan, engines))
+                  stages=_stages(plan, engines, screened),
+                  screen_prepared=plan.fidelity == "multi" and screened)
     counts = budget.plan(caps, shape, ar_s)
     cuts = budget.cuts()
     left = budget.left()
@@ -79,6 +106,8 @@ def engine_screen(plan: SearchPlan, budget: Budget | None) -> int:
     """Configs each engine's screen replays."""
     if budget is None or budget.counts is None:
         return engine_screen_budget(plan.screen)
+    if budget.shape is not None and "engines" not in budget.shape.stages:
+        return 0                            # the budget left the screens out
     return budget.counts.engine_screen
 
 

@@ -155,8 +155,6 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     in_own_process = engine_rules(plan.target).measures_in_engine
     profile, fresh = (None, False) if in_own_process else run_profile(plan.run_dir,
                                                                       models.target)
-    if budget is not None and speed is not None:
-        plan = fitting.size(plan, budget, speed, len(models.engine_spaces))
     settings = SearchSettings(
         study_name=plan.study_name, storage=plan.storage, trials=plan.trials,
         sampler=plan.sampler, seed=plan.seed, timeout_s=plan.timeout_s,
@@ -177,7 +175,14 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     runner = StudyRunner(settings, models.space, plan.objective, context)
     clock.lap("profiling the hardware")
     screening = _screen_context(plan, runner)
-    if plan.fidelity == "multi" and not _screen(plan, runner, screening, budget):
+    # With a budget, the screen's references and cost parts come first (no deadline can
+    # cut them), and every stage is sized from the time left after them.
+    screened = fitting.prepare_screen(plan, budget, speed, screening)
+    if budget is not None and speed is not None:
+        plan = fitting.size(plan, budget, speed, len(models.engine_spaces), screened)
+        settings.trials = plan.trials
+    if (plan.fidelity == "multi" and screened
+            and not _screen(plan, runner, screening, budget)):
         return SearchOutcome(INTERRUPTED, plan.run_dir, None, plan.objective, 0,
                              settings.trials, 0.0, [], clock.stages,
                              tuple(budget.summary()) if budget is not None else (),
@@ -354,7 +359,8 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
             time_budget.stopped.append(f"the measured trials after {finished_now} of {budget}")
     clock.lap("measured trials")
     screens: dict[str, StudyRunner] = {}
-    if reason != INTERRUPTED and plan.held_out and engine_spaces:
+    if (reason != INTERRUPTED and plan.held_out and engine_spaces
+            and fitting.engine_screen(plan, time_budget) > 0):
         try:
             screens = screen_engines(_on_screen_prompts(runner.settings, plan),
                                      engine_spaces, objective, screening,

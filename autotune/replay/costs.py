@@ -45,6 +45,7 @@ from autotune.common.files import write_atomically
 from autotune.decoding.methods import all_methods, find_method, get_method
 from autotune.measure.timing import Clock, forward_times, median_ms, time_call, time_points
 from autotune.replay.draft_cost import DraftCost, HeadParts
+from autotune.replay.effort import EFFORTS, FULL, PartsEffort
 from autotune.replay.simulate import ReplayRound
 
 if TYPE_CHECKING:
@@ -120,6 +121,8 @@ class CostParts:
     # Parts only one method's drafting has, in ms by the name its `DraftCost.loop_parts`
     # gives them (absent where its method could not run when the parts were measured).
     method_parts: dict[str, float] = field(default_factory=dict)
+    # The level they were measured at (`replay.effort`; files written before it: full).
+    effort: str = FULL.name
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -212,8 +215,8 @@ class CostModel:
 
 # ------------------------------------------------------------------ measuring the parts
 
-def _layer_parts(model: "LoadedModel", clock: Callable[[], float], context: int = 128
-                 ) -> LayerParts:
+def _layer_parts(model: "LoadedModel", clock: Callable[[], float], context: int = 128,
+                 repeats: int = PART_REPEATS) -> LayerParts:
     import torch
 
     from autotune.decoding.drafters.base import TokenChooser
@@ -236,10 +239,10 @@ def _layer_parts(model: "LoadedModel", clock: Callable[[], float], context: int 
                                 last_only=True)
             return run
 
-        full = time_call(one(), clock, PART_REPEATS)
-        no_attn = time_call(one(every, ()), clock, PART_REPEATS)
-        no_mlp = time_call(one((), every), clock, PART_REPEATS)
-        none = time_call(one(every, every), clock, PART_REPEATS)
+        full = time_call(one(), clock, repeats)
+        no_attn = time_call(one(every, ()), clock, repeats)
+        no_mlp = time_call(one((), every), clock, repeats)
+        none = time_call(one(every, every), clock, repeats)
         step = forward.begin(ids[:, context:], cache, start=context)
         hidden = step.hidden.clone()
 
@@ -251,11 +254,11 @@ def _layer_parts(model: "LoadedModel", clock: Callable[[], float], context: int 
             step.hidden = hidden
             forward.fill_kv(step, 0, n)
 
-        head_ms = time_call(head, clock, PART_REPEATS)
-        kv_ms = time_call(fill, clock, PART_REPEATS) / n
+        head_ms = time_call(head, clock, repeats)
+        kv_ms = time_call(fill, clock, repeats) / n
         logits = forward.logits(step, last_only=True)[:, -1]
         chooser = TokenChooser(0.0, 1.0, forward.vocab_size, None)
-        choose_ms = time_call(lambda: chooser(logits), clock, PART_REPEATS)
+        choose_ms = time_call(lambda: chooser(logits), clock, repeats)
     attn = max(full - no_attn, 0.0) / n
     mlp = max(full - no_mlp, 0.0) / n
     return LayerParts(layers=n, base=none, attn=attn, mlp=mlp, kv=kv_ms, head=head_ms,
@@ -370,15 +373,18 @@ def _trained_parts(target: "LoadedModel", draft: "LoadedModel", clock: Callable[
 
 
 def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
-                  refs: list["Reference"], max_new: int, key: dict[str, Any]) -> CostParts:
-    """Measure every part on this machine now (about 10-30 s for a small model)."""
+                  refs: list["Reference"], max_new: int, key: dict[str, Any],
+                  effort: PartsEffort = FULL) -> CostParts:
+    """Measure every part on this machine now (about 10-30 s for a small model at full
+    `effort`; a lesser one times fewer repeats on fewer, shorter decodes)."""
     from autotune.decoding.config import DecodeConfig
 
     clock = Clock(target.device)
-    sample = refs[: min(2, len(refs))]
+    sample = refs[: min(effort.prompts, len(refs))]
+    max_new = effort.max_new(max_new)
     # The passes are timed after as many cached tokens as a typical round sees.
     context = int(statistics.median(len(r.prompt) + len(r.tokens) // 2 for r in refs))
-    curve = pass_curve(target, CURVE_SIZES, context, False, clock)
+    curve = pass_curve(target, CURVE_SIZES, context, False, clock, effort.curve_repeats)
     ar = _decoder_rounds(target, DecodeConfig(), sample, max_new, clock)
     # The decoder's own one-token verify pass on these prompts, against the curve's:
     # the curve is scaled by it (what the loop's pass costs beyond a bare forward).
@@ -400,7 +406,8 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
     spec_other = 1000 * statistics.median(r.other_s for r in drafted)
     lookup = 1000 * statistics.median(r.draft_s for r in ngram)
     method_parts = _method_loop_parts(target, sample, max_new, clock)
-    layers = _layer_parts(target, clock, context) if target.forward.supports_layers else None
+    layers = (_layer_parts(target, clock, context, effort.part_repeats)
+              if target.forward.supports_layers else None)
     tree_node = tree_other = 0.0
     tree_verify = 1.0
     if layers is not None:
@@ -428,15 +435,16 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
         head = _trained_parts(target, draft, clock, context)
     elif draft is not None:
         dclock = Clock(draft.device)
-        draft_layers = (_layer_parts(draft, dclock, context)
+        draft_layers = (_layer_parts(draft, dclock, context, effort.part_repeats)
                         if draft.forward.supports_layers else None)
         choose = draft_layers.choose if draft_layers is not None else layers.choose
         # A draft step: a last-only pass over the tokens fed, then picking a token.
         draft_curve = [[n, ms + choose]
-                       for n, ms in pass_curve(draft, DRAFT_SIZES, context, True, dclock)]
+                       for n, ms in pass_curve(draft, DRAFT_SIZES, context, True, dclock,
+                                               effort.curve_repeats)]
     parts = CostParts(FORMAT, key, curve, ar_other, spec_other, lookup, tree_node,
                       tree_other, tree_verify, layers, draft_curve, draft_layers, {}, head,
-                      method_parts)
+                      method_parts, effort.name)
     parts.draft_factor = _draft_factors(parts, target, draft, sample, max_new, clock)
     return parts
 
@@ -534,21 +542,36 @@ def stored_parts(path: Path, wanted: dict[str, Any]) -> CostParts | None:
     return None
 
 
+def _rank(effort: str) -> int:
+    """0 for full effort, larger for lesser ones (an unknown name: the least)."""
+    names = [e.name for e in EFFORTS]
+    return names.index(effort) if effort in names else len(names)
+
+
 def load_or_measure_parts(path: Path, target: "LoadedModel", draft: "LoadedModel | None",
-                          refs: list["Reference"], max_new: int) -> CostParts:
-    """The parts stored at `path` when measured for these models on this machine, else
-    measured now and stored (atomically)."""
+                          refs: list["Reference"], max_new: int,
+                          effort: PartsEffort = FULL) -> CostParts:
+    """The parts stored at `path` when measured for these models on this machine at
+    `effort` or above, else measured now at `effort` and stored (atomically): a rerun
+    with a larger `--time-budget` measures the parts a lesser one cut again."""
     context = int(statistics.median(len(r.prompt) + len(r.tokens) // 2 for r in refs))
     key = {**parts_key(target, draft), "context": context, "max_new_tokens": max_new}
     if path.is_file():
         stored = stored_parts(path, key)
-        if stored is not None:
+        if stored is not None and _rank(stored.effort) <= _rank(effort.name):
             return stored
-        print(f"autotune: {path.name} was measured for other models or another machine, or "
-              "is unreadable; measuring the replay cost parts again", file=sys.stderr)
+        if stored is not None:
+            print(f"autotune: {path.name} was measured at {stored.effort} effort; this run "
+                  f"has time for {effort.name}: measuring the replay cost parts again",
+                  file=sys.stderr)
+        else:
+            print(f"autotune: {path.name} was measured for other models or another "
+                  "machine, or is unreadable; measuring the replay cost parts again",
+                  file=sys.stderr)
+    lesser = "" if effort == FULL else f", at {effort.name} effort ({effort.describe()})"
     print("autotune: measuring the replay cost model's parts (target passes, sublayers, "
-          "the decoder loop)", file=sys.stderr, flush=True)
-    parts = measure_parts(target, draft, refs, max_new, key)
+          f"the decoder loop{lesser})", file=sys.stderr, flush=True)
+    parts = measure_parts(target, draft, refs, max_new, key, effort)
     try:
         write_atomically(path, json.dumps(parts.to_json(), indent=1) + "\n")
     except OSError as exc:

@@ -27,6 +27,7 @@ from autotune.measure.measurement import Measurement, PromptRun
 from autotune.models.loading import LoadedModel
 from autotune.replay import replay_refusal
 from autotune.replay.costs import CostModel, CostParts, load_or_measure_parts
+from autotune.replay.effort import FULL, PartsEffort
 from autotune.replay.reference import Reference, reference_set
 from autotune.replay.simulate import ReplayRound, simulate
 from autotune.replay.sources import ReplaySource
@@ -55,15 +56,16 @@ class Replayer:
     def __init__(self, target: LoadedModel, draft: LoadedModel | None,
                  prompts: Sequence[Prompt], max_new_tokens: int,
                  parts_path: Path, reference_dir: Path | None = None,
-                 parts: CostParts | None = None) -> None:
+                 parts: CostParts | None = None, parts_effort: PartsEffort = FULL) -> None:
         """`parts`: cost parts measured already (another Replayer's, on the same models
-        and machine); None loads them from `parts_path` or measures them there."""
+        and machine); None loads them from `parts_path` or measures them there, at
+        `parts_effort` (a `--time-budget` may ask for less than full)."""
         self.target, self.draft = target, draft
         self.max_new_tokens = max_new_tokens
         self.references: list[Reference] = reference_set(target, prompts, max_new_tokens,
                                                          reference_dir)
         self.parts: CostParts = parts if parts is not None else load_or_measure_parts(
-            parts_path, target, draft, self.references, max_new_tokens)
+            parts_path, target, draft, self.references, max_new_tokens, parts_effort)
         self._sources: dict[tuple[str, str | None], ReplaySource] = {}
 
     def can_replay(self, config: DecodeConfig) -> str | None:

@@ -97,18 +97,21 @@ def _agreement(ctx: EvalContext, config: DecodeConfig,
             "agreement_positions": positions}
 
 
-def replayer(ctx: EvalContext) -> Any:
-    """The search's `Replayer` (references and cost parts made once, in `ctx.memo`)."""
+def replayer(ctx: EvalContext, parts_effort: Any = None) -> Any:
+    """The search's `Replayer` (references and cost parts made once, in `ctx.memo`; the
+    parts measured at `parts_effort`, a `replay.effort.PartsEffort`, full when None)."""
     from pathlib import Path
 
     from autotune.replay import PARTS_FILE
+    from autotune.replay.effort import FULL
     from autotune.replay.reference import cache_dir
     from autotune.replay.run import Replayer
 
     if "replayer" not in ctx.memo:
         parts = Path(ctx.replay_parts) if ctx.replay_parts else cache_dir() / PARTS_FILE
         ctx.memo["replayer"] = Replayer(ctx.target, ctx.draft, ctx.prompts,
-                                        ctx.max_new_tokens, parts)
+                                        ctx.max_new_tokens, parts,
+                                        parts_effort=parts_effort or FULL)
     return ctx.memo["replayer"]
 
 
