@@ -196,6 +196,13 @@ def test_printed_tables_show_the_held_out_figure_beside_the_search_figure():
     table = validation_table(study, SPEEDUP)
     assert "finalists on 4 held-out prompts x 2 pass(es)" in table
     assert "by category" in table and "code" in table
+    assert "measured in" not in table                   # our decoder: nothing to say
+    # Raced in the engine itself (search --target vllm with vLLM here): the table says so.
+    study.set_user_attr(VALIDATION_ATTR, {
+        **_record(study, [_finalist(4, 1.15, [1.05, 1.3])]), "measured_by": "vllm",
+        "measured_by_label": "vLLM 0.32.0 (CPU build, Model Runner V1, compiled, m)"})
+    assert "\nmeasured in vLLM 0.32.0 (CPU build, Model Runner V1" in validation_table(
+        study, SPEEDUP)
 
 
 def _frozen(tmp_path: Path, validation: dict[str, Any] | None, speedup: float = 1.2) -> Path:

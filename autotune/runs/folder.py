@@ -267,6 +267,10 @@ def validation_table(study: optuna.Study, objective: Objective,
             for f in record.finalists]
     head = (f"finalists on {record.prompts} held-out prompts x {record.repeats} "
             f"pass(es) ({record.source}); AR {_ms(record)} ms/token")
+    if record.measured_by not in (None, "autotune"):
+        # Raced in the engine itself (`search --target vllm` with vLLM here): say so,
+        # so the figures are not read as our decoder's.
+        head += f"\nmeasured in {record.measured_by_label or record.measured_by}"
     race = record.race
     if race is not None and race.looks:
         dropped = [f"trial {f.trial} after {f.dropped_after}"
