@@ -14,6 +14,7 @@ import pytest
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
 from autotune.cli.main import main
+from autotune.decoding.engines import rules_for
 from autotune.frozen.checks import load_frozen, problems
 from autotune.frozen.engines import engine_answers
 from autotune.search import finalists, racing
@@ -66,7 +67,8 @@ def test_every_engine_gets_its_own_screened_raced_and_judged_answer(all_run):
         entries = record.engine_finalists[engine]
         assert entries, engine
         # Each engine's finalists were drafted under its own rules...
-        assert all(e.engine == engine and e.params.get("engine") == engine
+        # (vLLM's on this CPU: its Model Runner V1's, `rules_for`)
+        assert all(e.engine == engine and e.params.get("engine") == rules_for(engine, "cpu")
                    for e in entries)
         # ...measured in the same race (a held-out figure each, or dropped after a look)
         assert all(e.speedup is not None for e in entries)
@@ -94,7 +96,7 @@ def test_best_json_holds_each_engine_answer_and_validates(all_run):
         assert doc["validation"]["decision"] == judged.decision
         if judged.decision == finalists.SPECULATE:
             won = next(f for f in record.engine_finalists[engine] if f.trial == judged.winner)
-            assert doc["params"]["engine"] == engine
+            assert doc["params"]["engine"] == rules_for(engine, "cpu")
             assert doc["validation"]["speedup"] == won.speedup
         else:
             assert doc["params"]["method"] == "none"

@@ -4,7 +4,9 @@ The work of a search is counts (`--screen`, `--trials`, the engines' screens, th
 pool and its measured sample); what they cost is the machine's business: the same
 counts took 8.4 minutes at 26.6 ms/token AR and 26 at 54 (issue 51). With a budget:
 
-1. the budget's clock starts with the process (`process_started`: what `time` measures);
+1. the budget's clock starts when the search is planned (`SearchPlan.budget_started`,
+   right after the command's arguments are read; never the process's start, which a
+   search run inside a longer process, a test or a bench, would find long past);
 2. after the models load, the target's one-token forward is timed (the machine's AR
    speed today, `measure.profile.ar_seconds_per_token`);
 3. after the hardware profile, the screen's references are decoded and the replay
@@ -35,7 +37,6 @@ below hold across machines; a test drives `Budget` with a fake clock.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -44,7 +45,7 @@ from autotune.common.errors import AutotuneError
 from autotune.replay.effort import FULL, PartsEffort, parts_effort
 
 __all__ = ["DEFAULT_TIME_BUDGET", "Budget", "Counts", "Shape", "parse_duration",
-           "process_started", "size_counts", "stage_seconds"]
+           "size_counts", "stage_seconds"]
 
 # The main job's default budget (README command 1 promises it).
 DEFAULT_TIME_BUDGET = "10m"
@@ -106,20 +107,6 @@ def parse_duration(text: str | float | None) -> float | None:
     if not math.isfinite(seconds) or seconds <= 0:
         raise AutotuneError(f"--time-budget {text!r} must be a positive duration (or none)")
     return seconds
-
-
-def process_started(clock: Callable[[], float] = time.monotonic) -> float:
-    """When this process started, on `clock`'s scale (Linux: from /proc; elsewhere: now),
-    so a budget counts the imports before the search as the user's `time` does."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as stat:
-            # The command name (field 2) may hold spaces; the fields after it do not.
-            fields = stat.read().rsplit(")", 1)[1].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - started
-    except (OSError, ValueError, IndexError, AttributeError):
-        age = 0.0
-    return clock() - max(age, 0.0)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from autotune.pipeline.budget import Budget, Counts, Shape, process_started
+from autotune.pipeline.budget import Budget, Counts, Shape
 from autotune.pipeline.plan import SearchPlan
 from autotune.pipeline.progress import note
 from autotune.search.engine_screens import engine_screen_budget
@@ -27,10 +27,11 @@ HELD_OUT_ATTR = "time_budget_held_out"
 
 
 def start(plan: SearchPlan) -> Budget | None:
-    """The plan's budget, its clock started with the process; None without one."""
+    """The plan's budget, its clock started when the search did (`plan.budget_started`);
+    None without one."""
     if plan.time_budget_s is None:
         return None
-    return Budget(plan.time_budget_s, process_started())
+    return Budget(plan.time_budget_s, plan.budget_started)
 
 
 def measure_speed(budget: Budget | None, target: LoadedModel) -> float | None:

@@ -11,9 +11,11 @@ travels on the argparse namespace.
 
 from __future__ import annotations
 
+import time
+
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +148,11 @@ class SearchPlan:
     study_name: str
     storage: str                           # URL, or a journal file path
     run_dir: Path
+    # When the --time-budget's clock started (time.monotonic()): when the plan was made,
+    # right after the command's arguments were read (only the imports before it are not
+    # counted). Never the process's start: a search run inside a longer process (a test,
+    # a bench, a notebook) would find its budget spent before it began.
+    budget_started: float = field(default_factory=time.monotonic)
 
     @property
     def prompts(self) -> list[Prompt]:
