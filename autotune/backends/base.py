@@ -11,6 +11,8 @@ Torch-free: `--help`, the search's argument checks and the report import it.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from autotune.common.errors import AutotuneError
@@ -25,6 +27,19 @@ Clock = Callable[[], float]
 class BackendUnavailable(AutotuneError):
     """The engine cannot run on this machine (not installed, no GPU, wrong model file):
     the message says what is missing, in one line."""
+
+
+def executable_from_env(variable: str) -> Path | None:
+    """The executable the environment variable `variable` names (None when it is unset);
+    BackendUnavailable, one line, when it names no executable file. How a user points a
+    backend at an engine binary or interpreter of their own."""
+    named = os.environ.get(variable)
+    if not named:
+        return None
+    path = Path(named).expanduser()
+    if path.is_file() and os.access(path, os.X_OK):
+        return path
+    raise BackendUnavailable(f"{variable}={named} is not an executable file")
 
 
 class Runner(Protocol):

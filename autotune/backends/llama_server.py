@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.backends.base import BackendBase, BackendUnavailable, Clock, RunnerBase
+from autotune.backends.base import (BackendBase, BackendUnavailable, Clock, RunnerBase,
+                                    executable_from_env)
 from autotune.backends.llama_server_install import INSTALL, STAMP_SUFFIX, installed_binary
 from autotune.backends.llama_server_process import ServerProcess
 from autotune.common.errors import AutotuneError
@@ -51,12 +52,9 @@ def find_server() -> Path:
     """The llama-server binary: $AUTOTUNE_LLAMA_SERVER, else the one
     `llama_server_install` built, else `llama-server` on PATH; BackendUnavailable (one
     line naming the install command) when there is none."""
-    named = os.environ.get(ENV_BINARY)
-    if named:
-        path = Path(named).expanduser()
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise BackendUnavailable(f"{ENV_BINARY}={named} is not an executable file")
+    named = executable_from_env(ENV_BINARY)
+    if named is not None:
+        return named
     found = installed_binary() or shutil.which("llama-server")
     if found is None:
         raise BackendUnavailable(f"llama-server is not installed ({INSTALL}: builds it "

@@ -22,7 +22,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.backends.base import BackendBase, BackendUnavailable, Clock, RunnerBase
+from autotune.backends.base import (BackendBase, BackendUnavailable, Clock, RunnerBase,
+                                    executable_from_env)
 from autotune.backends.vllm_install import INSTALL, installed_python, missing_instructions
 from autotune.backends.vllm_process import EngineProcess
 from autotune.common.errors import AutotuneError
@@ -56,12 +57,9 @@ class SpecCounters:
 def find_python() -> Path:
     """The Python of vLLM's venv: $AUTOTUNE_VLLM_PYTHON, else the one `vllm_install`
     made; BackendUnavailable (one line naming the install command) when there is none."""
-    named = os.environ.get(ENV_PYTHON)
-    if named:
-        path = Path(named).expanduser()
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise BackendUnavailable(f"{ENV_PYTHON}={named} is not an executable file")
+    named = executable_from_env(ENV_PYTHON)
+    if named is not None:
+        return named
     lacks = missing_instructions()
     if lacks:
         raise BackendUnavailable(f"vLLM cannot run here: {lacks}")
@@ -117,11 +115,13 @@ class VllmRunner(RunnerBase):
                                 "top_p": self.config.top_p}
         if generator is not None and not self.config.greedy:
             body["seed"] = int(generator.initial_seed()) % 2**31
-        stamps: list[float] = []
+        firsts: list[float] = []
+        lasts: list[float] = []
         start = clock()
-        done = self.engine.request(body, lambda: stamps.append(clock()))
-        end = clock()
-        first = stamps[0] if stamps else end
+        done = self.engine.request(body, lambda: firsts.append(clock()),
+                                   lambda: lasts.append(clock()))
+        end = lasts[0] if lasts else clock()
+        first = firsts[0] if firsts else end
         speculates = self.speculative is not None
         self.counters.append(SpecCounters(int(done["drafts"]), int(done["draft_tokens"]),
                                           int(done["accepted"]),

@@ -116,14 +116,18 @@ class EngineProcess:
             raise AutotuneError(f"{self.name}: {message['error']}")
         return message
 
-    def request(self, body: dict[str, Any], on_first: Callable[[], None]) -> dict[str, Any]:
-        """Send one generation request; call `on_first` when its first token exists;
-        its final message."""
+    def request(self, body: dict[str, Any], on_first: Callable[[], None],
+                on_last: Callable[[], None]) -> dict[str, Any]:
+        """Send one generation request; call `on_first` when its first token exists and
+        `on_last` when its last does; its final message (read after `on_last`: what the
+        engine reports is gathered outside the caller's clock)."""
         self.send(body)
         while True:
             message = self.receive(REQUEST_TIMEOUT_S, "generating")
             if message.get("event") == "first":
                 on_first()
+            elif message.get("event") == "last":
+                on_last()
             elif message.get("event") == "done":
                 return message
 

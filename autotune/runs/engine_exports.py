@@ -30,6 +30,8 @@ from autotune.runs.exports_folder import LAUNCH, build_files, format_refusal
 README = "README.txt"
 # Engines that serve on a GPU: a figure measured on a CPU says little about their speed.
 _GPU_ENGINES = ("vllm", "sglang", "trtllm")
+# Of them, those autotune also measures in on a CPU (vLLM's CPU build, backends/vllm.py).
+_CPU_BUILDS = ("vllm",)
 _VERDICTS = {"speculate": "speculate", "do_not_speculate": "do not speculate",
              "undecided": "undecided"}
 
@@ -167,9 +169,19 @@ def _header(engine: str, doc: dict[str, Any]) -> str:
         f"under {rules}'s rules"]
     if engine in _GPU_ENGINES and hardware.get("device") == "cpu":
         model = (doc.get("model") or {}).get("spec") or "MODEL"
-        lines.append(f"{rules} serves on a GPU and this figure was measured on a CPU: "
-                     f"re-tune on the serving machine with `autotune search --target "
-                     f"{engine} --model {model} --device cuda`")
+        if engine in _CPU_BUILDS:
+            # The engine runs on this kind of machine too: the figure above is our
+            # decoder's prediction of it, and the engine itself can check it here.
+            lines.append(f"{rules} also runs on a CPU (its CPU build), where this figure "
+                         f"is a prediction: measure it in {rules} itself with `autotune "
+                         f"measure --in {engine} --config best.json` (after ./setup.sh "
+                         f"--engines {engine}), or search with --target {engine} to race "
+                         f"in it; on a GPU re-tune there with `autotune search --target "
+                         f"{engine} --model {model} --device cuda`")
+        else:
+            lines.append(f"{rules} serves on a GPU and this figure was measured on a CPU: "
+                         f"re-tune on the serving machine with `autotune search --target "
+                         f"{engine} --model {model} --device cuda`")
     return "\n".join(lines) + "\n"
 
 
