@@ -36,9 +36,10 @@ if TYPE_CHECKING:
 
 NAME = "vllm"
 ENV_PYTHON = "AUTOTUNE_VLLM_PYTHON"
-# Eager mode (no torch.compile): start-up in about 30 s instead of 2.5 min on 2 cores,
-# decoding about 1.5x slower; for tests (AUTOTUNE_VLLM_EAGER=1). A search measures the
-# compiled engine, as a server runs.
+# Eager mode (no torch.compile): start-up in 28 s instead of about 2.5 min on 2 cores,
+# decoding about 1.5x slower (issue 50's figures; 53 s eager here on a loaded machine);
+# for tests (AUTOTUNE_VLLM_EAGER=1). A search measures the compiled engine, as a server
+# runs.
 ENV_EAGER = "AUTOTUNE_VLLM_EAGER"
 CONTEXT_STEP = 256
 
