@@ -52,8 +52,10 @@ def _log(text: str) -> None:
     print(f"bench: {text}", file=sys.stderr, flush=True)
 
 
-def _answer(seen: list[Prompt], args: argparse.Namespace, folder: Path) -> DecodeConfig:
-    """autotune's vLLM answer from a search on `seen` (or --answer's best.json)."""
+def _answer(seen: list[Prompt], args: argparse.Namespace, folder: Path
+            ) -> tuple[DecodeConfig, dict]:
+    """autotune's vLLM answer from a search on `seen` (or --answer's best.json), and
+    best.json's `validation` (the race's figures, their interval, where it ran)."""
     if args.answer:
         doc = json.loads(Path(args.answer).read_text())
     else:
@@ -63,15 +65,17 @@ def _answer(seen: list[Prompt], args: argparse.Namespace, folder: Path) -> Decod
                                   + "\n" for p in seen))
         out = folder / "run"
         plan = plan_search(SearchRequest(
-            workload=str(source), target="vllm", prompts=len(seen),
+            workload=str(source), target="vllm",
             max_new_tokens=args.max_new_tokens, seed=args.seed, out=str(out),
             time_budget=args.time_budget))
         run_search(plan)
         doc = json.loads((out / "best.json").read_text())
+        if args.keep:
+            Path(args.keep).write_text(json.dumps(doc, indent=2) + "\n")
     config = config_from_mapping(doc["params"]).validate()
     _log(f"autotune's answer: {doc.get('provenance', {}).get('label') or config.method}; "
          f"decision {(doc.get('validation') or {}).get('decision')}")
-    return config
+    return config, dict(doc.get("validation") or {})
 
 
 def _figures(measured) -> tuple[float | None, tuple[float, float] | None, float | None]:
@@ -89,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eager", action="store_true", help="vLLM without torch.compile")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--csv")
+    parser.add_argument("--keep", help="write the search's best.json here")
     args = parser.parse_args(argv)
 
     target = load_model("default", device="cpu", dtype="float32")
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     arms = dict(ARMS)
     with tempfile.TemporaryDirectory() as folder:
         began = time.perf_counter()
-        answer = _answer(seen, args, Path(folder))
+        answer, validation = _answer(seen, args, Path(folder))
         _log(f"answer in {time.perf_counter() - began:.0f} s")
         if answer.method != "none":
             arms["autotune's answer"] = answer
@@ -152,9 +157,26 @@ def main(argv: list[str] | None = None) -> int:
               f"{fmt(row['replay_tau']):>6}")
     print(f"AR: vLLM {fmt(rows[0]['vllm_ar_ms'], '.1f')} ms/token, autotune's decoder "
           f"{fmt(rows[0]['decoder_ar_ms'], '.1f')} ms/token")
+    _check_interval(validation, rows)
     if args.csv:
         Path(args.csv).write_text(json.dumps(rows, indent=2, default=list) + "\n")
     return 0
+
+
+def _check_interval(validation: dict, rows: list[dict]) -> None:
+    """The done-when of issue 50: the answer's speedup measured again in vLLM on prompts
+    no search used lies within the interval its search's race gave it."""
+    ci = validation.get("ci90")
+    if validation.get("decision") != "speculate" or not ci:
+        print(f"search's answer: {validation.get('decision')} (no interval to check "
+              "against)")
+        return
+    again = next(r for r in rows if r["arm"] == "autotune's answer")["vllm_speedup"]
+    inside = ci[0] <= again <= ci[1]
+    print(f"search's answer, raced in {validation.get('measured_by_label') or '?'}: "
+          f"{validation.get('speedup'):.3f}x [{ci[0]:.3f}, {ci[1]:.3f}] on "
+          f"{validation.get('prompts')} held-out prompts; measured again in vLLM on "
+          f"these prompts: {again:.3f}x, {'within' if inside else 'OUTSIDE'} its interval")
 
 
 if __name__ == "__main__":

@@ -121,6 +121,55 @@ def test_vllm_needs_an_hf_folder_on_the_cpu(tiny: LoadedModel, monkeypatch, tmp_
     assert "\n" not in str(caught.value)
 
 
+
+def test_vllm_keeps_started_engines_idle_for_the_next_measurement(monkeypatch, tmp_path
+                                                                   ) -> None:
+    """A race measures its arms in several looks, one `measure_arms` each: a compiled
+    vLLM engine takes a minute or more to start, so a runner's close hands its engine
+    back and the next runner of the same config takes it; another config starts its
+    own; the oldest idle engines beyond `IDLE_ENGINES` and every one at the backend's
+    close are stopped. (Engines are stand-ins here: what is under test is the pool.)"""
+    from autotune.backends import vllm as vllm_backend
+
+    started: list[FakeEngine] = []
+
+    class FakeEngine:
+        def __init__(self, python, settings, *, name, threads=None) -> None:
+            self.settings, self.key, self.version, self.runner = settings, "", "0", "V1"
+            self.process = self
+            self.stopped = False
+            started.append(self)
+
+        def poll(self):
+            return 0 if self.stopped else None
+
+        def close(self) -> None:
+            self.stopped = True
+
+    monkeypatch.setattr(vllm_backend, "EngineProcess", FakeEngine)
+    monkeypatch.setattr(vllm_backend, "IDLE_ENGINES", 2)
+    backend = vllm_backend.VllmBackend(str(tmp_path), python=tmp_path / "python")
+    ngram = [DecodeConfig(method="ngram", k=k, ngram_min=2, ngram_max=3) for k in (2, 3, 4)]
+
+    first = backend.runner(ngram[0])
+    first.close()
+    again = backend.runner(ngram[0])
+    assert again.engine is first.engine and len(started) == 1 and not first.engine.stopped
+    baseline = backend.runner(DecodeConfig())
+    assert baseline.engine is not again.engine and len(started) == 2
+    for runner in (again, baseline, backend.runner(ngram[1]), backend.runner(ngram[2])):
+        runner.close()
+    assert len(started) == 4
+    # Four idle, two kept: the least recently released (ngram[0]'s, the baseline's) stop.
+    assert [e.stopped for e in started] == [True, True, False, False]
+    backend.close()
+    assert all(e.stopped for e in started)
+    # A dead idle engine is never handed out again.
+    fresh = backend.runner(ngram[0])
+    fresh.engine.stopped = True
+    fresh.close()
+    assert backend.runner(ngram[0]).engine is not fresh.engine
+
 # ------------------------------------------------------------------ retired: llama_cpp
 def test_the_retired_llama_cpp_backend_names_its_replacement(tiny: LoadedModel) -> None:
     """llama-cpp-python's backend was retired for llama-server's: asking for it gets that

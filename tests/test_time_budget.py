@@ -349,3 +349,31 @@ def test_a_budgeted_search_measures_its_cost_parts_before_sizing_the_rest(
     assert "the replay cost parts at least effort" in out
     used = float(out.split("time budget 3m: ")[1].split(" s used")[0])
     assert used <= 180
+
+
+def test_engines_raced_in_themselves_are_planned_with_their_start_up() -> None:
+    """`--target all` where an engine runs here: its race in itself is a stage of the
+    plan, its engines' start-up counted (vLLM's compiled engines take a minute or more
+    each), and an engine whose share cannot hold its start-up is skipped, not started."""
+    from autotune.backends import EngineCost
+    vllm, hf = EngineCost(3100.0, 2.0), EngineCost(0.0, 1.7)
+    raced = Shape(**{**SHAPE.__dict__, "engine_races": (vllm, hf), "engine_race_arms": 3})
+    plain = stage_seconds(CAPS, SHAPE, 0.0266)
+    planned = stage_seconds(CAPS, raced, 0.0266)
+    assert plain["engine_races"] == 0.0
+    # Three engines each started, then 16 prompts x 32 tokens x 3 arms at their cost.
+    assert planned["engine_races"] == pytest.approx(
+        (3 * (3100 + 16 * 32 * 1.1 * 2.0) + 3 * 16 * 32 * 1.1 * 1.7) * 0.0266)
+    assert {k: v for k, v in planned.items() if k != "engine_races"} == {
+        k: v for k, v in plain.items() if k != "engine_races"}
+    # Planned in, they leave the other stages less.
+    clock = FakeClock()
+    without = Budget(600.0, started=clock.now, clock=clock).plan(CAPS, SHAPE, 0.0266)
+    budget = Budget(600.0, started=clock.now, clock=clock)
+    cut = budget.plan(CAPS, raced, 0.0266)
+    assert cut.screen < without.screen or cut.measured < without.measured
+    # Each engine's share: skipped where its start-up does not fit (3 x 3100 tokens at
+    # 26.6 ms is 247 s), an equal share of what is left otherwise.
+    assert budget.engine_race_seconds(clock.now + 200.0, 1, 3, vllm) == 0.0
+    assert budget.engine_race_seconds(clock.now + 400.0, 2, 3, hf) == pytest.approx(200.0)
+    assert budget.engine_race_seconds(clock.now + 600.0, 1, 3, vllm) == pytest.approx(600.0)

@@ -17,7 +17,7 @@ import os
 import time
 
 import pytest
-from conftest import real_prompts
+from conftest import real_prompts, real_vllm
 
 from autotune.backends.embedded import EmbeddedBackend
 from autotune.backends.vllm import VllmBackend, unavailable
@@ -37,7 +37,8 @@ CONFIGS = (DecodeConfig(method="ngram", k=4, ngram_min=2, ngram_max=3),
 
 
 def _need_vllm() -> None:
-    why = unavailable()
+    with real_vllm():
+        why = unavailable()
     if why is None:
         return
     if os.environ.get("AUTOTUNE_REQUIRE_VLLM"):
@@ -58,16 +59,20 @@ def in_vllm(default_model, prompts):
     _need_vllm()
     _, ids = prompts
     # One unbound thread per engine (two pytest workers share two cores), eager.
-    backend = VllmBackend.for_model(default_model, ids, MAX_NEW)
+    with real_vllm():
+        backend = VllmBackend.for_model(default_model, ids, MAX_NEW)
     backend.eager, backend.threads = True, 1
     out = {}
-    for config in (None, *CONFIGS):
-        runner = backend.runner(config or DecodeConfig())
-        try:
-            generations = [runner.generate(p, MAX_NEW, time.perf_counter) for p in ids]
-            out[config] = list(zip(generations, runner.counters))
-        finally:
-            runner.close()
+    try:
+        for config in (None, *CONFIGS):
+            runner = backend.runner(config or DecodeConfig())
+            try:
+                generations = [runner.generate(p, MAX_NEW, time.perf_counter) for p in ids]
+                out[config] = list(zip(generations, runner.counters))
+            finally:
+                runner.close()
+    finally:
+        backend.close()                 # the engines kept idle between runners
     assert backend.runner_name == "V1", backend.label     # the runner the rules are of
     return out
 

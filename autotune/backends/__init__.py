@@ -18,20 +18,50 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from autotune.backends.base import (Backend, BackendBase, BackendUnavailable, Runner,
-                                    RunnerBase)
+from autotune.backends.base import (Backend, BackendBase, BackendUnavailable, EngineCost,
+                                    Runner, RunnerBase)
 from autotune.decoding.engines import retirement
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
     from autotune.workloads.prompts import Prompt
 
-__all__ = ["Backend", "BackendBase", "BackendUnavailable", "ENGINE_BACKENDS", "Runner",
-           "RunnerBase", "input_error", "open_backend", "unavailable"]
+__all__ = ["Backend", "BackendBase", "BackendUnavailable", "ENGINE_BACKENDS", "EngineCost",
+           "Runner", "RunnerBase", "engine_cost", "input_error", "measured_methods", "open_backend",
+           "unavailable"]
 
 # Engines with a backend that measures in the engine itself (the others' --target
 # searches measure in our decoder under their rules).
 ENGINE_BACKENDS = ("hf", "llama_server", "vllm", "sglang")
+
+# What measuring in each engine costs beside our decoder on the default model, for a time
+# budget's plan (in our decoder's AR tokens). HF generate and llama.cpp: about 60 and 7
+# ms/token against our decoder's 35 (docs/benchmarks.md, "Engines' decode speed"); a
+# llama-server starts in a few seconds. vLLM's CPU build: AR 52.6 ms/token against our
+# 25.8 (issue 50's bench), a compiled engine started in 66-97 s (2026-11-27, compile
+# cache warm), an eager one in 28 s decoding about 1.5x slower.
+_COSTS = {"hf": EngineCost(0.0, 1.7), "llama_server": EngineCost(150.0, 0.2),
+          "vllm": EngineCost(3100.0, 2.0)}
+_VLLM_EAGER = EngineCost(1100.0, 3.0)
+
+
+def measured_methods(engine: str) -> tuple[str, ...] | None:
+    """The speculative methods `engine`'s backend measures in the engine here (None:
+    whatever its export writes): a search whose answer is raced in the engine searches
+    those only."""
+    if engine == "vllm":
+        from autotune.backends.vllm import METHODS
+        return METHODS
+    return None
+
+
+def engine_cost(engine: str) -> EngineCost:
+    """What measuring in `engine` costs beside our decoder (ours: nothing more)."""
+    if engine == "vllm":
+        from autotune.backends.vllm import eager_default
+        if eager_default():
+            return _VLLM_EAGER
+    return _COSTS.get(engine, EngineCost())
 
 
 def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None" = None,

@@ -12,6 +12,7 @@ Torch-free: `--help`, the search's argument checks and the report import it.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -118,6 +119,9 @@ class Backend(Protocol):
         a config, as bf16 multi-token numerics do not.
     serves_concurrently: whether it measures `concurrency` > 1 (default in `BackendBase`:
         one request at a time).
+    keeps_engines_idle: whether a closed runner's engine stays started for the next
+        runner of its config (vLLM: a compiled engine starts in a minute or more), so a
+        race starts its arms' engines once, before its clock (`BackendBase`: False).
     """
 
     name: str
@@ -126,6 +130,7 @@ class Backend(Protocol):
     memory_kind: str
     token_exact: bool
     serves_concurrently: bool
+    keeps_engines_idle: bool
 
     def runner(self, config: "DecodeConfig") -> Runner:
         """A runner for `config` (method `none`: the engine without speculation). Raises
@@ -141,11 +146,23 @@ class Backend(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class EngineCost:
+    """What measuring in an engine costs beside our decoder, for a time budget's plan
+    (`autotune.pipeline.budget`), in AR tokens of our decoder so that it holds across
+    machines: starting one engine instance (one per config) and a decode token there
+    over one in ours."""
+
+    start_tokens: float = 0.0
+    token_ratio: float = 1.0
+
+
 class BackendBase:
     """Defaults for a `Backend`'s optional parts: one request at a time, nothing to
     free. A backend inherits it and overrides what its engine has."""
 
     serves_concurrently: bool = False
+    keeps_engines_idle: bool = False
 
     def close(self) -> None:
         """Nothing held beyond what garbage collection frees."""

@@ -18,6 +18,7 @@ on the backend's label and checked against the rules the search measured under.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,14 @@ ENV_PYTHON = "AUTOTUNE_VLLM_PYTHON"
 # runs.
 ENV_EAGER = "AUTOTUNE_VLLM_EAGER"
 CONTEXT_STEP = 256
+# What autotune runs in vLLM's CPU build: n-gram lookup, the one method checked there
+# (the oracle test); its draft-model, EAGLE and suffix paths never were.
+METHODS = ("ngram",)
+# Started engines a backend keeps idle for the next measurement of the same config: a
+# race measures its arms in several looks, and a compiled engine takes 66-97 s to start
+# on 2 cores (measured 2026-11-27, warm compile cache), against seconds for a look; each
+# idle engine holds about 2.9 GB, so the oldest beyond these are stopped.
+IDLE_ENGINES = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,14 +102,7 @@ class VllmRunner(RunnerBase):
         self.backend = backend
         self.config = config
         self.speculative = speculative
-        label = "vLLM " + ("(no speculation)" if speculative is None
-                           else f"({speculative.get('method')})")
-        self.engine = EngineProcess(backend.python, {
-            "model": backend.model_dir, "dtype": backend.dtype,
-            "speculative_config": speculative, "enforce_eager": backend.eager,
-            "max_model_len": backend.max_model_len, "seed": 0}, name=label,
-            threads=backend.threads)
-        backend.saw(self.engine)
+        self.engine = backend.engine_for(speculative)
         # Per request served, vLLM's own spec-decode counters (what the oracle test reads).
         self.counters: list[SpecCounters] = []
 
@@ -140,7 +142,8 @@ class VllmRunner(RunnerBase):
             engine_decode_s=float(done["engine_decode_s"]))
 
     def close(self) -> None:
-        self.engine.close()
+        """Hand the engine back to the backend, idle for the next measurement."""
+        self.backend.release(self.engine)
 
 
 class VllmBackend(BackendBase):
@@ -149,6 +152,7 @@ class VllmBackend(BackendBase):
     name = NAME
     device = "cpu"
     memory_kind = "not measured (vLLM)"
+    keeps_engines_idle = True
     # float32 on the CPU: vLLM's multi-token verify pass gives its one-token passes'
     # argmax (the oracle test holds every output to its AR's).
     token_exact = True
@@ -166,6 +170,8 @@ class VllmBackend(BackendBase):
         self.version = "?"
         self.runner_name = "?"
         self.label = f"vLLM (CPU build, {Path(model_dir).name})"
+        # Idle engines by their settings, the least recently used first.
+        self._idle: dict[str, EngineProcess] = {}
 
     @classmethod
     def for_model(cls, target: "LoadedModel", prompts: list[list[int]],
@@ -181,6 +187,44 @@ class VllmBackend(BackendBase):
         need = max((len(p) for p in prompts), default=1) + max_new_tokens + 1
         dtype = str(target.dtype).removeprefix("torch.")
         return cls(str(folder), dtype, -(-need // CONTEXT_STEP) * CONTEXT_STEP)
+
+    def engine_for(self, speculative: dict[str, Any] | None) -> EngineProcess:
+        """A running engine for `speculative` (None: no speculation): an idle one
+        started with the same settings, else a new one."""
+        settings = {"model": self.model_dir, "dtype": self.dtype,
+                    "speculative_config": speculative, "enforce_eager": self.eager,
+                    "max_model_len": self.max_model_len, "seed": 0}
+        key = json.dumps(settings, sort_keys=True)
+        engine = self._idle.pop(key, None)
+        if engine is not None and engine.process.poll() is None:
+            return engine
+        if engine is not None:
+            engine.close()
+        label = "vLLM " + ("(no speculation)" if speculative is None
+                           else f"({speculative.get('method')})")
+        engine = EngineProcess(self.python, settings, name=label, threads=self.threads)
+        engine.key = key
+        self.saw(engine)
+        return engine
+
+    def release(self, engine: EngineProcess) -> None:
+        """Keep `engine` idle for its settings' next runner; stop the oldest idle ones
+        beyond `IDLE_ENGINES`."""
+        if engine.process.poll() is not None:
+            engine.close()
+            return
+        if (earlier := self._idle.pop(engine.key, None)) is not None and earlier is not engine:
+            earlier.close()
+        self._idle[engine.key] = engine
+        while len(self._idle) > IDLE_ENGINES:
+            oldest = next(iter(self._idle))
+            self._idle.pop(oldest).close()
+
+    def close(self) -> None:
+        """Stop every idle engine."""
+        while self._idle:
+            _, engine = self._idle.popitem()
+            engine.close()
 
     def saw(self, engine: EngineProcess) -> None:
         """Record what the engine says it is (its version and model runner)."""
@@ -203,7 +247,7 @@ class VllmBackend(BackendBase):
     def runner(self, config: DecodeConfig) -> VllmRunner:
         if config.method == "none":
             return VllmRunner(self, config, None)
-        if config.method not in ("ngram",):
+        if config.method not in METHODS:
             # Only n-gram lookup was run and checked in vLLM's CPU build (the oracle
             # test); its draft-model, EAGLE and suffix paths were not.
             raise AutotuneError(f"autotune measures method=ngram in vLLM's CPU build; "

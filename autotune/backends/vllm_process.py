@@ -63,6 +63,7 @@ class EngineProcess:
                  kv_cache_gib: int = 1, threads: int | None = None,
                  ready_timeout_s: float = READY_TIMEOUT_S) -> None:
         self.name = name
+        self.key = ""               # what its owner files it under when idle
         fd, log = tempfile.mkstemp(prefix="autotune-vllm-", suffix=".log")
         os.close(fd)
         self.log = Path(log)

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from autotune.backends.base import EngineCost
 from autotune.common.errors import AutotuneError
 from autotune.replay.effort import FULL, PartsEffort, parts_effort
 
@@ -78,8 +79,9 @@ RESERVE_SHARE = 0.02
 PARTS_SHARE = 0.2
 SCREEN_SETUP_MAX = 0.5
 
-# The stages the budget shares out, in the order they run.
-STAGES = ("screen", "trials", "engines", "pool", "race")
+# The stages the budget shares out, in the order they run: the last, the engines'
+# races in themselves (`autotune.search.engine_races`).
+STAGES = ("screen", "trials", "engines", "pool", "race", "engine_races")
 # A stage's pace (actual over estimated seconds) is believed within these bounds.
 PACE_BOUNDS = (0.5, 4.0)
 
@@ -134,6 +136,12 @@ class Shape:
     # The screen's references are decoded already (`Budget.screen_setup`): its estimate
     # is its configs alone.
     screen_prepared: bool = False
+    # Where the race measures (our decoder, or the --target engine's backend).
+    race_cost: EngineCost = EngineCost()
+    # Each engine raced again in itself (`--target all`), and the arms of each race
+    # (its finalists and its AR).
+    engine_races: tuple[EngineCost, ...] = ()
+    engine_race_arms: int = 0
 
 
 def stage_seconds(counts: Counts, shape: Shape, ar_s: float) -> dict[str, float]:
@@ -147,10 +155,19 @@ def stage_seconds(counts: Counts, shape: Shape, ar_s: float) -> dict[str, float]
         "engines": shape.engines * counts.engine_screen * shape.screen_prompts * t
         * ENGINE_TOKENS,
         "pool": counts.pool * t * POOL_TOKENS,
-        "race": counts.measured * shape.arms * shape.repeats * t * RACE_TOKENS,
+        "race": _race_tokens(counts.measured, shape.arms, shape, shape.race_cost),
+        "engine_races": sum(_race_tokens(counts.measured, shape.engine_race_arms, shape, cost)
+                            for cost in shape.engine_races),
     }
     return {stage: (tokens[stage] * ar_s if stage in shape.stages else 0.0)
             for stage in STAGES}
+
+
+def _race_tokens(measured: int, arms: int, shape: Shape, cost: EngineCost) -> float:
+    """A race's AR tokens: its engines started (one per arm), then its prompts decoded
+    at the engine's cost per token."""
+    return arms * (cost.start_tokens + measured * shape.repeats * shape.max_new_tokens
+                   * RACE_TOKENS * cost.token_ratio)
 
 
 def _scaled(caps: Counts, f: float) -> Counts:
@@ -280,13 +297,25 @@ class Budget:
         does not shrink)."""
         assert self.counts is not None and self.shape is not None and self.ar_s is not None
         caps = replace(self.counts, pool=pool_cap, measured=measured_cap)
-        shape = replace(self.shape, stages=frozenset({"pool", "race"}))
+        shape = replace(self.shape, stages=frozenset({"pool", "race"})
+                        | (self.shape.stages & {"engine_races"}))
         sized = size_counts(caps, shape, self.ar_s * self.pace(), max(self.left(), 0.0))
         pool = min(pool_cap, max(sized.pool, at_least[0]))
         measured = min(measured_cap, pool, max(sized.measured, at_least[1]))
         self.counts = replace(self.counts, pool=pool, measured=measured)
         self.caps = replace(self.caps or caps, pool=pool_cap, measured=measured_cap)
         return pool, measured
+
+    def engine_race_seconds(self, deadline: float, engines_left: int, arms: int,
+                            cost: EngineCost) -> float:
+        """One engine's race in itself, starting now, of the `engine_races` stage that
+        ends at `deadline`: an equal share of what is left among `engines_left`, or 0
+        (skipped) when that share cannot hold its `arms` engines' start-up at the pace
+        kept so far."""
+        assert self.ar_s is not None
+        share = max(deadline - self.clock(), 0.0) / max(engines_left, 1)
+        start = arms * cost.start_tokens * self.ar_s * self.pace()
+        return share if share > start else 0.0
 
     def full_seconds(self) -> float:
         """The budget every count in full would take here, at the pace kept."""

@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from autotune.backends import EngineCost, engine_cost
 from autotune.pipeline.budget import Budget, Counts, Shape
 from autotune.pipeline.plan import SearchPlan
 from autotune.pipeline.progress import note
-from autotune.search.engine_screens import engine_screen_budget
+from autotune.search.engine_screens import ENGINE_FINALISTS, engine_screen_budget
 from autotune.workloads.split import resized
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ def _stages(plan: SearchPlan, engines: int, screened: bool) -> frozenset[str]:
         stages |= {"pool", "race"} if len(plan.pool) > len(plan.held_out) else {"race"}
         if engines and screened:
             stages.add("engines")
+            if plan.engine_races:
+                stages.add("engine_races")
     return frozenset(stages)
 
 
@@ -94,7 +97,11 @@ def size(plan: SearchPlan, budget: Budget, ar_s: float, engines: int,
                   screen_prompts=len(plan.split.screened), engines=engines,
                   arms=own + engines + 1, repeats=plan.validation_repeats,
                   stages=_stages(plan, engines, screened),
-                  screen_prepared=plan.fidelity == "multi" and screened)
+                  screen_prepared=plan.fidelity == "multi" and screened,
+                  race_cost=engine_cost(plan.target) if plan.in_engine else EngineCost(),
+                  engine_races=tuple(engine_cost(e) for e in plan.engine_races),
+                  # Each engine's finalists, its best-screened default and its AR.
+                  engine_race_arms=ENGINE_FINALISTS + 2)
     counts = budget.plan(caps, shape, ar_s)
     cuts = budget.cuts()
     left = budget.left()
@@ -160,3 +167,23 @@ def undecided_if_cut(record: Any, budget: Budget | None) -> Any:
                for name, j in record.engines.items()}
     return dataclasses.replace(record, judgement=fixed(record.judgement, record.finalists),
                                engines=engines)
+
+
+def engine_races_stop(budget: Budget | None) -> float | None:
+    """The engines' races in themselves start now: their stage's deadline (None:
+    without a budget)."""
+    if budget is None or budget.counts is None:
+        return None
+    budget.done("race")
+    return budget.stop_at("engine_races")
+
+
+def engine_race_seconds(plan: SearchPlan, budget: Budget | None, deadline: float | None,
+                        engine: str, engines_left: int, arms: int) -> float | None:
+    """One engine's race in itself, starting now: its share of the stage (0: it cannot
+    start its engines in it: skipped); without a budget, --validation-budget."""
+    if budget is None or deadline is None:
+        return plan.validation_budget_s
+    seconds = budget.engine_race_seconds(deadline, engines_left, arms, engine_cost(engine))
+    given = plan.validation_budget_s
+    return seconds if given is None or seconds <= 0 else min(given, seconds)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.backends import Backend, open_backend
+from autotune.backends import Backend, measured_methods, open_backend
 from autotune.common.errors import AutotuneError
 from autotune.decoding.engines import rules_for
 
@@ -50,8 +50,11 @@ def load_models(plan: SearchPlan) -> SearchModels:
                            **trained_space_args(draft))
         # Measured under the rules of the runner the engine uses on this device
         # (vLLM on a CPU: Model Runner V1), refused by what the engine's export cannot carry.
+        # Raced in the engine itself here: only what its backend runs there.
+        raced = (engine == plan.target and plan.in_engine) or engine in plan.engine_races
         return bound.for_engine(rules_for(engine, target.device.type),
-                                refusal(engine, draft is not None))
+                                refusal(engine, draft is not None,
+                                        measured_methods(engine) if raced else None))
 
     backend = (_open_engine_backend(plan, target, draft) if plan.in_engine else None)
     return SearchModels(target, draft, bound(plan.space, plan.target), backend,

@@ -153,6 +153,10 @@ class SearchPlan:
     # counted). Never the process's start: a search run inside a longer process (a test,
     # a bench, a notebook) would find its budget spent before it began.
     budget_started: float = field(default_factory=time.monotonic)
+    # `--target all`: the answered engines whose backend runs here, each raced again in
+    # itself after the main race (`autotune.search.engine_races`): their answers are
+    # the engines' own, the decoder's figures the prediction beside them.
+    engine_races: tuple[str, ...] = ()
 
     @property
     def prompts(self) -> list[Prompt]:
@@ -245,7 +249,21 @@ def plan_search(request: SearchRequest) -> SearchPlan:
         batch_sizes=batch_sizes,
         schedule_ks=schedule_ks, sampler=request.sampler, seed=request.seed,
         prune=request.prune, enqueue=tuple(enqueue), study_name=study_name,
-        storage=storage, run_dir=run_dir)
+        storage=storage, run_dir=run_dir,
+        engine_races=_engine_races(request, engines) if split.held_out else ())
+
+
+def _engine_races(request: SearchRequest, engines: tuple[str, ...]) -> tuple[str, ...]:
+    """The answered engines (`--target all`) whose backend runs here: each is raced in
+    itself after the main race; a note names them (the others stay predictions)."""
+    raced = tuple(e for e in engines if e in ENGINE_BACKENDS
+                  and input_error(e, request.model, request.draft) is None
+                  and unavailable(e, request.model, request.draft) is None)
+    if raced:
+        note(f"raced again in themselves after the main race: {', '.join(raced)}; the "
+             "other engines' answers are predictions of autotune's decoder under their "
+             "rules")
+    return raced
 
 
 def _resolve_all(request: SearchRequest) -> tuple[SearchRequest, tuple[str, ...]]:

@@ -30,6 +30,8 @@ from typing import Any, Callable
 
 import optuna
 
+from autotune.backends import BackendUnavailable, open_backend
+from autotune.common.errors import AutotuneError
 from autotune.common.memory import StagePeaks
 from autotune.decoding.engines import engine_rules
 from autotune.measure.profile import PROFILE_FILE, run_profile, save_run_profile
@@ -57,6 +59,8 @@ from autotune.search.engine_screens import (
     predicted_behind,
     screen_engines,
 )
+from autotune.search.engine_races import (EngineRaceSetup, race_in_engine,
+                                          raced_finalists, stale_races)
 from autotune.search.pool_prediction import predict_pool
 from autotune.search.schedule_stage import run_schedule
 from autotune.search.screening import (
@@ -377,6 +381,10 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
         try:
             plan = fitting.held_out(plan, time_budget, runner.study)
             _validate(plan, runner, screens, clock, time_budget)
+            if plan.engine_races:
+                clock.lap("racing the finalists")
+                _race_in_engines(plan, runner, time_budget)
+                clock.lap("racing in the engines themselves")
         except KeyboardInterrupt:
             reason = INTERRUPTED
             note("interrupted while validating the finalists; the search is "
@@ -493,6 +501,64 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
                                   f"{len(held.held_out)} held-out prompts")
         record = fitting.undecided_if_cut(record, budget)
     finalists.store_record(study, record)
+
+
+def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | None) -> None:
+    """After the main race (`--target all`): each answered engine whose backend runs
+    here races its finalists again in itself (`autotune.search.engine_races`), in its
+    share of the budget; each race's record is stored as it ends (a Ctrl-C keeps the
+    finished ones), and one an earlier run finished on this sample is kept."""
+    study, ctx = runner.study, runner.context
+    record = finalists.current_record(study)
+    if record is None:
+        return
+    stale = stale_races(record, plan.engine_races, plan.held_out)
+    if not stale:
+        return
+    deadline = fitting.engine_races_stop(budget)
+    setup = EngineRaceSetup(sample=plan.held_out, pool=plan.pool,
+                            repeats=plan.validation_repeats, min_gain=plan.min_gain,
+                            source=plan.split.source, on_prompt=held_out_prompt)
+    for index, engine in enumerate(stale):
+        arms = len(raced_finalists(record.engine_finalists.get(engine, []))) + 1
+        seconds = fitting.engine_race_seconds(plan, budget, deadline, engine,
+                                              len(stale) - index, arms)
+        if arms < 2 or (seconds is not None and seconds <= 0):
+            if budget is not None and arms >= 2:
+                budget.stopped.append(f"{engine}'s race in itself before it began (its "
+                                      f"{arms} engines' start-up does not fit its share)")
+            note(f"{engine}: not raced in itself; its answer stays autotune's decoder's "
+                 "prediction under its rules")
+            continue
+        try:
+            backend = open_backend(engine, ctx.target, ctx.draft, plan.model,
+                                   plan.held_out, plan.max_new_tokens, (), plan.draft)
+        except BackendUnavailable as exc:
+            note(f"{engine}: not raced in itself ({exc}); its answer stays autotune's "
+                 "decoder's prediction under its rules")
+            continue
+        note(f"racing {engine}'s {arms - 1} finalists again in {backend.label}, against "
+             f"its own decoding without speculation: up to {len(plan.held_out)} held-out "
+             f"prompts x {plan.validation_repeats} repeats")
+        try:
+            raced = race_in_engine(ctx, record, engine, setup, backend, seconds)
+        except AutotuneError as exc:
+            # The engine failed on this model or config (vLLM's CPU attention refuses
+            # some head sizes): the finished work stands, its answer stays predicted.
+            warn(f"{engine}: its race in itself failed ({exc}); its answer stays "
+                 "autotune's decoder's prediction under its rules")
+            continue
+        finally:
+            backend.close()
+        if budget is not None and raced.race is not None and raced.race.stopped == "budget":
+            budget.stopped.append(f"{engine}'s race in itself after {raced.race.measured} "
+                                  f"of {len(plan.held_out)} held-out prompts")
+        raced = fitting.undecided_if_cut(raced, budget)
+        record = dataclasses.replace(record, engine_races={**record.engine_races,
+                                                           engine: raced})
+        finalists.store_record(study, record)
+    if budget is not None:
+        budget.done("engine_races")
 
 
 def _write_outputs(plan: SearchPlan, study: optuna.Study, context: dict[str, Any]

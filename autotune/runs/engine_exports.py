@@ -70,11 +70,19 @@ def answers_table(best: dict[str, Any], own_file: str = "best.json",
     return engine_table(rows)
 
 
+# An answer raced in the engine itself: where, and what autotune's decoder predicted.
+_MEASURED_HEADS = ("measured in", "decoder predicted [90%]")
+
+
 def engine_table(rows: list[dict[str, str]]) -> str:
-    """The per-engine table (engine, config, held-out speedup [90%], tau, verdict, file),
-    in fixed-width columns."""
-    heads = ("engine", "config", "held-out speedup [90%]", "tau", "verdict", "file")
-    table = [heads, *(tuple(row[h] for h in heads) for row in rows)]
+    """The per-engine table (engine, config, held-out speedup [90%], tau, verdict, file;
+    where an engine raced in itself, where each was measured and the decoder's
+    prediction beside it), in fixed-width columns."""
+    heads: tuple[str, ...] = ("engine", "config", "held-out speedup [90%]", "tau",
+                              "verdict", "file")
+    if any(row.get(_MEASURED_HEADS[1], "-") != "-" for row in rows):
+        heads = (*heads[:5], *_MEASURED_HEADS, heads[5])
+    table = [heads, *(tuple(row.get(h, "-") for h in heads) for row in rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(heads))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
                      for line in table)
@@ -89,10 +97,22 @@ def _row(engine: str, doc: dict[str, Any], file: str) -> dict[str, str]:
     config = (str((doc.get("provenance") or {}).get("label") or "")
               if decision == "speculate" else _none_label(shown))
     tau = shown.get("mean_accepted_tokens")
+    predicted = validation.get("decoder_prediction")
     return {"engine": engine, "config": config or "-",
             "held-out speedup [90%]": speedup_text(shown),
             "tau": f"{tau:.2f}" if isinstance(tau, (int, float)) else "-",
-            "verdict": _VERDICTS.get(decision, decision), "file": file}
+            "verdict": _VERDICTS.get(decision, decision), "file": file,
+            _MEASURED_HEADS[0]: _measured_in(validation),
+            _MEASURED_HEADS[1]: (speedup_text(predicted) if isinstance(predicted, dict)
+                                 else "-")}
+
+
+def _measured_in(validation: dict[str, Any]) -> str:
+    """Where an answer's figures were measured, short: the engine itself, or our decoder."""
+    who = validation.get("measured_by")
+    if who in (None, "autotune"):
+        return "autotune's decoder"
+    return f"{who} itself"
 
 
 def _none_label(best: dict[str, Any]) -> str:
@@ -164,12 +184,27 @@ def _header(engine: str, doc: dict[str, Any]) -> str:
         f"measured held-out prompts ({validation.get('estimator', 'measured')}; 90% interval), "
         f"mean accepted tokens "
         f"{_tau(_shown(validation))}",
-        f"Drafting rules reproduced: {rules}{f' ({release})' if release else ''}",
-        f"Measured on: {device} ({hardware.get('device', '?')}), in autotune's decoder "
-        f"under {rules}'s rules"]
+        f"Drafting rules reproduced: {rules}{f' ({release})' if release else ''}"]
+    in_engine = validation.get("measured_by") not in (None, "autotune")
+    predicted = validation.get("decoder_prediction")
+    if in_engine:
+        lines.append(f"Measured on: {device} ({hardware.get('device', '?')}), in "
+                     f"{validation.get('measured_by_label') or rules} itself, against its "
+                     "own decoding without speculation")
+        if isinstance(predicted, dict):
+            lines.append(f"Predicted by autotune's decoder under {rules}'s rules (the same "
+                         f"finalists, the same prompts): {speedup_text(predicted)}, "
+                         f"{_VERDICTS.get(predicted.get('decision'), '?')}")
+    else:
+        lines.append(f"Measured on: {device} ({hardware.get('device', '?')}), in "
+                     f"autotune's decoder under {rules}'s rules")
     if engine in _GPU_ENGINES and hardware.get("device") == "cpu":
         model = (doc.get("model") or {}).get("spec") or "MODEL"
-        if engine in _CPU_BUILDS:
+        if in_engine:
+            lines.append(f"This figure holds for {rules}'s CPU build on this machine; on a "
+                         f"GPU re-tune there with `autotune search --target {engine} "
+                         f"--model {model} --device cuda`")
+        elif engine in _CPU_BUILDS:
             # The engine runs on this kind of machine too: the figure above is our
             # decoder's prediction of it, and the engine itself can check it here.
             lines.append(f"{rules} also runs on a CPU (its CPU build), where this figure "

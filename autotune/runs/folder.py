@@ -153,15 +153,21 @@ def engine_document(record: ValidationRecord, engine: str,
     measured trial; its measured figures are under `validation`)."""
     part = engine_record(record, engine)
     assert part is not None, engine                  # engine_names(record) names it
+    # Raced in the engine itself: the decoder's race of the same finalists is the
+    # prediction that race checked, kept beside its answer.
+    predicted = record.predicted_for(engine) if engine in record.engine_races else None
     winner = part.winning_entry()
     if part.decision != SPECULATE or winner is None:
         doc = frozen_document({}, context=context)
         doc["validation"] = part.frozen_view(None)
-        return doc
-    search = {k: v for k, v in winner.search.items() if v is not None}
-    doc = frozen_document(winner.params, metrics=search, context=context,
-                          trial={"preset": winner.preset, "label": winner.label})
-    doc["validation"] = part.frozen_view(winner.trial)
+    else:
+        search = {k: v for k, v in winner.search.items() if v is not None}
+        doc = frozen_document(winner.params, metrics=search, context=context,
+                              trial={"preset": winner.preset, "label": winner.label})
+        doc["validation"] = part.frozen_view(winner.trial)
+    if predicted is not None:
+        doc["validation"]["decoder_prediction"] = predicted.prediction_view(
+            winner.trial if winner is not None and part.decision == SPECULATE else None)
     return doc
 
 

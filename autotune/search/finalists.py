@@ -230,9 +230,29 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
                    if len(pool) > len(prompts)},
         on_prompt=on_prompt)
     setup = dataclasses.replace(setup, twins=_twins(setup.configs, setup.predicted))
+    started_s = _start_engines(ctx.final_backend, setup.configs)
+    if budget_s is not None and started_s:
+        # The engines' start-up is the race's time too, spent before its first look.
+        setup = dataclasses.replace(setup, budget_s=max(budget_s - started_s, 1e-3))
     race = _RaceState.resumed(finalists, len(prompts), resume)
     _run_race(setup, race)
     return _record(setup, race, pool, complete_trials, source, finalists)
+
+
+def _start_engines(backend: Any, configs: dict[str, DecodeConfig]) -> float:
+    """Where the race's backend keeps started engines idle (`keeps_engines_idle`: vLLM,
+    a minute or more to start each), every arm's engine and the baseline's started now,
+    before the race's clock: its looks then time decoding, not start-ups, and the
+    budget's look-ahead (`racing.overruns`) is not fooled by a first look that started
+    them all. Seconds it took (0: nothing to start)."""
+    if backend is None or not backend.keeps_engines_idle:
+        return 0.0
+    from autotune.decoding.config import DecodeConfig as Config
+
+    began = time.monotonic()
+    for config in (Config(), *configs.values()):
+        backend.runner(config).close()
+    return time.monotonic() - began
 
 
 @dataclass(frozen=True)
@@ -492,6 +512,8 @@ def rejudged(record: ValidationRecord, min_gain: float) -> ValidationRecord:
         record, min_gain=min_gain, judgement=judge(record.finalists, min_gain),
         engines={name: judge(record.engine_finalists.get(name, []), min_gain)
                  for name in record.engines},
+        engine_races={name: rejudged(race, min_gain)
+                      for name, race in record.engine_races.items()},
         absent=record.absent - {"min_gain"})
 
 

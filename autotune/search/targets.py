@@ -51,15 +51,22 @@ def default_space(target: str) -> str:
     return "joint" if target == DEFAULT_TARGET else f"engine_{target}"
 
 
-def refusal(target: str, has_draft: bool) -> Callable[[DecodeConfig], str | None] | None:
+def refusal(target: str, has_draft: bool, measured: tuple[str, ...] | None = None
+            ) -> Callable[[DecodeConfig], str | None] | None:
     """For a search with `--target`: config -> why the engine cannot run it exactly (its
-    exporter's first loss), or None. None for the autotune target (nothing to refuse)."""
+    exporter's first loss), or None. None for the autotune target (nothing to refuse).
+    `measured`: where the answer is raced in the engine itself, the methods its backend
+    runs there (`backends.measured_methods`); any other is refused too, since its
+    answer could never come from that race."""
     if target == DEFAULT_TARGET:
         return None
     from autotune.exports import engine_losses  # the exporters read the registry only
     label = engine_rules(target).label
 
     def refuse(config: DecodeConfig) -> str | None:
+        if measured is not None and config.method != "none" and config.method not in measured:
+            return (f"its answer is raced in {label} itself here, which autotune runs with "
+                    f"{', '.join(measured)} only")
         losses = engine_losses(config, target, has_draft)
         return f"{label} cannot run it exactly: {losses[0]}" if losses else None
 

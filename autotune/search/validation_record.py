@@ -309,6 +309,11 @@ class ValidationRecord:
     lossless_tier: str | None = None
     engine_finalists: dict[str, list[FinalistEntry]] = field(default_factory=dict)
     engines: dict[str, Judgement] = field(default_factory=dict)
+    # Per engine that runs here (`--target all`), its finalists raced again in the
+    # engine itself against its own decoding without speculation: that race's record
+    # (single-engine shape) is the engine's answer; the part above, raced in our
+    # decoder under its rules, stays as the prediction shown beside it.
+    engine_races: dict[str, ValidationRecord] = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
     _OPTIONAL = ("source", "estimator", "pool_prompts", "pool_sha256", "pool_categories",
@@ -366,6 +371,9 @@ class ValidationRecord:
             engines={name: Judgement.from_json(j)
                      for name, j in (data.get("engines") or {}).items()
                      if isinstance(j, Mapping)},
+            engine_races={name: cls.from_json(r)
+                          for name, r in (data.get("engine_races") or {}).items()
+                          if isinstance(r, Mapping)},
             absent=_absent(data, cls._OPTIONAL))
 
     def to_json(self) -> dict[str, Any]:
@@ -390,6 +398,8 @@ class ValidationRecord:
             out["engine_finalists"] = {name: [f.to_json() for f in entries]
                                        for name, entries in self.engine_finalists.items()}
             out["engines"] = {name: j.to_json() for name, j in self.engines.items()}
+        if self.engine_races:
+            out["engine_races"] = {name: r.to_json() for name, r in self.engine_races.items()}
         return {k: v for k, v in out.items() if k not in self.absent}
 
     def all_entries(self) -> list[FinalistEntry]:
@@ -411,17 +421,27 @@ class ValidationRecord:
         return sorted(self.engines)
 
     def for_engine(self, engine: str | None) -> ValidationRecord | None:
-        """`engine`'s part in the single-engine shape (its finalists and judgement at the
-        top, the race's shared facts as they are), or None when it has no answer for
-        it. None (autotune's own): the record's own part without the engines'."""
+        """`engine`'s answer in the single-engine shape (its finalists and judgement at
+        the top), or None when it has no answer for it: the race in the engine itself
+        where one ran (`engine_races`), else its part of this race (our decoder under
+        its rules, the race's shared facts as they are). None (autotune's own): the
+        record's own part without the engines'."""
         if engine is None:
-            return replace(self, engines={}, engine_finalists={})
+            return replace(self, engines={}, engine_finalists={}, engine_races={})
+        if engine not in self.engines:
+            return None
+        return self.engine_races.get(engine) or self.predicted_for(engine)
+
+    def predicted_for(self, engine: str) -> ValidationRecord | None:
+        """`engine`'s part of this race, raced in our decoder under its drafting rules
+        (single-engine shape): its answer where no race in the engine itself ran, the
+        prediction beside that race's answer where one did; None: no answer for it."""
         judged = self.engines.get(engine)
         if judged is None:
             return None
         return replace(self, judgement=judged,
                        finalists=list(self.engine_finalists.get(engine, [])),
-                       engines={}, engine_finalists={})
+                       engines={}, engine_finalists={}, engine_races={})
 
     def frozen_view(self, trial: int | None) -> dict[str, Any]:
         """What a frozen config carries under `validation` (JSON): the record's shared
@@ -449,6 +469,26 @@ class ValidationRecord:
             evidence.append({k: entry.get(k) for k in _EVIDENCE
                              if k in entry or k not in (*_POOLED, "divergences")})
         return {**shared, **figures, "finalists": evidence}
+
+    def prediction_view(self, trial: int | None) -> dict[str, Any]:
+        """What an engine's answer raced in the engine itself carries as the prediction
+        its race checked (JSON, `decoder_prediction`): this record (its part raced in
+        our decoder under the engine's rules), its decision, and the figures of its
+        finalist from `trial` (None, or not among them: its best measured one)."""
+        entry = self.entry(trial) if trial is not None else None
+        if entry is None:
+            measured = [f for f in self.finalists if f.speedup is not None]
+            entry = max(measured, key=lambda f: f.speedup or 0.0, default=None)
+        view: dict[str, Any] = {"decision": self.decision,
+                                "measured_by": self.measured_by or "autotune",
+                                "measured_by_label": self.measured_by_label}
+        if entry is not None:
+            figures = entry.figures
+            view.update({"trial": entry.trial, "label": entry.label,
+                         "speedup": figures.speedup,
+                         CI_KEY: figures.interval.to_json() if figures.interval else None,
+                         "mean_accepted_tokens": figures.mean_accepted_tokens})
+        return view
 
     def measured_in(self) -> dict[str, str]:
         """Display facts of where its figures were measured: `measured in` (the

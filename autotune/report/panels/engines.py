@@ -6,7 +6,9 @@ baseline on the same held-out prompts: its held-out speedup with the 90% interva
 (whiskers past the readable range clipped and marked, `report.whiskers`), coloured by
 its verdict. An answer that does not speculate shows its best finalist's figure, hollow,
 so what was on offer is seen beside the verdict. A table below names each config, its
-τ, verdict and reason. Absent from a run without per-engine answers.
+τ, verdict and reason. An engine that ran here was raced again in itself
+(`search.engine_races`): its point is that race's, and a dash beside it marks what our
+decoder predicted for the same config. Absent from a run without per-engine answers.
 """
 
 from __future__ import annotations
@@ -50,20 +52,38 @@ class EngineAnswer:
     interval: Interval | None
     tau: float | None
     reason: str
+    # Raced in the engine itself: where, and our decoder's prediction of the same
+    # config (or of its best finalist) under the engine's rules, beside the measurement.
+    measured_in: str | None = None
+    predicted: float | None = None
+    predicted_interval: Interval | None = None
 
 
-def _answer(name: str, part: ValidationRecord) -> EngineAnswer:
-    shown: FinalistEntry | None
-    if part.decision == SPECULATE:
-        shown = part.winning_entry()
-    else:
-        measured = [f for f in part.finalists if finite(f.speedup) is not None]
-        shown = max(measured, key=lambda f: f.speedup or 0.0, default=None)
+def _shown(part: ValidationRecord, trial: int | None = None) -> FinalistEntry | None:
+    """The entry an answer is read by: the winner (speculate) or the one from `trial`,
+    else its best measured finalist."""
+    if part.decision == SPECULATE and trial is None:
+        return part.winning_entry()
+    if trial is not None and (entry := part.entry(trial)) is not None:
+        return entry
+    measured = [f for f in part.finalists if finite(f.speedup) is not None]
+    return max(measured, key=lambda f: f.speedup or 0.0, default=None)
+
+
+def _answer(name: str, part: ValidationRecord,
+            predicted: ValidationRecord | None = None) -> EngineAnswer:
+    shown = _shown(part)
     if shown is None:
         return EngineAnswer(name, part.decision, None, None, None, None, part.reason)
+    guess = _shown(predicted, shown.trial) if predicted is not None else None
     return EngineAnswer(name, part.decision, shown.label, finite(shown.speedup),
                         shown.figures.interval, finite(shown.figures.mean_accepted_tokens),
-                        part.reason)
+                        part.reason,
+                        measured_in=(part.measured_by_label or part.measured_by
+                                     if predicted is not None else None),
+                        predicted=finite(guess.speedup) if guess is not None else None,
+                        predicted_interval=guess.figures.interval if guess is not None
+                        else None)
 
 
 def data(study: optuna.Study) -> list[EngineAnswer] | None:
@@ -78,7 +98,8 @@ def data(study: optuna.Study) -> list[EngineAnswer] | None:
     for name in engine_names(record):
         part = engine_record(record, name)
         if part is not None:
-            answers.append(_answer(name, part))
+            answers.append(_answer(name, part, record.predicted_for(name)
+                                   if name in record.engine_races else None))
     return answers
 
 
@@ -105,6 +126,19 @@ def _figure(answers: list[EngineAnswer]) -> go.Figure:
         clip_markers(fig, [a.engine for a in shown], whiskers,
                      [(a.interval.low, a.interval.high) if a.interval else None for a in shown],
                      color)
+    guessed = [a for a in answers if a.predicted is not None]
+    if guessed:
+        # Raced in the engine itself: our decoder's prediction of the same config, a dash
+        # beside the engine's own figure (not clipped: the engine's figure sets the range).
+        fig.add_trace(go.Scatter(
+            x=[a.engine for a in guessed], y=[a.predicted for a in guessed], mode="markers",
+            name="predicted by autotune's decoder",
+            hovertext=[f"{esc(a.engine)}: autotune's decoder under its rules predicted "
+                       f"{a.predicted:.3f}× {a.predicted_interval or ''}; measured in "
+                       f"{esc(a.measured_in or '?')}: {num(a.speedup)}×" for a in guessed],
+            hovertemplate="%{hovertext}<extra></extra>",
+            marker=dict(color="#D55E00", size=16, symbol="line-ew-open",
+                        line=dict(width=3, color="#D55E00"))))
     layout(fig, "engine (its answer, under its own drafting rules)", "held-out speedup (× AR)")
     fig.update_xaxes(type="category", categoryorder="array",
                      categoryarray=[a.engine for a in answers])
@@ -122,8 +156,11 @@ def _hover(a: EngineAnswer) -> str:
 
 
 def _table(answers: list[EngineAnswer]) -> str:
-    heads = ("engine", "verdict", "config (or best finalist)", "held-out speedup",
-             "90% interval", "τ", "reason")
+    heads: tuple[str, ...] = ("engine", "verdict", "config (or best finalist)",
+                              "held-out speedup", "90% interval", "τ", "reason")
+    in_engines = any(a.measured_in for a in answers)
+    if in_engines:
+        heads = (*heads[:6], "measured in", "autotune's decoder predicted", heads[6])
     rows = []
     for a in answers:
         cells = [f'<td class="text nowrap">{esc(a.engine)}</td>',
@@ -131,7 +168,14 @@ def _table(answers: list[EngineAnswer]) -> str:
                  f'<td class="text label">{esc(a.config or "-")}</td>',
                  f"<td>{esc(num(a.speedup))}</td>",
                  f'<td class="nowrap">{esc(str(a.interval) if a.interval else "-")}</td>',
-                 f"<td>{esc(num(a.tau))}</td>", f'<td class="text">{esc(a.reason)}</td>']
+                 f"<td>{esc(num(a.tau))}</td>"]
+        if in_engines:
+            guess = (f"{num(a.predicted)} {a.predicted_interval or ''}".strip()
+                     if a.predicted is not None else "-")
+            where = a.measured_in or "autotune's decoder"
+            cells += [f'<td class="text">{esc(where)}</td>',
+                      f'<td class="nowrap">{esc(guess)}</td>']
+        cells.append(f'<td class="text">{esc(a.reason)}</td>')
         cls = ' class="best"' if a.decision == SPECULATE else ""
         rows.append(f"<tr{cls}>{''.join(cells)}</tr>")
     head = "".join(f'<th class="text">{esc(h)}</th>' for h in heads)
