@@ -371,16 +371,29 @@ class StudyRunner:
 
         `finish` sets it failed; inside the objective, Optuna does that itself.
         """
-        storage = self.study._storage
-        storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
-        storage.set_trial_user_attr(trial._trial_id, "error", f"interrupted: {reason}")
+        # Through the storage we opened: Optuna's Study has no public call that sets an
+        # attribute on a trial it did not hand us as a `Trial` (a dead worker's), and
+        # `study.tell(FAIL)` would also run the sampler's after_trial.
+        trial_id = self._trial_id_of(trial.number)
+        self.storage.set_trial_user_attr(trial_id, "interrupted", True)
+        self.storage.set_trial_user_attr(trial_id, "error", f"interrupted: {reason}")
         if finish and trial.state == TrialState.RUNNING:
-            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
         attrs = {"retry_of": trial.number}
         for key in (BASELINE_ATTR, "screen"):       # what it was queued as
             if key in trial.user_attrs:
                 attrs[key] = trial.user_attrs[key]
         self.study.enqueue_trial(dict(trial.params), user_attrs=attrs)
+
+    def _trial_id_of(self, number: int) -> int:
+        """The storage's id of trial `number`, by BaseStorage's public calls.
+
+        `self.storage` is the very storage the study writes through (for an RDB URL
+        Optuna wraps it in a cache whose writes, and reads of unfinished trials, pass
+        straight to it), so this reads and writes what `study` does.
+        """
+        study_id = self.storage.get_study_id_from_name(self.study.study_name)
+        return self.storage.get_trial_id_from_study_id_trial_number(study_id, number)
 
     # -- counting -------------------------------------------------------------------
 
@@ -497,7 +510,7 @@ class StudyRunner:
         except optuna.TrialPruned:
             raise
         except KeyboardInterrupt:
-            frozen = self.study._storage.get_trial(trial._trial_id)
+            frozen = self.storage.get_trial(self._trial_id_of(trial.number))
             self._interrupt(frozen, "stopped by the user (Ctrl-C)", finish=False)
             raise
         except Exception as exc:  # a failed candidate must not end the search
