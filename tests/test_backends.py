@@ -127,7 +127,7 @@ def test_vllm_keeps_started_engines_idle_for_the_next_measurement(monkeypatch, t
     """A race measures its arms in several looks, one `measure_arms` each: a compiled
     vLLM engine takes a minute or more to start, so a runner's close hands its engine
     back and the next runner of the same config takes it; another config starts its
-    own; the oldest idle engines beyond `IDLE_ENGINES` and every one at the backend's
+    own; the oldest idle engines beyond `idle_engines` and every one at the backend's
     close are stopped. (Engines are stand-ins here: what is under test is the pool.)"""
     from autotune.backends import vllm as vllm_backend
 
@@ -147,8 +147,9 @@ def test_vllm_keeps_started_engines_idle_for_the_next_measurement(monkeypatch, t
             self.stopped = True
 
     monkeypatch.setattr(vllm_backend, "EngineProcess", FakeEngine)
-    monkeypatch.setattr(vllm_backend, "IDLE_ENGINES", 2)
     backend = vllm_backend.VllmBackend(str(tmp_path), python=tmp_path / "python")
+    assert backend.idle_engines == vllm_backend.IDLE_ENGINES
+    backend.idle_engines = 2
     ngram = [DecodeConfig(method="ngram", k=k, ngram_min=2, ngram_max=3) for k in (2, 3, 4)]
 
     first = backend.runner(ngram[0])

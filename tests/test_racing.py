@@ -143,3 +143,29 @@ def test_the_budget_stops_a_close_race_undecided_and_a_rerun_resumes_it(monkeypa
         ids[:n] for n in (8, 12)][:len(bench.histories) - 1]
     # Our decoder warms up once per process: the first look of each run, not the rest.
     assert bench.warm_ups == [True, True, False][:len(bench.warm_ups)]
+
+
+def test_a_race_starts_the_engines_its_backend_keeps_before_its_clock() -> None:
+    """vLLM keeps started engines idle between looks (a compiled one takes a minute or
+    more to start): a race starts the baseline's and its arms' engines, as many as the
+    backend keeps, before its clock, and takes that time off its budget."""
+    from types import SimpleNamespace
+
+    from autotune.decoding.config import DecodeConfig
+
+    started: list[str] = []
+
+    class Keeping:
+        idle_engines = 2
+
+        def runner(self, config: DecodeConfig) -> SimpleNamespace:
+            started.append(config.method if config.method == "none" else f"k{config.k}")
+            return SimpleNamespace(close=lambda: None)
+
+    configs = {f"trial{k}": DecodeConfig(method="ngram", k=k) for k in (2, 3, 4)}
+    assert finalists._start_engines(Keeping(), configs) >= 0.0
+    assert started == ["none", "k2"]                 # the baseline first, as many as kept
+    started.clear()
+    Keeping.idle_engines = 0
+    assert finalists._start_engines(Keeping(), configs) == 0.0 and started == []
+    assert finalists._start_engines(None, configs) == 0.0

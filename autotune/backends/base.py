@@ -119,9 +119,9 @@ class Backend(Protocol):
         a config, as bf16 multi-token numerics do not.
     serves_concurrently: whether it measures `concurrency` > 1 (default in `BackendBase`:
         one request at a time).
-    keeps_engines_idle: whether a closed runner's engine stays started for the next
-        runner of its config (vLLM: a compiled engine starts in a minute or more), so a
-        race starts its arms' engines once, before its clock (`BackendBase`: False).
+    idle_engines: how many closed runners' engines stay started for the next runner of
+        their config (vLLM: a compiled engine starts in a minute or more), so that a race
+        starts its arms' engines once, before its clock (`BackendBase`: 0, none).
     """
 
     name: str
@@ -130,7 +130,7 @@ class Backend(Protocol):
     memory_kind: str
     token_exact: bool
     serves_concurrently: bool
-    keeps_engines_idle: bool
+    idle_engines: int
 
     def runner(self, config: "DecodeConfig") -> Runner:
         """A runner for `config` (method `none`: the engine without speculation). Raises
@@ -162,7 +162,7 @@ class BackendBase:
     free. A backend inherits it and overrides what its engine has."""
 
     serves_concurrently: bool = False
-    keeps_engines_idle: bool = False
+    idle_engines: int = 0
 
     def close(self) -> None:
         """Nothing held beyond what garbage collection frees."""

@@ -152,7 +152,7 @@ class VllmBackend(BackendBase):
     name = NAME
     device = "cpu"
     memory_kind = "not measured (vLLM)"
-    keeps_engines_idle = True
+    idle_engines = IDLE_ENGINES
     # float32 on the CPU: vLLM's multi-token verify pass gives its one-token passes'
     # argmax (the oracle test holds every output to its AR's).
     token_exact = True
@@ -216,7 +216,7 @@ class VllmBackend(BackendBase):
         if (earlier := self._idle.pop(engine.key, None)) is not None and earlier is not engine:
             earlier.close()
         self._idle[engine.key] = engine
-        while len(self._idle) > IDLE_ENGINES:
+        while len(self._idle) > self.idle_engines:
             oldest = next(iter(self._idle))
             self._idle.pop(oldest).close()
 

@@ -195,8 +195,12 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     if fresh:
         save_run_profile(plan.run_dir, profile)
     record = write_run_record(plan, models, identity)
-    return _run_study(plan, runner, record.frozen.to_json(), models.engine_spaces, clock,
-                      screening, budget)
+    try:
+        return _run_study(plan, runner, record.frozen.to_json(), models.engine_spaces,
+                          clock, screening, budget)
+    finally:
+        if models.backend is not None:
+            models.backend.close()      # vLLM's engines kept started between looks
 
 
 def _screen_context(plan: SearchPlan, runner: StudyRunner) -> EvalContext:

@@ -240,17 +240,17 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
 
 
 def _start_engines(backend: Any, configs: dict[str, DecodeConfig]) -> float:
-    """Where the race's backend keeps started engines idle (`keeps_engines_idle`: vLLM,
-    a minute or more to start each), every arm's engine and the baseline's started now,
-    before the race's clock: its looks then time decoding, not start-ups, and the
-    budget's look-ahead (`racing.overruns`) is not fooled by a first look that started
-    them all. Seconds it took (0: nothing to start)."""
-    if backend is None or not backend.keeps_engines_idle:
+    """Where the race's backend keeps started engines idle (`idle_engines`: vLLM, a
+    minute or more to start each), the baseline's engine and the arms' started now, as
+    many as it keeps, before the race's clock: its looks then time decoding, not
+    start-ups, and the budget's look-ahead (`racing.overruns`) is not fooled by a first
+    look that started them all. Seconds it took (0: nothing to start)."""
+    if backend is None or backend.idle_engines < 1:
         return 0.0
     from autotune.decoding.config import DecodeConfig as Config
 
     began = time.monotonic()
-    for config in (Config(), *configs.values()):
+    for config in [Config(), *configs.values()][:backend.idle_engines]:
         backend.runner(config).close()
     return time.monotonic() - began
 
