@@ -131,8 +131,8 @@ class GuardedSampler(BaseSampler):
 def _exhausted(study: Study, params: dict[str, Any]) -> bool:
     """Whether these very values were found infeasible, or measured MAX_REPEATS times."""
     measured = 0
-    for done in study._get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.COMPLETE),
-                                  use_cache=True):
+    for done in study.get_trials(deepcopy=False,
+                                 states=(TrialState.PRUNED, TrialState.COMPLETE)):
         if all(done.params.get(name) == value for name, value in params.items()):
             if done.user_attrs.get("infeasible"):
                 return True
@@ -159,7 +159,7 @@ class BayesOptSampler(BaseSampler):
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial
                                     ) -> dict[str, BaseDistribution]:
-        if study._is_multi_objective():
+        if len(study.directions) > 1:
             raise AutotuneError("the bayes_opt sampler optimises one objective; "
                                 "use tpe or nsga2 for a multi-objective study")
         return self._space.calculate(study)
@@ -182,7 +182,7 @@ class BayesOptSampler(BaseSampler):
         # bayes_opt prints a line for every repeated point even at verbose=0; rounding to
         # integers and bits makes repeats common and the lines are noise.
         with contextlib.redirect_stdout(io.StringIO()):
-            for done in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            for done in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
                 if not all(name in done.params for name in search_space):
                     continue
                 point = {name: _to_axis(dist, done.params[name])
