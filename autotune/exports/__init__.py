@@ -42,20 +42,48 @@ from autotune.decoding.engines import engine_rules, retirement
 from autotune.exports import dv, hf, llama_server, sglang, trtllm, vllm
 from autotune.exports._common import Loss, Source, read_frozen, routing_loss
 
-FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv", "llama_server")
-_MODULES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang, "hf": hf,
-                                   "trtllm": trtllm, "dv": dv, "llama_server": llama_server}
+
+@dataclass(frozen=True)
+class Format:
+    """One export format, declared once in `FORMAT_RECORDS`: its module (`NAME`, `RULES`:
+    whose engine rules it runs, `METHODS`, `check`, `render`, `launch`, optionally
+    `builds`) and the title of its section in launch.md. `FORMATS`, `TITLES` and
+    `FORMAT_ENGINES` are read from here."""
+
+    module: ModuleType
+    title: str
+
+    @property
+    def name(self) -> str:
+        """The format's name (`--format`), as its module declares it."""
+        return str(self.module.NAME)
+
+    @property
+    def rules(self) -> str:
+        """Whose engine rules the format's engine runs (autotune/decoding/engines.py)."""
+        return str(self.module.RULES)
+
+
+# Every format, in the order `--format` and the exports folder list them.
+FORMAT_RECORDS: dict[str, Format] = {fmt.name: fmt for fmt in (
+    Format(vllm, "vLLM"),
+    Format(sglang, "SGLang"),
+    Format(hf, "Hugging Face transformers"),
+    Format(trtllm, "TensorRT-LLM"),
+    Format(dv, "Draft & Verify"),                  # its repository drafts as ours
+    Format(llama_server, "llama.cpp's llama-server"),
+)}
+FORMATS: tuple[str, ...] = tuple(FORMAT_RECORDS)
 # Whose engine rules each format runs (Draft & Verify's repository drafts as ours).
-FORMAT_ENGINES: dict[str, str] = {fmt: module.RULES for fmt, module in _MODULES.items()}
+FORMAT_ENGINES: dict[str, str] = {name: fmt.rules for name, fmt in FORMAT_RECORDS.items()}
 # Section titles of launch.md.
-TITLES = {"vllm": "vLLM", "sglang": "SGLang", "hf": "Hugging Face transformers",
-          "trtllm": "TensorRT-LLM", "dv": "Draft & Verify",
-          "llama_server": "llama.cpp's llama-server"}
+TITLES: dict[str, str] = {name: fmt.title for name, fmt in FORMAT_RECORDS.items()}
+
 _OPTIONS = ("draft_tensor_parallel_size",)
 BASELINE_MESSAGE = "the best config is plain autoregressive decoding; there is nothing to export"
 
-__all__ = ["FORMATS", "FORMAT_ENGINES", "Export", "approximation", "engine_losses", "export",
-           "expressible", "launch", "schema"]
+__all__ = ["FORMATS", "FORMAT_ENGINES", "FORMAT_RECORDS", "Export", "Format", "approximation",
+           "engine_losses", "export", "expressible", "launch", "schema"]
 
 
 @dataclass(frozen=True)
@@ -106,7 +134,7 @@ def _checked(fmt: str, src: Source) -> list[Loss]:
     """The format's own losses, after the one every format shares: a routed
     per-category drafter (an engine loads one draft per server)."""
     routed = routing_loss(src)
-    return ([routed] if routed is not None else []) + _MODULES[fmt].check(src)
+    return ([routed] if routed is not None else []) + FORMAT_RECORDS[fmt].module.check(src)
 
 
 def _either(formats: list[str]) -> str:
@@ -155,9 +183,10 @@ def export(frozen: dict, fmt: str, lossy: bool = False, options: dict | None = N
         what = ", ".join(loss.summary() for loss in losses)
         raise AutotuneError(f"{fmt} cannot express {what}: "
                             f"{_alternatives(fmt, by_format, fatal=False)}{_notes(losses)}")
-    files = _MODULES[fmt].render(src, options)
+    module = FORMAT_RECORDS[fmt].module
+    files = module.render(src, options)
     dropped = [line for loss in losses for line in loss.lines(src.cfg)]
-    builds = getattr(_MODULES[fmt], "builds", None)
+    builds = getattr(module, "builds", None)
     return Export(format=fmt, files=files, dropped=dropped,
                   builds=builds(src) if builds is not None else {})
 
@@ -199,7 +228,8 @@ def launch(frozen: dict, fmt: str, files: Mapping[str, str]) -> str:
     `files` (an `export(frozen, fmt).files`), with the approximation note if any."""
     fmt = _check_format(fmt)
     src = read_frozen(frozen)
-    text = f"## {TITLES[fmt]} ({', '.join(files)})\n\n" + _MODULES[fmt].launch(src, dict(files))
+    record = FORMAT_RECORDS[fmt]
+    text = f"## {record.title} ({', '.join(files)})\n\n" + record.module.launch(src, dict(files))
     note = approximation(src.cfg, fmt)
     if note:
         text += f"\nmeasured approximately: {note}.\n"

@@ -32,10 +32,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+if TYPE_CHECKING:
+    # Loaded by write_engine_checkpoints only: the exporters import this module for the
+    # folder names, and `import autotune.exports` (the --format list of `--help`) must
+    # not load torch.
+    import torch
+    from torch import nn
 
 VLLM_DIR = "vllm"
 SGLANG_DIR = "sglang"
@@ -61,6 +65,8 @@ def _write(folder: Path, config: dict[str, Any], state: dict[str, torch.Tensor])
 
 def write_engine_checkpoints(out: Path, kind: str, head: nn.Module, target: Any) -> list[str]:
     """Write the engine subfolders of drafter folder `out`; returns their names."""
+    import torch
+
     state = dict(head.state_dict())
     hf_config = target.hf_model.config
     if kind == "eagle":

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import autotune.exports as exports
+from autotune.backends import BACKEND_RECORDS
 from autotune.common.interval import speedup_text
-from autotune.decoding.engines import PROVENANCE, engine_rules
+from autotune.decoding.engines import ENGINE_RECORDS, PROVENANCE, engine_rules
 from autotune.frozen.checks import load_frozen
 from autotune.frozen.engines import engine_answers
 # By attribute (`exports_folder.swap_in`): tests/phase_driver.py parks a run there.
@@ -29,9 +30,11 @@ from autotune.runs.exports_folder import LAUNCH, build_files, format_refusal
 
 README = "README.txt"
 # Engines that serve on a GPU: a figure measured on a CPU says little about their speed.
-_GPU_ENGINES = ("vllm", "sglang", "trtllm")
+_GPU_ENGINES: tuple[str, ...] = tuple(name for name, engine in ENGINE_RECORDS.items()
+                                      if engine.serves_on_gpu)
 # Of them, those autotune also measures in on a CPU (vLLM's CPU build, backends/vllm.py).
-_CPU_BUILDS = ("vllm",)
+_CPU_BUILDS: tuple[str, ...] = tuple(name for name in _GPU_ENGINES
+                                     if BACKEND_RECORDS[name].on_cpu)
 _VERDICTS = {"speculate": "speculate", "do_not_speculate": "do not speculate",
              "undecided": "undecided"}
 

@@ -17,38 +17,84 @@ same race against the same AR baseline, each engine judged among its own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from autotune.decoding.config import DecodeConfig
-from autotune.decoding.engines import ENGINES, engine_rules
+from autotune.decoding.engines import AUTOTUNE, ENGINES, engine_rules
 
-DEFAULT_TARGET = "autotune"
+DEFAULT_TARGET = AUTOTUNE.name
 ALL_TARGETS = "all"
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """What `--target` knows of one engine (autotune/decoding/engines.py), declared once
+    in `TARGET_RECORDS`: `space`, the shipped space a `--target <engine>` search tunes
+    ("": `engine_<name>`; read as `space_name`); `screen_space`, the one `--target all`
+    screens it over ("": the same; `screen_space_name`); `answered`, whether `--target
+    all` answers for it; `needs_backend`, whether it answers only where the engine's
+    backend runs here."""
+
+    engine: str
+    space: str = ""
+    screen_space: str = ""
+    answered: bool = True
+    needs_backend: bool = False
+
+    @property
+    def space_name(self) -> str:
+        """The shipped space a `--target <engine>` search tunes."""
+        return self.space or f"engine_{self.engine}"
+
+    @property
+    def screen_space_name(self) -> str:
+        """The shipped space `--target all` screens the engine over."""
+        return self.screen_space or self.space_name
+
+
+# One record per engine, in ENGINES' order (the order the summary lists answers in).
+TARGET_RECORDS: dict[str, EngineTarget] = {record.engine: record for record in (
+    # Every knob of our own decoder: the ceiling `--target all` answers beside the engines.
+    EngineTarget(DEFAULT_TARGET, space="joint", answered=False),
+    EngineTarget("vllm"),
+    EngineTarget("sglang"),
+    EngineTarget("trtllm"),
+    EngineTarget("hf"),
+    # Screened over the drafter our decoder runs exactly as the server does (its other
+    # drafters run in the server only); answered only where its binary is installed
+    # (its answer's launch notes start it).
+    EngineTarget("llama_server", screen_space="_all_llama_server", needs_backend=True),
+)}
 TARGETS: tuple[str, ...] = (ALL_TARGETS, *ENGINES)
 # The engines `--target all` answers for, in the order the summary lists them.
-ANSWERED = ("vllm", "sglang", "trtllm", "hf", "llama_server")
+ANSWERED: tuple[str, ...] = tuple(name for name, record in TARGET_RECORDS.items()
+                                  if record.answered)
 
 
 def answered_engines(model: str, draft: str | None) -> tuple[str, ...]:
-    """The engines `--target all` answers for: every engine of `ANSWERED`, llama-server
-    only where its binary is installed (its answer's launch notes start it)."""
+    """The engines `--target all` answers for: every engine of `ANSWERED`, those that
+    need their backend (llama-server) only where it runs here."""
     from autotune.backends import unavailable   # probes the binary: only when asked
 
     return tuple(engine for engine in ANSWERED
-                 if engine != "llama_server" or unavailable(engine, model, draft) is None)
+                 if not TARGET_RECORDS[engine].needs_backend
+                 or unavailable(engine, model, draft) is None)
 
 
 def engine_space(engine: str) -> str:
     """The shipped space an engine is screened over under `--target all`: its own
     (`engine_<name>`), or for llama-server the drafter our decoder runs exactly as the
     server does (`_all_llama_server`: its other drafters run in the server only)."""
-    return "_all_llama_server" if engine == "llama_server" else f"engine_{engine}"
+    record = TARGET_RECORDS.get(engine)
+    return record.screen_space_name if record is not None else f"engine_{engine}"
 
 
 def default_space(target: str) -> str:
     """The shipped space of `target`: `joint` for autotune, else `engine_<target>`."""
     engine_rules(target)                         # one-line error for an unknown engine
-    return "joint" if target == DEFAULT_TARGET else f"engine_{target}"
+    record = TARGET_RECORDS.get(target)
+    return record.space_name if record is not None else f"engine_{target}"
 
 
 def refusal(target: str, has_draft: bool, measured: tuple[str, ...] | None = None

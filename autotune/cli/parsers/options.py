@@ -1,9 +1,11 @@
 """Option groups more than one command shares, and the torch-free name tables their
 `choices` come from.
 
-The tables restate registries that live in heavier modules (the samplers load optuna,
-the backends and exports their engines) so that `--help` stays fast;
-tests/test_cli.py fails when a table and its registry differ.
+The engine tables are read from their registries (targets: autotune/search/targets.py
+over autotune/decoding/engines.py; backends: autotune/backends/registry.py; formats:
+autotune/exports/__init__.py), each torch-free, so a new engine needs nothing here.
+SAMPLERS restates `search.samplers.SAMPLERS`, which loads optuna, so that `--help` stays
+fast; tests/test_cli.py fails when the two differ.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Callable
 
+from autotune.backends import BACKENDS
 from autotune.decoding.engines import retirement
+from autotune.exports import FORMATS
+from autotune.search.targets import ALL_TARGETS, TARGETS
 from autotune.workloads.prompts import TURNS
 
 if TYPE_CHECKING:
@@ -20,15 +25,13 @@ if TYPE_CHECKING:
 # A command's parser builder: adds its subparser, options and runner to `Subparsers`.
 AddParser = Callable[["Subparsers"], None]
 
-# What `search --target` tunes for (autotune/search/targets.py): every engine at once
-# ("all", the default), or one engine (autotune/decoding/engines.py, torch-free).
-ALL_TARGETS = "all"
-TARGETS = (ALL_TARGETS, "autotune", "vllm", "sglang", "trtllm", "hf", "llama_server")
-# autotune/backends ENGINE_BACKENDS, with our decoder first.
-BACKENDS = ("autotune", "hf", "llama_server", "vllm", "sglang")
-# autotune/exports FORMATS; `export` checks the name itself.
-FORMATS = ("vllm", "sglang", "hf", "trtllm", "dv", "llama_server")
-# samplers.SAMPLERS.
+__all__ = ["ALL_TARGETS", "BACKENDS", "FORMATS", "SAMPLERS", "TARGETS", "AddParser",
+           "add_config_arg", "add_model_args", "add_set_arg", "add_turns_arg",
+           "add_workload_args", "engine_name"]
+
+# TARGETS (`search --target`: "all", the default, or one engine), BACKENDS (`measure
+# --in`: our decoder first) and FORMATS (`export --format`; `export` checks the name
+# itself) are the registries' own, imported above. SAMPLERS restates samplers.SAMPLERS.
 SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
 
 
