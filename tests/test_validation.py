@@ -283,3 +283,27 @@ def test_the_typed_record_reads_back_every_record_as_written():
                 "mean_accepted_tokens", "lossless", "by_category"))] * 2
     again = rejudged(typed, 0.05).to_json()
     assert {**old, "min_gain": 0.05} == again
+
+
+def test_a_speedup_above_its_tau_is_flagged_as_timing_interference() -> None:
+    """A speculative decode spends at least one target pass per accepted run, so its
+    speedup cannot exceed τ: a finalist above it (a baseline slowed by other work on the
+    cores, as a vLLM race beside running tests showed: 1.55x at τ 1.31) is flagged, one
+    within the noise is not."""
+    from autotune.common.interval import Interval
+    from autotune.search.validation_record import FinalistFigures
+
+    def entry(trial: int, speedup: float, tau: float) -> FinalistEntry:
+        return FinalistEntry(trial=trial, label=f"ngram k={trial}", role=None, preset=None,
+                             params={}, search={}, engine=None,
+                             figures=FinalistFigures(speedup=speedup,
+                                                     interval=Interval(speedup - 0.1,
+                                                                       speedup + 0.1),
+                                                     mean_accepted_tokens=tau))
+
+    record = ValidationRecord(
+        statistic="s", level=0.9, source=None, prompts=13, prompt_ids=[], categories={},
+        workload_sha256=None, repeats=1, max_new_tokens=64, complete_trials=4, created=None,
+        judgement=Judgement("speculate", 3, "r"),
+        finalists=[entry(3, 1.55, 1.31), entry(2, 1.22, 1.17), entry(4, 1.0, 1.6)])
+    assert [f.trial for f in record.implausible()] == [3]

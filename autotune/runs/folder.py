@@ -17,7 +17,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.common.files import write_atomically
-from autotune.common.interval import Interval
+from autotune.common.interval import Interval, speedup_text
 from autotune.decoding.label import describe
 from autotune.frozen.document import frozen_document
 from autotune.frozen.engines import ENGINES_KEY
@@ -253,7 +253,10 @@ def validation_table(study: optuna.Study, objective: Objective,
     one), the answer with its reason, and the answer's speedup per category; for an
     `engine` of a `--target all` run, that engine's finalists and answer."""
     record = current_record(study)
+    predicted = None
     if record is not None and engine != OWN_ENGINE:
+        if engine in record.engine_races:
+            predicted = record.predicted_for(engine)
         record = engine_record(record, engine)
     if record is None:
         return ("not validated: the figures above are the search's own (no held-out "
@@ -277,6 +280,16 @@ def validation_table(study: optuna.Study, objective: Objective,
         # Raced in the engine itself (`search --target vllm` with vLLM here): say so,
         # so the figures are not read as our decoder's.
         head += f"\nmeasured in {record.measured_by_label or record.measured_by}"
+        if predicted is not None:
+            view = predicted.prediction_view(record.winner)
+            head += (f"; autotune's decoder under its rules predicted "
+                     f"{speedup_text(view)} ({view['decision'].replace('_', ' ')}) for "
+                     f"{view.get('label', 'its best finalist')}")
+    for f in record.implausible():
+        head += (f"\nwarning: trial {f.trial}'s speedup {f.speedup:.3f}x exceeds its τ "
+                 f"{f.figures.mean_accepted_tokens:.3f}, more than a speculative decode can "
+                 "gain: its baseline ran slower than its own decoding explains (other work "
+                 "on the cores while it was timed?); rerun on a quiet machine")
     race = record.race
     if race is not None and race.looks:
         dropped = [f"trial {f.trial} after {f.dropped_after}"

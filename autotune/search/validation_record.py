@@ -51,6 +51,11 @@ _EVIDENCE = ("trial", "label", "role", "preset", "search", "speedup", CI_KEY,
              "mean_accepted_tokens", "lossless", "divergences", "by_category", *_POOLED)
 
 
+# How far a speedup may exceed τ before it is flagged (`ValidationRecord.implausible`):
+# the noise of a paired interval's centre on a few prompts.
+IMPLAUSIBLE_SLACK = 0.05
+
+
 def _absent(data: Mapping[str, Any], optional: tuple[str, ...]) -> frozenset[str]:
     return frozenset(k for k in optional if k not in data)
 
@@ -469,6 +474,17 @@ class ValidationRecord:
             evidence.append({k: entry.get(k) for k in _EVIDENCE
                              if k in entry or k not in (*_POOLED, "divergences")})
         return {**shared, **figures, "finalists": evidence}
+
+    def implausible(self, slack: float = IMPLAUSIBLE_SLACK) -> list[FinalistEntry]:
+        """Finalists measured faster than their acceptance allows: a speculative decode
+        spends at least one target pass per accepted run of τ tokens, and a pass costs
+        at least an AR step, so a speedup above τ (by more than `slack`) says the
+        baseline ran slower than its own decoding explains: other work on the cores
+        while it was timed (a one-token step suffers more from a busy core than a
+        multi-token verify pass)."""
+        return [f for f in self.finalists
+                if f.speedup is not None and f.figures.mean_accepted_tokens is not None
+                and f.speedup > f.figures.mean_accepted_tokens * (1.0 + slack)]
 
     def prediction_view(self, trial: int | None) -> dict[str, Any]:
         """What an engine's answer raced in the engine itself carries as the prediction
