@@ -306,14 +306,21 @@ class Budget:
         self.caps = replace(self.caps or caps, pool=pool_cap, measured=measured_cap)
         return pool, measured
 
-    def engine_race_seconds(self, deadline: float, engines_left: int, arms: int,
-                            cost: EngineCost) -> float:
+    def engine_race_seconds(self, deadline: float, cost: EngineCost, arms: int,
+                            later: tuple[EngineCost, ...] = ()) -> float:
         """One engine's race in itself, starting now, of the `engine_races` stage that
-        ends at `deadline`: an equal share of what is left among `engines_left`, or 0
-        (skipped) when that share cannot hold its `arms` engines' start-up at the pace
-        kept so far."""
-        assert self.ar_s is not None
-        share = max(deadline - self.clock(), 0.0) / max(engines_left, 1)
+        ends at `deadline`: its share of what is left, in proportion to its estimate
+        against the engines after it (`later`; a vLLM race, its engines' start-up
+        counted, takes more than an HF one), or 0 (skipped) when that share cannot hold
+        its `arms` engines' start-up at the pace kept so far."""
+        assert self.ar_s is not None and self.counts is not None and self.shape is not None
+
+        def tokens(c: EngineCost) -> float:
+            return _race_tokens(self.counts.measured, arms, self.shape, c)  # type: ignore[union-attr]
+
+        total = tokens(cost) + sum(tokens(c) for c in later)
+        share = max(deadline - self.clock(), 0.0) * (tokens(cost) / total if total > 0
+                                                      else 1.0 / (1 + len(later)))
         start = arms * cost.start_tokens * self.ar_s * self.pace()
         return share if share > start else 0.0
 

@@ -179,11 +179,13 @@ def engine_races_stop(budget: Budget | None) -> float | None:
 
 
 def engine_race_seconds(plan: SearchPlan, budget: Budget | None, deadline: float | None,
-                        engine: str, engines_left: int, arms: int) -> float | None:
-    """One engine's race in itself, starting now: its share of the stage (0: it cannot
-    start its engines in it: skipped); without a budget, --validation-budget."""
+                        engine: str, later: tuple[str, ...], arms: int) -> float | None:
+    """One engine's race in itself, starting now: its share of the stage against the
+    engines still to race after it (`later`), 0 when it cannot start its engines in it
+    (skipped); without a budget, --validation-budget."""
     if budget is None or deadline is None:
         return plan.validation_budget_s
-    seconds = budget.engine_race_seconds(deadline, engines_left, arms, engine_cost(engine))
+    seconds = budget.engine_race_seconds(deadline, engine_cost(engine), arms,
+                                         tuple(engine_cost(e) for e in later))
     given = plan.validation_budget_s
     return seconds if given is None or seconds <= 0 else min(given, seconds)

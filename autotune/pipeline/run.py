@@ -526,7 +526,7 @@ def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | Non
     for index, engine in enumerate(stale):
         arms = len(raced_finalists(record.engine_finalists.get(engine, []))) + 1
         seconds = fitting.engine_race_seconds(plan, budget, deadline, engine,
-                                              len(stale) - index, arms)
+                                              tuple(stale[index + 1:]), arms)
         if arms < 2 or (seconds is not None and seconds <= 0):
             if budget is not None and arms >= 2:
                 budget.stopped.append(f"{engine}'s race in itself before it began (its "
