@@ -307,3 +307,8 @@ def test_a_speedup_above_its_tau_is_flagged_as_timing_interference() -> None:
         judgement=Judgement("speculate", 3, "r"),
         finalists=[entry(3, 1.55, 1.31), entry(2, 1.22, 1.17), entry(4, 1.0, 1.6)])
     assert [f.trial for f in record.implausible()] == [3]
+    assert record.shown_entry() is not None and record.shown_entry().trial == 3
+    undecided = ValidationRecord(**{**record.__dict__,
+                                    "judgement": Judgement("undecided", None, "r")})
+    # No winner: the answer is read by its best measured finalist.
+    assert undecided.shown_entry().trial == 3 and undecided.winning_entry() is None

@@ -166,8 +166,11 @@ def engine_document(record: ValidationRecord, engine: str,
                               trial={"preset": winner.preset, "label": winner.label})
         doc["validation"] = part.frozen_view(winner.trial)
     if predicted is not None:
+        # The decoder's figure for the config the answer is read by (its winner, or
+        # its best finalist where it does not speculate).
+        shown = part.shown_entry()
         doc["validation"]["decoder_prediction"] = predicted.prediction_view(
-            winner.trial if winner is not None and part.decision == SPECULATE else None)
+            shown.trial if shown is not None else None)
     return doc
 
 
@@ -281,7 +284,8 @@ def validation_table(study: optuna.Study, objective: Objective,
         # so the figures are not read as our decoder's.
         head += f"\nmeasured in {record.measured_by_label or record.measured_by}"
         if predicted is not None:
-            view = predicted.prediction_view(record.winner)
+            shown = record.shown_entry()
+            view = predicted.prediction_view(shown.trial if shown is not None else None)
             head += (f"; autotune's decoder under its rules predicted "
                      f"{speedup_text(view)} ({view['decision'].replace('_', ' ')}) for "
                      f"{view.get('label', 'its best finalist')}")

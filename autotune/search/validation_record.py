@@ -475,6 +475,14 @@ class ValidationRecord:
                              if k in entry or k not in (*_POOLED, "divergences")})
         return {**shared, **figures, "finalists": evidence}
 
+    def shown_entry(self) -> FinalistEntry | None:
+        """The finalist an answer is read by: its winner, or where it does not
+        speculate its best measured finalist (what was on offer)."""
+        if self.winner is not None:
+            return self.winning_entry()
+        measured = [f for f in self.finalists if f.speedup is not None]
+        return max(measured, key=lambda f: f.speedup or 0.0, default=None)
+
     def implausible(self, slack: float = IMPLAUSIBLE_SLACK) -> list[FinalistEntry]:
         """Finalists measured faster than their acceptance allows: a speculative decode
         spends at least one target pass per accepted run of τ tokens, and a pass costs
