@@ -119,7 +119,11 @@ if _WORKER:
 # the searches of the suite (`--target all` races an engine in itself where it runs) leave
 # vLLM out: its interpreter is named as a path that is no executable. The tests of vLLM
 # itself (test_vllm_oracle.py) put the real one back with `real_vllm`.
-_REAL_VLLM_PYTHON = os.environ.get("AUTOTUNE_VLLM_PYTHON")
+# The first import (pytest-xdist's controller) keeps what the machine had in a variable
+# of its own: the workers it starts inherit the left-out path, not the real one.
+if "AUTOTUNE_SUITE_VLLM_PYTHON" not in os.environ:
+    os.environ["AUTOTUNE_SUITE_VLLM_PYTHON"] = os.environ.get("AUTOTUNE_VLLM_PYTHON", "")
+_REAL_VLLM_PYTHON = os.environ["AUTOTUNE_SUITE_VLLM_PYTHON"] or None
 os.environ["AUTOTUNE_VLLM_PYTHON"] = "/nonexistent/vllm-is-left-out-of-the-suite's-searches"
 
 
