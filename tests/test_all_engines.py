@@ -45,7 +45,9 @@ def all_run(tmp_path_factory) -> tuple[Path, str, int]:
     import contextlib
     import io
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    # The engines that run here race in themselves (conftest leaves that out elsewhere).
+    with contextlib.redirect_stdout(out), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOTUNE_ENGINE_RACES", "1")
         code = main(args)
     return run, out.getvalue(), code
 
@@ -188,7 +190,8 @@ def test_a_rerun_remeasures_nothing(all_run, tmp_path):
             "--prompts", "4", "--validation", "0.5", "--validation-prompts", "4",
             "--validation-pool", "6", "--finalists", "1", "--out", str(run), "--study",
             "all", "--no-prune"]
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOTUNE_ENGINE_RACES", "1")     # the engine races are kept too
         assert main(args) == 0
     assert json.dumps(_record(run).to_json(), sort_keys=True) == before
     # The typed record writes back exactly what the study stores (keys and order).

@@ -11,6 +11,7 @@ travels on the argparse namespace.
 
 from __future__ import annotations
 
+import os
 import time
 
 import dataclasses
@@ -253,9 +254,20 @@ def plan_search(request: SearchRequest) -> SearchPlan:
         engine_races=_engine_races(request, engines) if split.held_out else ())
 
 
+# `AUTOTUNE_ENGINE_RACES=0`: no engine is raced in itself after the main race (every
+# engine's answer stays our decoder's prediction): a quicker run, and the test suite's
+# setting outside the tests of the races themselves.
+ENV_ENGINE_RACES = "AUTOTUNE_ENGINE_RACES"
+
+
 def _engine_races(request: SearchRequest, engines: tuple[str, ...]) -> tuple[str, ...]:
     """The answered engines (`--target all`) whose backend runs here: each is raced in
     itself after the main race; a note names them (the others stay predictions)."""
+    if os.environ.get(ENV_ENGINE_RACES, "") == "0":
+        if engines:
+            note(f"{ENV_ENGINE_RACES}=0: no engine is raced in itself; every engine's "
+                 "answer is autotune's decoder's prediction under its rules")
+        return ()
     raced = tuple(e for e in engines if e in ENGINE_BACKENDS
                   and input_error(e, request.model, request.draft) is None
                   and unavailable(e, request.model, request.draft) is None)
