@@ -102,6 +102,13 @@ class _Row:
         return self.buffer[:, : self.length]
 
 
+def cache_span(longest_prompt: int, max_new_tokens: int) -> int:
+    """Positions each row of `BatchedDecoder.generate`'s batch cache holds: the longest
+    prompt, the new tokens, and room for a padded verify pass, which writes up to the
+    longest draft past any row's prefix."""
+    return longest_prompt + max_new_tokens + MAX_DRAFT_TOKENS + 1
+
+
 class BatchedDecoder:
     """Generates for B prompts at once with one DecodeConfig (see the module doc)."""
 
@@ -145,8 +152,7 @@ class BatchedDecoder:
             raise AutotuneError("max_new_tokens must be at least 1")
         if not prompts or any(not p for p in prompts):
             raise AutotuneError("batched decoding needs at least one non-empty prompt")
-        # A padded verify pass writes up to the longest draft past any row's prefix.
-        max_len = max(len(p) for p in prompts) + max_new_tokens + MAX_DRAFT_TOKENS + 1
+        max_len = cache_span(max(len(p) for p in prompts), max_new_tokens)
         batch_cache = self.forward.new_cache(len(prompts), max_len)
         rows = self._rows(prompts, max_new_tokens, max_len, batch_cache, generator, categories)
 
@@ -298,11 +304,13 @@ class BatchedDecoder:
         """Move the cache rows of `still` to the front (in order) and re-point each
         row's view (and so its drafter's) at its new slot."""
         slots = [active.index(row) for row in still]
-        if slots != list(range(len(still))):
-            keep = torch.tensor(slots, dtype=torch.long, device=batch_cache.k.device)
-            n = len(still)
-            batch_cache.k[:, :n] = batch_cache.k[:, keep]
-            batch_cache.v[:, :n] = batch_cache.v[:, keep]
+        # One row at a time, not `k[:, :n] = k[:, keep]`: that gathers every kept row into
+        # a new tensor first, half the batch cache again at its peak (issue 51). Slots
+        # rise and slot >= its new place, so a row never overwrites one still to move.
+        for place, slot in enumerate(slots):
+            if slot != place:
+                batch_cache.k[:, place] = batch_cache.k[:, slot]
+                batch_cache.v[:, place] = batch_cache.v[:, slot]
         for slot, row in enumerate(still):
             view = batch_cache.rows(slot, slot + 1)
             row.cache.k, row.cache.v = view.k, view.v

@@ -241,6 +241,12 @@ class LlamaForward:
         return KVCache(self.n_layers, batch, self.n_kv_heads, max_len, self.head_dim,
                        self.dtype, self.device)
 
+    def cache_bytes(self, batch: int, max_len: int) -> int:
+        """Bytes `new_cache(batch, max_len)` takes (keys and values, every layer), known
+        before it is made: callers size their batches by it."""
+        per_position = 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.dtype.itemsize
+        return batch * max_len * per_position
+
     def decode_cache(self, max_len: int, role: str = "target") -> KVCache:
         """The cache one generation decodes into (`role`: whose it is, the target's or a
         draft's). Here a fresh `new_cache(1, max_len)`; the static forward

@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.common.errors import AutotuneError
+from autotune.common.memory import release_freed_memory
 from autotune.measure.paired import PromptPair
 
 if TYPE_CHECKING:
+    from autotune.decoding.config import DecodeConfig
+    from autotune.replay.run import Replayer
     from autotune.search.finalists import Finalist
     from autotune.search.objectives import EvalContext
     from autotune.workloads.prompts import Prompt
@@ -48,10 +51,20 @@ def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
     print(f"autotune: predicting {len(replayable)} finalists on the {len(pool)} held-out "
           "prompts by replay (their reference continuations are decoded once, then "
           "cached)", file=sys.stderr, flush=True)
-    replayer = Replayer(ctx.target, ctx.draft, pool, ctx.max_new_tokens, parts_path,
-                        parts=parts)
+    predicted = _predicted_pairs(Replayer(ctx.target, ctx.draft, pool, ctx.max_new_tokens,
+                                          parts_path, parts=parts), replayable)
+    # The replayer (the pool's references, its sources' tables and caches) is gone:
+    # its pages go back to the OS, or the race starts from this stage's peak (issue 51).
+    release_freed_memory()
+    return predicted
+
+
+def _predicted_pairs(replayer: Replayer, configs: dict[str, DecodeConfig]
+                     ) -> dict[str, list[PromptPair]]:
+    """Per arm, its predicted pair per pool prompt (only the pairs are kept, not the
+    measurements' rounds)."""
     predicted: dict[str, list[PromptPair]] = {}
-    for arm, config in replayable.items():
+    for arm, config in configs.items():
         try:
             predicted[arm] = [run.pair() for run in replayer.replay(config).runs]
         except AutotuneError as exc:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from autotune.common.memory import release_freed_memory
 from autotune.decoding.config import DecodeConfig
 from autotune.replay.draft_cost import PassDraftCost
 from autotune.replay.reference import Reference
@@ -33,6 +34,23 @@ if TYPE_CHECKING:
     from autotune.replay.sources import ReplaySource
 
 
+# A prompt's full-model keys/values (what each row's skipping pass attends to) are
+# kept between configs while the kept ones fit in this: a screen replays hundreds of
+# skip masks over the same prompts, and a prompt not kept costs each of them a full
+# pass over the whole prompt, not only over its continuation's rows. The main job's 24
+# screen prompts take 0.23 GB on the default model. Past it a prompt's are made for its
+# group's pass and dropped: the held-out pool's 80 prompts held 1.0 GB (issue 51).
+KEPT_CACHE_BYTES = 384 * 2**20
+# One skipping pass runs a group of prompts' rows: its logits are rows x vocabulary
+# (80 prompts' took 0.5 GB at once) and it makes the caches not kept for them.
+GROUP_ROWS = 256
+GROUP_CACHE_BYTES = 128 * 2**20
+# ... with at least this many rows: for a few rows MKL's GEMM takes another kernel,
+# whose sums round differently (below 12 rows here), and a row's table must not depend
+# on the group it ran in.
+MIN_GROUP_ROWS = 16
+
+
 class LayerSkipSource(TableSource):
     """Each row's skipping pass over the target's full keys/values of the prefix."""
 
@@ -40,29 +58,76 @@ class LayerSkipSource(TableSource):
 
     def __init__(self, target: "LoadedModel", draft: "LoadedModel | None") -> None:
         self.target, self.vocab = target, shared_vocab(target, draft)
-        self._full: dict[str, Any] = {}        # prompt id -> the full pass's cache
+        self._full: dict[str, tuple[list[int], Any]] = {}   # prompt id -> (sequence, cache)
+        self._kept_bytes = 0
 
     def key(self, config: DecodeConfig) -> tuple[Any, ...]:
         return ("layer_skip", tuple(config.attn_skip), tuple(config.mlp_skip))
 
     def _full_cache(self, ref: Reference) -> Any:
+        """`ref`'s full-model keys/values: kept ones, else made now (and kept while they
+        fit in KEPT_CACHE_BYTES)."""
+        cached = self._full.pop(ref.prompt_id, None)
+        if cached is not None:
+            if cached[0] == ref.sequence:
+                self._full[ref.prompt_id] = cached
+                return cached[1]
+            self._kept_bytes -= cached[1].nbytes()
+        forward = self.target.forward
+        ids = reference_ids(self.target, ref)
+        cache = forward.new_cache(1, ids.shape[1])
+        forward.forward(ids, cache, last_only=True)
+        if self._kept_bytes + cache.nbytes() <= KEPT_CACHE_BYTES:
+            self._full[ref.prompt_id] = (ref.sequence, cache)
+            self._kept_bytes += cache.nbytes()
+        return cache
+
+    def _made_bytes(self, ref: Reference) -> int:
+        """Bytes `_full_cache` makes for `ref` (0 where they are kept)."""
         cached = self._full.get(ref.prompt_id)
-        if cached is None or cached[0] != ref.sequence:
-            forward = self.target.forward
-            ids = reference_ids(self.target, ref)
-            cache = forward.new_cache(1, ids.shape[1])
-            forward.forward(ids, cache, last_only=True)
-            cached = (ref.sequence, cache)
-            self._full[ref.prompt_id] = cached
-        return cached[1]
+        if cached is not None and cached[0] == ref.sequence:
+            return 0
+        return self.target.forward.cache_bytes(1, len(ref.sequence))
+
+    def _groups(self, refs: list[Reference]) -> list[list[Reference]]:
+        """`refs` in order, in groups of at most GROUP_ROWS rows and GROUP_CACHE_BYTES of
+        caches made, each of at least MIN_GROUP_ROWS rows (a short last group joins the
+        one before)."""
+        groups: list[list[Reference]] = [[]]
+        rows = made = 0
+        for ref in refs:
+            ref_rows, ref_made = len(ref.tokens) + 1, self._made_bytes(ref)
+            if (rows >= MIN_GROUP_ROWS and (rows + ref_rows > GROUP_ROWS
+                                            or made + ref_made > GROUP_CACHE_BYTES)):
+                groups.append([])
+                rows = made = 0
+            groups[-1].append(ref)
+            rows, made = rows + ref_rows, made + ref_made
+        if len(groups) > 1 and rows < MIN_GROUP_ROWS:
+            groups[-2] += groups.pop()
+        return groups
 
     def table(self, config: DecodeConfig, ref: Reference, width: int) -> Table:
         return self.tables(config, [ref], width)[0]
 
-    @torch.inference_mode()
     def tables(self, config: DecodeConfig, refs: list[Reference], width: int
                ) -> list[Table]:
-        """All prompts' rows in one skipping pass: the projections and MLPs of every
+        """The prompts' tables, a group of them per skipping pass (`_groups`): memory is
+        one group's, whatever the prompts."""
+        out: list[Table] = []
+        for group in self._groups(refs):
+            made = any(self._made_bytes(ref) for ref in group)
+            out += self._group_tables(config, group, width)
+            if made:
+                # Caches made over whole prompts were freed among the ones kept: glibc
+                # keeps such pages unless handed back (as the screen's configs do).
+                release_freed_memory()
+        return out
+
+    @torch.inference_mode()
+    def _group_tables(self, config: DecodeConfig, refs: list[Reference], width: int
+                      ) -> list[Table]:
+        """All `refs`' rows in one skipping pass: the projections and MLPs of every
         prompt's rows run as one batch (a small model's pass costs its weights' reading,
         not its rows); only attention is per prompt (its own keys and values)."""
         from autotune.models.llama import Step

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from autotune.common.memory import release_freed_memory
 from autotune.decoding.config import DecodeConfig
 from autotune.models.loading import draft_model
 from autotune.models.trained import exit_adapters
@@ -37,6 +38,13 @@ if TYPE_CHECKING:
     from autotune.replay.sources import ReplaySource
 
 
+# A prompt's hidden states after every layer are kept between configs while the kept
+# ones fit in this (a screen replays many exit sets over the same prompts, each a pass
+# over the whole prompt without them); past it they are made for the prompt's table and
+# dropped, so a pool of any size holds at most this (issue 51).
+KEPT_HIDDEN_BYTES = 256 * 2**20
+
+
 class SortedExitSource(TableSource):
     """The stack's causal pass read at every exit; a config's rule picks per row."""
 
@@ -49,45 +57,71 @@ class SortedExitSource(TableSource):
         self.stack = model if model is not None else target
         self.adapters = exit_adapters(draft)
         self.vocab = shared_vocab(target, model)
-        self._hidden: dict[str, Any] = {}      # prompt id -> (sequence, {layer: [R, hidden]})
+        self._sequences: dict[str, list[int]] = {}          # prompt id -> its sequence
+        self._hidden: dict[str, dict[int, torch.Tensor]] = {}   # prompt id -> {layer: [1, R, H]}
+        self._kept_bytes = 0
         self._layer_tables: dict[tuple[str, int, int], Table] = {}
 
     def key(self, config: DecodeConfig) -> tuple[Any, ...]:
         return ("sorted_exit", tuple(config.exits), tuple(config.exit_thresholds()))
 
-    def _hidden_states(self, ref: Reference) -> dict[int, torch.Tensor]:
-        cached = self._hidden.get(ref.prompt_id)
-        if cached is None or cached[0] != ref.sequence:
-            forward = self.stack.forward
-            ids = reference_ids(self.stack, ref)
-            step = forward.begin(ids, forward.new_cache(1, ids.shape[1]))
-            first = len(ref.prompt) - 1
-            states = {}
-            for layer in range(forward.n_layers):
-                forward.run_layers(step, layer, layer + 1)
-                states[layer + 1] = step.hidden[:, first:].clone()
-            cached = (ref.sequence, states)
-            self._hidden[ref.prompt_id] = cached
+    def _forget_if_changed(self, ref: Reference) -> None:
+        """Drop what is kept for `ref.prompt_id` if it was made for another sequence."""
+        if self._sequences.get(ref.prompt_id, ref.sequence) != ref.sequence:
+            states = self._hidden.pop(ref.prompt_id, None)
+            if states is not None:
+                self._kept_bytes -= sum(s.nbytes for s in states.values())
             self._layer_tables = {k: v for k, v in self._layer_tables.items()
                                   if k[0] != ref.prompt_id}
-        return cached[1]
+        self._sequences[ref.prompt_id] = ref.sequence
 
-    def _layer_table(self, ref: Reference, layer: int, width: int) -> Table:
-        key = (ref.prompt_id, layer, width)
-        if key not in self._layer_tables:
-            hidden = self._hidden_states(ref)[layer]
-            if self.adapters is not None:
-                hidden = self.adapters.adapt(layer, hidden)
+    def _hidden_states(self, ref: Reference) -> dict[int, torch.Tensor]:
+        """The stack's hidden states of `ref`'s rows after each layer: kept ones, else
+        one pass now (kept while they fit in KEPT_HIDDEN_BYTES)."""
+        kept = self._hidden.get(ref.prompt_id)
+        if kept is not None:
+            return kept
+        forward = self.stack.forward
+        ids = reference_ids(self.stack, ref)
+        step = forward.begin(ids, forward.new_cache(1, ids.shape[1]))
+        first = len(ref.prompt) - 1
+        states = {}
+        for layer in range(forward.n_layers):
+            forward.run_layers(step, layer, layer + 1)
+            states[layer + 1] = step.hidden[:, first:].clone()
+        del step
+        # The pass's cache and activations, over the whole prompt, are freed among the
+        # small states kept: glibc keeps such pages (1.5 GB after the held-out pool's 80
+        # prompts on the default model) unless handed back.
+        release_freed_memory()
+        size = sum(s.nbytes for s in states.values())
+        if self._kept_bytes + size <= KEPT_HIDDEN_BYTES:
+            self._hidden[ref.prompt_id] = states
+            self._kept_bytes += size
+        return states
+
+    def _exit_tables(self, ref: Reference, exits: tuple[int, ...], width: int
+                     ) -> list[Table]:
+        """`ref`'s table at each exit in `exits` (those not made yet from one pass)."""
+        self._forget_if_changed(ref)
+        missing = [e for e in exits if (ref.prompt_id, e, width) not in self._layer_tables]
+        if missing:
+            states = self._hidden_states(ref)
             forward = self.stack.forward
-            logits = forward._linear(forward._rms(hidden, forward.final_norm),
-                                     forward.lm_head, forward.lm_head_bias)[0]
-            self._layer_tables[key] = table_from_logits(logits, self.vocab, width)
-        return self._layer_tables[key]
+            for layer in missing:
+                hidden = states[layer]
+                if self.adapters is not None:
+                    hidden = self.adapters.adapt(layer, hidden)
+                logits = forward._linear(forward._rms(hidden, forward.final_norm),
+                                         forward.lm_head, forward.lm_head_bias)[0]
+                self._layer_tables[(ref.prompt_id, layer, width)] = table_from_logits(
+                    logits, self.vocab, width)
+        return [self._layer_tables[(ref.prompt_id, e, width)] for e in exits]
 
     @torch.inference_mode()
     def table(self, config: DecodeConfig, ref: Reference, width: int) -> Table:
         exits, thresholds = config.exits, config.exit_thresholds()
-        tables = [self._layer_table(ref, e, width) for e in exits]
+        tables = self._exit_tables(ref, tuple(exits), width)
         rows = tables[0].rows
         pick = []
         for row in range(rows):
