@@ -156,3 +156,13 @@ def test_the_pool_replayer_is_freed_when_the_predictions_return(tiny, cache, mon
         gc.enable()
     assert sorted(predicted) == ["a", "b"]
     assert all(len(pairs) == len(PROMPTS) for pairs in predicted.values())
+
+
+def test_trim_every_hands_pages_back_once_per_budget(monkeypatch):
+    import autotune.common.memory as memory
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "release_freed_memory", lambda: trims.append(1) or True)
+    trim = memory.TrimEvery(100)
+    for _ in range(9):
+        trim.made(30)           # 270 bytes made: a trim at 120 and at 240, none after
+    assert len(trims) == 2

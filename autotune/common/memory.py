@@ -93,3 +93,25 @@ def release_freed_memory() -> bool:
         return bool(libc.malloc_trim(0))
     except (OSError, AttributeError):
         return False
+
+
+class TrimEvery:
+    """Hands freed pages back once per `n_bytes` of large tensors made and dropped.
+
+    Why: a loop that makes large tensors (a table's logits over the vocabulary) and
+    keeps small ones made from them (the table) leaves glibc's freed pages split by the
+    kept ones, so RSS grows by what it made: 0.9 GB over one config's exit tables of 32
+    prompts on the default model. A trim after each prompt kept it flat but made such a
+    config 15-20% slower (each trim and the page faults after it); one per `n_bytes`
+    bounds the growth to about `n_bytes` at a tenth of the trims."""
+
+    def __init__(self, n_bytes: int) -> None:
+        self.n_bytes = n_bytes
+        self._made = 0
+
+    def made(self, n_bytes: int) -> None:
+        """`n_bytes` more were made and dropped; trim once they add up to `n_bytes`."""
+        self._made += n_bytes
+        if self._made >= self.n_bytes:
+            release_freed_memory()
+            self._made = 0

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from autotune.common.memory import release_freed_memory
+from autotune.common.memory import TrimEvery
 from autotune.decoding.config import DecodeConfig
 from autotune.replay.draft_cost import PassDraftCost
 from autotune.replay.reference import Reference
@@ -49,6 +49,9 @@ GROUP_CACHE_BYTES = 128 * 2**20
 # whose sums round differently (below 12 rows here), and a row's table must not depend
 # on the group it ran in.
 MIN_GROUP_ROWS = 16
+# The passes' caches made and logits (with their log-probabilities) before freed pages
+# go back: glibc keeps them split by the small tables kept (`TrimEvery`).
+TRIM_EVERY_BYTES = 128 * 2**20
 
 
 class LayerSkipSource(TableSource):
@@ -60,6 +63,7 @@ class LayerSkipSource(TableSource):
         self.target, self.vocab = target, shared_vocab(target, draft)
         self._full: dict[str, tuple[list[int], Any]] = {}   # prompt id -> (sequence, cache)
         self._kept_bytes = 0
+        self._trim = TrimEvery(TRIM_EVERY_BYTES)
 
     def key(self, config: DecodeConfig) -> tuple[Any, ...]:
         return ("layer_skip", tuple(config.attn_skip), tuple(config.mlp_skip))
@@ -115,13 +119,12 @@ class LayerSkipSource(TableSource):
         """The prompts' tables, a group of them per skipping pass (`_groups`): memory is
         one group's, whatever the prompts."""
         out: list[Table] = []
+        vocab = self.target.forward.vocab_size
         for group in self._groups(refs):
-            made = any(self._made_bytes(ref) for ref in group)
+            made = sum(self._made_bytes(ref) for ref in group)
             out += self._group_tables(config, group, width)
-            if made:
-                # Caches made over whole prompts were freed among the ones kept: glibc
-                # keeps such pages unless handed back (as the screen's configs do).
-                release_freed_memory()
+            rows = sum(len(ref.tokens) + 1 for ref in group)
+            self._trim.made(made + 2 * rows * vocab * 4)     # caches, logits, log-softmax
         return out
 
     @torch.inference_mode()

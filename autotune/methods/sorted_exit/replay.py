@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from autotune.common.memory import release_freed_memory
+from autotune.common.memory import TrimEvery, release_freed_memory
 from autotune.decoding.config import DecodeConfig
 from autotune.models.loading import draft_model
 from autotune.models.trained import exit_adapters
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 # over the whole prompt without them); past it they are made for the prompt's table and
 # dropped, so a pool of any size holds at most this (issue 51).
 KEPT_HIDDEN_BYTES = 256 * 2**20
+# The exit tables' logits (and log-probabilities) made before freed pages go back.
+TRIM_EVERY_BYTES = 128 * 2**20
 
 
 class SortedExitSource(TableSource):
@@ -61,6 +63,7 @@ class SortedExitSource(TableSource):
         self._hidden: dict[str, dict[int, torch.Tensor]] = {}   # prompt id -> {layer: [1, R, H]}
         self._kept_bytes = 0
         self._layer_tables: dict[tuple[str, int, int], Table] = {}
+        self._trim = TrimEvery(TRIM_EVERY_BYTES)
 
     def key(self, config: DecodeConfig) -> tuple[Any, ...]:
         return ("sorted_exit", tuple(config.exits), tuple(config.exit_thresholds()))
@@ -116,6 +119,7 @@ class SortedExitSource(TableSource):
                                          forward.lm_head, forward.lm_head_bias)[0]
                 self._layer_tables[(ref.prompt_id, layer, width)] = table_from_logits(
                     logits, self.vocab, width)
+                self._trim.made(2 * logits.nbytes)      # the logits and their log-softmax
         return [self._layer_tables[(ref.prompt_id, e, width)] for e in exits]
 
     @torch.inference_mode()
