@@ -1,0 +1,491 @@
+"""best.json as a typed record: `FrozenConfig`, its one reader and its one writer.
+
+    record = load_frozen_config("runs/x/best.json")   # checked, upgraded, typed
+    record.config.k, record.model.n_layers, record.validation.decision
+    record.engine_answer("vllm")                        # that engine's answer, or None
+    write_frozen(path, record)                          # the file, as autotune writes it
+
+One declared model of the current version (`schema.SCHEMA`), nested records for each
+part (models, hardware, workload, provenance, objective, metrics, validation, schedule,
+the per-engine answers). Older versions are read through `upgrade`, the one place that
+knows how a version differs from the next; readers never look at the version.
+
+The writer is byte-identical to the dicts autotune always wrote: a record keeps the keys
+it was given (`exclude_unset`), in the order it was given them (a record built in code:
+its declared order, which is best.json's), and numbers as written (`Number`: an int
+stays an int). Keys a part does not declare (a newer autotune's, a figure only some
+records carry) are kept as they are (`extra="allow"`). The structure of a file is checked
+by its version's JSON Schema (`checks.problems`, in `load_frozen_config`), so the models
+accept what the schemas accept; `params` is parsed by `config_from_mapping`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Callable, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    PrivateAttr,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
+
+from autotune.common.errors import AutotuneError
+from autotune.common.files import write_atomically
+from autotune.common.interval import Interval
+from autotune.schema.config import DecodeConfig, config_from_mapping
+from autotune.frozen.checks import load_frozen
+from autotune.frozen.schema import READABLE, SCHEMA
+
+__all__ = ["CategoryFigures", "DecoderPrediction", "FileRef", "FinalistFigures",
+           "FrozenConfig", "HardwareRecord", "KnobValue", "Metrics", "ModelRecord",
+           "Number", "ObjectiveRecord", "ParetoPoint", "ProvenanceRecord", "RaceLook",
+           "RaceRecord", "ScheduleDocument", "SchedulePoint", "ScheduleRangeRecord",
+           "Validation", "WorkloadRecord", "dumps", "load_frozen_config", "upgrade",
+           "write_frozen"]
+
+# A JSON number as written: an int stays an int (a `float` field would write 1 as 1.0,
+# and a re-written file would differ).
+Number = Union[int, float]
+# A config key's JSON value (`DecodeConfig.to_dict`): scalars, layer lists, tree paths.
+KnobValue = Union[int, float, str, bool, None, list[int], list[float], list[list[int]]]
+# A search figure as written: a number, a label or flag, a layer list.
+FigureValue = Union[int, float, str, bool, None, list[int], list[float], list[str]]
+
+
+class JsonRecord(BaseModel):
+    """A part of a frozen config: declared keys typed, others kept as given, written back
+    with exactly the keys and order it was read with."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    # The keys as given, in order (empty: built in code, written in declared order).
+    _keys: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_key_order(cls, data: Any, handler: Callable[[Any], Any]) -> Any:
+        record = handler(data)
+        if isinstance(data, Mapping):
+            record._keys = tuple(data)
+        return record
+
+    @model_serializer(mode="wrap")
+    def _in_key_order(self, handler: Callable[[Any], Any]) -> Any:
+        out = handler(self)
+        if not self._keys or not isinstance(out, dict):
+            return out
+        ordered = {key: out[key] for key in self._keys if key in out}
+        ordered.update((key, value) for key, value in out.items() if key not in ordered)
+        return ordered
+
+    def to_json(self) -> Any:
+        """The JSON value as autotune writes it (the keys given, in their order)."""
+        return self.model_dump(mode="python", by_alias=True, exclude_unset=True)
+
+    def extra(self, key: str) -> Any:
+        """A key this part does not declare (None without it): for figures only some
+        records carry."""
+        return (self.model_extra or {}).get(key)
+
+
+class Figures(JsonRecord):
+    """A speedup with its 90% interval (`ci90`, as written) and the figures beside it."""
+
+    speedup: Number | None = None
+    ci90: list[Number] | None = None
+    mean_accepted_tokens: Number | None = None
+
+    @property
+    def interval(self) -> Interval | None:
+        """The speedup's interval; None where there is none (one prompt, the baseline)."""
+        return Interval.from_json(self.ci90)
+
+
+class ModelRecord(JsonRecord):
+    """The `model` (or `draft`) entry: `environment.model_record`."""
+
+    id: str
+    spec: str | None = None
+    path: str | None = None
+    sha256: str | None = None
+    hash_of: str | None = None
+    dtype: str | None = None
+    n_layers: int | None = None
+    model_type: str | None = None
+
+
+class HardwareRecord(JsonRecord):
+    """The `hardware` entry: `environment.hardware_record`."""
+
+    device: str
+    device_name: str | None = None
+    cpu: str | None = None
+    threads: int | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    transformers: str | None = None
+    python: str | None = None
+
+
+class WorkloadRecord(JsonRecord):
+    """The workload the config was tuned on (`sha256`: over the loaded prompts)."""
+
+    source: str
+    categories: list[str] | None = None
+    prompts: int
+    max_new_tokens: int
+    temperature: Number | None = None
+    top_p: Number | None = None
+    seed: int | None = None
+    sha256: str | None = None
+
+
+class FileRef(JsonRecord):
+    """A space or objective file: its name, where it was read and its hash."""
+
+    name: str
+    file: str | None = None
+    sha256: str | None = None
+
+
+class ProvenanceRecord(JsonRecord):
+    """How the config was made: the run's settings and, for a trial, its number,
+    preset and label."""
+
+    autotune_version: str
+    created: str | None = None
+    space: FileRef | None = None
+    objective: FileRef | None = None
+    sampler: str | None = None
+    seed: int | None = None
+    study: str | None = None
+    storage: str | None = None
+    command: str | None = None
+    trial: int | None = None
+    preset: str | None = None
+    label: str | None = None
+    optuna_params: dict[str, KnobValue] | None = None
+
+
+class ObjectiveRecord(JsonRecord):
+    """The objective the trial was chosen by, and its values there."""
+
+    name: str
+    metrics: list[str] | None = None
+    directions: list[str] | None = None
+    values: dict[str, Number | None] | None = None
+
+
+class Metrics(JsonRecord):
+    """What was measured (`metrics`): the search's figures of the config. The usual
+    figures are declared; the rest of a measurement's summary is kept as written."""
+
+    speedup: Number | None = None
+    latency_ms_per_token: Number | None = None
+    baseline_latency_ms_per_token: Number | None = None
+    mean_accepted_tokens: Number | None = None
+    acceptance_rate: Number | None = None
+    fidelity: str | None = None
+
+
+class ParetoPoint(JsonRecord):
+    """A trial on the Pareto front (several objectives)."""
+
+    trial: int
+    preset: str | None = None
+    label: str | None = None
+    values: dict[str, Number | None]
+    params: dict[str, KnobValue]
+    optuna_params: dict[str, KnobValue] | None = None
+    metrics: Metrics | None = None
+
+
+class CategoryFigures(Figures):
+    """One workload category's figures (`by_category`)."""
+
+    prompts: int | None = None
+    estimator: str | None = None
+    measured_prompts: int | None = None
+
+
+class FinalistFigures(Figures):
+    """One finalist's held-out figures, as the evidence under `validation.finalists`."""
+
+    trial: int
+    label: str | None = None
+    role: str | None = None
+    preset: str | None = None
+    search: dict[str, FigureValue] | None = None
+    lossless: bool | None = None
+    by_category: dict[str, CategoryFigures] | None = None
+    estimator: str | None = None
+    dropped_after: int | None = None
+
+
+class DecoderPrediction(Figures):
+    """An engine's answer raced in the engine itself: what autotune's decoder predicted
+    for it (`validation.decoder_prediction`)."""
+
+    decision: str
+    measured_by: str | None = None
+    measured_by_label: str | None = None
+    trial: int | None = None
+    label: str | None = None
+
+
+class RaceLook(JsonRecord):
+    """One look of the validation race."""
+
+    prompts: int
+    level: Number
+    active: list[str] | None = None
+    dropped: list[str] | None = None
+
+
+class RaceRecord(JsonRecord):
+    """How the finalists were raced (`validation.race`)."""
+
+    stopped: str | None = None
+    measured: int | None = None
+    looks: list[RaceLook] | None = None
+    alpha_spent: Number | None = None
+    budget_s: Number | None = None
+    spending: str | None = None
+
+
+class Validation(Figures):
+    """The finalists re-measured on held-out prompts (`validation`): the answer, its
+    figures (the AR baseline's for do_not_speculate and undecided) and every finalist's
+    as evidence."""
+
+    statistic: str | None = None
+    level: Number | None = None
+    source: str | None = None
+    prompts: int
+    prompt_ids: list[str] | None = None
+    categories: dict[str, int] | None = None
+    workload_sha256: str | None = None
+    repeats: int
+    max_new_tokens: int | None = None
+    decision: str
+    reason: str | None = None
+    winner: int | None = None
+    measured_by: str | None = None
+    measured_by_label: str | None = None
+    lossless_tier: str | None = None
+    estimator: str | None = None
+    pool_prompts: int | None = None
+    pool_sha256: str | None = None
+    planned_prompts: int | None = None
+    race: RaceRecord | None = None
+    min_gain: Number | None = None
+    latency_ms_per_token: Number | None = None
+    baseline_latency_ms_per_token: Number | None = None
+    acceptance_rate: Number | None = None
+    lossless: bool | None = None
+    by_category: dict[str, CategoryFigures] | None = None
+    finalists: list[FinalistFigures]
+    decoder_prediction: DecoderPrediction | None = None
+
+    @property
+    def speculates(self) -> bool:
+        """The answer is to speculate (with this config)."""
+        return self.decision == "speculate"
+
+    @property
+    def measured_in_engine(self) -> bool:
+        """Its figures were measured in the engine itself, not autotune's decoder."""
+        return self.measured_by not in (None, "autotune")
+
+    def shown(self) -> Figures | None:
+        """The figures an answer is read by: its own where it speculates, else its best
+        measured finalist's (what was on offer); None without any."""
+        if self.speculates:
+            return self
+        measured = [f for f in self.finalists if isinstance(f.speedup, (int, float))]
+        return max(measured, key=lambda f: f.speedup or 0.0, default=None)
+
+
+class ScheduleRangeRecord(JsonRecord):
+    """Batch sizes `start`..`end` run `k` draft tokens per round."""
+
+    start: int
+    end: int
+    k: int
+
+
+class SchedulePoint(Figures):
+    """One measured (batch size, K) of the schedule."""
+
+    batch_size: int
+    k: int
+    split: str
+
+
+class ScheduleDocument(JsonRecord):
+    """The optional `schedule` as written (K per batch size); `schedule.read_schedule`
+    checks what its JSON Schema cannot and gives the `Schedule` exporters act on."""
+
+    method: str
+    batch_sizes: list[int]
+    objective: str | None = None
+    ranges: list[ScheduleRangeRecord]
+    points: list[SchedulePoint] | None = None
+    notes: list[str] | None = None
+
+
+def _config(value: Any) -> DecodeConfig:
+    if isinstance(value, DecodeConfig):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a mapping of config keys")
+    try:
+        return config_from_mapping(value)
+    except AutotuneError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# The knobs: parsed into a DecodeConfig on read, written as its canonical keys (every
+# knob, as the writer always wrote them).
+Params = Annotated[DecodeConfig, PlainValidator(_config),
+                   PlainSerializer(lambda config: config.to_dict())]
+
+
+class FrozenConfig(JsonRecord):
+    """A frozen config of the current version (best.json, or one engine's answer under
+    `engines`): the knobs (`config`, written as `params`) and what they were measured
+    on, by which run, and how they held up on held-out prompts."""
+
+    version: str = Field(default=SCHEMA, alias="schema")
+    config: Params = Field(alias="params")
+    metrics: Metrics | None = None
+    objective: ObjectiveRecord | None = None
+    model: ModelRecord | None = None
+    draft: ModelRecord | None = None
+    hardware: HardwareRecord | None = None
+    workload: WorkloadRecord | None = None
+    provenance: ProvenanceRecord | None = None
+    pareto_front: list[ParetoPoint] | None = None
+    validation: Validation | None = None
+    schedule: ScheduleDocument | None = None
+    engines: dict[str, FrozenConfig] | None = None
+    # The version the file was written as (`upgrade` turned it into this one).
+    _written_as: str = PrivateAttr(default=SCHEMA)
+
+    @classmethod
+    def from_json(cls, doc: Any) -> FrozenConfig:
+        """A document of any readable version (upgraded to this one), or an
+        AutotuneError naming its first problem in one `key.path: message` line. Checks
+        structure only: `load_frozen_config` checks a file fully first."""
+        if not isinstance(doc, Mapping):
+            raise AutotuneError("a frozen config must be a mapping (the contents of best.json)")
+        written_as = doc.get("schema", SCHEMA)
+        try:
+            record = cls.model_validate(upgrade(doc))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"]) or "(top level)"
+            message = str(error["msg"]).removeprefix("Value error, ")
+            raise AutotuneError(f"{where}: {message}") from None
+        record._written_as = str(written_as)
+        return record
+
+    @property
+    def written_as(self) -> str:
+        """The version of the file it was read from (this version when built in code)."""
+        return self._written_as
+
+    @property
+    def label(self) -> str | None:
+        """The trial's label (`provenance.label`), None when not recorded."""
+        return self.provenance.label if self.provenance is not None else None
+
+    @property
+    def trial(self) -> int | None:
+        """The trial it was made from (`provenance.trial`), None when not recorded."""
+        return self.provenance.trial if self.provenance is not None else None
+
+    def engine_answers(self) -> dict[str, FrozenConfig]:
+        """Engine name -> that engine's own answer (`--target all`); empty without."""
+        return dict(self.engines or {})
+
+    def engine_answer(self, engine: str) -> FrozenConfig | None:
+        """`engine`'s own answer, None when this config holds none for it."""
+        return (self.engines or {}).get(engine)
+
+
+# -- the upgrader: every older version into the current one -------------------------------
+# Each step turns a document of its version into one of the next. Every change so far was
+# additive (a reader of the new version reads an old file as it is), so the steps say
+# what an absent key meant in the older version where that is not the reader's default.
+
+def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc                     # v2 added the optional `validation`
+
+
+def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    # v3 added `params.engine` (whose drafting rules the figures were measured under):
+    # every older file was measured under autotune's own. (And the optional `schedule`.)
+    params = doc.get("params")
+    if isinstance(params, Mapping) and "engine" not in params:
+        doc["params"] = {**params, "engine": "autotune"}
+    return doc
+
+
+def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc                     # v4 added the answer "undecided" and `min_gain`
+
+
+def _v4_to_v5(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc                     # v5 added the optional per-engine `engines`
+
+
+_UPGRADES: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    "autotune.frozen/v1": ("autotune.frozen/v2", _v1_to_v2),
+    "autotune.frozen/v2": ("autotune.frozen/v3", _v2_to_v3),
+    "autotune.frozen/v3": ("autotune.frozen/v4", _v3_to_v4),
+    "autotune.frozen/v4": (SCHEMA, _v4_to_v5),
+}
+
+
+def upgrade(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """`doc` (any readable version; no `schema`: the current one) as a document of the
+    current version; an AutotuneError for a version this autotune does not read."""
+    out = dict(doc)
+    version = out.get("schema", SCHEMA)
+    if version not in READABLE:
+        raise AutotuneError(f"schema: {version!r} is not supported by this autotune (reads "
+                            f"{', '.join(map(repr, READABLE))})")
+    while version != SCHEMA:
+        version, step = _UPGRADES[version][0], _UPGRADES[version][1]
+        out = step(out)
+        out["schema"] = version
+    return out
+
+
+# -- reading and writing a file ----------------------------------------------------------
+
+def load_frozen_config(path: str | Path) -> FrozenConfig:
+    """Read, check (the version's JSON Schema and the knobs' meaning, as `autotune
+    validate` does) and upgrade a frozen config file; one line naming its first problem
+    otherwise."""
+    return FrozenConfig.from_json(load_frozen(path))
+
+
+def dumps(record: FrozenConfig) -> str:
+    """The file's text: indented JSON as best.json has always been written."""
+    return json.dumps(record.to_json(), indent=2) + "\n"
+
+
+def write_frozen(path: str | Path, record: FrozenConfig) -> None:
+    """Write `record` to `path` atomically (a reader never sees half a file)."""
+    write_atomically(Path(path), dumps(record))
