@@ -118,8 +118,8 @@ def test_a_v2_validation_reads_without_the_keys_later_versions_added() -> None:
     ([1], "a frozen config must be a mapping"),
     ({"schema": "autotune.frozen/v9", "params": {}}, "is not supported by this autotune"),
     ({"params": {"kk": 1}}, "params: unknown config key 'kk'"),
-    ({"params": {}, "model": {"n_layers": 4}}, "model.id: Field required"),
-    ({"params": {}, "validation": {"decision": "speculate"}}, "validation.prompts"),
+    ({"params": {}, "model": {"n_layers": "four"}}, "model.n_layers: Input should be"),
+    ({"params": {}, "validation": {"finalists": [{"trial": "x"}]}}, "validation.finalists.0.trial"),
 ])
 def test_a_bad_document_is_one_line(doc: Any, message: str) -> None:
     with pytest.raises(AutotuneError, match=None) as caught:

@@ -10,50 +10,47 @@ always was.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
-from autotune.common.interval import speedup_text
-from autotune.decoding.label import describe
-from autotune.frozen.engines import engine_answer
+from autotune.schema.label import describe
+from autotune.frozen.record import FrozenConfig
 
 
-def answer_for(doc: dict[str, Any], engine: str) -> tuple[dict[str, Any], str | None]:
+def answer_for(record: FrozenConfig, engine: str) -> tuple[FrozenConfig, str | None]:
     """(the answer to act on for `engine`, where it came from): `engine`'s own answer and
-    `"engines.<engine>"`, or `doc` itself and None when it holds no answer for it."""
-    answer = engine_answer(doc, engine)
+    `"engines.<engine>"`, or `record` itself and None when it holds no answer for it."""
+    answer = record.engine_answer(engine)
     if answer is None:
-        return doc, None
+        return record, None
     return answer, f"engines.{engine}"
 
 
-def note_engine_answer(verb: str, engine: str, path: str, answer: dict[str, Any]) -> None:
+def note_engine_answer(verb: str, engine: str, path: str, answer: FrozenConfig) -> None:
     """The stderr line saying the engine's own answer is used, not the top level's."""
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
     print(f"autotune: {verb} {engine}'s own answer from {name}'s engines "
-          f"({describe(answer.get('params') or {})}, {_figure(answer)}); the top level is "
+          f"({describe(answer.config.to_dict())}, {_figure(answer)}); the top level is "
           "autotune's own decoder's", file=sys.stderr, flush=True)
 
 
-def not_speculating(answer: dict[str, Any]) -> str | None:
+def not_speculating(answer: FrozenConfig) -> str | None:
     """Why `answer` recommends no speculation (validated "do not speculate", or
     "undecided"), in the export's refusal words; None when it speculates. Its params are
     then the AR baseline's (method none): measuring or exporting them says nothing."""
     from autotune.runs.exports_folder import refusal_reason
     from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED
 
-    validation = answer.get("validation")
-    if isinstance(validation, dict) and validation.get("decision") in (DO_NOT_SPECULATE,
-                                                                       UNDECIDED):
+    validation = answer.validation
+    if validation is not None and validation.decision in (DO_NOT_SPECULATE, UNDECIDED):
         return refusal_reason(answer)
     return None
 
 
-def _figure(answer: dict[str, Any]) -> str:
+def _figure(answer: FrozenConfig) -> str:
     """`validated 1.234x [1.100, 1.350]`, or the search's own figure when not validated."""
-    validation = answer.get("validation")
-    if isinstance(validation, dict) and isinstance(validation.get("speedup"), (int, float)):
-        return f"validated {speedup_text(validation)}"
-    speedup = (answer.get("metrics") or {}).get("speedup")
+    validation = answer.validation
+    if validation is not None and isinstance(validation.speedup, (int, float)):
+        return f"validated {validation.speedup_text()}"
+    speedup = answer.metrics.speedup if answer.metrics is not None else None
     if isinstance(speedup, (int, float)):
         return f"{speedup:.3f}x in the search, not validated"
     return "no measured speedup"

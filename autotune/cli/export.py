@@ -12,17 +12,15 @@ import autotune.exports as exports  # by attribute: tests/phase_driver.py wraps 
 from autotune.cli.engine_answer import answer_for, note_engine_answer
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
-from autotune.frozen.checks import load_frozen
+from autotune.frozen.record import load_frozen_config
 from autotune.runs.exports_folder import refusal_reason
 
 
 def run_export_command(args: argparse.Namespace) -> int:
-    options = {}
-    if args.draft_tp is not None:
-        options["draft_tensor_parallel_size"] = args.draft_tp
+    options = exports.ExportOptions(draft_tensor_parallel_size=args.draft_tp)
     # A best.json answering per engine: the format's engine runs its own answer (its
     # drafting rules, its finalists), not autotune's decoder's at the top level.
-    doc, where = answer_for(load_frozen(args.config), args.format)
+    doc, where = answer_for(load_frozen_config(args.config), args.format)
     # Exporting a config measured slower than no speculation would slow the server down.
     refusal = refusal_reason(doc)
     if refusal is not None:

@@ -14,13 +14,14 @@ from typing import Any, Callable, TextIO
 
 from autotune.cli.measure import frozen_defaults
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import (
+from autotune.schema.config import (
     config_from_mapping,
     load_config_file,
     parse_assignments,
 )
-from autotune.decoding.methods import get_method
-from autotune.frozen.checks import is_frozen, load_frozen, read_json
+from autotune.schema.methods import get_method
+from autotune.frozen.checks import is_frozen, read_json
+from autotune.frozen.record import load_frozen_config
 from autotune.workloads.prompts import Prompt, encode_prompt
 
 WARMUP_TOKENS = 8
@@ -105,7 +106,7 @@ def run_generate_command(args: argparse.Namespace) -> int:
         raise AutotuneError("--prompt is empty")
     doc = None
     if args.config and args.config.endswith(".json") and is_frozen(read_json(args.config)):
-        doc = load_frozen(args.config)
+        doc = load_frozen_config(args.config)
     frozen_defaults(args, doc)
     if args.max_new_tokens < 1:
         raise AutotuneError("--max-new-tokens must be at least 1")
@@ -117,7 +118,7 @@ def run_generate_command(args: argparse.Namespace) -> int:
     import torch
 
     from autotune.decoding.decoder import SpeculativeDecoder
-    from autotune.decoding.label import describe
+    from autotune.schema.label import describe
     from autotune.measure.measurement import Clock
     from autotune.models.loading import load_model
     from autotune.models.trained import load_draft

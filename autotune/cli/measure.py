@@ -19,13 +19,14 @@ from autotune.cli.engine_answer import answer_for, not_speculating, note_engine_
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
 from autotune.common.interval import CI_KEY, speedup_text
-from autotune.decoding.config import (
+from autotune.schema.config import (
     config_from_mapping,
     load_config_file,
     parse_assignments,
 )
-from autotune.decoding.methods import get_method
-from autotune.frozen.checks import is_frozen, load_frozen, read_json
+from autotune.schema.methods import get_method
+from autotune.frozen.checks import is_frozen, read_json
+from autotune.frozen.record import FrozenConfig, load_frozen_config
 from autotune.frozen.environment import (
     describe_environment_change,
     hardware_record,
@@ -141,21 +142,23 @@ def format_comparison(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(_table(("metric", "recorded", "now", "now/recorded"), rows))
 
 
-def frozen_defaults(args: argparse.Namespace, doc: dict[str, Any] | None) -> list[str]:
+def frozen_defaults(args: argparse.Namespace, doc: FrozenConfig | None) -> list[str]:
     """Fill model, draft and workload flags the user left out from a frozen config (or
     the plain defaults). Returns the flags the user overrode, for the report."""
-    model = (doc or {}).get("model") or {}
-    draft = (doc or {}).get("draft") or {}
-    workload = (doc or {}).get("workload") or {}
+    model = doc.model if doc is not None else None
+    draft = doc.draft if doc is not None else None
+    workload = doc.workload if doc is not None else None
     overridden = []
     filled = {
-        "model": model.get("spec", "default"),
-        "draft": draft.get("spec"),
-        "workload": workload.get("source", "builtin"),
-        "categories": ",".join(workload["categories"]) if workload.get("categories") else None,
-        "prompts": workload.get("prompts"),
-        "max_new_tokens": workload.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS),
-        "seed": workload.get("seed", 0),
+        "model": model.spec if model is not None and model.spec is not None else "default",
+        "draft": draft.spec if draft is not None else None,
+        "workload": workload.source if workload is not None else "builtin",
+        "categories": (",".join(workload.categories)
+                       if workload is not None and workload.categories else None),
+        "prompts": workload.prompts if workload is not None else None,
+        "max_new_tokens": (workload.max_new_tokens if workload is not None
+                           else DEFAULT_MAX_NEW_TOKENS),
+        "seed": workload.seed if workload is not None and workload.seed is not None else 0,
     }
     for name, value in filled.items():
         given = getattr(args, name, None)
@@ -163,21 +166,22 @@ def frozen_defaults(args: argparse.Namespace, doc: dict[str, Any] | None) -> lis
             setattr(args, name, value)
         elif doc is not None and value is not None and given != value:
             overridden.append(f"--{name.replace('_', '-')}")
-    if model.get("dtype") and args.dtype is None and doc is not None:
-        args.dtype = model["dtype"]
+    if model is not None and model.dtype and args.dtype is None:
+        args.dtype = model.dtype
     return overridden
 
 
-def _objective_of(doc: dict[str, Any]) -> Any:
+def _objective_of(doc: FrozenConfig) -> Any:
     """The objective the config was measured with: its file when it still has the
     recorded hash, else the shipped preset of that name, else `latency`."""
-    recorded = (doc.get("provenance") or {}).get("objective") or {}
-    path = recorded.get("file")
-    if path and Path(path).is_file():
+    recorded = doc.provenance.objective if doc.provenance is not None else None
+    path = recorded.file if recorded is not None else None
+    if recorded is not None and path and Path(path).is_file():
         objective = load_objective(path)
-        if not recorded.get("sha256") or objective.sha256 == recorded["sha256"]:
+        if not recorded.sha256 or objective.sha256 == recorded.sha256:
             return objective
-    name = recorded.get("name") or (doc.get("objective") or {}).get("name") or "latency"
+    name = ((recorded.name if recorded is not None else None)
+            or (doc.objective.name if doc.objective is not None else None) or "latency")
     return load_objective(name if name in available_objectives() else "latency")
 
 
@@ -186,10 +190,9 @@ VALIDATED_FIGURES = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per
                      "mean_accepted_tokens", "acceptance_rate", "lossless")
 
 
-def _validated_prompt_ids(doc: dict[str, Any]) -> list[str] | None:
-    validation = doc.get("validation")
-    ids = validation.get("prompt_ids") if isinstance(validation, dict) else None
-    return [str(i) for i in ids] if isinstance(ids, list) and ids else None
+def _validated_prompt_ids(doc: FrozenConfig) -> list[str] | None:
+    ids = doc.validation.prompt_ids if doc.validation is not None else None
+    return [str(i) for i in ids] if ids else None
 
 
 def run_measure_command(args: argparse.Namespace) -> int:
@@ -206,8 +209,8 @@ def run_measure_command(args: argparse.Namespace) -> int:
     config = _checked_config(args, doc, overridden)
     prompts = _prompts_of(args, held_out)
     objective = _objective_of(doc) if doc is not None else None
-    if held_out and objective is not None:
-        objective = dataclasses.replace(objective, repeats=int(doc["validation"].get("repeats") or 1))
+    if held_out and objective is not None and doc is not None and doc.validation is not None:
+        objective = dataclasses.replace(objective, repeats=doc.validation.repeats or 1)
     batch_size = getattr(args, "batch_size", None)
     _refuse_before_loading(args, config, measure_in, batch_size, len(prompts))
     # torch and transformers load here, once every input above has been checked.
@@ -229,15 +232,15 @@ def run_measure_command(args: argparse.Namespace) -> int:
     return _measure_plain(args, config, target, draft, prompts, backend)
 
 
-def _frozen_doc(path: str | None) -> dict[str, Any] | None:
+def _frozen_doc(path: str | None) -> FrozenConfig | None:
     """The frozen config `--config` names, checked; None for a plain config file."""
     if path and Path(path).suffix == ".json" and is_frozen(read_json(path)):
-        return load_frozen(path)
+        return load_frozen_config(path)
     return None
 
 
-def _engine_answer(args: argparse.Namespace, doc: dict[str, Any] | None,
-                   measure_in: str) -> dict[str, Any] | None:
+def _engine_answer(args: argparse.Namespace, doc: FrozenConfig | None,
+                   measure_in: str) -> FrozenConfig | None:
     """`--in ENGINE` on a best.json holding that engine's own answer (v5's `engines`):
     that answer (its knobs, model, workload, held-out prompts and figures), noted on
     stderr. One whose answer is not to speculate (or undecided) carries the AR baseline's
@@ -257,7 +260,7 @@ def _engine_answer(args: argparse.Namespace, doc: dict[str, Any] | None,
     return answer
 
 
-def _checked_config(args: argparse.Namespace, doc: dict[str, Any] | None,
+def _checked_config(args: argparse.Namespace, doc: FrozenConfig | None,
                     overridden: list[str]) -> Any:
     """The config to measure: --config's keys with --set's on top, validated; a --set
     on a frozen config is noted in `overridden` (the comparison says so)."""
@@ -266,9 +269,9 @@ def _checked_config(args: argparse.Namespace, doc: dict[str, Any] | None,
     if args.prompts is not None and args.prompts < 1:
         raise AutotuneError("--prompts must be at least 1")
     # A frozen config's knobs are its chosen answer's (an engine's own, for --in ENGINE).
-    keys = (doc["params"] if doc is not None
-            else load_config_file(args.config) if args.config else None)
-    base = config_from_mapping(keys) if keys is not None else None
+    keys = load_config_file(args.config) if args.config and doc is None else None
+    base = doc.config if doc is not None else (
+        config_from_mapping(keys) if keys is not None else None)
     assignments = parse_assignments(args.assignments)
     config = config_from_mapping(assignments, base).validate()
     if assignments and doc is not None:
@@ -424,7 +427,7 @@ def _replay(args: argparse.Namespace, config: Any, target: Any, draft: Any,
     return 0
 
 
-def _remeasure(args: argparse.Namespace, doc: dict[str, Any], config: Any, objective: Any,
+def _remeasure(args: argparse.Namespace, doc: FrozenConfig, config: Any, objective: Any,
                target: Any, draft: Any, prompts: list[Any], overridden: list[str],
                backend: Any = None) -> int:
     """Evaluate a frozen config with its objective (repeats and all) and compare."""
@@ -437,11 +440,12 @@ def _remeasure(args: argparse.Namespace, doc: dict[str, Any], config: Any, objec
                           max_new_tokens=args.max_new_tokens, seed=args.seed, memo={},
                           backend=backend)
     now = evaluate(objective, context, config)
-    recorded = dict(doc.get("metrics") or {})
-    validation = doc.get("validation")
-    if isinstance(validation, dict) and workload_digest(prompts) == validation.get("workload_sha256"):
+    recorded = doc.metrics.to_json() if doc.metrics is not None else {}
+    validation = doc.validation
+    if validation is not None and workload_digest(prompts) == validation.workload_sha256:
         # Same prompts as the validation: compare with its figures, not the search's.
-        recorded.update({k: validation[k] for k in VALIDATED_FIGURES if k in validation})
+        written = validation.to_json()
+        recorded.update({k: written[k] for k in VALIDATED_FIGURES if k in written})
     notes = describe_environment_change(
         doc, model_record(target, args.model), hardware_record(target.device),
         draft=model_record(draft, args.draft) if draft is not None else None,

@@ -13,7 +13,7 @@ import sys
 from autotune.common.memory import gb
 from autotune.pipeline.plan import SearchRequest, plan_search
 from autotune.pipeline.run import SearchOutcome, run_search
-from autotune.frozen.engines import engine_answers
+from autotune.frozen.record import FrozenConfig
 from autotune.runs.engine_exports import answers_table
 from autotune.runs.folder import best_document, top_table, validation_table
 
@@ -40,13 +40,15 @@ def print_summary(outcome: SearchOutcome) -> None:
         return
     print(f"\n{STOPPED[outcome.reason]}: {outcome.finished} of {outcome.budget} trials "
           f"finished ({outcome.seconds:.0f} s this run)\n", file=sys.stderr)
-    best = best_document(outcome.study, outcome.objective)
-    if best is not None and engine_answers(best):
+    doc = best_document(outcome.study, outcome.objective)
+    best = FrozenConfig.from_json(doc) if doc is not None else None
+    answers = best.engine_answers() if best is not None else {}
+    if best is not None and answers:
         print("the answer for every engine (held-out prompts, one AR baseline):")
         print(answers_table(best) + "\n\nautotune's own search, in detail:\n")
     print(top_table(outcome.study, outcome.objective))
     print("\n" + validation_table(outcome.study, outcome.objective))
-    for engine in engine_answers(best or {}):
+    for engine in answers:
         print(f"\n{engine}'s " + validation_table(outcome.study, outcome.objective, engine))
     print(f"\nrun folder: {outcome.run_dir} ({', '.join(outcome.files)})")
     if outcome.stages:

@@ -16,7 +16,7 @@ for an EAGLE chain, SGLang's speculative_adaptive_config; elsewhere in SGLang it
 loss (see each module).
 
 Engine rules: each format runs its engine's drafting and verification rules
-(`FORMAT_ENGINES`; autotune/decoding/engines.py). A config measured under other rules
+(`FORMAT_ENGINES`; autotune/schema/engines.py). A config measured under other rules
 where they matter is not exact there (a non-fatal `engine=` loss): search with `--target
 ENGINE` to measure it as the engine runs it. `engine_losses` is that check for a bare
 DecodeConfig (the search refuses candidates its `--target` cannot run exactly), and
@@ -37,10 +37,11 @@ from typing import Any, Mapping
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
-from autotune.decoding.config import DecodeConfig
-from autotune.decoding.engines import engine_rules, retirement
+from autotune.schema.config import DecodeConfig
+from autotune.schema.engines import engine_rules, retirement
 from autotune.exports import dv, hf, llama_server, sglang, trtllm, vllm
-from autotune.exports._common import Loss, Source, read_frozen, routing_loss
+from autotune.exports._common import ExportOptions, Loss, Source, read_frozen, routing_loss
+from autotune.frozen.record import FrozenConfig
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Format:
 
     @property
     def rules(self) -> str:
-        """Whose engine rules the format's engine runs (autotune/decoding/engines.py)."""
+        """Whose engine rules the format's engine runs (autotune/schema/engines.py)."""
         return str(self.module.RULES)
 
 
@@ -83,7 +84,7 @@ _OPTIONS = ("draft_tensor_parallel_size",)
 BASELINE_MESSAGE = "the best config is plain autoregressive decoding; there is nothing to export"
 
 __all__ = ["FORMATS", "FORMAT_ENGINES", "FORMAT_RECORDS", "Export", "Format", "approximation",
-           "engine_losses", "export", "expressible", "launch", "schema"]
+           "ExportOptions", "engine_losses", "export", "expressible", "launch", "schema"]
 
 
 @dataclass(frozen=True)
@@ -113,17 +114,18 @@ def _check_format(fmt: Any) -> str:
     raise AutotuneError(f"unknown export format {fmt!r}{hint}; formats: {', '.join(FORMATS)}")
 
 
-def _check_options(options: dict | None) -> dict[str, Any]:
-    options = dict(options or {})
-    for key in options:
+def _check_options(options: ExportOptions | Mapping[str, object] | None) -> ExportOptions:
+    """The export's options: a record, or a mapping of option names (a library caller's,
+    checked here)."""
+    if isinstance(options, ExportOptions):
+        return options
+    given = dict(options or {})
+    for key in given:
         if key not in _OPTIONS:
             hint = did_you_mean(str(key), _OPTIONS, inline=True)
             raise AutotuneError(f"unknown export option {key!r}{hint}; options: "
                                 f"{', '.join(_OPTIONS)}")
-    tp = options.get("draft_tensor_parallel_size")
-    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
-        raise AutotuneError(f"draft_tensor_parallel_size={tp!r} must be an integer >= 1")
-    return options
+    return ExportOptions(**given)
 
 
 def _losses(src: Source) -> dict[str, list[Loss]]:
@@ -160,8 +162,9 @@ def _notes(losses: list[Loss]) -> str:
     return "".join(f"; {note}" for note in dict.fromkeys(x.note for x in losses if x.note))
 
 
-def export(frozen: dict, fmt: str, lossy: bool = False, options: dict | None = None) -> Export:
-    """Render `frozen` (a FrozenConfig document) as `fmt`; see the module docstring.
+def export(frozen: FrozenConfig | Mapping[str, Any], fmt: str, lossy: bool = False,
+           options: ExportOptions | Mapping[str, object] | None = None) -> Export:
+    """Render `frozen` (a FrozenConfig, or its document) as `fmt`; see the module docstring.
 
     `options` may carry `draft_tensor_parallel_size` (used by vllm, ignored elsewhere).
     Raises AutotuneError (one line) for an unknown format, the AR baseline, a method the
@@ -191,7 +194,7 @@ def export(frozen: dict, fmt: str, lossy: bool = False, options: dict | None = N
                   builds=builds(src) if builds is not None else {})
 
 
-def expressible(frozen: dict) -> list[str]:
+def expressible(frozen: FrozenConfig | Mapping[str, Any]) -> list[str]:
     """Formats (in FORMATS order) that express `frozen` without any loss; [] for the
     AR baseline."""
     src = read_frozen(frozen)
@@ -223,7 +226,7 @@ def approximation(frozen_or_config: Any, fmt: str) -> str | None:
     return engine_rules(FORMAT_ENGINES[fmt]).approximation(cfg.method, cfg.greedy)
 
 
-def launch(frozen: dict, fmt: str, files: Mapping[str, str]) -> str:
+def launch(frozen: FrozenConfig | Mapping[str, Any], fmt: str, files: Mapping[str, str]) -> str:
     """The Markdown section of exports/launch.md that starts `fmt`'s engine with
     `files` (an `export(frozen, fmt).files`), with the approximation note if any."""
     fmt = _check_format(fmt)

@@ -17,7 +17,7 @@ with `lossy` it degrades to a chain as long as the tree is deep (its best path),
 
 Engine rules (`rules_loss`): every config records the engine whose drafting and
 verification rules it was measured under (DecodeConfig's `engine`, set by `search
---target`; autotune/decoding/engines.py). Each format runs its engine's rules (vllm,
+--target`; autotune/schema/engines.py). Each format runs its engine's rules (vllm,
 sglang, trtllm, hf, llama_server; Draft & Verify's repository drafts as autotune does).
 Where the measured rules differ from the format's in a rule that matters to the config
 (`engines.relevant`), the figures were measured on a decoder the engine is not, and the
@@ -37,7 +37,7 @@ what the engine does beyond the largest one.
 
 Nothing here names a method: what a method reads, whether it needs a draft model, whose
 layers it indexes and whether its drafts are always confident come from the method
-registry (`autotune.decoding.methods`), a tree's numbers from `DraftShape`. Which methods
+registry (`autotune.schema.methods`), a tree's numbers from `DraftShape`. Which methods
 an engine runs is engine knowledge, kept in each format module (`engine_methods`).
 """
 
@@ -49,11 +49,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import KNOBS, ROUTED_DRAFTER, DecodeConfig, own_keys
-from autotune.decoding.engines import describe_rule, differences, engine_rules, relevant
-from autotune.decoding.methods import MethodSpec, get_method
-from autotune.decoding.shape import STATIC, DraftShape
+from autotune.schema.config import KNOBS, ROUTED_DRAFTER, DecodeConfig, own_keys
+from autotune.schema.engines import describe_rule, differences, engine_rules, relevant
+from autotune.schema.methods import MethodSpec, get_method
+from autotune.schema.shape import STATIC, DraftShape
 from autotune.frozen.checks import read_parts
+from autotune.frozen.record import FrozenConfig, ModelRecord
 from autotune.frozen.schedule import Schedule
 
 
@@ -75,6 +76,19 @@ def policy_knobs(policy: str) -> tuple[str, ...]:
     """The knobs exit policy `policy` reads (`adaptive`: gamma, target_acceptance, epsilon,
     beta1, beta2), from the knobs' metadata."""
     return tuple(name for name, knob in KNOBS.items() if policy in knob.policies)
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Settings of an export that are not knobs: `draft_tensor_parallel_size` (vLLM's
+    draft model's tensor parallelism; ignored elsewhere)."""
+
+    draft_tensor_parallel_size: int | None = None
+
+    def __post_init__(self) -> None:
+        tp = self.draft_tensor_parallel_size
+        if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
+            raise AutotuneError(f"draft_tensor_parallel_size={tp!r} must be an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -121,7 +135,8 @@ class Loss:
         """One human line per dropped knob (the labelled one first)."""
         out = [f"{self.label}: {self.why}"]
         for name in self.knobs:
-            value = getattr(cfg, name, None)
+            # A knob by its name (a loss lists them); "draft" names the draft model.
+            value = getattr(cfg, name) if name in KNOBS else None
             shown = _show(value) if value is not None else "(set)"
             out.append(f"{name}={shown}: dropped with {self.label}")
         return out
@@ -131,14 +146,13 @@ def _show(value: Any) -> str:
     return str(list(value)) if isinstance(value, tuple) else str(value)
 
 
-def model_ref(model: Mapping[str, Any], role: str) -> str:
+def model_ref(model: ModelRecord, role: str) -> str:
     """The name an engine loads: the user's spec, unless it is our built-in `default` or a
     .gguf file (engines want an HF folder), in which case the local folder we read."""
-    spec = model.get("spec")
-    path = model.get("path")
-    if isinstance(spec, str) and spec and spec != "default" and not spec.lower().endswith(".gguf"):
+    spec, path = model.spec, model.path
+    if spec and spec != "default" and not spec.lower().endswith(".gguf"):
         return spec
-    if isinstance(path, str) and path:
+    if path:
         return path
     raise AutotuneError(f"frozen config's {role} model has neither a usable spec nor a path")
 
@@ -177,9 +191,9 @@ def routing_loss(src: Source) -> Loss | None:
     return Loss("drafter=routed", ("draft",), why, fatal=True, note=why)
 
 
-def read_frozen(frozen: Any) -> Source:
-    """A frozen-config document (`autotune.frozen.checks.read_parts` checks it) as a
-    Source; an engine also needs the target model's record."""
+def read_frozen(frozen: FrozenConfig | Mapping[str, Any]) -> Source:
+    """A frozen config (a record, or a document: `autotune.frozen.checks.read_parts`
+    checks it) as a Source; an engine also needs the target model's record."""
     parts = read_parts(frozen)
     model, draft = parts.model, parts.draft
     if model is None:
@@ -189,8 +203,8 @@ def read_frozen(frozen: Any) -> Source:
         target=model_ref(model, "target"),
         draft=(member_draft(model_ref(draft, "draft"), parts.config.drafter)
                if draft is not None else None),
-        model_id=str(model.get("id") or model_ref(model, "target")),
-        target_spec=model.get("spec") if isinstance(model.get("spec"), str) else None,
+        model_id=model.id or model_ref(model, "target"),
+        target_spec=model.spec,
         schedule=parts.schedule,
     )
 

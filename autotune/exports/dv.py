@@ -4,7 +4,7 @@ Writes the repository's `skip_layers.json` shape keyed by the model id, with its
 decoding arguments under `generate_kwargs`; its rules are autotune's.
 What was read upstream, where (versions, commits, files, line references):
 docs/engines/dv.md; the versions and commits are `PROVENANCE["dv"]` in
-autotune/decoding/engines.py.
+autotune/schema/engines.py.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.exports._common import (
+    ExportOptions,
     Loss,
     Source,
     chain_only_tree_loss,
@@ -69,7 +70,7 @@ def generate_kwargs(src: Source) -> dict[str, Any]:
     return out
 
 
-def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
+def render(src: Source, options: ExportOptions) -> dict[str, str]:
     cfg = src.cfg
     entry = {
         "attention": list(cfg.attn_skip),

@@ -4,7 +4,7 @@
 loads such a head: `vllm/` (EAGLE-1 and Medusa) and `sglang/` (EAGLE-1). The exporters
 point the engine there (`<drafter>/vllm`, `<drafter>/sglang`). What each loader wants,
 read in their sources (docs/trained-drafters.md; the commits: docs/engines/vllm.md
-and sglang.md, `PROVENANCE` in autotune/decoding/engines.py):
+and sglang.md, `PROVENANCE` in autotune/schema/engines.py):
 
 EAGLE-1 (both engines): weights unprefixed, `fc.weight` [H, 2H] over concat(embedding,
 feature), `layers.0.self_attn.{q,k,v,o}_proj.weight`, `layers.0.mlp.{gate,up,down}_

@@ -4,7 +4,7 @@ Writes `hf/generation_config.json`, `hf/assistant_generation_config.json` (a sep
 draft model) and `hf/generate_kwargs.json` (early exit); trees are a loss.
 What was read upstream, where (versions, commits, files, line references):
 docs/engines/hf.md; the versions and commits are `PROVENANCE["hf"]` in
-autotune/decoding/engines.py.
+autotune/schema/engines.py.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from autotune.exports._common import (
+    ExportOptions,
     Loss,
     Source,
     chain_only_tree_loss,
@@ -139,7 +140,7 @@ def generation_configs(src: Source) -> dict[str, dict[str, Any]]:
     return {FILE: target, ASSISTANT: _assistant_fields(src)}
 
 
-def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
+def render(src: Source, options: ExportOptions) -> dict[str, str]:
     return {name: dump_json(data) for name, data in generation_configs(src).items()}
 
 

@@ -4,7 +4,7 @@ Writes `llama_server/llama_server.json` and `llama_server/run-llama-server.sh` (
 `llama_ngram`, `llama_draft`).
 What was read upstream, where (versions, commits, files, line references):
 docs/engines/llama_server.md; the versions and commits are `PROVENANCE["llama_server"]` in
-autotune/decoding/engines.py.
+autotune/schema/engines.py.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.decoding.config import DecodeConfig
-from autotune.decoding.engines import provenance
-from autotune.decoding.llama_spec import canonical, spec_types
+from autotune.schema.config import DecodeConfig
+from autotune.schema.engines import provenance
+from autotune.schema.llama_spec import canonical, spec_types
 from autotune.exports._common import (
+    ExportOptions,
     Loss,
     Source,
     chain_only_tree_loss,
@@ -162,7 +163,7 @@ def request(cfg: DecodeConfig) -> dict[str, Any]:
             "presence_penalty": 0.0}
 
 
-def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
+def render(src: Source, options: ExportOptions) -> dict[str, str]:
     model = model_path(src)
     truncated = draft_file(src.cfg)
     draft = truncated or (src.draft if src.cfg.method == "llama_draft" else None)

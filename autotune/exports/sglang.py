@@ -4,7 +4,7 @@ Writes `sglang/sglang.yaml` and `sglang/sglang.sh` (STANDALONE chains or dynamic
 NGRAM's trie) and, for an EAGLE chain's schedule, `sglang/adaptive.json`.
 What was read upstream, where (versions, commits, files, line references):
 docs/engines/sglang.md; the versions and commits are `PROVENANCE["sglang"]` in
-autotune/decoding/engines.py.
+autotune/schema/engines.py.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from autotune.decoding.shape import DYNAMIC, STATIC, DraftShape
+from autotune.schema.shape import DYNAMIC, STATIC, DraftShape
 from autotune.exports._common import (
+    ExportOptions,
     STATIC_TREE_NOTE,
     Loss,
     Source,
@@ -45,11 +46,6 @@ ADAPTIVE_FILE = "sglang/adaptive.json"
 METHODS = engine_methods("draft_model", "ngram", "sglang_ngram", "eagle")
 # sglang_ngram's knobs -> SGLang's fields (arg_groups/fields/spec.py L252-275 in
 # PROVENANCE["sglang"].version), pinned in tests/engine_fields.py.
-NGRAM_FIELDS = {"speculative_ngram_max_trie_depth": "sglang_ngram_max_trie_depth",
-                "speculative_ngram_min_bfs_breadth": "sglang_ngram_min_bfs_breadth",
-                "speculative_ngram_max_bfs_breadth": "sglang_ngram_max_bfs_breadth",
-                "speculative_ngram_match_type": "sglang_ngram_match_type",
-                "speculative_ngram_capacity": "sglang_ngram_capacity"}
 
 
 def check(src: Source) -> list[Loss]:
@@ -219,7 +215,11 @@ def server_args(src: Source) -> dict[str, Any]:
         # SGLang's trie as measured: k tree nodes plus the root per verify pass.
         args.update({"speculative_algorithm": "NGRAM",
                      "speculative_num_draft_tokens": cfg.k + 1})
-        args.update({name: getattr(cfg, knob) for name, knob in NGRAM_FIELDS.items()})
+        args.update({"speculative_ngram_max_trie_depth": cfg.sglang_ngram_max_trie_depth,
+                     "speculative_ngram_min_bfs_breadth": cfg.sglang_ngram_min_bfs_breadth,
+                     "speculative_ngram_max_bfs_breadth": cfg.sglang_ngram_max_bfs_breadth,
+                     "speculative_ngram_match_type": cfg.sglang_ngram_match_type,
+                     "speculative_ngram_capacity": cfg.sglang_ngram_capacity})
     else:
         # NGRAM sets eagle_topk to max_bfs_breadth itself; num_draft_tokens counts the
         # root plus num_draft_tokens - 1 = k proposed nodes.
@@ -266,7 +266,7 @@ def command_line(args: dict[str, Any]) -> str:
     return " ".join(shlex.quote(word) for word in words)
 
 
-def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
+def render(src: Source, options: ExportOptions) -> dict[str, str]:
     args = server_args(src)
     text = yaml.safe_dump(config_yaml(args), sort_keys=False)
     files = {FILE: text, SHELL: command_line(args) + "\n"}

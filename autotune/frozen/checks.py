@@ -16,10 +16,11 @@ from typing import Any, Mapping
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
-from autotune.decoding.config import DecodeConfig, config_from_mapping
-from autotune.decoding.engines import retirement
-from autotune.decoding.methods import find_method
+from autotune.schema.config import DecodeConfig
+from autotune.schema.engines import retirement
+from autotune.schema.methods import find_method
 from autotune.frozen.engines import engine_answers
+from autotune.frozen.record import FrozenConfig, ModelRecord
 from autotune.frozen.schedule import Schedule, read_schedule
 from autotune.frozen.schema import READABLE, SCHEMA, SCHEMA_PREFIX, validation_schema
 
@@ -30,8 +31,8 @@ class FrozenParts:
     records of the models they were tuned on (None when not recorded)."""
 
     config: DecodeConfig
-    model: Mapping[str, Any] | None
-    draft: Mapping[str, Any] | None
+    model: ModelRecord | None
+    draft: ModelRecord | None
     # The per-batch-size K of the config's method (v3's optional `schedule`); None: the
     # config was tuned at batch size 1 only.
     schedule: Schedule | None = None
@@ -46,49 +47,31 @@ def _version_problem(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _n_layers(record: Mapping[str, Any] | None) -> int | None:
-    value = (record or {}).get("n_layers")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def read_parts(doc: FrozenConfig | Mapping[str, Any]) -> FrozenParts:
+    """The knobs and model records of a frozen config (a record, or a document of any
+    readable version), or an AutotuneError naming the first problem in one
+    `key: message` line.
 
-
-def read_parts(doc: Any) -> FrozenParts:
-    """The knobs and model records of a frozen document, or an AutotuneError naming the
-    first problem in one `key: message` line.
-
-    Checks the structure consumers rely on (a mapping of this version, with a `params`
-    mapping; `model` and `draft` mappings when present) and the knobs' meaning:
+    Checks the structure consumers rely on (`FrozenConfig`) and the knobs' meaning:
     `DecodeConfig.validate` against the layers of the stack the method's layer keys index
     (the method registry's rule), a recorded draft when the method needs one, and the
     `schedule`'s ranges when there is one (`read_schedule`). The full structural check
     of every field is the JSON Schema's (`problems`)."""
-    if not isinstance(doc, Mapping):
-        raise AutotuneError("a frozen config must be a mapping (the contents of best.json)")
-    version = doc.get("schema", SCHEMA)
-    if version not in READABLE:
-        raise AutotuneError(_version_problem(doc)
-                            or f"schema: {version!r} is not one of {', '.join(READABLE)}")
-    params, model, draft = doc.get("params"), doc.get("model"), doc.get("draft")
-    if not isinstance(params, Mapping):
-        raise AutotuneError("frozen config has no 'params' mapping")
-    if model is not None and not isinstance(model, Mapping):
-        raise AutotuneError("frozen config's 'model' must be a mapping")
-    if draft is not None and not isinstance(draft, Mapping):
-        raise AutotuneError("frozen config's 'draft' must be a mapping or null")
-    draft = draft or None                  # an empty record names no draft model
+    record = FrozenConfig.of(doc)
+    config, model, draft = record.config, record.model, record.draft
     try:
-        config = config_from_mapping(params)
         spec = find_method(config.method)  # None: validate says the method is unknown
         # Layer keys are checked against the stack they index (exits: the draft's when
         # sorted_exit runs over one); None skips the check, e.g. a method without any.
         role = spec.stack_role(draft is not None) if spec is not None else None
         stack = draft if role == "draft" else model if role == "target" else None
-        config.validate(n_layers=_n_layers(stack))
+        config.validate(n_layers=stack.n_layers if stack is not None else None)
     except AutotuneError as exc:
         raise AutotuneError(f"params: {exc}") from None
     if spec is not None and spec.needs_draft and draft is None:
         raise AutotuneError(f"draft: method={config.method} needs the draft model recorded "
                             "under 'draft'")
-    return FrozenParts(config, model, draft, read_schedule(doc, config.method))
+    return FrozenParts(config, model, draft, read_schedule(record.schedule, config.method))
 
 
 def problems(doc: Any) -> list[str]:

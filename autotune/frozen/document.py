@@ -6,7 +6,7 @@ import math
 from typing import Any, Mapping
 
 from autotune import __version__
-from autotune.decoding.config import config_from_mapping
+from autotune.schema.config import config_from_mapping
 from autotune.frozen.environment import now
 from autotune.frozen.schema import SCHEMA
 

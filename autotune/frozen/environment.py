@@ -13,10 +13,12 @@ import platform
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from autotune.common.files import write_atomically
-from autotune.common.interval import speedup_text
+from autotune.frozen.record import FrozenConfig, HardwareRecord, ModelRecord
+
+_Part = TypeVar("_Part", ModelRecord, HardwareRecord)
 
 # Weight files whose bytes define a model; hashed in name order.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
@@ -115,9 +117,10 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def describe_environment_change(doc: Mapping[str, Any], model: Mapping[str, Any] | None,
-                                hardware: Mapping[str, Any] | None, *,
-                                draft: Mapping[str, Any] | None = None,
+def describe_environment_change(doc: FrozenConfig | Mapping[str, Any],
+                                model: ModelRecord | Mapping[str, Any] | None,
+                                hardware: HardwareRecord | Mapping[str, Any] | None, *,
+                                draft: ModelRecord | Mapping[str, Any] | None = None,
                                 prompts_sha256: str | None = None,
                                 prompts_count: int | None = None) -> list[str]:
     """Lines saying what differs between the recorded run and now (model and draft
@@ -130,62 +133,71 @@ def describe_environment_change(doc: Mapping[str, Any], model: Mapping[str, Any]
     a config validated on held-out prompts (`validation`) was judged on others, so a
     re-measurement on other prompts is expected there and the line says which prompts
     each recorded figure came from."""
+    record = FrozenConfig.of(doc)
+    now_model, now_draft = _as(ModelRecord, model), _as(ModelRecord, draft)
+    now_hardware = _as(HardwareRecord, hardware)
     notes = []
-    recorded_model = doc.get("model") or {}
-    if model and recorded_model.get("sha256") and recorded_model["sha256"] != model.get("sha256"):
-        notes.append(f"model differs: recorded {recorded_model.get('id')} "
-                     f"({recorded_model['sha256'][:12]}), now {model.get('id')} "
-                     f"({str(model.get('sha256'))[:12]})")
-    notes.extend(_draft_change(doc.get("draft") or None, draft))
-    recorded_hw = doc.get("hardware") or {}
-    for key in ("device", "device_name", "threads", "torch", "cuda", "transformers"):
-        if hardware and key in recorded_hw and recorded_hw[key] != hardware.get(key):
-            notes.append(f"{key} differs: recorded {recorded_hw[key]!r}, now {hardware.get(key)!r}")
+    recorded = record.model
+    if (now_model is not None and recorded is not None and recorded.sha256
+            and recorded.sha256 != now_model.sha256):
+        notes.append(f"model differs: recorded {recorded.id} ({recorded.sha256[:12]}), now "
+                     f"{now_model.id} ({str(now_model.sha256)[:12]})")
+    notes.extend(_draft_change(record.draft, now_draft))
+    if record.hardware is not None and now_hardware is not None:
+        written, current = record.hardware.to_json(), now_hardware.to_json()
+        for key in ("device", "device_name", "threads", "torch", "cuda", "transformers"):
+            if key in written and written[key] != current.get(key):
+                notes.append(f"{key} differs: recorded {written[key]!r}, now "
+                             f"{current.get(key)!r}")
     if prompts_sha256 is not None:
-        notes.extend(_prompts_change(doc, prompts_sha256, prompts_count))
+        notes.extend(_prompts_change(record, prompts_sha256, prompts_count))
     return notes
 
 
-def _model_label(record: Mapping[str, Any] | None) -> str:
-    if not record:
+def _as(kind: type[_Part], value: _Part | Mapping[str, Any] | None) -> _Part | None:
+    """`value` as a `kind` record (a `model_record` / `hardware_record` dict is read)."""
+    if value is None or isinstance(value, kind):
+        return value
+    return kind.model_validate(value)
+
+
+def _model_label(record: ModelRecord | None) -> str:
+    if record is None:
         return "none"
-    digest = record.get("sha256")
-    return f"{record.get('id')} ({str(digest)[:12]})" if digest else str(record.get("id"))
+    return f"{record.id} ({record.sha256[:12]})" if record.sha256 else str(record.id)
 
 
-def _draft_change(recorded: Mapping[str, Any] | None, now: Mapping[str, Any] | None
-                  ) -> list[str]:
+def _draft_change(recorded: ModelRecord | None, now: ModelRecord | None) -> list[str]:
     """One line when the draft model now is another one (or none) than the recorded:
     a draft's weights set its acceptance, so every speculative figure moves with them."""
     if recorded is None and now is None:
         return []
     if recorded is not None and now is not None:
-        old, new = recorded.get("sha256"), now.get("sha256")
-        if not old or not new or old == new:
+        if not recorded.sha256 or not now.sha256 or recorded.sha256 == now.sha256:
             return []
     return [f"draft differs: recorded {_model_label(recorded)}, now {_model_label(now)}"]
 
 
-def _prompts_change(doc: Mapping[str, Any], sha256: str, count: int | None) -> list[str]:
+def _prompts_change(doc: FrozenConfig, sha256: str, count: int | None) -> list[str]:
     """A line when the prompts measured now are not the ones the recorded figures came
     from (`workload.sha256`: the search's prompts; `validation.workload_sha256`: the
     held-out prompts of the validated figure)."""
-    workload = doc.get("workload") or {}
-    searched = workload.get("sha256")
-    validation = doc.get("validation") or {}
-    validated = validation.get("workload_sha256")
+    workload, validation = doc.workload, doc.validation
+    searched = workload.sha256 if workload is not None else None
+    validated = validation.workload_sha256 if validation is not None else None
     now = f"{count if count is not None else '?'} prompts ({sha256[:12]})"
-    search_part = (f"the recorded metrics from the search's {workload.get('prompts', '?')} "
+    search_part = (f"the recorded metrics from the search's "
+                   f"{workload.prompts if workload is not None else '?'} "
                    f"prompts ({searched[:12] if searched else 'no hash recorded'})")
-    if not validated:
+    if validation is None or not validated:
         if not searched or searched == sha256:
             return []
         return [f"prompts differ: {search_part}, now {now}"]
     if sha256 == searched:
         return []                  # the table compares the search's figures on them
-    held_out = (f"the validated speedup {speedup_text(validation)} from "
-                f"{validation.get('prompts', '?')} held-out prompts "
-                f"({validation.get('source') or 'validation'}; {validated[:12]})")
+    held_out = (f"the validated speedup {validation.speedup_text()} from "
+                f"{validation.prompts} held-out prompts "
+                f"({validation.source or 'validation'}; {validated[:12]})")
     if sha256 == validated:
         return [f"prompts: measured on the validation prompts; compare speedup with "
                 f"{held_out}; {search_part}"]

@@ -16,7 +16,9 @@ its declared order, which is best.json's), and numbers as written (`Number`: an 
 stays an int). Keys a part does not declare (a newer autotune's, a figure only some
 records carry) are kept as they are (`extra="allow"`). The structure of a file is checked
 by its version's JSON Schema (`checks.problems`, in `load_frozen_config`), so the models
-accept what the schemas accept; `params` is parsed by `config_from_mapping`.
+accept what the schemas accept and leave required-ness to them (a part given alone, as a
+library caller or a test builds it, reads too); `params` is parsed by
+`config_from_mapping`.
 """
 
 from __future__ import annotations
@@ -34,15 +36,15 @@ from pydantic import (
     PlainValidator,
     PrivateAttr,
     ValidationError,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
-from autotune.common.interval import Interval
+from autotune.common.interval import Interval, speedup_text
 from autotune.schema.config import DecodeConfig, config_from_mapping
-from autotune.frozen.checks import load_frozen
 from autotune.frozen.schema import READABLE, SCHEMA
 
 __all__ = ["CategoryFigures", "DecoderPrediction", "FileRef", "FinalistFigures",
@@ -103,17 +105,24 @@ class Figures(JsonRecord):
     speedup: Number | None = None
     ci90: list[Number] | None = None
     mean_accepted_tokens: Number | None = None
+    # The config the figures are of, where they are a finalist's (or a prediction's).
+    label: str | None = None
 
     @property
     def interval(self) -> Interval | None:
         """The speedup's interval; None where there is none (one prompt, the baseline)."""
         return Interval.from_json(self.ci90)
 
+    def speedup_text(self, missing: str = "-") -> str:
+        """`1.118x [1.065, 1.172]` (`common.interval.speedup_text`), `missing` without a
+        speedup."""
+        return speedup_text(self.to_json(), missing)
+
 
 class ModelRecord(JsonRecord):
     """The `model` (or `draft`) entry: `environment.model_record`."""
 
-    id: str
+    id: str | None = None
     spec: str | None = None
     path: str | None = None
     sha256: str | None = None
@@ -126,7 +135,7 @@ class ModelRecord(JsonRecord):
 class HardwareRecord(JsonRecord):
     """The `hardware` entry: `environment.hardware_record`."""
 
-    device: str
+    device: str | None = None
     device_name: str | None = None
     cpu: str | None = None
     threads: int | None = None
@@ -139,10 +148,10 @@ class HardwareRecord(JsonRecord):
 class WorkloadRecord(JsonRecord):
     """The workload the config was tuned on (`sha256`: over the loaded prompts)."""
 
-    source: str
+    source: str | None = None
     categories: list[str] | None = None
-    prompts: int
-    max_new_tokens: int
+    prompts: int | None = None
+    max_new_tokens: int | None = None
     temperature: Number | None = None
     top_p: Number | None = None
     seed: int | None = None
@@ -152,7 +161,7 @@ class WorkloadRecord(JsonRecord):
 class FileRef(JsonRecord):
     """A space or objective file: its name, where it was read and its hash."""
 
-    name: str
+    name: str | None = None
     file: str | None = None
     sha256: str | None = None
 
@@ -161,7 +170,7 @@ class ProvenanceRecord(JsonRecord):
     """How the config was made: the run's settings and, for a trial, its number,
     preset and label."""
 
-    autotune_version: str
+    autotune_version: str | None = None
     created: str | None = None
     space: FileRef | None = None
     objective: FileRef | None = None
@@ -179,7 +188,7 @@ class ProvenanceRecord(JsonRecord):
 class ObjectiveRecord(JsonRecord):
     """The objective the trial was chosen by, and its values there."""
 
-    name: str
+    name: str | None = None
     metrics: list[str] | None = None
     directions: list[str] | None = None
     values: dict[str, Number | None] | None = None
@@ -200,11 +209,11 @@ class Metrics(JsonRecord):
 class ParetoPoint(JsonRecord):
     """A trial on the Pareto front (several objectives)."""
 
-    trial: int
+    trial: int | None = None
     preset: str | None = None
     label: str | None = None
-    values: dict[str, Number | None]
-    params: dict[str, KnobValue]
+    values: dict[str, Number | None] | None = None
+    params: dict[str, KnobValue] | None = None
     optuna_params: dict[str, KnobValue] | None = None
     metrics: Metrics | None = None
 
@@ -220,8 +229,7 @@ class CategoryFigures(Figures):
 class FinalistFigures(Figures):
     """One finalist's held-out figures, as the evidence under `validation.finalists`."""
 
-    trial: int
-    label: str | None = None
+    trial: int | None = None
     role: str | None = None
     preset: str | None = None
     search: dict[str, FigureValue] | None = None
@@ -235,18 +243,17 @@ class DecoderPrediction(Figures):
     """An engine's answer raced in the engine itself: what autotune's decoder predicted
     for it (`validation.decoder_prediction`)."""
 
-    decision: str
+    decision: str | None = None
     measured_by: str | None = None
     measured_by_label: str | None = None
     trial: int | None = None
-    label: str | None = None
 
 
 class RaceLook(JsonRecord):
     """One look of the validation race."""
 
-    prompts: int
-    level: Number
+    prompts: int | None = None
+    level: Number | None = None
     active: list[str] | None = None
     dropped: list[str] | None = None
 
@@ -270,13 +277,13 @@ class Validation(Figures):
     statistic: str | None = None
     level: Number | None = None
     source: str | None = None
-    prompts: int
+    prompts: int | None = None
     prompt_ids: list[str] | None = None
     categories: dict[str, int] | None = None
     workload_sha256: str | None = None
-    repeats: int
+    repeats: int | None = None
     max_new_tokens: int | None = None
-    decision: str
+    decision: str | None = None
     reason: str | None = None
     winner: int | None = None
     measured_by: str | None = None
@@ -293,7 +300,7 @@ class Validation(Figures):
     acceptance_rate: Number | None = None
     lossless: bool | None = None
     by_category: dict[str, CategoryFigures] | None = None
-    finalists: list[FinalistFigures]
+    finalists: list[FinalistFigures] = Field(default_factory=list)
     decoder_prediction: DecoderPrediction | None = None
 
     @property
@@ -318,27 +325,27 @@ class Validation(Figures):
 class ScheduleRangeRecord(JsonRecord):
     """Batch sizes `start`..`end` run `k` draft tokens per round."""
 
-    start: int
-    end: int
-    k: int
+    start: int | None = None
+    end: int | None = None
+    k: int | None = None
 
 
 class SchedulePoint(Figures):
     """One measured (batch size, K) of the schedule."""
 
-    batch_size: int
-    k: int
-    split: str
+    batch_size: int | None = None
+    k: int | None = None
+    split: str | None = None
 
 
 class ScheduleDocument(JsonRecord):
     """The optional `schedule` as written (K per batch size); `schedule.read_schedule`
     checks what its JSON Schema cannot and gives the `Schedule` exporters act on."""
 
-    method: str
-    batch_sizes: list[int]
+    method: str | None = None
+    batch_sizes: list[int] = Field(default_factory=list)
     objective: str | None = None
-    ranges: list[ScheduleRangeRecord]
+    ranges: list[ScheduleRangeRecord] = Field(default_factory=list)
     points: list[SchedulePoint] | None = None
     notes: list[str] | None = None
 
@@ -366,7 +373,9 @@ class FrozenConfig(JsonRecord):
     on, by which run, and how they held up on held-out prompts."""
 
     version: str = Field(default=SCHEMA, alias="schema")
-    config: Params = Field(alias="params")
+    # Required by the JSON Schema; a part of a document given alone (a test's, a
+    # library caller's `{"validation": ...}`) reads with the defaults.
+    config: Params = Field(default_factory=DecodeConfig, alias="params")
     metrics: Metrics | None = None
     objective: ObjectiveRecord | None = None
     model: ModelRecord | None = None
@@ -380,6 +389,17 @@ class FrozenConfig(JsonRecord):
     engines: dict[str, FrozenConfig] | None = None
     # The version the file was written as (`upgrade` turned it into this one).
     _written_as: str = PrivateAttr(default=SCHEMA)
+
+    @field_validator("draft", mode="before")
+    @classmethod
+    def _empty_draft_is_none(cls, value: Any) -> Any:
+        # An empty record names no draft model (a hand-written file's `"draft": {}`).
+        return None if isinstance(value, Mapping) and not value else value
+
+    @classmethod
+    def of(cls, doc: FrozenConfig | Mapping[str, Any]) -> FrozenConfig:
+        """`doc` as a record: itself, or a document read with `from_json`."""
+        return doc if isinstance(doc, FrozenConfig) else cls.from_json(doc)
 
     @classmethod
     def from_json(cls, doc: Any) -> FrozenConfig:
@@ -428,32 +448,21 @@ class FrozenConfig(JsonRecord):
 # additive (a reader of the new version reads an old file as it is), so the steps say
 # what an absent key meant in the older version where that is not the reader's default.
 
-def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc                     # v2 added the optional `validation`
-
-
-def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
-    # v3 added `params.engine` (whose drafting rules the figures were measured under):
-    # every older file was measured under autotune's own. (And the optional `schedule`.)
+def _absent_engine_was_autotune(doc: dict[str, Any]) -> None:
+    """v3 added `params.engine` (whose drafting rules the figures were measured under):
+    every older file was measured under autotune's own."""
     params = doc.get("params")
     if isinstance(params, Mapping) and "engine" not in params:
         doc["params"] = {**params, "engine": "autotune"}
-    return doc
 
 
-def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc                     # v4 added the answer "undecided" and `min_gain`
-
-
-def _v4_to_v5(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc                     # v5 added the optional per-engine `engines`
-
-
-_UPGRADES: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
-    "autotune.frozen/v1": ("autotune.frozen/v2", _v1_to_v2),
-    "autotune.frozen/v2": ("autotune.frozen/v3", _v2_to_v3),
-    "autotune.frozen/v3": ("autotune.frozen/v4", _v3_to_v4),
-    "autotune.frozen/v4": (SCHEMA, _v4_to_v5),
+# Version -> the next one and what changes in a document on the way (None: nothing; the
+# keys the next version added are optional).
+_UPGRADES: dict[str, tuple[str, Callable[[dict[str, Any]], None] | None]] = {
+    "autotune.frozen/v1": ("autotune.frozen/v2", None),       # + `validation`
+    "autotune.frozen/v2": ("autotune.frozen/v3", _absent_engine_was_autotune),  # + `schedule`
+    "autotune.frozen/v3": ("autotune.frozen/v4", None),       # + "undecided", `min_gain`
+    "autotune.frozen/v4": (SCHEMA, None),                     # + `engines`
 }
 
 
@@ -466,8 +475,9 @@ def upgrade(doc: Mapping[str, Any]) -> dict[str, Any]:
         raise AutotuneError(f"schema: {version!r} is not supported by this autotune (reads "
                             f"{', '.join(map(repr, READABLE))})")
     while version != SCHEMA:
-        version, step = _UPGRADES[version][0], _UPGRADES[version][1]
-        out = step(out)
+        version, step = _UPGRADES[version]
+        if step is not None:
+            step(out)
         out["schema"] = version
     return out
 
@@ -478,6 +488,8 @@ def load_frozen_config(path: str | Path) -> FrozenConfig:
     """Read, check (the version's JSON Schema and the knobs' meaning, as `autotune
     validate` does) and upgrade a frozen config file; one line naming its first problem
     otherwise."""
+    # Imported here: the checks read documents through FrozenConfig.
+    from autotune.frozen.checks import load_frozen
     return FrozenConfig.from_json(load_frozen(path))
 
 

@@ -1,15 +1,15 @@
 """A frozen config's optional `schedule`: which K its method runs at each batch size.
 
-The JSON Schema checks its structure; `read_schedule` checks what a schema cannot (the
-ranges tile the tuned batch sizes) and gives the typed `Schedule` exporters act on.
+The JSON Schema and `record.ScheduleDocument` check its structure; `read_schedule` checks
+what they cannot (the ranges tile the tuned batch sizes) and gives the typed `Schedule`
+exporters act on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
-
 from autotune.common.errors import AutotuneError
+from autotune.frozen.record import ScheduleDocument
 
 
 @dataclass(frozen=True)
@@ -58,22 +58,17 @@ class Schedule:
         return ", ".join(r.label() for r in self.ranges)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _schedule_ranges(raw: Any) -> tuple[ScheduleRange, ...]:
+def _schedule_ranges(raw: ScheduleDocument) -> tuple[ScheduleRange, ...]:
     """`schedule.ranges` as ScheduleRanges, or the first problem (sorted, contiguous,
     starting at 1: every batch size up to the last end has exactly one K)."""
-    if not isinstance(raw, list) or not raw:
+    if not raw.ranges:
         raise AutotuneError("schedule.ranges: must be a non-empty list of {start, end, k}")
-    ranges = []
-    for i, item in enumerate(raw):
+    ranges: list[ScheduleRange] = []
+    for i, item in enumerate(raw.ranges):
         where = f"schedule.ranges.{i}"
-        if not isinstance(item, Mapping) or not all(_is_int(item.get(key))
-                                                    for key in ("start", "end", "k")):
+        if item.start is None or item.end is None or item.k is None:
             raise AutotuneError(f"{where}: needs integer start, end and k")
-        r = ScheduleRange(item["start"], item["end"], item["k"])
+        r = ScheduleRange(item.start, item.end, item.k)
         if r.start < 1 or r.end < r.start or r.k < 0:
             raise AutotuneError(f"{where}: needs 1 <= start <= end and k >= 0, got "
                                 f"start={r.start}, end={r.end}, k={r.k}")
@@ -86,25 +81,20 @@ def _schedule_ranges(raw: Any) -> tuple[ScheduleRange, ...]:
     return tuple(ranges)
 
 
-def read_schedule(doc: Mapping[str, Any], method: str | None = None) -> Schedule | None:
-    """The document's `schedule`, None when it has none, or an AutotuneError naming its
-    first problem in one `schedule.key: message` line. The JSON Schema checks the
-    structure; this checks what it cannot: the ranges tile 1..largest tuned batch size,
-    each later range starts at a tuned batch size (a range runs from one to the next
-    minus 1), and a schedule that speculates is for the config's own `method` when one
-    is given."""
-    raw = doc.get("schedule")
+def read_schedule(raw: ScheduleDocument | None, method: str | None = None) -> Schedule | None:
+    """A frozen config's `schedule` (`FrozenConfig.schedule`) checked, None when it has
+    none, or an AutotuneError naming its first problem in one `schedule.key: message`
+    line. The record holds the structure; this checks what it cannot: the ranges tile
+    1..largest tuned batch size, each later range starts at a tuned batch size (a range
+    runs from one to the next minus 1), and a schedule that speculates is for the
+    config's own `method` when one is given."""
     if raw is None:
         return None
-    if not isinstance(raw, Mapping):
-        raise AutotuneError("schedule: must be a mapping")
-    ranges = _schedule_ranges(raw.get("ranges"))
-    sizes = raw.get("batch_sizes")
-    if (not isinstance(sizes, list) or not sizes
-            or not all(_is_int(b) and b >= 1 for b in sizes)):
+    ranges = _schedule_ranges(raw)
+    if not raw.batch_sizes or not all(b >= 1 for b in raw.batch_sizes):
         raise AutotuneError("schedule.batch_sizes: must be a non-empty list of the tuned "
                             "batch sizes (integers >= 1)")
-    tuned = tuple(sorted(set(sizes)))
+    tuned = tuple(sorted(set(raw.batch_sizes)))
     # The first range starts at 1 whatever the smallest tuned size (its K covers the
     # sizes below it); every later one at a tuned size.
     for i, r in enumerate(ranges[1:], start=1):
@@ -115,13 +105,11 @@ def read_schedule(doc: Mapping[str, Any], method: str | None = None) -> Schedule
         raise AutotuneError(f"schedule.ranges.{len(ranges) - 1}: ends at {ranges[-1].end}, "
                             f"not at the largest tuned batch size {tuned[-1]} (nothing "
                             "beyond it was measured)")
-    owner = raw.get("method")
-    if not isinstance(owner, str):
+    if raw.method is None:
         raise AutotuneError("schedule.method: must name the method the schedule is for")
     # A schedule that never speculates says so whatever its method (the search writes
     # method "none" when the batch-1 answer is not to speculate).
-    if method is not None and owner != method and any(r.k for r in ranges):
-        raise AutotuneError(f"schedule.method: {owner!r} is not the config's method "
+    if method is not None and raw.method != method and any(r.k for r in ranges):
+        raise AutotuneError(f"schedule.method: {raw.method!r} is not the config's method "
                             f"{method!r} (the schedule sets K for the params' method)")
-    objective = raw.get("objective")
-    return Schedule(owner, tuned, ranges, objective if isinstance(objective, str) else None)
+    return Schedule(raw.method, tuned, ranges, raw.objective)

@@ -2,7 +2,7 @@
 
 Each version's structure is a JSON Schema in `schemas/frozen-v*.schema.json`. The files do
 not list the method names: `params.method.enum` is filled when a schema is loaded, from the
-method registry, so a method is registered in one place (`autotune.decoding.methods`).
+method registry, so a method is registered in one place (`autotune.schema.methods`).
 Nor does the current version's file list the methods' own keys: each entry under
 `params` is made from the key's `MethodKnob` (kind, bounds, choices) when the schema is
 loaded, so a method's keys are declared in its package only. A rule the knob cannot say
@@ -16,9 +16,9 @@ import json
 from importlib.resources import files
 from typing import Any, Sequence
 
-from autotune.decoding.config import KNOBS
-from autotune.decoding.knobs import Knob
-from autotune.decoding.methods import BUILTIN_METHODS, method_names
+from autotune.schema.config import KNOBS
+from autotune.schema.knobs import Knob
+from autotune.schema.methods import BUILTIN_METHODS, method_names
 
 SCHEMA = "autotune.frozen/v5"
 SCHEMA_PREFIX = "autotune.frozen/"

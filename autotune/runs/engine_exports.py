@@ -16,14 +16,11 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import autotune.exports as exports
 from autotune.backends import BACKEND_RECORDS
-from autotune.common.interval import speedup_text
-from autotune.decoding.engines import ENGINE_RECORDS, PROVENANCE, engine_rules
-from autotune.frozen.checks import load_frozen
-from autotune.frozen.engines import engine_answers
+from autotune.schema.engines import ENGINE_RECORDS, PROVENANCE, engine_rules
+from autotune.frozen.record import Figures, FrozenConfig, Validation, load_frozen_config
 # By attribute (`exports_folder.swap_in`): tests/phase_driver.py parks a run there.
 from autotune.runs import exports_folder
 from autotune.runs.exports_folder import LAUNCH, build_files, format_refusal
@@ -42,14 +39,14 @@ _VERDICTS = {"speculate": "speculate", "do_not_speculate": "do not speculate",
 def write_engine_exports(best_path: Path, out_dir: Path) -> list[str]:
     """Write each engine's answer into `out_dir/<engine>/` and the table into
     `out_dir/README.txt`. Returns the files written, relative to `out_dir`."""
-    best = load_frozen(best_path)
-    answers = engine_answers(best)
+    best = load_frozen_config(best_path)
+    answers = best.engine_answers()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".exports-", dir=out_dir.parent))
     written: list[str] = []
     try:
-        for engine, doc in answers.items():
-            files = _engine_folder(scratch / engine, engine, doc)
+        for engine, answer in answers.items():
+            files = _engine_folder(scratch / engine, engine, answer)
             written += [f"{engine}/{name}" for name in files]
         text = (f"Exports of the run's {best_path.name}: one folder per engine, each "
                 "holding that engine's own answer, chosen under its drafting rules and "
@@ -63,13 +60,13 @@ def write_engine_exports(best_path: Path, out_dir: Path) -> list[str]:
     return written
 
 
-def answers_table(best: dict[str, Any], own_file: str = "best.json",
+def answers_table(best: FrozenConfig, own_file: str = "best.json",
                   folder: str = "exports/") -> str:
     """The per-engine table of a best.json with `engines`: autotune's own answer (the
     ceiling, in `own_file`) first, then each engine's (in `folder<engine>/`)."""
     rows = [_row("autotune (ceiling)", best, own_file)]
-    rows += [_row(engine, doc, f"{folder}{engine}/")
-             for engine, doc in engine_answers(best).items()]
+    rows += [_row(engine, answer, f"{folder}{engine}/")
+             for engine, answer in best.engine_answers().items()]
     return engine_table(rows)
 
 
@@ -91,118 +88,123 @@ def engine_table(rows: list[dict[str, str]]) -> str:
                      for line in table)
 
 
-def _row(engine: str, doc: dict[str, Any], file: str) -> dict[str, str]:
+def _row(engine: str, answer: FrozenConfig, file: str) -> dict[str, str]:
     """One table row of an answer: its config (none for do not speculate), its own
     held-out figure (its best finalist's where it does not speculate), tau and verdict."""
-    validation = doc.get("validation") or {}
-    decision = str(validation.get("decision", "not validated"))
+    validation = answer.validation
+    decision = validation.decision if validation is not None else "not validated"
     shown = _shown(validation)
-    config = (str((doc.get("provenance") or {}).get("label") or "")
-              if decision == "speculate" else _none_label(shown))
-    tau = shown.get("mean_accepted_tokens")
-    predicted = validation.get("decoder_prediction")
+    config = ((answer.label or "") if decision == "speculate" else _none_label(shown))
+    tau = shown.mean_accepted_tokens if shown is not None else None
+    predicted = validation.decoder_prediction if validation is not None else None
     return {"engine": engine, "config": config or "-",
-            "held-out speedup [90%]": speedup_text(shown),
+            "held-out speedup [90%]": _speedup(shown),
             "tau": f"{tau:.2f}" if isinstance(tau, (int, float)) else "-",
             "verdict": _VERDICTS.get(decision, decision), "file": file,
             _MEASURED_HEADS[0]: _measured_in(validation),
-            _MEASURED_HEADS[1]: (speedup_text(predicted) if isinstance(predicted, dict)
-                                 else "-")}
+            _MEASURED_HEADS[1]: predicted.speedup_text() if predicted is not None else "-"}
 
 
-def _measured_in(validation: dict[str, Any]) -> str:
+def _measured_in(validation: Validation | None) -> str:
     """Where an answer's figures were measured, short: the engine itself, or our decoder."""
-    who = validation.get("measured_by")
-    if who in (None, "autotune"):
+    if validation is None or not validation.measured_in_engine:
         return "autotune's decoder"
-    return f"{who} itself"
+    return f"{validation.measured_by} itself"
 
 
-def _none_label(best: dict[str, Any]) -> str:
+def _none_label(best: Figures | None) -> str:
     """The config cell of an answer that does not speculate: none, and the best finalist
     its figure is of (so the figure is not read as plain decoding's own)."""
-    label = best.get("label")
+    label = best.label if best is not None else None
     return f"none (best tried: {label})" if label else "none (plain decoding)"
 
 
-def _shown(validation: dict[str, Any]) -> dict[str, Any]:
+def _shown(validation: Validation | None) -> Figures | None:
     """The figures an answer is read by: its own (speculate), else its best finalist's."""
-    if validation.get("decision") == "speculate":
-        return validation
-    measured = [f for f in validation.get("finalists") or []
-                if isinstance(f.get("speedup"), (int, float))]
-    return max(measured, key=lambda f: f["speedup"], default={})
+    return validation.shown() if validation is not None else None
 
 
-def _engine_folder(folder: Path, engine: str, doc: dict[str, Any]) -> list[str]:
+def _speedup(figures: Figures | None) -> str:
+    return figures.speedup_text() if figures is not None else "-"
+
+
+def _engine_folder(folder: Path, engine: str, answer: FrozenConfig) -> list[str]:
     """One engine's folder: its files and launch notes, or a README saying not to
     speculate. Returns the files written, relative to `folder`."""
     folder.mkdir(parents=True)
-    validation = doc.get("validation") or {}
-    header = _header(engine, doc)
-    if validation.get("decision") != "speculate":
+    validation = answer.validation
+    header = _header(engine, answer)
+    if validation is None or not validation.speculates:
         label = engine_rules(engine).label
-        if validation.get("decision") == "undecided":
+        if validation is not None and validation.decision == "undecided":
             verdict = (f"undecided: the figures cannot tell a gain worth having from none. "
                        f"Until a rerun decides, serve {label} without speculative decoding")
         else:
             verdict = (f"do not speculate: serve {label} without speculative decoding; no "
                        "config of its space was shown faster than plain decoding on the "
                        "held-out prompts")
-        text = (f"{header}\nAnswer: {verdict} ({validation.get('reason')}).\n"
-                f"Its best finalist: {speedup_text(_shown(validation))}.\n")
+        reason = validation.reason if validation is not None else None
+        text = (f"{header}\nAnswer: {verdict} ({reason}).\n"
+                f"Its best finalist: {_speedup(_shown(validation))}.\n")
         (folder / README).write_text(text, encoding="utf-8")
         return [README]
-    if engine not in exports.expressible(doc):
+    if engine not in exports.expressible(answer):
         # The engine's space is cut to what its exporter writes exactly; a config it
         # still cannot write is said, not written approximately.
-        (folder / README).write_text(f"{header}\nNot written: {format_refusal(doc, engine)}\n",
+        (folder / README).write_text(f"{header}\nNot written: {format_refusal(answer, engine)}\n",
                                      encoding="utf-8")
         return [README]
-    result = exports.export(doc, engine)
+    result = exports.export(answer, engine)
     for name, text in result.files.items():
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     built = build_files(result, folder)
-    launch = exports.launch(doc, engine, result.files)
+    launch = exports.launch(answer, engine, result.files)
     (folder / LAUNCH).write_text(f"# Launching {engine_rules(engine).label} with its "
                                  f"answer\n\n{header}\n{launch}", encoding="utf-8")
     return [*result.files, *built, LAUNCH]
 
 
-def _header(engine: str, doc: dict[str, Any]) -> str:
+def _header(engine: str, answer: FrozenConfig) -> str:
     """What the answer was chosen on: its held-out figure and interval, the engine
     release whose rules were reproduced, the hardware, and where that hardware is not
     the engine's, the command that re-tunes on the serving machine."""
-    validation = doc.get("validation") or {}
+    validation = answer.validation
+    shown = _shown(validation)
     rules = engine_rules(engine).label
     release = PROVENANCE[engine].version if engine in PROVENANCE else ""
-    hardware = doc.get("hardware") or {}
-    device = hardware.get("device_name") or hardware.get("device") or "unrecorded hardware"
-    label = (doc.get("provenance") or {}).get("label")
+    hardware = answer.hardware
+    device = ((hardware.device_name or hardware.device) if hardware is not None
+              else None) or "unrecorded hardware"
+    kind = hardware.device if hardware is not None else "?"
+    speculates = validation is not None and validation.speculates
+    label = answer.label
+    estimator = (validation.estimator if validation is not None
+                 and "estimator" in validation.model_fields_set else "measured")
     lines = [
-        f"Config: {label if validation.get('decision') == 'speculate' and label else _none_label(_shown(validation))}",
-        f"Held-out speedup: {speedup_text(_shown(validation))} over {validation.get('prompts')} "
-        f"measured held-out prompts ({validation.get('estimator', 'measured')}; 90% interval), "
+        f"Config: {label if speculates and label else _none_label(shown)}",
+        f"Held-out speedup: {_speedup(shown)} over "
+        f"{validation.prompts if validation is not None else None} "
+        f"measured held-out prompts ({estimator}; 90% interval), "
         f"mean accepted tokens "
-        f"{_tau(_shown(validation))}",
+        f"{_tau(shown)}",
         f"Drafting rules reproduced: {rules}{f' ({release})' if release else ''}"]
-    in_engine = validation.get("measured_by") not in (None, "autotune")
-    predicted = validation.get("decoder_prediction")
-    if in_engine:
-        lines.append(f"Measured on: {device} ({hardware.get('device', '?')}), in "
-                     f"{validation.get('measured_by_label') or rules} itself, against its "
+    in_engine = validation is not None and validation.measured_in_engine
+    predicted = validation.decoder_prediction if validation is not None else None
+    if validation is not None and in_engine:
+        lines.append(f"Measured on: {device} ({kind}), in "
+                     f"{validation.measured_by_label or rules} itself, against its "
                      "own decoding without speculation")
-        if isinstance(predicted, dict):
+        if predicted is not None:
             lines.append(f"Predicted by autotune's decoder under {rules}'s rules (the same "
-                         f"finalists, the same prompts): {speedup_text(predicted)}, "
-                         f"{_VERDICTS.get(predicted.get('decision'), '?')}")
+                         f"finalists, the same prompts): {predicted.speedup_text()}, "
+                         f"{_VERDICTS.get(predicted.decision, '?')}")
     else:
-        lines.append(f"Measured on: {device} ({hardware.get('device', '?')}), in "
+        lines.append(f"Measured on: {device} ({kind}), in "
                      f"autotune's decoder under {rules}'s rules")
-    if engine in _GPU_ENGINES and hardware.get("device") == "cpu":
-        model = (doc.get("model") or {}).get("spec") or "MODEL"
+    if engine in _GPU_ENGINES and kind == "cpu":
+        model = (answer.model.spec if answer.model is not None else None) or "MODEL"
         if in_engine:
             lines.append(f"This figure holds for {rules}'s CPU build on this machine; on a "
                          f"GPU re-tune there with `autotune search --target {engine} "
@@ -223,6 +225,6 @@ def _header(engine: str, doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tau(figures: dict[str, Any]) -> str:
-    tau = figures.get("mean_accepted_tokens")
+def _tau(figures: Figures | None) -> str:
+    tau = figures.mean_accepted_tokens if figures is not None else None
     return f"{tau:.2f}" if isinstance(tau, (int, float)) else "-"

@@ -16,29 +16,27 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import autotune.exports as exports
 from autotune.common.errors import AutotuneError
-from autotune.common.interval import speedup_text
-from autotune.decoding.label import describe
-from autotune.frozen.checks import load_frozen
+from autotune.schema.label import describe
+from autotune.frozen.record import FrozenConfig, Validation, load_frozen_config
 from autotune.frozen.schedule import Schedule, read_schedule
 
 LAUNCH = "launch.md"
 
 
-def _trial_line(doc: dict[str, Any]) -> str:
+def _trial_line(doc: FrozenConfig) -> str:
     """`trial #N (label, metric value)` for the README."""
-    provenance = doc.get("provenance") or {}
-    values = (doc.get("objective") or {}).get("values") or {}
+    values = (doc.objective.values if doc.objective is not None else None) or {}
     shown = ", ".join(f"{k} {v:.4g}" for k, v in values.items() if isinstance(v, (int, float)))
-    return (f"trial #{provenance.get('trial')} ({describe(doc['params'])}"
+    return (f"trial #{doc.trial} ({describe(doc.config.to_dict())}"
             + (f"; {shown}" if shown else "") + ")")
 
 
 def write_exports(best_path: Path, out_dir: Path,
-                  fallbacks: Sequence[dict[str, Any]] = ()) -> list[str]:
+                  fallbacks: Sequence[FrozenConfig | Mapping[str, Any]] = ()) -> list[str]:
     """Write each format's files into `out_dir` (replacing what a previous best left
     there), with a README saying what each file holds.
 
@@ -48,8 +46,8 @@ def write_exports(best_path: Path, out_dir: Path,
     README says which trial that is and what the best one needed. `launch.md` (written
     when any format is) starts each engine. Returns the files written, relative to
     `out_dir`, launch.md last."""
-    best = load_frozen(best_path)
-    best_trial = (best.get("provenance") or {}).get("trial")
+    best = load_frozen_config(best_path)
+    others = [FrozenConfig.of(doc) for doc in fallbacks]
     refusal = refusal_reason(best)
     # A config slower than plain decoding is no advice: only those that beat it (on the
     # held-out prompts when validated), and nothing at all when the answer is not to
@@ -57,9 +55,7 @@ def write_exports(best_path: Path, out_dir: Path,
     settled = refusal and (_validation(best) or _never_speculates(best))
     candidates = [] if settled else [
         *([] if refusal else [best]),
-        *(d for d in fallbacks
-          if (d.get("provenance") or {}).get("trial") != best_trial
-          and refusal_reason(d) is None)]
+        *(d for d in others if d.trial != best.trial and refusal_reason(d) is None)]
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     # Built aside and swapped in, so a reader never sees a mix of two bests' files.
     scratch = Path(tempfile.mkdtemp(prefix=".exports-", dir=out_dir.parent))
@@ -133,22 +129,21 @@ def swap_in(scratch: Path, out_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _validation(doc: dict[str, Any]) -> dict[str, Any] | None:
-    found = doc.get("validation")
-    return found if isinstance(found, dict) else None
+def _validation(doc: FrozenConfig) -> Validation | None:
+    return doc.validation
 
 
-def _schedule(doc: dict[str, Any]) -> Schedule | None:
+def _schedule(doc: FrozenConfig) -> Schedule | None:
     # The frozen reader's own check (a loaded document passed it already).
-    return read_schedule(doc)
+    return read_schedule(doc.schedule)
 
 
-def _never_speculates(doc: dict[str, Any]) -> bool:
+def _never_speculates(doc: FrozenConfig) -> bool:
     schedule = _schedule(doc)
     return schedule is not None and schedule.max_k == 0
 
 
-def _schedule_lines(doc: dict[str, Any]) -> list[str]:
+def _schedule_lines(doc: FrozenConfig) -> list[str]:
     """The README's line on a per-batch-size schedule (none without one). hf and dv
     decode one request at a time, so they run the batch-1 config: transformers 5.23.0
     generation/utils.py L4029 "assisted generate is only supported for batch_size = 1";
@@ -167,7 +162,7 @@ def _schedule_lines(doc: dict[str, Any]) -> list[str]:
             "hf and dv decode one request at a time and run the batch-1 config."]
 
 
-def refusal_reason(doc: dict[str, Any]) -> str | None:
+def refusal_reason(doc: FrozenConfig | Mapping[str, Any]) -> str | None:
     """Why `doc` must not be deployed, or None. Validated: the answer is "do not
     speculate", or its own held-out interval does not lie above 1.0. A per-batch-size
     schedule with K = 0 at every tuned batch size: never speculate. Not validated: its
@@ -175,59 +170,59 @@ def refusal_reason(doc: dict[str, Any]) -> str | None:
     speedup: nothing to hold against it)."""
     from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED
     from autotune.search.validation_record import FinalistFigures
-    validation = _validation(doc)
-    if validation is not None and validation.get("decision") == DO_NOT_SPECULATE:
-        return f"the validated answer is not to speculate: {validation.get('reason')}"
-    if validation is not None and validation.get("decision") == UNDECIDED:
-        return f"the validation is undecided: {validation.get('reason')}"
+    doc = FrozenConfig.of(doc)
+    validation = doc.validation
+    if validation is not None and validation.decision == DO_NOT_SPECULATE:
+        return f"the validated answer is not to speculate: {validation.reason}"
+    if validation is not None and validation.decision == UNDECIDED:
+        return f"the validation is undecided: {validation.reason}"
     schedule = _schedule(doc)
     if schedule is not None and schedule.max_k == 0:
         sizes = ", ".join(map(str, schedule.batch_sizes))
         return (f"its per-batch-size schedule never speculates: K=0 at every tuned batch "
                 f"size ({sizes})")
     if validation is not None:
-        if not FinalistFigures.from_json(validation).shown_faster():
+        if not FinalistFigures.from_json(validation.to_json()).shown_faster():
             return (f"not shown faster than the AR baseline on the held-out prompts "
                     f"({_figure(validation)})")
         return None
-    metrics = doc.get("metrics") or {}
-    if metrics.get("fidelity") == "replay":
+    metrics = doc.metrics
+    if metrics is not None and metrics.fidelity == "replay":
         # A replayed trial never decoded: its figures are predictions, and whether the
         # decoder is lossless with it was never checked.
         return ("its figures are replay predictions, never measured: validate it "
                 "(--validation) or search with --fidelity multi")
-    speedup = metrics.get("speedup")
+    speedup = metrics.speedup if metrics is not None else None
     if isinstance(speedup, (int, float)) and speedup <= 1.0:
         return f"measured {speedup:.3f}x the AR baseline in the search: slower than no speculation"
     return None
 
 
-def _figure(validation: dict[str, Any]) -> str:
-    text = speedup_text(validation, missing="no speedup")
-    if validation.get("lossless") is False:
+def _figure(validation: Validation) -> str:
+    text = validation.speedup_text(missing="no speedup")
+    if validation.lossless is False:
         text += ", not lossless"
     return text
 
 
-def _headline(best: dict[str, Any]) -> str:
+def _headline(best: FrozenConfig) -> str:
     """The README's first line: the answer, validated or not."""
     validation = _validation(best)
     if validation is None:
         return (f"best {_trial_line(best)}; NOT validated on held-out prompts (the search's "
                 "own figure)")
-    if validation.get("decision") == "do_not_speculate":
-        return f"do not speculate: {validation.get('reason')}. Nothing is written."
-    if validation.get("decision") == "undecided":
-        return f"undecided: {validation.get('reason')}. Nothing is written."
-    where = (f"{validation.get('prompts')} held-out prompts x {validation.get('repeats')} "
-             "repeats")
-    if validation.get("estimator") == "ppi++":
-        where = (f"a pool of {validation.get('pool_prompts')} held-out prompts, "
+    if validation.decision == "do_not_speculate":
+        return f"do not speculate: {validation.reason}. Nothing is written."
+    if validation.decision == "undecided":
+        return f"undecided: {validation.reason}. Nothing is written."
+    where = f"{validation.prompts} held-out prompts x {validation.repeats} repeats"
+    if validation.estimator == "ppi++":
+        where = (f"a pool of {validation.pool_prompts} held-out prompts, "
                  f"prediction-powered ({where} measured)")
     return f"best {_trial_line(best)}, validated {_figure(validation)} on {where} (90% interval)"
 
 
-def format_refusal(doc: dict[str, Any], fmt: str) -> str:
+def format_refusal(doc: FrozenConfig, fmt: str) -> str:
     try:
         exports.export(doc, fmt)
     except AutotuneError as exc:
