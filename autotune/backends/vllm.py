@@ -28,9 +28,10 @@ from autotune.backends.base import (BackendBase, BackendUnavailable, Clock, Runn
 from autotune.backends.registry import BACKEND_RECORDS
 from autotune.backends.vllm_install import INSTALL, installed_python, missing_instructions
 from autotune.backends.vllm_process import EngineProcess
+from autotune.backends.vllm_worker import Request, Settings
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
-from autotune.decoding.engines import rules_for
+from autotune.schema.config import DecodeConfig
+from autotune.schema.engines import rules_for
 
 if TYPE_CHECKING:
     from autotune.decoding.decoder import Generation
@@ -113,11 +114,10 @@ class VllmRunner(RunnerBase):
             raise AutotuneError(f"a prompt of {len(prompt)} tokens + {max_new_tokens} "
                                 f"exceeds the vLLM engine's max_model_len of "
                                 f"{self.backend.max_model_len}")
-        body: dict[str, Any] = {"prompt": list(prompt), "max_tokens": max_new_tokens,
-                                "temperature": self.config.temperature,
-                                "top_p": self.config.top_p}
-        if generator is not None and not self.config.greedy:
-            body["seed"] = int(generator.initial_seed()) % 2**31
+        seeded = generator is not None and not self.config.greedy
+        body = Request(prompt=list(prompt), max_tokens=max_new_tokens,
+                       temperature=self.config.temperature, top_p=self.config.top_p,
+                       seed=int(generator.initial_seed()) % 2**31 if seeded else None)
         firsts: list[float] = []
         lasts: list[float] = []
         start = clock()
@@ -126,20 +126,18 @@ class VllmRunner(RunnerBase):
         end = lasts[0] if lasts else clock()
         first = firsts[0] if firsts else end
         speculates = self.speculative is not None
-        self.counters.append(SpecCounters(int(done["drafts"]), int(done["draft_tokens"]),
-                                          int(done["accepted"]),
-                                          tuple(int(v) for v in done["accepted_per_pos"])))
+        self.counters.append(SpecCounters(done["drafts"], done["draft_tokens"],
+                                          done["accepted"], tuple(done["accepted_per_pos"])))
         rounds = [RoundTrace(drafted=drafted or 0, accepted=emitted - 1, emitted=emitted,
                              confidences=[], draft_s=0.0, verify_s=0.0,
                              verified=(drafted or 0) + 1, draft_depth=drafted or 0)
-                  for emitted, drafted in done.get("steps", [])] if speculates else []
+                  for emitted, drafted in done["steps"]] if speculates else []
         return Generation(
-            prompt_len=len(prompt), tokens=[int(t) for t in done["tokens"]],
+            prompt_len=len(prompt), tokens=done["tokens"],
             prefill_s=first - start, decode_s=end - first, rounds=rounds, cache_bytes=0,
             timed_parts=False,
-            draft_totals=(int(done["draft_tokens"]), int(done["accepted"]))
-            if speculates else None,
-            engine_decode_s=float(done["engine_decode_s"]))
+            draft_totals=(done["draft_tokens"], done["accepted"]) if speculates else None,
+            engine_decode_s=done["engine_decode_s"])
 
     def close(self) -> None:
         """Hand the engine back to the backend, idle for the next measurement."""
@@ -191,9 +189,9 @@ class VllmBackend(BackendBase):
     def engine_for(self, speculative: dict[str, Any] | None) -> EngineProcess:
         """A running engine for `speculative` (None: no speculation): an idle one
         started with the same settings, else a new one."""
-        settings = {"model": self.model_dir, "dtype": self.dtype,
-                    "speculative_config": speculative, "enforce_eager": self.eager,
-                    "max_model_len": self.max_model_len, "seed": 0}
+        settings = Settings(model=self.model_dir, dtype=self.dtype,
+                            speculative_config=speculative, enforce_eager=self.eager,
+                            max_model_len=self.max_model_len, seed=0)
         key = json.dumps(settings, sort_keys=True)
         engine = self._idle.pop(key, None)
         if engine is not None and engine.process.poll() is None:

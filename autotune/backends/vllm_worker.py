@@ -3,19 +3,15 @@
 Runs under vLLM's own venv (`autotune.backends.vllm_install`), so it imports nothing of
 autotune: the standard library and vllm only. `autotune.backends.vllm` starts it.
 
-Protocol (one JSON object per line):
-- first line in: {"model", "dtype", "speculative_config" (null: no speculation),
-  "enforce_eager", "max_model_len", "seed"}; out: {"ready": true, "version",
-  "runner": "V1" | "V2", "startup_s"} or {"error": "<one line>"}.
-- then per request in: {"prompt": [ids], "max_tokens", "temperature", "top_p", "seed"};
-  out: {"event": "first"} as soon as the first token exists (the prefill's end, which the
-  parent stamps on its own clock), {"event": "last"} when the last does (its end stamp;
-  the counters are read after it, outside the timed window), then {"event": "done",
-  "tokens": [...],
-  "engine_decode_s", "steps": [[emitted, drafts verified], ...] per decode step,
-  "drafts", "draft_tokens", "accepted", "accepted_per_pos": [...]}:
-  the spec-decode counters (`LLM.get_metrics()`, vllm/v1/metrics/reader.py) this request
-  added, or {"error": ...}.
+Protocol (one JSON object per line; each message is declared below as a TypedDict,
+the shape both processes read):
+- first line in: `Settings`; out: `Ready` or `Failure`.
+- then per request in: `Request`; out: `Mark` "first" as soon as the first token exists
+  (the prefill's end, which the parent stamps on its own clock), `Mark` "last" when the
+  last does (its end stamp; the counters are read after it, outside the timed window),
+  then `Done`: the tokens, vLLM's decode time, the tokens each decode step emitted with
+  the drafts it verified, and the spec-decode counters (`LLM.get_metrics()`,
+  vllm/v1/metrics/reader.py) this request added; or `Failure`.
 
 The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, set by the parent), a
 request at a time through `LLMEngine.add_request` / `step()`, prefix caching off (each
@@ -30,12 +26,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
-
-# Run as a script, this folder is sys.path[0], and its vllm.py (autotune's backend) would
-# shadow the vllm package: the folder leaves the path before anything imports vllm.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+from typing import Any, Callable, Literal, TypedDict, Union
 
 COUNTERS = {"vllm:spec_decode_num_drafts": "drafts",
             "vllm:spec_decode_num_draft_tokens": "draft_tokens",
@@ -43,42 +34,107 @@ COUNTERS = {"vllm:spec_decode_num_drafts": "drafts",
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
+# ------------------------------------------------------------------ the protocol
+# TypedDicts, not classes of autotune: this file runs without autotune's packages, and
+# the JSON objects themselves are what the two processes exchange.
+
+class Settings(TypedDict):
+    """The first line in: what the engine is started with."""
+
+    model: str
+    dtype: str
+    speculative_config: dict[str, Any] | None   # vLLM's own (the vLLM export's); None: none
+    enforce_eager: bool
+    max_model_len: int
+    seed: int
+
+
+class Request(TypedDict):
+    """One generation request (token ids in, token ids out)."""
+
+    prompt: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None                 # None: vLLM's own (greedy needs none)
+
+
+class Ready(TypedDict):
+    """The engine started: vLLM's version and the model runner it runs."""
+
+    event: Literal["ready"]
+    version: str
+    runner: str                      # "V1" | "V2"
+    startup_s: float
+
+
+class Mark(TypedDict):
+    """The request's first token ("first") or its last ("last") exists now."""
+
+    event: Literal["first", "last"]
+
+
+class Counters(TypedDict):
+    """vLLM's spec-decode counters (totals so far, or what one request added)."""
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    accepted_per_pos: list[int]
+
+
+class Done(Counters):
+    """A request served: its tokens, vLLM's decode seconds, per decode step [tokens it
+    emitted, draft tokens it verified (None: not readable)], and the counters it added."""
+
+    event: Literal["done"]
+    tokens: list[int]
+    engine_decode_s: float
+    steps: list[tuple[int, int | None]]
+
+
+class Failure(TypedDict):
+    """What went wrong, in one line (the engine did not start, or a request failed)."""
+
+    event: Literal["error"]
+    error: str
+
+
+Message = Union[Ready, Mark, Done, Failure]
+
+
+# ------------------------------------------------------------------ the engine
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:400]
 
 
-def _counters(llm: Any) -> dict[str, Any]:
+def _counters(llm: Any) -> Counters:
     """The spec-decode counters now (zeros, and no per-position list, before any draft)."""
-    out: dict[str, Any] = {name: 0 for name in COUNTERS.values()}
-    out["accepted_per_pos"] = []
+    totals = dict.fromkeys(COUNTERS.values(), 0)
+    per_pos: list[int] = []
     for metric in llm.get_metrics():
         if metric.name in COUNTERS:
-            out[COUNTERS[metric.name]] += int(metric.value)
+            totals[COUNTERS[metric.name]] += int(metric.value)
         elif metric.name == PER_POS:
-            out["accepted_per_pos"] = [int(v) for v in metric.values]
-    return out
+            per_pos = [int(v) for v in metric.values]
+    return Counters(drafts=totals["drafts"], draft_tokens=totals["draft_tokens"],
+                    accepted=totals["accepted"], accepted_per_pos=per_pos)
 
 
-def _added(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    per_pos = list(after["accepted_per_pos"])
-    for i, value in enumerate(before["accepted_per_pos"]):
-        per_pos[i] -= value
-    return {**{name: after[name] - before[name] for name in COUNTERS.values()},
-            "accepted_per_pos": per_pos}
-
-
-def _generate(llm: Any, request: dict[str, Any], request_id: str,
-              before: dict[str, Any], send: Any) -> dict[str, Any]:
+def _generate(llm: Any, request: Request, request_id: str, before: Counters,
+              send: Callable[[Message], None]) -> Counters:
     """Serve one request; the counters after it. The metrics are read outside the
     parent's clock: `before` was read after the previous request, and the counters
     after this one only once "last" (the parent's end stamp) has gone out."""
     from vllm import SamplingParams
     engine = llm.llm_engine
     params = SamplingParams(max_tokens=int(request["max_tokens"]),
-                            temperature=float(request.get("temperature", 0.0)),
-                            top_p=float(request.get("top_p", 1.0)),
-                            seed=request.get("seed"), detokenize=False)
+                            temperature=float(request["temperature"]),
+                            top_p=float(request["top_p"]),
+                            seed=request["seed"], detokenize=False)
     engine.add_request(request_id, {"prompt_token_ids": list(request["prompt"])}, params)
     scheduler = _scheduler(engine)
     first = final = None
@@ -91,7 +147,7 @@ def _generate(llm: Any, request: dict[str, Any], request_id: str,
             emitted = len(output.outputs[0].token_ids) if output.outputs else 0
             if first is None and emitted:
                 first = time.perf_counter()
-                send({"event": "first"})
+                send(Mark(event="first"))
             elif emitted > emitted_so_far:
                 steps.append((emitted - emitted_so_far, pending))
             emitted_so_far = emitted
@@ -99,13 +155,18 @@ def _generate(llm: Any, request: dict[str, Any], request_id: str,
                 final = output
         pending = _pending_drafts(scheduler, request_id)
     end = time.perf_counter()
-    send({"event": "last"})
+    send(Mark(event="last"))
     if final is None:
         raise RuntimeError("vLLM finished no request")
     after = _counters(llm)
-    send({"event": "done", "tokens": [int(t) for t in final.outputs[0].token_ids],
-          "engine_decode_s": end - (first if first is not None else end),
-          "steps": steps, **_added(before, after)})
+    per_pos = list(after["accepted_per_pos"])
+    for i, value in enumerate(before["accepted_per_pos"]):
+        per_pos[i] -= value
+    send(Done(event="done", tokens=[int(t) for t in final.outputs[0].token_ids],
+              engine_decode_s=end - (first if first is not None else end), steps=steps,
+              drafts=after["drafts"] - before["drafts"],
+              draft_tokens=after["draft_tokens"] - before["draft_tokens"],
+              accepted=after["accepted"] - before["accepted"], accepted_per_pos=per_pos))
     return after
 
 
@@ -131,14 +192,18 @@ def _pending_drafts(scheduler: Any, request_id: str) -> int | None:
 
 
 def main() -> int:
+    # Run as a script, this folder is sys.path[0], and its vllm.py (autotune's backend)
+    # would shadow the vllm package: the folder leaves the path before vllm is imported.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)                           # vLLM's own prints go to the log
 
-    def send(message: dict[str, Any]) -> None:
+    def send(message: Message) -> None:
         protocol.write(json.dumps(message) + "\n")
         protocol.flush()
 
-    settings = json.loads(sys.stdin.readline())
+    settings: Settings = json.loads(sys.stdin.readline())
     started = time.perf_counter()
     try:
         from vllm import LLM, __version__
@@ -149,17 +214,17 @@ def main() -> int:
                   enable_prefix_caching=False, disable_log_stats=False)
         runner = "V2" if llm.llm_engine.vllm_config.use_v2_model_runner else "V1"
     except Exception as exc:                 # vLLM raises many types for a bad setting
-        send({"error": _one_line(exc)})
+        send(Failure(event="error", error=_one_line(exc)))
         return 1
     counters = _counters(llm)            # read before any request is timed
-    send({"ready": True, "version": __version__, "runner": runner,
-          "startup_s": time.perf_counter() - started})
+    send(Ready(event="ready", version=__version__, runner=runner,
+               startup_s=time.perf_counter() - started))
     for number, line in enumerate(sys.stdin):
         try:
             counters = _generate(llm, json.loads(line), f"autotune-{number}", counters,
                                  send)
         except Exception as exc:
-            send({"error": _one_line(exc)})
+            send(Failure(event="error", error=_one_line(exc)))
             counters = _counters(llm)
     return 0
 

@@ -8,6 +8,12 @@ import tempfile
 from pathlib import Path
 
 
+def cache_root() -> Path:
+    """autotune's cache folder: $AUTOTUNE_CACHE, else ~/.cache/autotune (model downloads,
+    replay references, engine builds outside a virtual environment)."""
+    return Path(os.environ.get("AUTOTUNE_CACHE") or Path.home() / ".cache" / "autotune")
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder, fsync, then rename over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)

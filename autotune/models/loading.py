@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import torch
 
 from autotune.common.errors import AutotuneError
-from autotune.common.files import file_version
+from autotune.common.files import cache_root, file_version
 from autotune.models.hf_forward import HFForward
 from autotune.models.llama import SUPPORTED_MODEL_TYPES, LlamaForward
 from autotune.models.static_forward import StaticLlamaForward
@@ -72,10 +72,6 @@ def draft_model(draft: "LoadedModel | None") -> "LoadedModel | None":
     """`--draft` when it is a model (one that drafts or whose layers exits index), None
     when absent or a trained head (which reads the target's own features instead)."""
     return draft if draft is not None and draft.trained_kind is None else None
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("AUTOTUNE_CACHE") or Path.home() / ".cache" / "autotune")
 
 
 def resolve_device(device: str) -> torch.device:
