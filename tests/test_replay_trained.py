@@ -28,9 +28,9 @@ from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401 (a
 
 from autotune.cli.main import main
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 from autotune.methods.eagle import replay as eagle_replay
 from autotune.replay.costs import FORMAT, CostModel, CostParts, HeadParts, LayerParts
 from autotune.replay.reference import Reference
@@ -287,7 +287,7 @@ def _drafter_folder(draft, target, folder: Path) -> Path:
     folder.mkdir()
     save_file({k: v.contiguous() for k, v in draft.hf_model.state_dict().items()},
               str(folder / WEIGHTS_FILE))
-    meta = {**draft.meta, "target": {"name": target.name,
+    meta = {**draft.meta.model_dump(exclude_unset=True), "target": {"name": target.name,
                                      "fingerprint": model_fingerprint(target)}}
     (folder / DRAFTER_FILE).write_text(json.dumps(meta))
     return folder

@@ -14,10 +14,11 @@ import torch
 from tiny import one_thread, tiny_llama, tiny_loaded  # noqa: F401
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafters.base import TokenChooser
 from autotune.methods.eagle.drafter import EagleDrafter
+from autotune.models.drafter_folder import DrafterMeta
 from autotune.models.trained import trained_draft
 from autotune.training.data import Sequence_
 from autotune.training.kinds import new_head
@@ -69,8 +70,8 @@ def _trained(target, kind: str, steps: int, tmp: Path):
     if steps:
         train, held = split_heldout(_sequences(target), 0)
         train_steps(head, kind, target, train, held, tmp, steps, lr=3e-3)
-    meta = {"format": "autotune.drafter/v1", "kind": kind, "geometry": geometry,
-            "target": {"name": target.name}}
+    meta = DrafterMeta.from_json({"format": "autotune.drafter/v1", "kind": kind,
+                                  "geometry": geometry, "target": {"name": target.name}})
     return trained_draft(head, meta, target, f"{kind}:test", str(tmp))
 
 

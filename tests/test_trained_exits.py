@@ -26,8 +26,8 @@ from tiny import llama_model, one_thread, save_tiny, tiny_loaded  # noqa: F401
 
 from autotune.cli.main import main
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig, config_from_mapping
-from autotune.decoding.methods import get_method
+from autotune.schema.config import DecodeConfig, config_from_mapping
+from autotune.schema.methods import get_method
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.methods.sorted_exit.drafter import (
     exit_logits,
@@ -36,6 +36,7 @@ from autotune.methods.sorted_exit.drafter import (
 )
 from autotune.measure.agreement import teacher_forced_agreement
 from autotune.models.heads import ExitAdapters
+from autotune.models.drafter_folder import DrafterMeta
 from autotune.models.trained import exit_adapters, trained_draft
 from autotune.space import load_space
 from autotune.training.exits_loss import ExitsLoss, default_exit_layers
@@ -57,8 +58,8 @@ def _exits(target, steps: int, tmp: Path, layers: tuple[int, ...] = ADAPTED, ran
     if steps:
         train, held = split_heldout(_sequences(target), 0)
         train_steps(head, "exits", target, train, held, tmp, steps, lr=1e-2)
-    meta = {"format": "autotune.drafter/v1", "kind": "exits", "geometry": geometry,
-            "target": {"name": target.name}}
+    meta = DrafterMeta.from_json({"format": "autotune.drafter/v1", "kind": "exits",
+                                  "geometry": geometry, "target": {"name": target.name}})
     return trained_draft(head, meta, target, "exits:test", str(tmp))
 
 
@@ -205,8 +206,9 @@ def test_default_exit_layers():
 
 def test_each_trained_kind_serves_its_own_method(target, drafter, tmp_path):
     eagle_head, geometry = new_head("eagle", target.forward, 0)
-    eagle = trained_draft(eagle_head, {"format": "autotune.drafter/v1", "kind": "eagle",
-                                       "geometry": geometry, "target": {}},
+    meta = DrafterMeta.from_json({"format": "autotune.drafter/v1", "kind": "eagle",
+                                  "geometry": geometry, "target": {}})
+    eagle = trained_draft(eagle_head, meta,
                           target, "eagle:test", str(tmp_path))
     with pytest.raises(AutotuneError, match="a trained eagle head serves method=eagle"):
         SpeculativeDecoder(target, DecodeConfig(method="sorted_exit", exits=(2,)), eagle)
@@ -351,7 +353,7 @@ def test_batched_sorted_exit_with_adapters_equals_greedy_ar(target, drafter):
 def test_the_replay_reads_the_exits_through_their_adapters(target, drafter, knobs):
     """The replay's tables read each exit as the drafter does (through its adapter):
     its rounds equal the decoder's round by round, and differ from the plain exits'."""
-    from autotune.decoding.methods import get_method
+    from autotune.schema.methods import get_method
     from autotune.replay.reference import Reference
     from autotune.replay.simulate import simulate
 

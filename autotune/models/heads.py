@@ -26,12 +26,12 @@ them). Shapes: B batch, T tokens, H hidden, D head size, V vocabulary.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autotune.models.drafter_folder import EagleGeometry
 from autotune.models.llama import LlamaForward, _Layer, _rotate_half
 
 
@@ -101,13 +101,13 @@ class _DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-def head_geometry(target: LlamaForward) -> dict[str, Any]:
+def head_geometry(target: LlamaForward) -> EagleGeometry:
     """The attention geometry a head shares with its target (its rotary tables too)."""
     config = target.config
-    return {"hidden": int(config.hidden_size), "n_heads": target.n_heads,
-            "n_kv_heads": target.n_kv_heads, "head_dim": target.head_dim,
-            "intermediate": int(config.intermediate_size), "eps": target.eps,
-            "attention_bias": bool(getattr(config, "attention_bias", False))}
+    return EagleGeometry(hidden=int(config.hidden_size), n_heads=target.n_heads,
+                         n_kv_heads=target.n_kv_heads, head_dim=target.head_dim,
+                         intermediate=int(config.intermediate_size), eps=target.eps,
+                         attention_bias=bool(getattr(config, "attention_bias", False)))
 
 
 class EagleHead(nn.Module):

@@ -11,10 +11,9 @@ that drafts (`decoding.drafter_choice.pick_drafter`).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from torch import nn
 
@@ -25,13 +24,18 @@ from autotune.models.drafter_folder import (
     KINDS,
     ROUTED,
     SET_FILE,
-    SET_FORMAT,
     WEIGHTS_FILE,
     DrafterConfig,
+    DrafterMeta,
+    EagleGeometry,
+    ExitsGeometry,
+    HeadGeometry,
+    MedusaGeometry,
     file_sha256,
     is_drafter_folder,
     is_drafter_set,
     read_meta,
+    read_set_index,
 )
 from autotune.models.heads import EagleHead, ExitAdapters, MedusaHeads
 from autotune.models.llama import LlamaForward
@@ -69,7 +73,7 @@ class TrainedDraft(LoadedModel):
     """A LoadedModel over a trained head; `kind` says which, `meta` is drafter.json."""
 
     kind: str = "eagle"
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: DrafterMeta | None = None
 
     @property
     def trained_kind(self) -> str | None:
@@ -82,35 +86,31 @@ class TrainedDraft(LoadedModel):
         return tuple(adapters.layers) if adapters is not None else None
 
 
-def _eagle_head(geometry: dict[str, Any]) -> nn.Module:
-    return EagleHead(geometry["hidden"], geometry["n_heads"], geometry["n_kv_heads"],
-                     geometry["head_dim"], geometry["intermediate"], geometry["eps"],
-                     geometry.get("attention_bias", False))
+def _eagle_head(g: EagleGeometry) -> nn.Module:
+    return EagleHead(g.hidden, g.n_heads, g.n_kv_heads, g.head_dim, g.intermediate, g.eps,
+                     g.attention_bias)
 
 
-def _medusa_heads(geometry: dict[str, Any]) -> nn.Module:
-    return MedusaHeads(geometry["hidden"], geometry["medusa_heads"],
-                       geometry.get("medusa_layers", 1))
+def _medusa_heads(g: MedusaGeometry) -> nn.Module:
+    return MedusaHeads(g.hidden, g.medusa_heads, g.medusa_layers)
 
 
-def _exit_adapters(geometry: dict[str, Any]) -> nn.Module:
-    return ExitAdapters(geometry["hidden"], geometry["exit_layers"], geometry["exit_rank"],
-                        geometry["eps"])
+def _exit_adapters(g: ExitsGeometry) -> nn.Module:
+    return ExitAdapters(g.hidden, g.exit_layers, g.exit_rank, g.eps)
 
 
 # The head each kind's geometry (drafter.json's) builds: one for every kind of KINDS.
-HEAD_BUILDERS: dict[str, Callable[[dict[str, Any]], nn.Module]] = {
+HEAD_BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "eagle": _eagle_head, "medusa": _medusa_heads, "exits": _exit_adapters}
 assert set(HEAD_BUILDERS) == set(KINDS), (sorted(HEAD_BUILDERS), KINDS)
 
 
-def build_head(kind: str, geometry: dict[str, Any]) -> nn.Module:
+def build_head(kind: str, geometry: HeadGeometry) -> nn.Module:
     """A fresh (untrained) head of `kind` from its geometry: what a drafter folder's
     weights load into, and what train-draft starts from."""
-    builder = HEAD_BUILDERS.get(kind)
-    if builder is None:
+    if kind not in HEAD_BUILDERS:
         raise AutotuneError(f"drafter kind {kind!r} is not one of {', '.join(KINDS)}")
-    return builder(geometry)
+    return HEAD_BUILDERS[kind](geometry)
 
 
 def load_trained_draft(spec: str, target: LoadedModel) -> TrainedDraft:
@@ -127,16 +127,16 @@ def load_trained_draft(spec: str, target: LoadedModel) -> TrainedDraft:
                             f"compact Llama-family forward, which {target.name} "
                             f"({target.hf_model.config.model_type}) does not run on")
     fingerprint = model_fingerprint(target)
-    trained_for = (meta.get("target") or {}).get("fingerprint")
+    trained_for = meta.target.fingerprint
     if trained_for != fingerprint:
-        raise AutotuneError(f"drafter {spec} was trained on {meta['target'].get('name')} "
+        raise AutotuneError(f"drafter {spec} was trained on {meta.target.name} "
                             f"(fingerprint {trained_for}), not on {target.name} "
                             f"({fingerprint}): train one with autotune train-draft")
     try:
-        head = build_head(meta["kind"], meta["geometry"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AutotuneError(f"{folder / DRAFTER_FILE}: its geometry is incomplete or "
-                            f"malformed ({type(exc).__name__}: {exc})") from None
+        head = build_head(meta.kind, meta.geometry)
+    except (TypeError, ValueError) as exc:          # torch's, for sizes it cannot build
+        raise AutotuneError(f"{folder / DRAFTER_FILE}: its geometry is malformed "
+                            f"({type(exc).__name__}: {exc})") from None
     if isinstance(head, ExitAdapters) and not all(1 <= e < target.n_layers
                                                   for e in head.layers):
         raise AutotuneError(f"{folder / DRAFTER_FILE}: exit layers {list(head.layers)} do "
@@ -147,19 +147,19 @@ def load_trained_draft(spec: str, target: LoadedModel) -> TrainedDraft:
         head.load_state_dict(state)
     except Exception as exc:        # safetensors / torch raise many types for a bad file
         raise AutotuneError(f"cannot load {weights}: {str(exc).splitlines()[0]}") from None
-    if meta.get("weights_sha256") and file_sha256(weights) != meta["weights_sha256"]:
+    if meta.weights_sha256 and file_sha256(weights) != meta.weights_sha256:
         raise AutotuneError(f"{weights} does not match the checksum in {DRAFTER_FILE}")
-    return trained_draft(head, meta, target, f"{meta['kind']}:{folder.name}", str(folder))
+    return trained_draft(head, meta, target, f"{meta.kind}:{folder.name}", str(folder))
 
 
-def trained_draft(head: nn.Module, meta: dict[str, Any], target: LoadedModel, name: str,
+def trained_draft(head: nn.Module, meta: DrafterMeta, target: LoadedModel, name: str,
                   path: str) -> TrainedDraft:
     """A TrainedDraft over `head` (moved to the target's device and dtype, frozen)."""
     head.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False)
     head.config = DrafterConfig(meta)        # type: ignore[assignment]
     return TrainedDraft(name=name, path=path, hf_model=head, tokenizer=target.tokenizer,
-                        forward=HeadForward(meta["kind"], head, target.forward),  # type: ignore[arg-type]
-                        device=target.device, dtype=target.dtype, kind=meta["kind"], meta=meta)
+                        forward=HeadForward(meta.kind, head, target.forward),  # type: ignore[arg-type]
+                        device=target.device, dtype=target.dtype, kind=meta.kind, meta=meta)
 
 
 
@@ -185,21 +185,9 @@ def load_drafter_set(spec: str, target: LoadedModel) -> DrafterSet:
     """The per-category folder `spec`: its index, then every member (each checked as
     one drafter is), all of one kind."""
     folder = Path(spec).expanduser()
-    try:
-        index = json.loads((folder / SET_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise AutotuneError(f"cannot read {folder / SET_FILE}: {exc}") from None
-    members_doc = index.get("members") if isinstance(index, dict) else None
-    if (not isinstance(index, dict) or index.get("format") != SET_FORMAT
-            or not isinstance(members_doc, dict) or GENERAL not in members_doc):
-        raise AutotuneError(f"{folder / SET_FILE} is not an autotune per-category drafter "
-                            f"folder ({SET_FORMAT} with an {GENERAL!r} member)")
-    members: dict[str, TrainedDraft] = {}
-    for name, sub in sorted(members_doc.items()):
-        if not isinstance(sub, str) or Path(sub).is_absolute() or ".." in Path(sub).parts:
-            raise AutotuneError(f"{folder / SET_FILE}: member {name!r} must name a "
-                                "sub-folder")
-        members[name] = load_trained_draft(str(folder / sub), target)
+    index = read_set_index(folder)
+    members = {name: load_trained_draft(str(folder / sub), target)
+               for name, sub in sorted(index.members.items())}
     kinds = {m.kind for m in members.values()}
     if len(kinds) != 1:
         raise AutotuneError(f"{folder / SET_FILE}: its members are of several kinds "
@@ -215,8 +203,8 @@ def trained_prompt_digests(draft: LoadedModel | None) -> set[str]:
     parts = list(draft.members.values()) if isinstance(draft, DrafterSet) else [draft]
     seen: set[str] = set()
     for part in parts:
-        if isinstance(part, TrainedDraft):
-            seen.update((part.meta.get("trained_on") or {}).get("prompt_sha256") or [])
+        if isinstance(part, TrainedDraft) and part.meta is not None:
+            seen.update(part.meta.trained_on.prompt_sha256)
     return seen
 
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
+from autotune.models.drafter_folder import EagleGeometry
 from autotune.models.heads import EagleHead, head_geometry
 from autotune.models.llama import LlamaForward
 from autotune.training.data import Sequence_
@@ -26,7 +27,7 @@ class EagleLoss(KindLoss):
     kind: ClassVar[str] = "eagle"
 
     @classmethod
-    def geometry(cls, options: HeadOptions, target: LlamaForward) -> dict[str, Any]:
+    def geometry(cls, options: HeadOptions, target: LlamaForward) -> EagleGeometry:
         return head_geometry(target)
 
     @classmethod

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import check_exit_order
-from autotune.models.drafter_folder import served_method
+from autotune.schema.config import check_exit_order
+from autotune.models.drafter_folder import ExitsGeometry, served_method
 from autotune.models.heads import head_geometry
 from autotune.models.llama import LlamaForward
 from autotune.training.data import Sequence_
@@ -86,12 +86,12 @@ class ExitsLoss(KindLoss):
         return HeadOptions(options.medusa_heads, layers, rank)
 
     @classmethod
-    def geometry(cls, options: HeadOptions, target: LlamaForward) -> dict[str, Any]:
+    def geometry(cls, options: HeadOptions, target: LlamaForward) -> ExitsGeometry:
         """Adapters at `options.exit_layers` of rank `options.exit_rank`."""
         shared = head_geometry(target)
-        return {"hidden": shared["hidden"], "eps": shared["eps"], "n_layers": target.n_layers,
-                "exit_layers": list(options.exit_layers or ()),
-                "exit_rank": options.exit_rank}
+        return ExitsGeometry(hidden=shared.hidden, eps=shared.eps, n_layers=target.n_layers,
+                             exit_layers=list(options.exit_layers or ()),
+                             exit_rank=options.exit_rank)
 
     @classmethod
     def fingerprint(cls, options: HeadOptions) -> dict[str, Any]:

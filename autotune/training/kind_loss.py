@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from autotune.models.drafter_folder import HeadGeometry
 from autotune.models.llama import LlamaForward
 from autotune.models.trained import build_head
 from autotune.training.data import Sequence_
@@ -57,7 +58,7 @@ class KindLoss:
         return options
 
     @classmethod
-    def geometry(cls, options: HeadOptions, target: LlamaForward) -> dict[str, Any]:
+    def geometry(cls, options: HeadOptions, target: LlamaForward) -> HeadGeometry:
         """drafter.json's geometry of a head of this kind over `target` (resolved
         options)."""
         raise NotImplementedError
@@ -65,10 +66,10 @@ class KindLoss:
     @classmethod
     def new_head(cls, target: LlamaForward, options: HeadOptions
                  ) -> tuple[nn.Module, dict[str, Any]]:
-        """A fresh head for `target` and its geometry, built as a drafter folder's
-        head is loaded (`models.trained.build_head`)."""
+        """A fresh head for `target` and its geometry as drafter.json holds it, built
+        as a drafter folder's head is loaded (`models.trained.build_head`)."""
         geometry = cls.geometry(cls.resolve(options, target), target)
-        return build_head(cls.kind, geometry), geometry
+        return build_head(cls.kind, geometry), geometry.model_dump()
 
     @classmethod
     def fingerprint(cls, options: HeadOptions) -> dict[str, Any]:

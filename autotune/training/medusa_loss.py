@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from autotune.models.drafter_folder import MedusaGeometry
 from autotune.models.heads import head_geometry
 from autotune.models.llama import LlamaForward
 from autotune.training.data import Sequence_
@@ -21,9 +22,9 @@ class MedusaLoss(KindLoss):
     kind: ClassVar[str] = "medusa"
 
     @classmethod
-    def geometry(cls, options: HeadOptions, target: LlamaForward) -> dict[str, Any]:
-        return head_geometry(target) | {"medusa_heads": options.medusa_heads,
-                                        "medusa_layers": 1}
+    def geometry(cls, options: HeadOptions, target: LlamaForward) -> MedusaGeometry:
+        return MedusaGeometry(**head_geometry(target).model_dump(),
+                              medusa_heads=options.medusa_heads, medusa_layers=1)
 
     @classmethod
     def fingerprint(cls, options: HeadOptions) -> dict[str, Any]:
