@@ -9,6 +9,8 @@ No test reads the wall clock: where time matters, a fake clock stands in for `Cl
 
 from __future__ import annotations
 
+import json
+
 import time
 from typing import Any
 
@@ -18,7 +20,7 @@ from tiny import llama_model, one_thread, tiny_llama, tiny_loaded  # noqa: F401 
 
 import autotune.decoding.decoder as decoder_module
 import autotune.measure.measurement as measure_module
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.measure import paired
 from autotune.measure.summary import MeasurementSummary
@@ -141,8 +143,12 @@ def test_prefill_is_reported_apart_and_kept_out_of_per_token_latency(monkeypatch
     result = measure(target, DecodeConfig(method="ngram", k=3), PROMPTS, MAX_NEW)
     summary = result.summary()
     # Every key the JSON of `autotune measure` writes is declared (measure/summary.py).
-    declared = MeasurementSummary.__required_keys__ | MeasurementSummary.__optional_keys__
+    declared = {field.alias or name for name, field in MeasurementSummary.model_fields.items()}
     assert set(summary) <= declared, set(summary) - declared
+    # The record reads back what it wrote, and writes it again key for key.
+    record = MeasurementSummary.from_json(summary)
+    assert json.dumps(record.to_json()) == json.dumps(summary) == json.dumps(result.record().to_json())
+    assert record.ci90 is not None and record.ci90.to_json() == summary["speedup_ci90"]
     for side in ("candidate", "baseline"):
         gens = [getattr(r, side) for r in result.runs]
         assert all(PREFILL_S <= g.prefill_s < PREFILL_S + 1 for g in gens)

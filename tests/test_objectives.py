@@ -17,7 +17,7 @@ from tiny import tiny_llama
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean, load_yaml
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.methods.ngram.drafter import lookup
 from autotune.decoding.reference import reference_continuations
@@ -53,7 +53,7 @@ def test_registry_directions_and_units():
 
 def test_registry_names_are_summary_keys(tiny_ctx):
     summary = evaluate(load_objective("latency"), tiny_ctx, DecodeConfig(method="ngram"))
-    assert SUMMARY_KEYS_WITHOUT_AGREEMENT | {"lossless"} <= set(summary)
+    assert SUMMARY_KEYS_WITHOUT_AGREEMENT | {"lossless"} <= set(summary.to_json())
 
 
 @pytest.mark.parametrize("name", ["latency", "speedup", "latency_memory", "agreement"])
@@ -198,14 +198,14 @@ def tiny_ctx(tiny_model):
 def test_evaluate_reports_partial_summary_each_prompt(tiny_ctx, monkeypatch):
     from autotune.search import objectives
     partials: list[float] = []
-    real_summary = Measurement.summary
+    real_record = Measurement.record
 
     def spy(self):
-        out = real_summary(self)
-        partials.append(out["latency_ms_per_token"])
+        out = real_record(self)
+        partials.append(out.latency_ms_per_token)
         return out
 
-    monkeypatch.setattr(Measurement, "summary", spy)
+    monkeypatch.setattr(Measurement, "record", spy)
     reports: list[tuple[int, float]] = []
     obj = objectives.load_objective("latency")
     metrics = evaluate(obj, tiny_ctx, DecodeConfig(method="layer_skip", attn_skip=(1,)),
@@ -213,23 +213,23 @@ def test_evaluate_reports_partial_summary_each_prompt(tiny_ctx, monkeypatch):
     assert [s for s, _ in reports] == [0, 1, 2]
     # Three partial summaries (one per prompt), then the final one.
     assert [v for _, v in reports] == partials[:3]
-    assert reports[-1][1] == metrics["latency_ms_per_token"] == partials[-1]
+    assert reports[-1][1] == metrics.latency_ms_per_token == partials[-1]
     values = obj.values(metrics)
     assert len(values) == 1 and math.isfinite(values[0]) and values[0] > 0
-    assert metrics["lossless"] is True and obj.violation(metrics, DecodeConfig()) is None
+    assert metrics.lossless is True and obj.violation(metrics, DecodeConfig()) is None
 
 
 def test_evaluate_repeats_are_pooled(tiny_ctx, monkeypatch):
     """Repeats are one measurement: every run's time and tokens summed, never the median
     or the best of separate repeats."""
     seen: list[Measurement] = []
-    real = Measurement.summary
+    real = Measurement.record
 
     def spy(self):
         seen.append(self)
         return real(self)
 
-    monkeypatch.setattr(Measurement, "summary", spy)
+    monkeypatch.setattr(Measurement, "record", spy)
     obj = dataclasses.replace(load_objective("latency"), repeats=3)
     reports: list[tuple[int, float]] = []
     metrics = evaluate(obj, tiny_ctx, DecodeConfig(method="ngram"),
@@ -238,11 +238,11 @@ def test_evaluate_repeats_are_pooled(tiny_ctx, monkeypatch):
     assert len(runs) == 9 and [r.prompt_id for r in runs[:3]] == [r.prompt_id for r in runs[3:6]]
     decoded = sum(len(r.candidate.tokens) - 1 for r in runs)
     pooled = 1000 * sum(r.candidate.decode_s for r in runs) / decoded
-    assert metrics["latency_ms_per_token"] == pytest.approx(pooled)
-    assert metrics["repeats"] == 3 and metrics["prompts"] == 3 and metrics["runs"] == 9
+    assert metrics.latency_ms_per_token == pytest.approx(pooled)
+    assert metrics.repeats == 3 and metrics.prompts == 3 and metrics.runs == 9
     assert [s for s, _ in reports] == list(range(9))
-    assert reports[-1][1] == metrics["latency_ms_per_token"]
-    assert metrics["lossless"] is True
+    assert reports[-1][1] == metrics.latency_ms_per_token
+    assert metrics.lossless is True
 
 
 def test_report_raising_pruned_propagates(tiny_ctx):
@@ -274,8 +274,8 @@ def test_agreement_objective_does_not_decode_candidates(tiny_ctx, monkeypatch):
     reports = []
     out = evaluate(obj, tiny_ctx, DecodeConfig(method="layer_skip"),
                        report=lambda s, v: reports.append((s, v)))
-    assert out["agreement"] == 1.0 and out["agreement_positions"] == 3 * 11
-    assert out["config"]["method"] == "layer_skip"
+    assert out.agreement == 1.0 and out.agreement_positions == 3 * 11
+    assert out.config is not None and out.config["method"] == "layer_skip"
     assert [s for s, _ in reports] == [0, 1, 2] and reports[-1][1] == 1.0
     memo = dict(tiny_ctx.memo)
     assert len(memo) == 1                               # reference decoded once, reused
@@ -389,6 +389,6 @@ def test_agreement_on_default_model(default_model):
     obj = load_objective("agreement")
     light = evaluate(obj, ctx, DecodeConfig(method="layer_skip", attn_skip=(12,)))
     heavy = evaluate(obj, ctx, DecodeConfig(method="layer_skip", attn_skip=tuple(range(1, 21))))
-    assert light["agreement_positions"] == heavy["agreement_positions"] > 20
-    assert 0.5 <= light["agreement"] <= 1.0
-    assert heavy["agreement"] < light["agreement"]
+    assert light.agreement_positions == heavy.agreement_positions > 20
+    assert light.agreement is not None and heavy.agreement is not None
+    assert 0.5 <= light.agreement <= 1.0 and heavy.agreement < light.agreement

@@ -13,7 +13,8 @@ from optuna.trial import TrialState
 from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.measure.summary import MeasurementSummary
+from autotune.schema.config import DecodeConfig
 from autotune.search import evaluation
 from autotune.runs.folder import best_document, top_table, trials_frame, write_run_files
 from autotune.search.objectives import EvalContext, load_objective
@@ -140,7 +141,7 @@ def test_trial_timeout_fails_only_the_slow_trial(tmp_path, target, monkeypatch):
             time.sleep(60)
         # The other trials answer at once: a real measurement could itself pass the
         # half-second deadline on a loaded machine.
-        return {"latency_ms_per_token": 10.0 + calls["n"], "lossless": True}
+        return MeasurementSummary(latency_ms_per_token=10.0 + calls["n"], lossless=True)
 
     monkeypatch.setattr(evaluation, "evaluate", slow_second)
     runner.run()
@@ -156,7 +157,7 @@ def test_constraint_violation_fails_the_trial(tmp_path, target, monkeypatch):
 
     def lossy(self, ctx, config, report=None):
         metrics = real(ctx, config, report)
-        return {**metrics, "lossless": False}
+        return metrics.with_figures(lossless=False)
 
     monkeypatch.setattr(evaluation, "evaluate", lossy)
     runner.run()
@@ -173,7 +174,7 @@ def _fake_latency(monkeypatch, runner, value_of):
         for step in range(4):
             if report is not None:
                 report(step, value)
-        return {"latency_ms_per_token": value, "lossless": True, "speedup": 1.0}
+        return MeasurementSummary(latency_ms_per_token=value, lossless=True, speedup=1.0)
 
     monkeypatch.setattr(evaluation, "evaluate", evaluate)
 

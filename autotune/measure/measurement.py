@@ -24,7 +24,7 @@ import torch
 
 from autotune.backends.base import Backend, Runner
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import Generation, PrefillMemo, SpeculativeDecoder
 from autotune.measure import divergence, paired
 from autotune.measure.near_tie_baseline import chunked_ar, far_above
@@ -61,7 +61,8 @@ class PromptRun:
 
 @dataclass
 class Measurement:
-    """Everything one `measure` call saw; `summary()` is the JSON of `autotune measure`."""
+    """Everything one `measure` call saw; `record()` its figures, `summary()` their JSON
+    (what `autotune measure --json` prints)."""
 
     config: DecodeConfig
     model: str
@@ -86,7 +87,12 @@ class Measurement:
     graphs: str | None = None
     graph_captures_timed: int | None = None
 
-    def summary(self) -> MeasurementSummary:
+    def summary(self) -> dict[str, Any]:
+        """The JSON of `autotune measure --json` (`record().to_json()`)."""
+        return self.record().to_json()
+
+    def record(self) -> MeasurementSummary:
+        """Every figure of this measurement as a typed record."""
         cand = [r.candidate for r in self.runs]
         base = [r.baseline for r in self.runs]
         rounds = [t for g in cand for t in g.rounds]

@@ -1,4 +1,4 @@
-"""Evaluating a candidate under an objective: DecodeConfig -> metrics dict.
+"""Evaluating a candidate under an objective: DecodeConfig -> MeasurementSummary.
 
 Timed metrics go through `autotune.measure.measurement.measure_arms` (objectives never time anything
 themselves), the prompts `repeats` times with each prompt's repeats pooled; `agreement` goes through one
@@ -9,15 +9,15 @@ model library.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import PrefillMemo
 from autotune.decoding.reference import reference_continuations
 from autotune.measure.agreement import teacher_forced_agreement
 from autotune.measure.measurement import Measurement, PromptRun, measure_arms
+from autotune.measure.summary import MeasurementSummary
 from autotune.search.objectives import EvalContext, Objective, Report, is_defined
 from autotune.workloads.prompts import encode_prompt
 
@@ -25,32 +25,34 @@ __all__ = ["evaluate", "reference_sequences", "replayer"]
 
 
 def evaluate(objective: Objective, ctx: EvalContext, config: DecodeConfig,
-             report: Report | None = None) -> dict[str, Any]:
-    """The metrics of `config` under `objective`: timed metrics (the prompts measured
+             report: Report | None = None) -> MeasurementSummary:
+    """The figures of `config` under `objective`: timed metrics (the prompts measured
     `objective.repeats` times against the AR baseline, `report(step, value)` after each
     prompt for the pruner), `agreement`, or both."""
     first = objective.metrics[0]
     single = report if not objective.multi else None
-    result: dict[str, Any] = {}
+    result = MeasurementSummary()
     if objective.needs_timing and ctx.fidelity == "replay":
         # A sampler proposes the same point again and again once it converges: a point
-        # replayed before costs a dictionary lookup (predictions are deterministic).
-        seen = ctx.memo.setdefault("replayed", {})
+        # replayed before costs a dictionary lookup (predictions are deterministic, and
+        # a summary is a frozen record).
+        seen: dict[str, MeasurementSummary] = ctx.memo.setdefault("replayed", {})
         key = json.dumps(config.to_dict(), sort_keys=True)
         if key not in seen:
-            seen[key] = replayer(ctx).summary(config)
-        result = copy.deepcopy(seen[key])
+            seen[key] = MeasurementSummary.from_json(replayer(ctx).summary(config))
+        result = seen[key]
     elif objective.needs_timing:
         result = _timed(objective, ctx, config, single if first != "agreement" else None)
-        result["fidelity"] = "measure"
     if objective.needs_agreement:
-        result.update(_agreement(ctx, config, single if first == "agreement" else None))
-        result.setdefault("config", config.to_dict())
+        agreement, positions = _agreement(ctx, config, single if first == "agreement" else None)
+        result = result.with_figures(agreement=agreement, agreement_positions=positions)
+        if result.config is None:
+            result = result.with_figures(config=config.to_dict())
     return result
 
 
 def _timed(objective: Objective, ctx: EvalContext, config: DecodeConfig,
-           report: Report | None) -> dict[str, Any]:
+           report: Report | None) -> MeasurementSummary:
     """One measurement over `repeats` passes of the prompts, pooled (each prompt's
     repeats summed), never a pick among repeats."""
     metric = objective.metrics[0]
@@ -60,7 +62,7 @@ def _timed(objective: Objective, ctx: EvalContext, config: DecodeConfig,
                   so_far: dict[str, Measurement]) -> None:
         if report is None:
             return
-        value = so_far["candidate"].summary()[metric]
+        value = so_far["candidate"].record().figure(metric)
         if is_defined(value):
             report(repeat * n_prompts + index, float(value))
 
@@ -68,9 +70,7 @@ def _timed(objective: Objective, ctx: EvalContext, config: DecodeConfig,
                             ctx.max_new_tokens, repeats=objective.repeats, seed=ctx.seed,
                             draft=ctx.draft, on_prompt=on_prompt,
                             backend=ctx.backend, prefills=_trial_prefills(ctx))["candidate"]
-    out = measured.summary()
-    out["repeats"] = objective.repeats
-    return out
+    return measured.record().with_figures(repeats=objective.repeats, fidelity="measure")
 
 
 def _trial_prefills(ctx: EvalContext) -> PrefillMemo:
@@ -86,15 +86,16 @@ def _trial_prefills(ctx: EvalContext) -> PrefillMemo:
 
 
 def _agreement(ctx: EvalContext, config: DecodeConfig,
-               report: Report | None) -> dict[str, Any]:
+               report: Report | None) -> tuple[float | None, int]:
+    """The share of the target's greedy tokens the draft agrees with, teacher-forced
+    (None without a position), and the positions it covers."""
     agreements = positions = 0
     for index, sequence in enumerate(reference_sequences(ctx)):
         a, p = teacher_forced_agreement(ctx.target, config, [sequence], ctx.draft)
         agreements, positions = agreements + a, positions + p
         if report is not None and positions:
             report(index, agreements / positions)
-    return {"agreement": agreements / positions if positions else None,
-            "agreement_positions": positions}
+    return (agreements / positions if positions else None), positions
 
 
 def replayer(ctx: EvalContext, parts_effort: Any = None) -> Any:

@@ -30,7 +30,8 @@ from autotune.common.yaml_source import (
     load_yaml,
     located,
 )
-from autotune.decoding.config import DecodeConfig
+from autotune.measure.summary import MeasurementSummary
+from autotune.schema.config import DecodeConfig
 from autotune.workloads.prompts import Prompt
 
 if TYPE_CHECKING:
@@ -116,22 +117,24 @@ class Constraint:
         words = {"equals": "==", "at_most": "<=", "at_least": ">="}[op]
         return f"{self.metric} {words} {_fmt(bound)}" + (" (greedy only)" if self.greedy_only else "")
 
-    def violation(self, metrics: Mapping[str, Any], config: DecodeConfig) -> str | None:
+    def violation(self, metrics: MeasurementSummary | Mapping[str, Any],
+                  config: DecodeConfig) -> str | None:
         """None when met (or not binding for this config), else a one-line reason such
         as "lossless is False, must be True". A missing or undefined value violates."""
         if self.greedy_only and not config.greedy:
             return None
-        if self.metric in UNPREDICTED and metrics.get("fidelity") == "replay":
+        summary = MeasurementSummary.of(metrics)
+        if self.metric in UNPREDICTED and not summary.measured:
             # Replay predicts a lossless decoder's figures; whether the decoder is
             # lossless is checked where configs are decoded (measured trials, finalists).
             return None
-        if self.metric == "lossless" and metrics.get("lossless_binding") is False:
+        if self.metric == "lossless" and summary.lossless_binding is False:
             # Measured in an engine whose multi-token passes round differently from its
             # one-token passes (Backend.token_exact): reported, not held against the config.
             return None
         op, bound = self.comparator
         must = {"equals": "", "at_most": "at most ", "at_least": "at least "}[op] + _fmt(bound)
-        value = metrics.get(self.metric)
+        value = summary.figure(self.metric)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return f"{self.metric} is undefined ({value}), must be {must}"
         if op == "equals":
@@ -230,11 +233,12 @@ class Objective:
         }
 
     # ---------------------------------------------------------------- judge
-    def values(self, metrics: Mapping[str, Any]) -> list[float]:
+    def values(self, metrics: MeasurementSummary | Mapping[str, Any]) -> list[float]:
         """The objective values, in `self.metrics` order, for Optuna."""
+        summary = MeasurementSummary.of(metrics)
         out = []
         for name in self.metrics:
-            value = metrics.get(name)
+            value = summary.figure(name)
             if not is_defined(value):
                 raise AutotuneError(
                     f"objective {self.name}: {name} is undefined for this candidate "
@@ -242,10 +246,12 @@ class Objective:
             out.append(float(value))
         return out
 
-    def violation(self, metrics: Mapping[str, Any], config: DecodeConfig) -> str | None:
+    def violation(self, metrics: MeasurementSummary | Mapping[str, Any],
+                  config: DecodeConfig) -> str | None:
         """The first violated constraint's reason, or None when all are met."""
+        summary = MeasurementSummary.of(metrics)
         for constraint in self.constraints:
-            reason = constraint.violation(metrics, config)
+            reason = constraint.violation(summary, config)
             if reason is not None:
                 return reason
         return None

@@ -36,10 +36,11 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
+# Named in trial_record (the trial's attributes); here too for the modules that read them.
+from autotune.search.trial_record import BASELINE as BASELINE
+from autotune.search.trial_record import BASELINE_ATTR as BASELINE_ATTR
 
 SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
-BASELINE_ATTR = "preset"          # user attr naming an enqueued default; "baseline" = AR
-BASELINE = "baseline"
 MAX_REPEATS = 2                   # measurements of one point before a sampler must move on
 
 

@@ -28,12 +28,11 @@ from optuna.trial import FrozenTrial
 from autotune.common.files import write_atomically
 from autotune.search import ranking
 from autotune.search.objectives import EvalContext, Objective
-from autotune.search.samplers import BASELINE, BASELINE_ATTR
-from autotune.search.study import UNPRUNED_ATTR, SearchSettings, StudyRunner, TrialEvent
+from autotune.search.study import SearchSettings, StudyRunner, TrialEvent
+from autotune.search.trial_record import BASELINE, BASELINE_ATTR, SCREEN_ATTR, UNPRUNED_ATTR
 from autotune.space import BoundSpace
 
 SCREEN_SUFFIX = ".screen"
-SCREEN_ATTR = "screen"            # measured trial's user attr: its screen rank and prediction
 SCREEN_FILE = "screen.csv"
 # Prediction keys carried to a measured trial (the panel and trials.csv read them).
 PREDICTED_KEYS = ("speedup", "latency_ms_per_token", "mean_accepted_tokens",
@@ -95,7 +94,7 @@ def run_screen(settings: SearchSettings, trials: int, space: BoundSpace,
 
 def _family(config: dict[str, Any]) -> tuple[str, str]:
     """(method, chain or tree kind): configs of one family differ only in numbers."""
-    from autotune.decoding.config import shape_of_mapping
+    from autotune.schema.config import shape_of_mapping
 
     shape = shape_of_mapping(config)
     return str(config.get("method")), shape.kind if shape is not None else "?"

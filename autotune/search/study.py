@@ -36,22 +36,24 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
-from autotune.decoding.engines import engine_rules
-from autotune.decoding.methods import Preset, all_methods
+from autotune.schema.config import DecodeConfig
+from autotune.schema.engines import engine_rules
+from autotune.schema.methods import Preset, all_methods
 from autotune.search.objectives import EvalContext, Objective
 from autotune.search.ranking import best_trial
-from autotune.search.samplers import BASELINE, BASELINE_ATTR, GuardedSampler, make_sampler
+from autotune.search.samplers import GuardedSampler, make_sampler
 from autotune.search.storage import (
     masked_storage,
     open_storage,
     worker_alive,
     worker_id,
 )
+from autotune.search.trial_record import BASELINE, BASELINE_ATTR, REPEAT_ATTR, UNPRUNED_ATTR
 from autotune.space import BoundSpace, InfeasibleConfig
 
-__all__ = ["MAX_INFEASIBLE_PER_TRIAL", "SearchSettings", "StudyRunner", "TrialEvent",
-           "TrialFailed", "TrialTimeout", "counted_trials", "presets"]
+__all__ = ["MAX_INFEASIBLE_PER_TRIAL", "REPEAT_ATTR", "UNPRUNED_ATTR", "SearchSettings",
+           "StudyRunner", "TrialEvent", "TrialFailed", "TrialTimeout", "counted_trials",
+           "presets"]
 
 # Infeasible points (a mask past max_skipped, ngram_min > ngram_max) cost nothing to
 # reject and do not count toward the budget; a space that yields almost nothing else
@@ -67,11 +69,6 @@ RECORDED_SINCE = {"bit_params": "integer"}
 SCREENED_ATTR = "screened_queued"
 TRIALS_ASKED_ATTR = "trials_asked"
 BUDGET_ATTR = "trial_budget"
-# Trial user attr: measure this enqueued config on every prompt, never prune it (a
-# method's only measured config: its figures are what the report compares).
-UNPRUNED_ATTR = "unpruned"
-# Trial user attr of a `distinct` study's refused repeat: the trial it repeats.
-REPEAT_ATTR = "repeat_of"
 # Refused repeats in a row (each after a random draw) that say a `distinct` study has
 # seen its whole space: it stops there ("covered") rather than spinning.
 COVERED_AFTER = 50
@@ -180,33 +177,6 @@ def _is_oom(exc: BaseException) -> bool:
     import torch
     return (isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError))
             or "out of memory" in str(exc).lower())
-
-
-def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Metrics worth storing per trial: scalars and the short per-position lists."""
-    keep = {}
-    for key, value in metrics.items():
-        if key == "config":
-            continue
-        if isinstance(value, (int, float, str, bool)) or value is None:
-            if isinstance(value, float) and not math.isfinite(value):
-                value = None
-            keep[key] = value
-        elif key in ("pos_acc", "depth_acceptance", "mismatched_prompts", "near_tie_prompts",
-                     "speedup_ci90", "replay_notes"):
-            keep[key] = list(value)[:64]
-        elif key == "divergences" and isinstance(value, dict):
-            # Runs that left AR's output at a near-tie / for real (trials.csv columns).
-            # Only where near-ties are allowed (bf16 / fp16); float32 must be exact.
-            if metrics.get("lossless_tier") not in (None, "exact"):
-                keep["near_ties"] = value.get("near_tie")
-                keep["real_divergences"] = value.get("real")
-        elif key == "by_category" and isinstance(value, dict):
-            # Each category's speedup only (the report's per-category drafter panel).
-            keep["speedup_by_category"] = {
-                str(c): (v.get("speedup") if isinstance(v, dict) else None)
-                for c, v in list(value.items())[:64]}
-    return keep
 
 
 def past_deadline(stop_at: float | None, now: float, took: list[float]) -> bool:
@@ -496,13 +466,13 @@ class StudyRunner:
                 # module's attribute names without running a trial.
                 from autotune.search.evaluation import evaluate
                 metrics = evaluate(self.objective, self.context, config, report)
-            if preset == BASELINE and "speedup" in metrics:
+            if preset == BASELINE and "speedup" in metrics.model_fields_set:
                 # The AR baseline is the reference: its speedup is 1 by definition. What
                 # AR against AR measured is the noise floor, kept as `self_speedup`; as a
                 # ranked value it would let a lucky draw of doing nothing win.
-                metrics["self_speedup"] = metrics["speedup"]
-                metrics.update(speedup=1.0, speedup_ci90=None)
-            trial.set_user_attr("metrics", _scalar_metrics(metrics))
+                metrics = metrics.with_figures(self_speedup=metrics.speedup, speedup=1.0,
+                                               ci90=None)
+            trial.set_user_attr("metrics", metrics.stored_json())
             violation = self.objective.violation(metrics, config)
             if violation is not None:
                 raise TrialFailed(f"constraint violated: {violation}")
