@@ -18,8 +18,8 @@ from typing import Any, Callable
 import optuna
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import KNOBS, DecodeConfig, config_from_mapping
-from autotune.decoding.methods import find_method, get_method
+from autotune.schema.config import KNOBS, DecodeConfig, config_from_mapping
+from autotune.schema.methods import find_method, get_method
 from autotune.space.entries import (
     SWITCH,
     WORKLOAD_KEYS,
@@ -30,7 +30,10 @@ from autotune.space.entries import (
     Fixed,
     LayerSet,
     Range,
+    KnobValue,
+    ParamValue,
     Spec,
+    TrainedSpaceArgs,
     active,
     is_int,
 )
@@ -215,9 +218,9 @@ class BoundSpace:
         Raises InfeasibleConfig for a point the space or DecodeConfig rejects; all active
         params are suggested first, so the trial records the whole point either way.
         """
-        values: dict[str, Any] = {}
+        values: dict[str, KnobValue] = {}
         setter: dict[str, str] = {}
-        decided: dict[str, Any] = {}
+        decided: dict[str, KnobValue] = {}
         problems: list[str] = []
         for entry in self._entries:
             if not active(entry, decided):
@@ -251,8 +254,8 @@ class BoundSpace:
             raise InfeasibleConfig(reason)
         return config
 
-    def _draw(self, entry: Entry, trial: optuna.trial.BaseTrial, values: Mapping[str, Any],
-              problems: list[str]) -> Any:
+    def _draw(self, entry: Entry, trial: optuna.trial.BaseTrial,
+              values: Mapping[str, KnobValue], problems: list[str]) -> Any:
         spec = entry.spec
         if isinstance(spec, Fixed):
             return spec.value
@@ -286,7 +289,7 @@ class BoundSpace:
 
     # -- configs -> params
 
-    def encode(self, values: Mapping[str, Any]) -> dict[str, Any] | None:
+    def encode(self, values: Mapping[str, Any]) -> dict[str, ParamValue] | None:
         """Optuna params that reproduce a (partial) canonical config, for `enqueue_trial`.
 
         Keys left out take DecodeConfig's defaults (the space's fixed values where it has
@@ -303,8 +306,8 @@ class BoundSpace:
         return self._encode_from(0, given, explicit, {}, {}, {})
 
     def _encode_from(self, first: int, given: DecodeConfig, explicit: frozenset[str],
-                     params: dict[str, Any], decided: dict[str, Any],
-                     current: dict[str, Any]) -> dict[str, Any] | None:
+                     params: dict[str, ParamValue], decided: dict[str, KnobValue],
+                     current: dict[str, KnobValue]) -> dict[str, ParamValue] | None:
         """encode() from entry `first` on; a switch tries each choice on copies of the
         state so far and keeps the first under which the rest is expressible."""
         for index in range(first, len(self._entries)):
@@ -338,7 +341,7 @@ class BoundSpace:
 
     @staticmethod
     def _encode_one(entry: Entry, value: Any, given: DecodeConfig,
-                    current: Mapping[str, Any]) -> dict[str, Any] | None:
+                    current: Mapping[str, KnobValue]) -> dict[str, ParamValue] | None:
         spec = entry.spec
         if isinstance(spec, Choices):
             return {entry.id: value} if value in spec.choices else None
@@ -441,11 +444,11 @@ def _threshold_depths(exits: Entry | None) -> Iterator[tuple[int, str]]:
             yield d, f"exit {d} (fixed)"
 
 
-def trained_space_args(draft: Any) -> dict[str, Any]:
+def trained_space_args(draft: Any) -> TrainedSpaceArgs:
     """What `SearchSpace.bind` takes from a trained --draft besides its kind: the exit
     layers of trained adapters, the members of a per-category folder. (Read off the
     drafter's attributes, so that the space loads no model code.)"""
-    args: dict[str, Any] = {}
+    args = TrainedSpaceArgs()
     exit_layers = getattr(draft, "exit_layers", None)
     if exit_layers is not None:
         args["exit_layers"] = tuple(exit_layers)

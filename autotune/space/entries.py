@@ -11,14 +11,14 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Union
 
 import optuna
-from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.distributions import CategoricalChoiceType, FloatDistribution, IntDistribution
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import KNOBS
-from autotune.decoding.knobs import WORKLOAD
+from autotune.schema.config import KNOBS
+from autotune.schema.knobs import WORKLOAD
 
 SWITCH = "switch"           # a knob type that chooses a branch and sets no config key
 # Sampling settings describe the workload a config is tuned for, so a space cannot vary them.
@@ -158,6 +158,20 @@ class BoundSet:
 
 
 Spec = Fixed | Range | Choices | LayerSet | BoundSet
+# What a knob gives its config key, as DecodeConfig's fields hold it (a number, a choice,
+# a layer set, thresholds, tree choices), or a switch's label.
+KnobValue = Union[None, bool, int, float, str, tuple[int, ...], tuple[float, ...],
+                  tuple[tuple[int, ...], ...]]
+# One Optuna param's value: what a distribution suggests (Optuna's own type; a layer set
+# is one 0/1 param per candidate layer).
+ParamValue = CategoricalChoiceType
+
+
+class TrainedSpaceArgs(TypedDict, total=False):
+    """What `SearchSpace.bind` takes from a trained --draft besides its kind."""
+
+    exit_layers: tuple[int, ...]        # the layers a trained `exits` drafter adapts
+    drafters: tuple[str, ...]           # a per-category folder's `drafter` choices
 
 
 @dataclass(frozen=True)
