@@ -1,0 +1,1 @@
+python -m sglang.launch_server --model-path /tmp/autotune-golden/all-engines/model --speculative-algorithm NGRAM --speculative-num-draft-tokens 15 --speculative-ngram-max-trie-depth 24 --speculative-ngram-min-bfs-breadth 1 --speculative-ngram-max-bfs-breadth 9 --speculative-ngram-match-type PROB --speculative-ngram-capacity 10000000
