@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.common.errors import AutotuneError
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
     from autotune.decoding.decoder import SpeculativeDecoder
     from autotune.models.loading import LoadedModel, load_model
 
@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it.
 _HOMES = {
     "AutotuneError": "autotune.common.errors",
-    "DecodeConfig": "autotune.decoding.config",
+    "DecodeConfig": "autotune.schema.config",
     "LoadedModel": "autotune.models.loading",
     "SpeculativeDecoder": "autotune.decoding.decoder",
     "load_model": "autotune.models.loading",

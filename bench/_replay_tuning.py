@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure import paired
 from autotune.replay.run import Replayer
 

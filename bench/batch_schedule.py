@@ -42,7 +42,7 @@ import torch
 from _spec_bench import spec_bench
 
 from autotune.decoding.batched import BatchedDecoder
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure import paired
 from autotune.measure.batched import measure_batched
 from autotune.measure.measurement import WARMUP_TOKENS, Clock

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _draft import truncated_draft  # noqa: E402
 
-from autotune.decoding.config import DecodeConfig  # noqa: E402
+from autotune.schema.config import DecodeConfig  # noqa: E402
 from autotune.decoding.decoder import SpeculativeDecoder  # noqa: E402
 from autotune.models.loading import load_model  # noqa: E402
 from autotune.workloads.prompts import encode_prompt, load_workload  # noqa: E402

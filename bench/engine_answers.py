@@ -101,8 +101,8 @@ def _runs_here(config: dict[str, Any]) -> bool:
     (the bench runs the default model alone): llama-server's ngram-mod default runs in
     the server only (its ngram-simple default stands in); HF's assistant default needs
     a draft (its prompt-lookup default stands in)."""
-    from autotune.decoding.llama_spec import reproduced
-    from autotune.decoding.methods import get_method
+    from autotune.schema.llama_spec import reproduced
+    from autotune.schema.methods import get_method
     if get_method(str(config["method"])).needs_draft:
         return False
     return config.get("method") != "llama_ngram" or reproduced(
@@ -116,7 +116,7 @@ def hindsight(engine: str, out: Path, target: Any, prompts: list[Any], max_new: 
     import optuna
 
     from autotune.common.errors import AutotuneError
-    from autotune.decoding.config import config_from_mapping
+    from autotune.schema.config import config_from_mapping
     from autotune.replay.run import Replayer
     from autotune.search.storage import JOURNAL_NAME, open_storage
 
@@ -142,7 +142,7 @@ def hindsight(engine: str, out: Path, target: Any, prompts: list[Any], max_new: 
 def measure(target: Any, arms: dict[str, dict[str, Any]], prompts: list[Any],
             max_new: int) -> dict[str, dict[str, Any]]:
     """Every distinct arm against one AR baseline, interleaved: speedup and 90% interval."""
-    from autotune.decoding.config import config_from_mapping
+    from autotune.schema.config import config_from_mapping
     from autotune.measure.measurement import measure_arms
     from autotune.search.finalist_figures import figures, row_of
 
@@ -232,7 +232,7 @@ def main() -> int:
 
 
 def arms_for_labels(arms: dict[str, dict[str, Any]], engine: str) -> dict[str, str]:
-    from autotune.decoding.label import describe
+    from autotune.schema.label import describe
     return {arm.split(".", 1)[1]: describe(config) for arm, config in arms.items()
             if arm.startswith(f"{engine}.")}
 

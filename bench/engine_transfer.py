@@ -69,7 +69,7 @@ def search(engine: str, run: Path, workload: Path, max_new: int, extra: list[str
 
 def answer(run: Path) -> tuple[str, dict[str, Any] | None]:
     """(label, params or None for "do not speculate") of a run's best.json."""
-    from autotune.decoding.label import describe
+    from autotune.schema.label import describe
     best = json.loads((run / "best.json").read_text())
     params = best.get("params") or {}
     if params.get("method", "none") == "none":
@@ -86,8 +86,8 @@ def figure(summary: dict[str, Any]) -> str:
 def bench_engine(engine: str, out: Path, search_file: Path, bench_file: Path,
                  args: argparse.Namespace) -> list[dict[str, str]]:
     from autotune.backends import open_backend
-    from autotune.decoding.config import config_from_mapping
-    from autotune.decoding.methods import all_methods
+    from autotune.schema.config import config_from_mapping
+    from autotune.schema.methods import all_methods
     from autotune.measure.measurement import measure_arms
     from autotune.models.loading import load_model
     from autotune.workloads.prompts import load_workload, round_robin

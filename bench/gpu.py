@@ -77,9 +77,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _gpu_hf  # noqa: E402
 
-from autotune.decoding.config import DecodeConfig, config_from_mapping  # noqa: E402
+from autotune.schema.config import DecodeConfig, config_from_mapping  # noqa: E402
 from autotune.decoding.decoder import SpeculativeDecoder  # noqa: E402
-from autotune.decoding.methods import get_method  # noqa: E402
+from autotune.schema.methods import get_method  # noqa: E402
 from autotune.measure.measurement import measure  # noqa: E402
 from autotune.measure.profile import forward_cost_profile  # noqa: E402
 from autotune.measure.timing import Clock, time_points  # noqa: E402

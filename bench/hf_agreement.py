@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from autotune.backends.hf_assisted import run_assisted
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.exports import export
 from autotune.frozen.schema import SCHEMA

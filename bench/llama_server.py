@@ -44,7 +44,7 @@ from pathlib import Path
 import pandas as pd
 
 from autotune.backends import open_backend
-from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.measure import paired
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import load_model

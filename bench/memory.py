@@ -60,7 +60,7 @@ def _model(name: str) -> Any:
 
 def _configs(n_layers: int, count: int) -> list[Any]:
     """`count` distinct configs: skip masks, exit sets and n-gram ranges at random."""
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
 
     rng = random.Random(0)
     out: list[Any] = []

@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotune.decoding.config import DecodeConfig  # noqa: E402
+from autotune.schema.config import DecodeConfig  # noqa: E402
 from autotune.decoding.decoder import SpeculativeDecoder  # noqa: E402
 from autotune.measure import divergence  # noqa: E402
 from autotune.measure.near_tie_baseline import chunked_ar, far_above  # noqa: E402

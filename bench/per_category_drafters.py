@@ -32,7 +32,7 @@ from typing import Any
 
 from _spec_bench import spec_bench
 
-from autotune.decoding.config import config_from_mapping
+from autotune.schema.config import config_from_mapping
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import load_model
 from autotune.models.trained import load_draft

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _draft import truncated_draft  # noqa: E402
 from _spec_bench import workload_or_spec_bench  # noqa: E402
 
-from autotune.decoding.config import DecodeConfig  # noqa: E402
+from autotune.schema.config import DecodeConfig  # noqa: E402
 from autotune.measure.measurement import measure_arms  # noqa: E402
 from autotune.models.loading import load_model  # noqa: E402
 from autotune.replay.run import Replayer  # noqa: E402

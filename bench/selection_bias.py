@@ -53,8 +53,8 @@ import pandas as pd
 import torch
 from _spec_bench import spec_bench
 
-from autotune.decoding.config import DecodeConfig, config_from_mapping
-from autotune.decoding.methods import get_method
+from autotune.schema.config import DecodeConfig, config_from_mapping
+from autotune.schema.methods import get_method
 from autotune.frozen.checks import load_frozen, read_parts
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import LoadedModel, load_model

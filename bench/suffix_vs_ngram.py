@@ -41,8 +41,8 @@ from pathlib import Path
 import pandas as pd
 from _replay_tuning import arm_row, tune_by_replay
 
-from autotune.decoding.config import DecodeConfig
-from autotune.decoding.methods import get_method
+from autotune.schema.config import DecodeConfig
+from autotune.schema.methods import get_method
 from autotune.measure import paired
 from autotune.measure.conversations import with_later_turns
 from autotune.measure.measurement import measure_arms

@@ -36,7 +36,7 @@ import torch
 
 from _spec_bench import spec_bench
 
-from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import load_model
 from autotune.models.trained import load_draft

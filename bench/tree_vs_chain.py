@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _draft import truncated_draft  # noqa: E402
 from _spec_bench import workload_or_spec_bench  # noqa: E402
 
-from autotune.decoding.config import (  # noqa: E402
+from autotune.schema.config import (  # noqa: E402
     DecodeConfig,
     config_from_mapping,
     parse_assignments,

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 from autotune.backends import open_backend
-from autotune.decoding.config import DecodeConfig, config_from_mapping
-from autotune.decoding.engines import rules_for
+from autotune.schema.config import DecodeConfig, config_from_mapping
+from autotune.schema.engines import rules_for
 from autotune.measure import paired
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import load_model

@@ -66,7 +66,7 @@ Reference = Callable[[list[list[int]], int], list[list[int]]]
 def ar_reference(default_model: LoadedModel, tmp_path_factory, request) -> Reference:
     from filelock import FileLock, Timeout
 
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
     from autotune.decoding.decoder import SpeculativeDecoder
 
     root = tmp_path_factory.getbasetemp()

@@ -14,7 +14,7 @@ import time
 import pytest
 from conftest import real_prompts
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import encode_prompt

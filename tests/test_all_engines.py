@@ -14,7 +14,7 @@ import pytest
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
 from autotune.cli.main import main
-from autotune.decoding.engines import rules_for
+from autotune.schema.engines import rules_for
 from autotune.frozen.checks import load_frozen, problems
 from autotune.frozen.engines import engine_answers
 from autotune.search import finalists, racing

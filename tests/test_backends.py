@@ -18,7 +18,7 @@ from autotune.backends import BackendUnavailable, open_backend, unavailable
 from autotune.backends.embedded import EmbeddedBackend
 from autotune.backends.hf import HFBackend
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt

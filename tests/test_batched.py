@@ -14,7 +14,7 @@ from tiny import gpt2_model, tiny_llama, tiny_loaded
 
 from autotune.common.errors import AutotuneError
 from autotune.decoding.batched import BatchedDecoder
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 
 EOS = 52      # ends row 3 at its prefill token and row 1 mid-way (seed 3, scale 4)

@@ -9,7 +9,7 @@ import yaml
 from test_exports import DRAFT, frozen
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.exports import export
 
 

@@ -9,7 +9,7 @@ import pytest
 from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import (
+from autotune.schema.config import (
     DecodeConfig,
     config_from_mapping,
     load_config_file,

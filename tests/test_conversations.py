@@ -10,7 +10,7 @@ from pathlib import Path
 from tiny import one_thread, save_tiny, tiny_llama, llama_model  # noqa: F401  (autouse)
 
 from autotune.cli.main import main
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.measure.conversations import turn_id, with_later_turns
 from autotune.workloads.prompts import Prompt, encode_prompt, load_workload, workload_digest

@@ -21,7 +21,7 @@ import yaml
 from test_exports import DRAFT, frozen
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.engines import ENGINES
+from autotune.schema.engines import ENGINES
 from autotune.exports import FORMATS, export, launch, schema
 from autotune.exports._common import read_frozen
 

@@ -1,5 +1,5 @@
 """Engines get one home per layer: each engine is one declared record in each layer's
-registry (decoding: `ENGINE_RECORDS`, exports: `FORMAT_RECORDS`, backends:
+registry (schema: `ENGINE_RECORDS`, exports: `FORMAT_RECORDS`, backends:
 `BACKEND_RECORDS`, search: `TARGET_RECORDS`), and every other table of engine names is
 read from them. Here: every engine named anywhere is declared where it must be, and the
 derived tables agree with their records, so a new engine touches one place per layer."""
@@ -14,9 +14,9 @@ import pytest
 from autotune import backends, exports
 from autotune.backends import BACKEND_RECORDS
 from autotune.cli.parsers import options
-from autotune.decoding import engines
-from autotune.decoding.engines import ENGINE_RECORDS, ENGINES, PROVENANCE, RETIRED, RULES
-from autotune.decoding.methods import method_names
+from autotune.schema import engines
+from autotune.schema.engines import ENGINE_RECORDS, ENGINES, PROVENANCE, RETIRED, RULES
+from autotune.schema.methods import method_names
 from autotune.exports import FORMAT_RECORDS
 from autotune.runs import engine_exports
 from autotune.search import targets

@@ -13,11 +13,11 @@ import torch
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
 from autotune.cli.main import main
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.drafters.base import TokenChooser
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 from autotune.methods.ngram.drafter import MatchPool, lookup, ngram_proposal
-from autotune.decoding.engines import ENGINES, RULES, engine_rules
+from autotune.schema.engines import ENGINES, RULES, engine_rules
 from autotune.decoding.policies import (
     ConfidencePolicy,
     ExitPolicy,
@@ -323,7 +323,7 @@ def test_a_target_queues_only_its_own_engines_documented_defaults() -> None:
     assert [p.name for p in presets(30, "trtllm")] == ["baseline"]
 
 
-# Provenance: PROVENANCE in autotune/decoding/engines.py is the one place in code that
+# Provenance: PROVENANCE in autotune/schema/engines.py is the one place in code that
 # names an engine's upstream versions and commits.
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -336,7 +336,7 @@ def test_provenance_covers_every_exporter_and_its_page_cites_the_same():
     exporter's docstring points at that page."""
     import re
 
-    from autotune.decoding.engines import PROVENANCE
+    from autotune.schema.engines import PROVENANCE
 
     assert set(PROVENANCE) == set(_EXPORTERS)
     for engine, prov in PROVENANCE.items():
@@ -365,7 +365,7 @@ def test_no_exporter_repeats_a_version_or_commit_of_the_table():
     rules (their comments cite the table), and the strings exports write are the table's."""
     import re
 
-    from autotune.decoding.engines import PROVENANCE
+    from autotune.schema.engines import PROVENANCE
     from autotune.exports import llama_server, vllm
 
     literals = {c for p in PROVENANCE.values() for _, c in p.commits}
@@ -392,7 +392,7 @@ def test_shipped_schemas_cite_no_commit_and_only_the_tables_versions():
     import json
     import re
 
-    from autotune.decoding.engines import PROVENANCE
+    from autotune.schema.engines import PROVENANCE
 
     commits = {c for p in PROVENANCE.values() for _, c in p.commits}
     for engine, prov in PROVENANCE.items():

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
-from autotune.decoding.methods import MethodSpec, register_method, unregister_method
+from autotune.schema.config import DecodeConfig
+from autotune.schema.methods import MethodSpec, register_method, unregister_method
 from autotune.exports import (
     FORMATS,
     Export,

@@ -12,8 +12,8 @@ from typing import Any, Iterator
 import pytest
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import KNOBS, MAX_TREE_NODES
-from autotune.decoding.methods import (
+from autotune.schema.config import KNOBS, MAX_TREE_NODES
+from autotune.schema.methods import (
     BUILTIN_METHODS,
     MethodSpec,
     register_method,
@@ -174,7 +174,7 @@ def test_a_methods_own_keys_are_made_from_its_knobs() -> None:
     """The current schema file writes no method's own key but the two whose rule the knob
     cannot say; the loaded schema makes the others from their knobs, so a new method's
     keys need no schema edit."""
-    from autotune.decoding.knobs import KNOB_METADATA_KEY, MethodKnob
+    from autotune.schema.knobs import KNOB_METADATA_KEY, MethodKnob
     from autotune.frozen.schema import knob_entry
     written = json.loads(files("autotune.frozen").joinpath(
         "schemas/frozen-v5.schema.json").read_text())["properties"]["params"]["properties"]

@@ -13,7 +13,7 @@ from fake_graph import FakeGraphs
 from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401 (autouse)
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.measure.measurement import measure_arms
 from autotune.models.loading import LoadedModel

@@ -28,7 +28,7 @@ import torch
 from conftest import real_prompts
 
 from autotune.backends.hf_assisted import run_assisted
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.exports import export
 from autotune.frozen.schema import SCHEMA

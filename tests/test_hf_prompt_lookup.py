@@ -17,7 +17,7 @@ from transformers.generation.logits_process import (
 )
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.methods.ngram.drafter import NgramProposer, ngram_proposal
 from autotune.methods.ngram.hf_stand_in import stand_in_masked
 

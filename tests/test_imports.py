@@ -60,3 +60,19 @@ def test_the_public_api_resolves_on_first_use():
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "autotune.decoding.decoder"
     assert "torch" in names                     # the decoder itself does need it
+
+
+@pytest.mark.parametrize("package", ["autotune.schema", "autotune.report", "autotune.exports"])
+def test_the_schema_report_and_exporters_load_no_model_library(package):
+    """Every module of the schema, the report and the exporters, with the method registry
+    filled (each method package's `__init__`): reading a config, drawing a report or
+    writing an engine's file needs no model library (issue 54)."""
+    code = ("import importlib, pkgutil; "
+            f"package = importlib.import_module({package!r}); "
+            "[importlib.import_module(m.name) for m in "
+            "pkgutil.walk_packages(package.__path__, package.__name__ + '.')]; "
+            "from autotune.schema.methods import all_methods; assert all_methods(); "
+            "from autotune.schema.config import DecodeConfig; DecodeConfig(method='ngram')")
+    names, done = _imported(code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not names & set(HEAVY), sorted(names & set(HEAVY))

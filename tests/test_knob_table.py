@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.decoding.config import KNOBS
-from autotune.decoding.knob_table import DOC_PAGE, TABLE_HEADER, documented_keys, row, table
+from autotune.schema.config import KNOBS
+from autotune.schema.knob_table import DOC_PAGE, TABLE_HEADER, documented_keys, row, table
 
 PAGE = Path(__file__).resolve().parents[1] / DOC_PAGE
 

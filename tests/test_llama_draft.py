@@ -22,7 +22,7 @@ from test_llama_server import CODE, PROSE, _gguf, backend, needs_server  # noqa:
 from autotune.backends.llama_server import LlamaServerBackend, find_server
 from autotune.backends.llama_server_process import ServerProcess
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.exports import engine_losses, export
 from autotune.models import gguf_draft
 

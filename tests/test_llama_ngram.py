@@ -14,9 +14,9 @@ from conftest import real_prompts
 from test_exports import error_of, frozen
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.llama_spec import canonical, stateful
+from autotune.schema.llama_spec import canonical, stateful
 from autotune.decoding.policies import make_policy
 from autotune.exports import export, expressible
 from autotune.methods.llama_ngram.drafter import LlamaNgramDrafter, ngram_simple_draft

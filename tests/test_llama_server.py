@@ -28,7 +28,7 @@ from autotune.backends.llama_server import (
 )
 from autotune.backends.llama_server_process import ServerProcess
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.exports import export
 from autotune.exports.llama_server import default_gguf
 from autotune.methods.llama_ngram.drafter import ngram_simple_draft

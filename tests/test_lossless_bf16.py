@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import real_prompts
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import Generation, SpeculativeDecoder
 from autotune.measure.divergence import Kind, classify
 from autotune.models.llama import LlamaForward

@@ -19,7 +19,7 @@ from lossless import (  # noqa: F401 (fixtures)
     prompt_ids,
 )
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.models.hf_forward import HFForward
 from autotune.models.loading import LoadedModel

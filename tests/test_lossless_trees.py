@@ -10,7 +10,7 @@ import time
 import pytest
 from lossless import MAX_NEW, METHODS, USES_DRAFT, baseline_tokens, prompt_ids  # noqa: F401
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 
 # A small static tree in the EAGLE/Medusa `choices` format (child ranks along a path),

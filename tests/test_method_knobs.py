@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding import config as config_module
-from autotune.decoding.config import KNOBS, DecodeConfig, method_knobs, with_method_knobs
-from autotune.decoding.knobs import ALL, KNOB_METADATA_KEY, MethodKnob, knob, method_owner
-from autotune.decoding.methods import (
+from autotune.schema import config as config_module
+from autotune.schema.config import KNOBS, DecodeConfig, method_knobs, with_method_knobs
+from autotune.schema.knobs import ALL, KNOB_METADATA_KEY, MethodKnob, knob, method_owner
+from autotune.schema.methods import (
     BUILTIN_METHODS,
     MethodSpec,
     all_methods,
@@ -121,3 +121,27 @@ def test_cost_parts_written_before_method_parts_read_a_methods_part() -> None:
     assert CostParts.from_json({**old, "suffix_speculate": None}).method_parts == {}
     assert json.loads(json.dumps(doc))["method_parts"] == {"suffix_speculate": 0.4}
 
+
+
+def test_the_method_knobs_restated_for_type_checkers_are_the_declared_ones():
+    """DecodeConfig's `if TYPE_CHECKING:` block names every built-in method's knob with
+    its type, in the order the class has them: a knob added, renamed or retyped in a
+    method package without the block (or the other way round) fails here."""
+    import ast
+    import inspect
+
+    from autotune.schema.config import DecodeConfig, method_knobs
+    from autotune.schema.knobs import VALUE_TYPES
+    from autotune.schema.methods import BUILTIN_METHODS, get_method
+
+    tree = ast.parse(inspect.getsource(config_module))
+    cls = next(node for node in tree.body
+               if isinstance(node, ast.ClassDef) and node.name == "DecodeConfig")
+    block = next(node for node in cls.body if isinstance(node, ast.If)
+                 and ast.unparse(node.test) == "TYPE_CHECKING")
+    restated = [(stmt.target.id, ast.unparse(stmt.annotation)) for stmt in block.body
+                if isinstance(stmt, ast.AnnAssign)]
+    declared = [(knob.name, VALUE_TYPES[knob.kind])
+                for knob, _ in method_knobs([get_method(n) for n in BUILTIN_METHODS])]
+    assert restated == declared
+    assert {name for name, _ in declared} <= {f.name for f in dataclasses.fields(DecodeConfig)}

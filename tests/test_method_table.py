@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from toy_drafter import TOY, toy  # noqa: F401  (fixture)
 
-from autotune.decoding.methods import BUILTIN_METHODS
+from autotune.schema.methods import BUILTIN_METHODS
 from autotune.exports import FORMATS
 from autotune.methods.table import (
     BEGIN,

@@ -17,10 +17,10 @@ from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
 from toy_drafter import RepeatLast, toy  # noqa: F401  (fixture)
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafters.base import Drafter, TreeHooks
-from autotune.decoding.methods import (
+from autotune.schema.methods import (
     BUILTIN_METHODS,
     MethodSpec,
     get_method,

@@ -13,7 +13,7 @@ import torch
 from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401  (autouse fixture)
 
 import autotune.decoding.decoder as decoder_module
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import Generation
 from autotune.decoding.numerics import NumericsRecorder, TokenNumerics, records
 from autotune.measure.divergence import (

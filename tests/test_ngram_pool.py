@@ -13,9 +13,9 @@ from test_exports import frozen
 from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 from autotune.exports import export
 from autotune.measure.measurement import measure_arms
 from autotune.methods.ngram.drafter import MatchPool, PublicPool

@@ -19,7 +19,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.search import evaluation
 from autotune.search.objectives import EvalContext, load_objective
 from autotune.search.samplers import BASELINE, BASELINE_ATTR

@@ -16,7 +16,7 @@ from tiny import llama_model, one_thread, save_tiny  # noqa: F401
 
 from autotune.cli.main import main
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafter_choice import pick_drafter
 from autotune.models.loading import load_model

@@ -23,7 +23,7 @@ import torch
 from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401  (autouse fixture)
 
 import autotune.decoding.decoder as decoder_module
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.tree import compact_cache
 from autotune.measure.measurement import measure
 from autotune.models.llama import LlamaForward, Step

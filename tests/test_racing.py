@@ -151,7 +151,7 @@ def test_a_race_starts_the_engines_its_backend_keeps_before_its_clock() -> None:
     backend keeps, before its clock, and takes that time off its budget."""
     from types import SimpleNamespace
 
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
 
     started: list[str] = []
 

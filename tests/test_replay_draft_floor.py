@@ -18,7 +18,7 @@ import pytest
 from tiny import tiny_llama
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.methods.sorted_exit.replay import SortedExitCost
 from autotune.replay.costs import FORMAT, CostParts, LayerParts, interpolate
 from autotune.replay.run import Replayer

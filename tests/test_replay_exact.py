@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import pytest
 from conftest import real_prompts
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import Generation, SpeculativeDecoder
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 from autotune.models.loading import LoadedModel
 from autotune.replay.costs import CostParts, LayerParts
 from autotune.replay.reference import Reference, reference_set

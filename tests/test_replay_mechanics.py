@@ -22,9 +22,9 @@ import autotune.decoding.reference as decoding_reference
 import autotune.models.loading as loading
 import autotune.search.evaluation as evaluation
 from autotune.cli.main import main
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 from autotune.replay import costs
 from autotune.replay.costs import (
     FORMAT,

@@ -21,7 +21,7 @@ import autotune.methods.layer_skip.replay as layer_skip_replay
 import autotune.methods.sorted_exit.replay as sorted_exit_replay
 import autotune.replay.run as replay_run
 from autotune.decoding.batched import BatchedDecoder, cache_span
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.reference import reference_continuations
 from autotune.replay.costs import FORMAT, CostParts, LayerParts
 from autotune.replay.reference import Reference, reference_set

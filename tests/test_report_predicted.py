@@ -14,7 +14,7 @@ from test_report_data import add, baseline, config
 from test_report_render import parse
 from test_report_validation import validated
 
-from autotune.decoding.label import describe
+from autotune.schema.label import describe
 from autotune.report import collect, render_report
 from autotune.report import panels as P
 from autotune.report.objective import ObjectiveInfo

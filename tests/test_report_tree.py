@@ -16,7 +16,7 @@ from optuna.storages.journal import JournalFileBackend
 from test_report_data import LATENCY, add, baseline, config, new_study, ngram
 from test_report_render import STUDY, check_page, make_run
 
-from autotune.decoding.shape import CHAIN, DYNAMIC, STATIC, DraftShape
+from autotune.schema.shape import CHAIN, DYNAMIC, STATIC, DraftShape
 from autotune.report import build_report, render_report
 from autotune.report import panels as P
 from autotune.report.trials import shape_of

@@ -14,7 +14,7 @@ from optuna.storages.journal import JournalFileBackend
 from test_report_data import add, config
 from test_report_render import STUDY, check_page, make_run
 
-from autotune.decoding.label import describe
+from autotune.schema.label import describe
 from autotune.report import build_report, render_report, write_report
 from autotune.report import panels as P
 from autotune.report.objective import ObjectiveInfo

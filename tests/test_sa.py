@@ -16,9 +16,9 @@ from test_exports import error_of, frozen
 from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 from autotune.exports import approximation, export, expressible, schema
 from autotune.methods.ngram.drafter import lookup
 from autotune.methods.sa.drafter import LONGEST, SuffixAutomaton

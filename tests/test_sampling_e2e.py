@@ -26,7 +26,7 @@ import pytest
 import torch
 from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401  (autouse fixture)
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.methods.ngram.drafter import lookup
 

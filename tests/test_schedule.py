@@ -12,7 +12,7 @@ from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401  (
 
 from autotune.cli.main import main
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.search.schedule import (
     candidate_ks,
     parse_batch_sizes,

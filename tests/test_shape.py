@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from autotune.decoding.config import DecodeConfig, shape_of_mapping
-from autotune.decoding.shape import CHAIN, DYNAMIC, STATIC, DraftShape
+from autotune.schema.config import DecodeConfig, shape_of_mapping
+from autotune.schema.shape import CHAIN, DYNAMIC, STATIC, DraftShape
 
 STATIC_PATHS = ((0,), (1,), (0, 0), (0, 0, 0))
 

@@ -12,8 +12,8 @@ import optuna
 import pytest
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import KNOBS, DecodeConfig, config_from_mapping
-from autotune.decoding.methods import get_method
+from autotune.schema.config import KNOBS, DecodeConfig, config_from_mapping
+from autotune.schema.methods import get_method
 from autotune.space import (
     BoundSpace,
     InfeasibleConfig,

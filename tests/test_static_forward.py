@@ -11,7 +11,7 @@ import torch
 from tiny import CPU, llama_model, one_thread, tiny_loaded  # noqa: F401 (autouse)
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.models.graphs import CudaGraphCapture
 from autotune.models.loading import LoadedModel, load_model

@@ -25,9 +25,9 @@ import pytest
 from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 from autotune.measure.measurement import measure_arms
 from autotune.methods.suffix.drafter import SuffixProposer, SuffixState
 from autotune.models.loading import LoadedModel
@@ -249,7 +249,7 @@ def test_without_arctic_inference_the_method_drops_out_and_is_refused(monkeypatc
 
 
 def test_a_suffix_label_rounds_the_searched_floats():
-    from autotune.decoding.label import describe
+    from autotune.schema.label import describe
     config = {"method": "suffix", "k": 25, "suffix_max_tree_depth": 15,
               "suffix_max_spec_factor": 3.53227449256707,
               "suffix_min_token_prob": 0.20029885863595928}

@@ -154,6 +154,20 @@ def test_a_budget_with_room_cuts_nothing() -> None:
     assert budget.cuts() == [] and "nothing was cut to fit" in budget.summary()[-1]
 
 
+def test_stages_stopped_within_a_budget_the_plan_said_fits_name_no_smaller_one() -> None:
+    """The main job of 2026-11-27 stopped its screen and race at their shares while the
+    plan's estimate of every count in full rounded to the budget it ran under: the
+    summary told the user to rerun with the same --time-budget 10m."""
+    clock = FakeClock()
+    budget = Budget(3600.0, started=clock.now, clock=clock)
+    budget.plan(CAPS, SHAPE, 0.0266)
+    budget.stopped.append("the race after 8 of 16 held-out prompts")
+    assert budget.full_seconds() <= budget.seconds
+    larger = [line for line in budget.summary() if "a larger budget" in line]
+    assert larger and "--time-budget 1h" not in larger[0]
+    assert "a rerun with a larger --time-budget extends this one" in larger[0]
+
+
 def test_a_trial_starts_only_when_its_median_fits_before_the_deadline() -> None:
     assert not past_deadline(None, 1e9, [5.0])
     assert not past_deadline(100.0, 99.0, []) and past_deadline(100.0, 100.0, [])
@@ -221,7 +235,9 @@ def test_a_budgeted_search_is_cut_to_fit_and_a_larger_budget_extends_it(
     out, err = capsys.readouterr()
     assert "the machine's speed: AR 250.0 ms/token" in err
     assert "time budget 2m: " in out and "cut to fit: --screen 60 -> " in out
-    assert "runs every count in full here" in out
+    # What a larger budget adds, naming one larger than this (or saying its estimate fits).
+    assert ("runs every count in full here" in out
+            or "a rerun with a larger --time-budget extends this one" in out)
     cut = int(out.split("cut to fit: --screen 60 -> ")[1].split(",")[0].split()[0])
     assert 30 <= cut < 60
     screened = len(counted_trials(_journal_trials(run / "study.journal", "b.screen")))

@@ -13,7 +13,7 @@ import torch
 from tiny import llama_model, one_thread, tiny_loaded  # noqa: F401  (autouse fixture)
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig, config_from_mapping
+from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.tree import DraftTree, compact_cache
 from autotune.decoding.verify import (

@@ -13,7 +13,7 @@ import pytest
 from tiny import llama_model, one_thread, save_tiny  # noqa: F401  (autouse fixture)
 
 from autotune.cli.main import main
-from autotune.decoding.config import config_from_mapping
+from autotune.schema.config import config_from_mapping
 from autotune.runs.folder import ranked_documents
 from autotune.search.objectives import load_objective
 from autotune.search.storage import open_storage

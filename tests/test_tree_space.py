@@ -12,9 +12,9 @@ import pytest
 
 from autotune.cli.main import main
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig, config_from_mapping
-from autotune.decoding.methods import get_method
-from autotune.decoding.shape import DraftShape
+from autotune.schema.config import DecodeConfig, config_from_mapping
+from autotune.schema.methods import get_method
+from autotune.schema.shape import DraftShape
 from autotune.search.samplers import make_sampler
 from autotune.space import InfeasibleConfig, load_space
 

@@ -21,9 +21,9 @@ from conftest import real_prompts, real_vllm
 
 from autotune.backends.embedded import EmbeddedBackend
 from autotune.backends.vllm import VllmBackend, unavailable
-from autotune.decoding.config import DecodeConfig
-from autotune.decoding.engines import rules_for
-from autotune.decoding.methods import get_method
+from autotune.schema.config import DecodeConfig
+from autotune.schema.engines import rules_for
+from autotune.schema.methods import get_method
 from autotune.replay.reference import Reference
 from autotune.replay.simulate import simulate
 from autotune.workloads.prompts import encode_prompt

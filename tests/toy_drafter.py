@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from autotune.decoding.drafters.base import Draft, DraftContext, Drafter
-from autotune.decoding.methods import MethodSpec, register_method, unregister_method
+from autotune.schema.methods import MethodSpec, register_method, unregister_method
 from autotune.decoding.policies import ExitPolicy
 
 TOY = "repeat_last"

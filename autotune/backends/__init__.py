@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from autotune.backends.base import (Backend, BackendBase, BackendUnavailable, EngineCost,
                                     Runner, RunnerBase)
 from autotune.backends.registry import BACKEND_RECORDS, BackendRequest, EngineBackend
-from autotune.decoding.engines import AUTOTUNE, retirement
+from autotune.schema.engines import AUTOTUNE, retirement
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from autotune.common.errors import AutotuneError
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
     from autotune.decoding.decoder import Generation
 
 Clock = Callable[[], float]

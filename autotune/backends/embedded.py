@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autotune.backends.base import BackendBase, RunnerBase
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel

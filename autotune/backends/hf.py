@@ -30,9 +30,9 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from autotune.backends.base import BackendBase, BackendUnavailable, Clock, RunnerBase
 from autotune.backends.hf_assisted import applied, recording
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import Generation, RoundTrace
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 from autotune.models.loading import LoadedModel
 
 NAME = "hf"

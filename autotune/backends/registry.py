@@ -3,7 +3,7 @@
 A record says how a config is opened in that engine, why the engine cannot measure
 here, what in the user's input it cannot read, what measuring there costs beside our
 decoder, which methods it is trusted to measure and whether it measures on a CPU.
-Every engine of autotune/decoding/engines.py has one, a record with no `opener` saying
+Every engine of autotune/schema/engines.py has one, a record with no `opener` saying
 that no backend runs in it (TensorRT-LLM). `autotune.backends` derives its names and
 functions from here (`ENGINE_BACKENDS`, `open_backend`, `unavailable`, `input_error`,
 `engine_cost`, `measured_methods`), as do the CLI's `--in` choices and the exports'
@@ -64,7 +64,7 @@ def _no_setting() -> EngineCost | None:
 class EngineBackend:
     """One engine's measurement backend.
 
-    engine: the engine's name (autotune/decoding/engines.py), as `--in` and `--target`
+    engine: the engine's name (autotune/schema/engines.py), as `--in` and `--target`
         take it.
     opener: the backend for a request (it may raise BackendUnavailable, one line); None
         where no backend measures in the engine.

@@ -17,7 +17,7 @@ import yaml
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import display_path
-from autotune.decoding.config import config_from_mapping
+from autotune.schema.config import config_from_mapping
 from autotune.frozen.checks import is_frozen, problems
 
 SPACE_KEYS = ("knobs", "include", "fixed")
@@ -114,7 +114,7 @@ def _objective_summary(path: Path) -> str:
 
 
 def _plain_config(path: Path, data: dict[str, Any]) -> Verdict:
-    from autotune.decoding.label import describe
+    from autotune.schema.label import describe
     try:
         config = config_from_mapping(data).validate()
     except AutotuneError as exc:
@@ -123,7 +123,7 @@ def _plain_config(path: Path, data: dict[str, Any]) -> Verdict:
 
 
 def _frozen_summary(doc: dict[str, Any]) -> str:
-    from autotune.decoding.label import describe
+    from autotune.schema.label import describe
     parts = [describe(doc["params"])]
     metrics = doc.get("metrics") or {}
     if isinstance(metrics.get("latency_ms_per_token"), (int, float)):

@@ -41,7 +41,7 @@ def _exit_layers(text: str | None) -> tuple[int, ...] | None:
     except ValueError:
         raise AutotuneError(f"--exit-layers {text!r} must be layer numbers separated by "
                             "commas, e.g. 6,9,12") from None
-    from autotune.decoding.config import check_exit_order
+    from autotune.schema.config import check_exit_order
     check_exit_order(layers, f"--exit-layers {text}")
     return layers
 

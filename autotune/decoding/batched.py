@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import (
     MAX_DRAFT_TOKENS,
     Generation,

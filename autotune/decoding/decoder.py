@@ -23,7 +23,7 @@ from typing import Any, Callable, Collection
 import torch
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.drafter_choice import pick_drafter
 from autotune.decoding.drafters.base import (
     Draft,
@@ -34,8 +34,8 @@ from autotune.decoding.drafters.base import (
     TreeProposer,
     stack_model,
 )
-from autotune.decoding.engines import EngineRules, engine_rules
-from autotune.decoding.methods import MethodSpec, get_method
+from autotune.schema.engines import EngineRules, engine_rules
+from autotune.schema.methods import MethodSpec, get_method
 from autotune.decoding.numerics import (
     NumericsRecorder,
     TokenNumerics,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from autotune.decoding.config import DecodeConfig
-from autotune.decoding.engines import engine_rules
-from autotune.decoding.methods import get_method
+from autotune.schema.config import DecodeConfig
+from autotune.schema.engines import engine_rules
+from autotune.schema.methods import get_method
 
 
 class ExitPolicy:

@@ -4,7 +4,7 @@ replay tier, the agreement proxy and training all read."""
 from __future__ import annotations
 
 from autotune.common.memory import release_freed_memory
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.models.llama import LlamaForward
 from autotune.models.loading import LoadedModel

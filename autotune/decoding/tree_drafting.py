@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.drafters.base import TreeHooks
 from autotune.decoding.tree import DraftTree, empty_tree
 

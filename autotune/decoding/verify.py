@@ -98,7 +98,7 @@ def block_verify(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
     Decoding", Algorithm 2), as vLLM (`rejection_sample_method: "block"`,
     v1/worker/gpu/spec_decode/rejection_sampler_utils.py L322-398, L627-658, L920-931)
     and SGLang (kernels/ops/speculative/reject_sampling.py L53-112) run it, in the
-    releases engines.PROVENANCE names (read there: decoding/engines.py): the
+    releases engines.PROVENANCE names (read there: schema/engines.py): the
     draft is judged as a block, so a token that token-by-token verification rejects can
     still be kept when the tokens after it make up for it. With the running weight
     w_0 = 1, w_i = min(1, w_{i-1} p_i(x_i) / q_i(x_i)) and, for i < k,

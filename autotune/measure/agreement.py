@@ -25,9 +25,9 @@ from collections.abc import Callable
 import torch
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 from autotune.decoding.reference import Sequence
 from autotune.models.loading import LoadedModel
 

@@ -23,7 +23,7 @@ import torch
 
 from autotune.common.errors import AutotuneError
 from autotune.decoding.batched import BatchedDecoder, BatchGeneration
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure import paired
 from autotune.measure.measurement import WARMUP_TOKENS, Clock, PromptRun, lossless_verdicts
 from autotune.models.loading import LoadedModel

@@ -10,7 +10,7 @@ A method's package holds everything that is its own:
 - `replay.py`: its replay source (a prompt's track, what is exact) and its draft cost
   (drafting time per replayed round from the measured parts: a `DraftCost`).
 
-The registry (`autotune.decoding.methods`) lists this folder's subpackages: a new
+The registry (`autotune.schema.methods`) lists this folder's subpackages: a new
 built-in method is one more package here, plus its space YAML in
 autotune/space/presets/ and its tests. `python -m autotune.methods.table` prints the
 README's table of methods. Nothing in autotune imports these packages by name but the

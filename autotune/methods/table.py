@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-from autotune.decoding.methods import BUILTIN_METHODS, MethodSpec, get_method
+from autotune.schema.methods import BUILTIN_METHODS, MethodSpec, get_method
 from autotune.exports import FORMATS
 from autotune.models.drafter_folder import KINDS, served_method
 

@@ -358,10 +358,20 @@ class Budget:
             lines.append("cut to fit: " + ", ".join(cuts))
         if stopped:
             lines.append("stopped at their share of the budget: " + "; ".join(stopped))
-        if cuts or stopped:
+        full = self.full_seconds()
+        if (cuts or stopped) and full > self.seconds:
             lines.append(f"a larger budget screens, measures and validates more: about "
-                         f"--time-budget {_duration(self.full_seconds(), up=True)} runs "
+                         f"--time-budget {_duration(full, up=True)} runs "
                          "every count in full here; a rerun with it extends this one")
+        elif cuts or stopped:
+            # Counts were cut or stopped on the pace measured as the stages ran, yet the
+            # estimate of every count in full at the pace kept overall fits this budget:
+            # naming a budget no larger than this one would send the user round again.
+            lines.append("a larger budget screens, measures and validates more: counts "
+                         "were cut or stopped at the pace measured as the stages ran, "
+                         "though the estimate of every count in full at the pace kept "
+                         f"overall ({_duration(full, up=True)}) fits this budget; a rerun "
+                         "with a larger --time-budget extends this one")
         else:
             lines.append("nothing was cut to fit")
         return lines

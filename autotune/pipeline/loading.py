@@ -9,7 +9,7 @@ from typing import Any
 
 from autotune.backends import Backend, measured_methods, open_backend
 from autotune.common.errors import AutotuneError
-from autotune.decoding.engines import rules_for
+from autotune.schema.engines import rules_for
 
 # By attribute (`loading.load_model`), looked up when called: tests put a spy on it.
 from autotune.models import loading

@@ -22,8 +22,8 @@ from typing import Any
 
 from autotune.backends import ENGINE_BACKENDS, input_error, unavailable
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import config_from_mapping, load_config_file
-from autotune.decoding.engines import ENGINES
+from autotune.schema.config import config_from_mapping, load_config_file
+from autotune.schema.engines import ENGINES
 from autotune.pipeline.budget import DEFAULT_TIME_BUDGET, parse_duration
 from autotune.pipeline.progress import note
 from autotune.search.finalists import DEFAULT_MIN_GAIN

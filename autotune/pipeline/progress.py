@@ -9,7 +9,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from autotune.decoding.label import describe
+from autotune.schema.label import describe
 from autotune.search.study import TrialEvent
 
 __all__ = ["Progress", "held_out_prompt", "note", "warn"]

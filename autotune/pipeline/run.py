@@ -2,7 +2,8 @@
 held-out prompts -> K per batch size -> run folder, report and exports.
 
 Ctrl-C, by phase (each ends with exit code 130 and leaves no half-written file; every
-file of the run folder is replaced atomically):
+file of the run folder is replaced atomically; `autotune.pipeline.interrupts.Stops` is
+the one place that turns it into a stage's clean stop):
 - before the study (loading, the hardware profile): nothing is written, not even the
   run folder;
 - inside a trial: the trial is marked interrupted (failed, not counted) and queued
@@ -33,10 +34,11 @@ import optuna
 from autotune.backends import BackendUnavailable, open_backend
 from autotune.common.errors import AutotuneError
 from autotune.common.memory import StagePeaks
-from autotune.decoding.engines import engine_rules
+from autotune.schema.engines import engine_rules
 from autotune.measure.profile import PROFILE_FILE, run_profile, save_run_profile
 from autotune.pipeline import fitting
 from autotune.pipeline.budget import Budget
+from autotune.pipeline.interrupts import INTERRUPTED, Stops
 from autotune.pipeline.loading import load_models
 from autotune.pipeline.plan import SearchPlan
 from autotune.pipeline.progress import Progress, held_out_prompt, note, warn
@@ -80,9 +82,6 @@ from autotune.search.study import (
     TrialEvent,
 )
 from autotune.workloads.prompts import workload_digest
-
-INTERRUPTED = "interrupted"
-
 
 @dataclass(frozen=True)
 class SearchOutcome:
@@ -177,6 +176,7 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     # The measured study is opened first: a run it refuses (another space, model,
     # workload) is refused before anything is screened or written.
     runner = StudyRunner(settings, models.space, plan.objective, context)
+    stops = Stops(plan.run_dir, plan.run_dir / BEST_FILE)
     clock.lap("profiling the hardware")
     screening = _screen_context(plan, runner)
     # With a budget, the screen's references and cost parts come first (no deadline can
@@ -186,7 +186,7 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
         plan = fitting.size(plan, budget, speed, len(models.engine_spaces), screened)
         settings.trials = plan.trials
     if (plan.fidelity == "multi" and screened
-            and not _screen(plan, runner, screening, budget)):
+            and not _screen(plan, runner, screening, stops, budget)):
         return SearchOutcome(INTERRUPTED, plan.run_dir, None, plan.objective, 0,
                              settings.trials, 0.0, [], clock.stages,
                              tuple(budget.summary()) if budget is not None else (),
@@ -197,7 +197,7 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     record = write_run_record(plan, models, identity)
     try:
         return _run_study(plan, runner, record.frozen.to_json(), models.engine_spaces,
-                          clock, screening, budget)
+                          clock, screening, stops, budget)
     finally:
         if models.backend is not None:
             models.backend.close()      # vLLM's engines kept started between looks
@@ -243,7 +243,7 @@ def _quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-def _screen(plan: SearchPlan, runner: StudyRunner, context: EvalContext,
+def _screen(plan: SearchPlan, runner: StudyRunner, context: EvalContext, stops: Stops,
             budget: Budget | None = None) -> bool:
     """The replay screen (multi fidelity): queue what it found worth measuring in the
     measured study and cut the trial budget to it; on resume, screen on to a larger
@@ -255,20 +255,16 @@ def _screen(plan: SearchPlan, runner: StudyRunner, context: EvalContext,
     if budget is not None:
         screen_settings = dataclasses.replace(screen_settings, clock=budget.clock,
                                               stop_at=budget.stop_at("screen"))
-    try:
-        screen, reason = run_screen(screen_settings, plan.screen, runner.space,
-                                    plan.objective, context)
-    except KeyboardInterrupt:
-        reason = INTERRUPTED
+    screened = stops.run("screen", lambda: run_screen(screen_settings, plan.screen,
+                                                      runner.space, plan.objective, context))
     if budget is not None:
         budget.done("screen")
-        if reason == "deadline":
-            finished, _, _ = screen.progress()
-            budget.stopped.append(f"the screen after {finished} of {plan.screen} configs")
-    if reason == INTERRUPTED:
-        note("interrupted while screening; the screened configs are saved "
-             "in the study storage. Rerun the same command to resume.")
+    if screened is None:
         return False
+    screen, reason = screened
+    if budget is not None and reason == "deadline":
+        finished, _, _ = screen.progress()
+        budget.stopped.append(f"the screen after {finished} of {plan.screen} configs")
     write_screen_csv(plan.run_dir, screen)
     if resumed:
         _resume_screened(plan, runner, screen)
@@ -336,7 +332,7 @@ def _on_screen_prompts(settings: SearchSettings, plan: SearchPlan) -> SearchSett
 
 def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
                engine_spaces: dict[str, BoundSpace], clock: _Stages,
-               screening: EvalContext, time_budget: Budget | None = None
+               screening: EvalContext, stops: Stops, time_budget: Budget | None = None
                ) -> SearchOutcome:
     """Run the trials with a progress display, screen the other engines' spaces
     (`--target all`), validate the finalists on the held-out prompts, tune the schedule,
@@ -366,56 +362,39 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
             finished_now, _, _ = runner.progress()
             time_budget.stopped.append(f"the measured trials after {finished_now} of {budget}")
     clock.lap("measured trials")
+    stops.interrupted_by(reason)
     screens: dict[str, StudyRunner] = {}
-    if (reason != INTERRUPTED and plan.held_out and engine_spaces
+    if (stops.going and plan.held_out and engine_spaces
             and fitting.engine_screen(plan, time_budget) > 0):
-        try:
-            screens = screen_engines(_on_screen_prompts(runner.settings, plan),
-                                     engine_spaces, objective, screening,
-                                     fitting.engine_screen(plan, time_budget),
-                                     _engines_stop(time_budget))
-        except KeyboardInterrupt:
-            reason = INTERRUPTED
-            note("interrupted while screening the engines' spaces; the screened configs "
-                 "are saved in the study storage. Rerun the same command to resume.")
+        screens = stops.run("engines", lambda: screen_engines(
+            _on_screen_prompts(runner.settings, plan), engine_spaces, objective, screening,
+            fitting.engine_screen(plan, time_budget), _engines_stop(time_budget))) or {}
         if time_budget is not None:
             time_budget.done("engines")
         clock.lap("the engines' screens")
-    if reason != INTERRUPTED and plan.held_out:
-        try:
+    if stops.going and plan.held_out:
+        def validate() -> None:
+            nonlocal plan           # sized to the held-out share of the budget
             plan = fitting.held_out(plan, time_budget, runner.study)
             _validate(plan, runner, screens, clock, time_budget)
             if plan.engine_races:
                 clock.lap("racing the finalists")
                 _race_in_engines(plan, runner, time_budget)
                 clock.lap("racing in the engines themselves")
-        except KeyboardInterrupt:
-            reason = INTERRUPTED
-            note("interrupted while validating the finalists; the search is "
-                 "saved and best.json holds its own (unvalidated) best. Rerun the same "
-                 "command to validate.")
+        stops.run("validation", validate)
     clock.lap("racing the finalists")
-    if reason != INTERRUPTED and plan.batch_sizes:
-        try:
-            run_schedule(runner.study, objective, runner.context, runner.space,
-                         plan.batch_sizes, plan.schedule_ks, runner.context.prompts,
-                         plan.held_out, run_dir if plan.replays else None)
-        except KeyboardInterrupt:
-            reason = INTERRUPTED
-            note("interrupted while tuning K per batch size; the search is "
-                 "saved and best.json has no schedule. Rerun the same command to tune "
-                 "it.")
+    if stops.going and plan.batch_sizes:
+        stops.run("schedule", lambda: run_schedule(
+            runner.study, objective, runner.context, runner.space, plan.batch_sizes,
+            plan.schedule_ks, runner.context.prompts, plan.held_out,
+            run_dir if plan.replays else None))
     clock.lap("K per batch size")
-    try:
+
+    def write_files() -> list[str]:
         run_folder.write_run_files(run_dir, runner.study, objective, context)
-        outputs = _write_outputs(plan, runner.study, context)
-    except KeyboardInterrupt:
-        # The study is in the storage; each file is replaced atomically, so what was
-        # not rewritten is the previous version (or absent) and can be redone.
-        reason, outputs = INTERRUPTED, []
-        note(f"interrupted while writing the run folder; the study is saved. "
-             f"Redo the files with: autotune report {run_dir}; autotune export "
-             f"{run_dir / BEST_FILE} --format ... (or rerun the same command)")
+        return _write_outputs(plan, runner.study, context)
+    outputs = stops.run("files", write_files, after_stop=True) or []
+    reason = INTERRUPTED if stops.interrupted else reason
     clock.lap("the run folder, report and exports")
     record_stages(run_dir, clock.stages, clock.peak_rss)
     done, _, _ = runner.progress()

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
 
 # The run folder's measured cost parts (a search's; `measure --replay` keeps its own in
 # the cache folder). Here, not in run.py: the CLI names it without importing torch.
@@ -31,7 +31,7 @@ PARTS_FILE = "replay_costs.json"
 def replay_refusal(config: "DecodeConfig") -> str | None:
     """None, or why `config` cannot be replayed (one line; torch-free, so a command can
     refuse before loading a model)."""
-    from autotune.decoding.methods import get_method
+    from autotune.schema.methods import get_method
 
     if get_method(config.method).replay is None:
         return f"method={config.method} has no replay (it can only be measured)"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import Generation
 from autotune.measure import paired
 from autotune.replay.costs import interpolate

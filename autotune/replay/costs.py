@@ -42,14 +42,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.common.files import write_atomically
-from autotune.decoding.methods import all_methods, find_method, get_method
+from autotune.schema.methods import all_methods, find_method, get_method
 from autotune.measure.timing import Clock, forward_times, median_ms, time_call, time_points
 from autotune.replay.draft_cost import DraftCost, HeadParts
 from autotune.replay.effort import EFFORTS, FULL, PartsEffort
 from autotune.replay.simulate import ReplayRound
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
     from autotune.models.loading import LoadedModel
     from autotune.replay.reference import Reference
 
@@ -377,7 +377,7 @@ def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
                   effort: PartsEffort = FULL) -> CostParts:
     """Measure every part on this machine now (about 10-30 s for a small model at full
     `effort`; a lesser one times fewer repeats on fewer, shorter decodes)."""
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
 
     clock = Clock(target.device)
     sample = refs[: min(effort.prompts, len(refs))]

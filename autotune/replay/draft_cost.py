@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from autotune.common.errors import AutotuneError
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
     from autotune.models.loading import LoadedModel
     from autotune.replay.simulate import ReplayRound
 

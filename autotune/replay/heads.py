@@ -35,7 +35,7 @@ from autotune.replay.sources import ReplaySourceBase
 from autotune.replay.tables import Table, table_width
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
     from autotune.decoding.policies import ExitPolicy
     from autotune.models.loading import LoadedModel
     from autotune.models.trained import HeadForward

@@ -18,11 +18,11 @@ from typing import Any, Sequence
 
 from autotune.common.errors import AutotuneError
 from autotune.common.memory import release_freed_memory
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import Generation, RoundTrace, SpeculativeDecoder
 from autotune.decoding.drafter_choice import pick_drafter
-from autotune.decoding.label import describe
-from autotune.decoding.methods import get_method
+from autotune.schema.label import describe
+from autotune.schema.methods import get_method
 from autotune.measure.measurement import Measurement, PromptRun
 from autotune.models.loading import LoadedModel
 from autotune.replay import replay_refusal

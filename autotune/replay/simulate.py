@@ -40,13 +40,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS, chain_limit
 from autotune.decoding.drafters.base import kept_by_policy
-from autotune.decoding.engines import engine_rules
-from autotune.decoding.methods import get_method
+from autotune.schema.engines import engine_rules
+from autotune.schema.methods import get_method
 from autotune.decoding.policies import ExitPolicy, make_policy
-from autotune.decoding.shape import DYNAMIC, STATIC
+from autotune.schema.shape import DYNAMIC, STATIC
 from autotune.replay.reference import Reference
 from autotune.replay.tables import Table
 

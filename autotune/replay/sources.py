@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from autotune.decoding.shape import DYNAMIC
+from autotune.schema.shape import DYNAMIC
 from autotune.replay.reference import Reference
 from autotune.replay.simulate import TableTrack, Track
 from autotune.replay.tables import TableSource, table_width
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
 
 TAU_EXACT_POLICIES = ("fixed", "heuristic", "confidence")
 

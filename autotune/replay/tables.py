@@ -24,7 +24,7 @@ import torch
 from autotune.replay.reference import Reference
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
     from autotune.models.loading import LoadedModel
 
 DEFAULT_WIDTH = 10
@@ -54,7 +54,7 @@ def table_width(config: "DecodeConfig") -> int:
     """Ids a table row keeps for `config`: DEFAULT_WIDTH, or more for a static tree that
     lists deeper ranks (one past its deepest, so the reference token's rank is known
     to be unlisted) or a wider dynamic tree."""
-    from autotune.decoding.shape import STATIC
+    from autotune.schema.shape import STATIC
 
     shape = config.shape
     if shape.kind == STATIC:

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from autotune.decoding.methods import find_method
+from autotune.schema.methods import find_method
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 FIG_HEIGHT = 400

@@ -10,7 +10,7 @@ Conventions shared by every panel:
 - a trial's `label` is `run_folder.describe(config)`, the same text as `trials.csv`;
 - a trial's `method` comes from its canonical config (the AR baseline's when it has none);
 - everything about a method (its keys, derived counts, label, colour) comes from the
-  registry in `autotune.decoding.methods`, so a new method needs nothing here.
+  registry in `autotune.schema.methods`, so a new method needs nothing here.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial
 
-from autotune.decoding.config import DecodeConfig, shape_of_mapping
-from autotune.decoding.label import describe
-from autotune.decoding.methods import all_methods, find_method
-from autotune.decoding.shape import DYNAMIC, DraftShape
+from autotune.schema.config import DecodeConfig, shape_of_mapping
+from autotune.schema.label import describe
+from autotune.schema.methods import all_methods, find_method
+from autotune.schema.shape import DYNAMIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
 from autotune.search import ranking
 from autotune.search.finalists import answer

@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.common.files import write_atomically
 from autotune.common.interval import Interval, speedup_text
-from autotune.decoding.label import describe
+from autotune.schema.label import describe
 from autotune.frozen.document import frozen_document
 from autotune.frozen.engines import ENGINES_KEY
 from autotune.search.finalists import (

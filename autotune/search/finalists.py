@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.decoding.label import describe
+from autotune.schema.label import describe
 from autotune.measure import paired
 from autotune.search import ranking
 from autotune.search.samplers import BASELINE, BASELINE_ATTR, is_baseline
@@ -61,7 +61,7 @@ from autotune.search.validation_record import (
 )
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
     from autotune.search.objectives import EvalContext
     from autotune.workloads.prompts import Prompt
 
@@ -219,7 +219,7 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
     `on_prompt(done, total)` follows each prompt and repeat. `min_gain`: the gain below
     which speculating is not worth having (`judge`).
     """
-    from autotune.decoding.config import config_from_mapping
+    from autotune.schema.config import config_from_mapping
 
     pool = list(pool) if pool is not None else list(prompts)
     setup = _RaceSetup(
@@ -247,7 +247,7 @@ def _start_engines(backend: Any, configs: dict[str, DecodeConfig]) -> float:
     look that started them all. Seconds it took (0: nothing to start)."""
     if backend is None or backend.idle_engines < 1:
         return 0.0
-    from autotune.decoding.config import DecodeConfig as Config
+    from autotune.schema.config import DecodeConfig as Config
 
     began = time.monotonic()
     for config in [Config(), *configs.values()][:backend.idle_engines]:

@@ -18,7 +18,7 @@ from autotune.common.memory import release_freed_memory
 from autotune.measure.paired import PromptPair
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
     from autotune.replay.run import Replayer
     from autotune.search.finalists import Finalist
     from autotune.search.objectives import EvalContext
@@ -31,7 +31,7 @@ def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
                  ) -> dict[str, list[PromptPair]]:
     """Per finalist arm that the replay tier can predict: one predicted pair (its own
     and the AR baseline's decode times and tokens) per pool prompt."""
-    from autotune.decoding.config import config_from_mapping
+    from autotune.schema.config import config_from_mapping
     from autotune.replay import PARTS_FILE, replay_refusal
     from autotune.replay.costs import CostParts, parts_key, stored_parts
     from autotune.replay.reference import cache_dir

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 from autotune.common.errors import AutotuneError
 from autotune.common.interval import CI_KEY
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.search import ranking
 
 SCHEDULE_ATTR = "schedule"

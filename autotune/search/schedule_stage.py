@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import optuna
 
-from autotune.decoding.config import config_from_mapping
-from autotune.decoding.methods import get_method
+from autotune.schema.config import config_from_mapping
+from autotune.schema.methods import get_method
 from autotune.search import ranking
 from autotune.search.finalists import answer
 from autotune.search.objectives import EvalContext

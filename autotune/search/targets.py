@@ -2,7 +2,7 @@
 
 A target picks two things. The space (`engine_<name>.yaml`, unless `--space` names
 another): only the drafters and knobs that engine expresses. And the rules every
-candidate is measured under (DecodeConfig's `engine` knob, autotune/decoding/engines.py):
+candidate is measured under (DecodeConfig's `engine` knob, autotune/schema/engines.py):
 that engine's n-gram match rule, draft-length schedule, confidence rule and drafting under
 sampling. Any candidate the engine's exporter could not write exactly is refused before it
 is measured, whatever the space, so the winner exports to that engine without `--lossy`.
@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from autotune.decoding.config import DecodeConfig
-from autotune.decoding.engines import AUTOTUNE, ENGINES, engine_rules
+from autotune.schema.config import DecodeConfig
+from autotune.schema.engines import AUTOTUNE, ENGINES, engine_rules
 
 DEFAULT_TARGET = AUTOTUNE.name
 ALL_TARGETS = "all"
@@ -29,7 +29,7 @@ ALL_TARGETS = "all"
 
 @dataclass(frozen=True)
 class EngineTarget:
-    """What `--target` knows of one engine (autotune/decoding/engines.py), declared once
+    """What `--target` knows of one engine (autotune/schema/engines.py), declared once
     in `TARGET_RECORDS`: `space`, the shipped space a `--target <engine>` search tunes
     ("": `engine_<name>`; read as `space_name`); `screen_space`, the one `--target all`
     screens it over ("": the same; `screen_space_name`); `answered`, whether `--target

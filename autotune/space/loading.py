@@ -21,8 +21,8 @@ from typing import Any
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean, display_path, dotted, load_yaml
-from autotune.decoding.config import KNOBS, config_from_mapping, own_keys
-from autotune.decoding.methods import find_method, tree_method_names
+from autotune.schema.config import KNOBS, config_from_mapping, own_keys
+from autotune.schema.methods import find_method, tree_method_names
 from autotune.space.binding import SearchSpace
 from autotune.space.entries import (
     SWITCH,

@@ -56,7 +56,7 @@ def _generate(target: LoadedModel, ids: list[list[int]], max_new_tokens: int,
     the features of prompt + continuation but its last token (the positions the passes
     ran over: the last token is never fed), collected from those same passes."""
     from autotune.decoding.batched import BatchedDecoder
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
 
     decoder = BatchedDecoder(target, DecodeConfig())
     continuations: list[list[int]] = []

@@ -2,7 +2,7 @@
 `choices` come from.
 
 The engine tables are read from their registries (targets: autotune/search/targets.py
-over autotune/decoding/engines.py; backends: autotune/backends/registry.py; formats:
+over autotune/schema/engines.py; backends: autotune/backends/registry.py; formats:
 autotune/exports/__init__.py), each torch-free, so a new engine needs nothing here.
 SAMPLERS restates `search.samplers.SAMPLERS`, which loads optuna, so that `--help` stays
 fast; tests/test_cli.py fails when the two differ.
@@ -14,7 +14,7 @@ import argparse
 from typing import TYPE_CHECKING, Callable
 
 from autotune.backends import BACKENDS
-from autotune.decoding.engines import retirement
+from autotune.schema.engines import retirement
 from autotune.exports import FORMATS
 from autotune.search.targets import ALL_TARGETS, TARGETS
 from autotune.workloads.prompts import TURNS

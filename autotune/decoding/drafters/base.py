@@ -34,8 +34,8 @@ from autotune.decoding.policies import ExitPolicy
 from autotune.decoding.sampling import probabilities
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
-    from autotune.decoding.methods import MethodSpec
+    from autotune.schema.config import DecodeConfig
+    from autotune.schema.methods import MethodSpec
     from autotune.decoding.tree import DraftTree
     from autotune.models.hf_forward import HFCache
     from autotune.models.llama import KVCache

@@ -3,7 +3,7 @@ the target's vocabulary (Leviathan et al., 2023; Chen et al., 2023)."""
 
 from __future__ import annotations
 
-from autotune.decoding.method_spec import MethodSpec, Preset
+from autotune.schema.method_spec import MethodSpec, Preset
 
 
 def _presets(n_layers: int) -> list[Preset]:

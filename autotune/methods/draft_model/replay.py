@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.replay.costs import interpolate
 from autotune.replay.draft_cost import PassDraftCost
 from autotune.replay.reference import Reference

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from autotune.decoding.method_spec import MethodSpec, Preset
+from autotune.schema.method_spec import MethodSpec, Preset
 
 
 def _presets(n_layers: int) -> list[Preset]:

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS
-from autotune.decoding.shape import DYNAMIC
+from autotune.schema.shape import DYNAMIC
 from autotune.models.llama import KVCache, LlamaForward
 from autotune.replay.costs import DRAFT_SIZES, head_curve, head_inputs, interpolate
 from autotune.replay.draft_cost import HeadDraftCost, HeadParts

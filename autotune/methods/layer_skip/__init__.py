@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from autotune.decoding.method_spec import TARGET_STACK, DerivedKnob, MethodSpec, Preset
+from autotune.schema.method_spec import TARGET_STACK, DerivedKnob, MethodSpec, Preset
 from autotune.methods.layer_skip import knobs
 
 

@@ -7,7 +7,7 @@ this when the registry lists the methods.
 
 from __future__ import annotations
 
-from autotune.decoding.knobs import MethodKnob
+from autotune.schema.knobs import MethodKnob
 
 KNOBS = (
     MethodKnob("attn_skip", "int_set", (),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from autotune.common.memory import TrimEvery
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.replay.draft_cost import PassDraftCost
 from autotune.replay.reference import Reference
 from autotune.replay.sources import TableSourceAdapter

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from autotune.decoding.method_spec import DRAFT_OR_TARGET_STACK, MethodSpec, Preset
+from autotune.schema.method_spec import DRAFT_OR_TARGET_STACK, MethodSpec, Preset
 from autotune.methods.llama_draft import knobs
 
 

@@ -4,7 +4,7 @@ quantised draft and top-10 sampler are not reproduced here)."""
 from __future__ import annotations
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure.agreement import Scorer
 from autotune.methods.llama_draft.drafter import REFUSAL
 from autotune.models.loading import LoadedModel

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.knobs import MethodKnob, check_exit_order
+from autotune.schema.knobs import MethodKnob, check_exit_order
 from autotune.methods.sorted_exit.knobs import EXITS
 
 KNOBS = (

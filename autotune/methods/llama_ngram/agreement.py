@@ -3,7 +3,7 @@ draft token of a round that starts there (-1 where it drafts nothing)."""
 
 from __future__ import annotations
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure.agreement import Scorer
 from autotune.methods.llama_ngram.drafter import LlamaNgramDrafter, ngram_simple_draft
 from autotune.models.loading import LoadedModel

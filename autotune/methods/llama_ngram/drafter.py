@@ -1,7 +1,7 @@
 """llama-server's ngram-simple drafter, as autotune's decoder runs it.
 
 Read in llama.cpp as vendored by PROVENANCE["llama_server"] (no llama.cpp commit recorded;
-`autotune.decoding.llama_spec`): common/ngram-map.cpp L49-112
+`autotune.schema.llama_spec`): common/ngram-map.cpp L49-112
 `common_ngram_simple_draft`, given the slot's tokens without the token just sampled and
 that token:
 - no draft while the history holds n + m + 1 tokens or fewer (n = size_n, m = size_m);
@@ -23,9 +23,9 @@ from collections.abc import Collection
 import torch
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.drafters.base import Draft, DraftContext, Drafter
-from autotune.decoding.llama_spec import REPRODUCED, reproduced, spec_types
+from autotune.schema.llama_spec import REPRODUCED, reproduced, spec_types
 from autotune.decoding.policies import ExitPolicy
 
 

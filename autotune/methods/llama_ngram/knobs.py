@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.knobs import MethodKnob
-from autotune.decoding.llama_spec import spec_types
+from autotune.schema.knobs import MethodKnob
+from autotune.schema.llama_spec import spec_types
 
 KNOBS = (
     MethodKnob("llama_spec_type", "str", "ngram-simple",

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
-from autotune.decoding.llama_spec import reproduced
+from autotune.schema.config import DecodeConfig
+from autotune.schema.llama_spec import reproduced
 from autotune.decoding.policies import ExitPolicy
 from autotune.methods.llama_ngram.drafter import ngram_simple_draft
 from autotune.replay.draft_cost import DraftCost

@@ -3,7 +3,7 @@ distilled by `autotune train-draft --kind medusa` and given as `--draft DIR`."""
 
 from __future__ import annotations
 
-from autotune.decoding.method_spec import MethodSpec, Preset
+from autotune.schema.method_spec import MethodSpec, Preset
 
 
 def _presets(n_layers: int) -> list[Preset]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure.agreement import Scorer, feature_scorer
 from autotune.models.loading import LoadedModel
 

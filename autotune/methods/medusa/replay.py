@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure.timing import time_call
 from autotune.replay.costs import PART_REPEATS, head_inputs, interpolate
 from autotune.replay.draft_cost import HeadParts

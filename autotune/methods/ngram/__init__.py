@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from autotune.decoding.method_spec import MethodSpec, Preset
+from autotune.schema.method_spec import MethodSpec, Preset
 from autotune.methods.ngram import knobs
 
 

@@ -3,7 +3,7 @@ every prefix, exactly the first draft token of a round that starts there."""
 
 from __future__ import annotations
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure.agreement import Scorer
 from autotune.methods.ngram.drafter import NgramProposer
 from autotune.models.loading import LoadedModel

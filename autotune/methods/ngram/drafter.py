@@ -7,9 +7,9 @@ from typing import Collection, Sequence
 import torch
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.drafters.base import Draft, DraftContext, Drafter
-from autotune.decoding.engines import EARLIEST, engine_rules
+from autotune.schema.engines import EARLIEST, engine_rules
 from autotune.decoding.policies import ExitPolicy
 
 

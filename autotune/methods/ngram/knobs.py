@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.knobs import MethodKnob, check_knobs
+from autotune.schema.knobs import MethodKnob, check_knobs
 
 NGRAM_MIN = MethodKnob("ngram_min", "int", 1, "shortest prompt-lookup n-gram", low=1)
 NGRAM_MAX = MethodKnob("ngram_max", "int", 3, "longest prompt-lookup n-gram", low=1)

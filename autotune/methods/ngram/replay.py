@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Collection
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.policies import ExitPolicy
 from autotune.methods.ngram.drafter import NgramProposer, PublicPool, ngram_state
 from autotune.replay.draft_cost import DraftCost

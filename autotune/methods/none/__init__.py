@@ -1,7 +1,7 @@
 """`none`: the AR baseline. It drafts nothing, so every round is one plain target step
 through the same loop as every speculative method; every speedup is measured against it."""
 
-from autotune.decoding.method_spec import MethodSpec
+from autotune.schema.method_spec import MethodSpec
 
 SPEC = MethodSpec(
     "none", label="AR baseline", color="#7f7f7f", order=0, drafts=False,

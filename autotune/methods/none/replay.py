@@ -10,7 +10,7 @@ from autotune.replay.simulate import ChainDraft, Track, TrackBase
 from autotune.replay.sources import ReplaySource, ReplaySourceBase
 
 if TYPE_CHECKING:
-    from autotune.decoding.config import DecodeConfig
+    from autotune.schema.config import DecodeConfig
     from autotune.decoding.policies import ExitPolicy
     from autotune.models.loading import LoadedModel
 

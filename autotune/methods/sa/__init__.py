@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from autotune.decoding.method_spec import MethodSpec
+from autotune.schema.method_spec import MethodSpec
 from autotune.methods.sa import knobs
 
 

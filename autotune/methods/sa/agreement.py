@@ -4,7 +4,7 @@ a padded slot is not a draft)."""
 
 from __future__ import annotations
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure.agreement import Scorer
 from autotune.methods.sa.drafter import SuffixAutomaton
 from autotune.models.loading import LoadedModel

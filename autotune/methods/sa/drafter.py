@@ -1,7 +1,7 @@
 """TensorRT-LLM's SA drafter: a suffix automaton per request, extended as tokens arrive.
 
 Read through the code index in NVIDIA/TensorRT-LLM (no single snapshot holds every file;
-each file at its commit in PROVENANCE["trtllm"], autotune/decoding/engines.py):
+each file at its commit in PROVENANCE["trtllm"], autotune/schema/engines.py):
 - tensorrt_llm/llmapi/llm_args.py `SADecodingConfig`
   (the commit tests/engine_fields.py pins): `decoding_type: "SA"`,
   `max_matching_ngram_size` default -1 ("longest possible match via suffix
@@ -46,7 +46,7 @@ from typing import Sequence
 
 import torch
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.drafters.base import Draft, DraftContext, Drafter
 from autotune.decoding.policies import ExitPolicy
 

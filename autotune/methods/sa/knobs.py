@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.knobs import MethodKnob, check_knobs
+from autotune.schema.knobs import MethodKnob, check_knobs
 
 MAX_MATCHING = MethodKnob(
     "sa_max_matching_ngram_size", "int", -1,

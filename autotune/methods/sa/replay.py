@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.policies import ExitPolicy
 from autotune.methods.sa.drafter import SAProposer, SAState
 from autotune.replay.draft_cost import DraftCost

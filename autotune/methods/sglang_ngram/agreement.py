@@ -4,7 +4,7 @@ at a time, so no earlier requests)."""
 
 from __future__ import annotations
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure.agreement import Scorer
 from autotune.methods.sglang_ngram.drafter import NgramProposer, NgramState
 from autotune.models.loading import LoadedModel

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.drafters.base import Draft, DraftContext, Drafter, TreeProposer
 from autotune.decoding.policies import ExitPolicy
 from autotune.decoding.tree import DraftTree

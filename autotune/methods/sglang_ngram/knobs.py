@@ -1,7 +1,7 @@
 """`sglang_ngram`'s config keys: SGLang's `speculative_ngram_*` fields and defaults.
 
 python/sglang/srt/arg_groups/fields/spec.py L252-275 (the release in PROVENANCE["sglang"],
-autotune/decoding/engines.py); `k` is
+autotune/schema/engines.py); `k` is
 speculative_num_draft_tokens - 1, the tree nodes verified with the root. Torch-free:
 the method's `SPEC` reads this when the registry lists the methods.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.knobs import MethodKnob
+from autotune.schema.knobs import MethodKnob
 
 KNOBS = (
     MethodKnob("sglang_ngram_max_trie_depth", "int", 18,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from autotune.decoding.method_spec import DRAFT_OR_TARGET_STACK, DerivedKnob, MethodSpec
+from autotune.schema.method_spec import DRAFT_OR_TARGET_STACK, DerivedKnob, MethodSpec
 from autotune.methods.sorted_exit import knobs
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.drafters.base import stack_model
-from autotune.decoding.methods import get_method
+from autotune.schema.methods import get_method
 from autotune.measure.agreement import Scorer, no_grad, shared_vocab
 from autotune.methods.sorted_exit.drafter import first_confident_exit, top1_probability
 from autotune.models.loading import LoadedModel

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.knobs import MethodKnob, check_exit_order, within
+from autotune.schema.knobs import MethodKnob, check_exit_order, within
 
 EXITS = MethodKnob(
     "exits", "int_list", (),

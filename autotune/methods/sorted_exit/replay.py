@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from autotune.common.memory import TrimEvery, release_freed_memory
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.models.loading import draft_model
 from autotune.models.trained import exit_adapters
 from autotune.replay.draft_cost import PassDraftCost

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from autotune.decoding.method_spec import MethodSpec, Preset
+from autotune.schema.method_spec import MethodSpec, Preset
 from autotune.methods.suffix import knobs
 
 # arctic-inference builds from its sdist (a C++ suffix tree, nanobind); the build

@@ -4,7 +4,7 @@ prompt at a time, so no earlier outputs)."""
 
 from __future__ import annotations
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.measure.agreement import Scorer
 from autotune.methods.suffix.drafter import SuffixProposer, SuffixState
 from autotune.models.loading import LoadedModel

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.drafters.base import Draft, DraftContext, Drafter
 from autotune.decoding.policies import ExitPolicy
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.decoding.knobs import MethodKnob, check_knobs
+from autotune.schema.knobs import MethodKnob, check_knobs
 
 KNOBS = (
     MethodKnob("suffix_max_tree_depth", "int", 24,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any, Callable
 
-from autotune.decoding.config import DecodeConfig
+from autotune.schema.config import DecodeConfig
 from autotune.decoding.policies import ExitPolicy
 from autotune.methods.suffix.drafter import SuffixProposer, SuffixState
 from autotune.replay.draft_cost import DraftCost

@@ -15,8 +15,8 @@ import optuna
 import pandas as pd
 import plotly.graph_objects as go
 
-from autotune.decoding.config import GENERAL_DRAFTER as GENERAL
-from autotune.decoding.config import ROUTED_DRAFTER as ROUTED
+from autotune.schema.config import GENERAL_DRAFTER as GENERAL
+from autotune.schema.config import ROUTED_DRAFTER as ROUTED
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, note, num, section

@@ -12,12 +12,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.decoding.config import KNOBS, method_keys
-from autotune.decoding.engines import ENGINES
-from autotune.decoding.knobs import WORKLOAD
-from autotune.decoding.label import describe
-from autotune.decoding.methods import find_method
-from autotune.decoding.shape import STATIC, DraftShape
+from autotune.schema.config import KNOBS, method_keys
+from autotune.schema.engines import ENGINES
+from autotune.schema.knobs import WORKLOAD
+from autotune.schema.label import describe
+from autotune.schema.methods import find_method
+from autotune.schema.shape import STATIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.panels.batch_size import PANEL_ID as BATCH_SIZE_PANEL

@@ -17,7 +17,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from autotune.decoding.methods import find_method
+from autotune.schema.methods import find_method
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import (

@@ -12,7 +12,7 @@ import optuna
 import pandas as pd
 import plotly.graph_objects as go
 
-from autotune.decoding.config import KNOBS
+from autotune.schema.config import KNOBS
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import figure, layout, note, section

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial
 
-from autotune.decoding.shape import CHAIN, STATIC, DraftShape
+from autotune.schema.shape import CHAIN, STATIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, method_color, note, section

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.decoding.config import KNOBS, DecodeConfig, shape_of_mapping
-from autotune.decoding.methods import find_method
+from autotune.schema.config import KNOBS, DecodeConfig, shape_of_mapping
+from autotune.schema.methods import find_method
 
 _DEFAULTS = DecodeConfig()       # a key a config lacks reads as its default
 

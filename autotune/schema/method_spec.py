@@ -2,7 +2,7 @@
 (`DerivedKnob`) the report plots for it.
 
 A built-in method's package (`autotune/methods/<name>/__init__.py`) defines its `SPEC`
-from these; the registry (`autotune.decoding.methods`) finds and holds the specs. Kept
+from these; the registry (`autotune.schema.methods`) finds and holds the specs. Kept
 apart from the registry so that a method's package can be imported on its own, before
 the registry has listed the built-ins. Imports no torch: a spec names its code by
 "module:attribute" strings, imported on first use.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from autotune.common.errors import AutotuneError
-from autotune.decoding.knobs import MethodKnob
+from autotune.schema.knobs import MethodKnob
 
 __all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "DerivedKnob", "Factory", "KnobCheck",
            "MethodKnob", "MethodSpec", "Preset"]

