@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from autotune.schema.label import describe
 from autotune.search.study import TrialEvent
+from autotune.search.trial_record import TrialRecord
 
 __all__ = ["Progress", "held_out_prompt", "note", "warn"]
 
@@ -51,8 +52,9 @@ class Progress:
 
     def finished(self, event: TrialEvent) -> None:
         trial = event.trial
-        label = ("infeasible point, not counted" if trial.user_attrs.get("infeasible")
-                 else describe(trial.user_attrs.get("config", {})))
+        record = TrialRecord.of(trial)
+        label = ("infeasible point, not counted" if record.infeasible
+                 else describe(record.config_json or {}))
         best = ""
         if event.best is not None:
             best = f"best {event.best.values[0]:.4g} (trial {event.best.number})"

@@ -49,8 +49,10 @@ from optuna.trial import FrozenTrial
 
 from autotune.schema.label import describe
 from autotune.measure import paired
+from autotune.measure.summary import MeasurementSummary
 from autotune.search import ranking
-from autotune.search.samplers import BASELINE, BASELINE_ATTR, is_baseline
+from autotune.search.samplers import BASELINE, is_baseline
+from autotune.search.trial_record import TrialRecord
 from autotune.search.validation_record import (
     FinalistEntry,
     FinalistFigures,
@@ -106,22 +108,22 @@ class Finalist:
         return own if self.engine == OWN_ENGINE else f"{self.engine}.{own}"
 
 
-def _config_key(config: dict[str, Any]) -> str:
+def _config_key(config: Any) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
 def finalist_of(trial: FrozenTrial, role: str, engine: str = OWN_ENGINE) -> Finalist:
     """`trial` as a finalist: its config and its search figures (an engine screen's
     trial: its replay predictions, marked `fidelity: replay`)."""
-    config = dict(trial.user_attrs.get("config", {}))
-    metrics = trial.user_attrs.get("metrics", {})
-    search = {k: metrics.get(k) for k in ("speedup", "latency_ms_per_token",
-                                          "mean_accepted_tokens")}
+    record = TrialRecord.of(trial)
+    config = dict(record.config_json or {})
+    metrics = record.metrics or MeasurementSummary()
+    search = {k: metrics.figure(k) for k in ("speedup", "latency_ms_per_token",
+                                             "mean_accepted_tokens")}
     if engine != OWN_ENGINE:
         search["fidelity"] = "replay"
     return Finalist(trial=trial.number, label=describe(config), role=role,
-                    preset=trial.user_attrs.get(BASELINE_ATTR), params=config,
-                    search=search, engine=engine)
+                    preset=record.preset, params=config, search=search, engine=engine)
 
 
 def pick_finalists(study: optuna.Study, objective: ranking.Directions,
@@ -129,24 +131,23 @@ def pick_finalists(study: optuna.Study, objective: ranking.Directions,
     """The `n` best distinct speculative configs by `autotune.search.ranking` (a point measured
     twice is one finalist), plus the best-ranked documented default (a queued preset)
     when it is not among them. The AR baseline is the reference, never a finalist."""
-    order = [t for t in ranking.ranked(study, objective)
-             if t.user_attrs.get("config") is not None and not is_baseline(t)
-             and t.user_attrs["config"].get("method", "none") != "none"]
+    order = [record for record in map(TrialRecord.of, ranking.ranked(study, objective))
+             if record.speculates and not record.is_baseline]
     chosen: list[Finalist] = []
     seen: set[str] = set()
-    for trial in order:
-        key = _config_key(trial.user_attrs["config"])
+    for record in order:
+        key = _config_key(record.config_json)
         if key not in seen and len(chosen) < n:
             seen.add(key)
-            chosen.append(finalist_of(trial, f"search #{len(chosen) + 1}"))
+            chosen.append(finalist_of(record.trial, f"search #{len(chosen) + 1}"))
 
-    def is_default(trial: FrozenTrial) -> bool:
-        preset = trial.user_attrs.get(BASELINE_ATTR)
-        return preset not in (None, BASELINE) and not str(preset).startswith("enqueue")
+    def is_default(record: TrialRecord) -> bool:
+        return (record.preset not in (None, BASELINE)
+                and not str(record.preset).startswith("enqueue"))
 
-    default = next((t for t in order if is_default(t)), None)
-    if default is not None and _config_key(default.user_attrs["config"]) not in seen:
-        chosen.append(finalist_of(default, f"default {default.user_attrs[BASELINE_ATTR]}"))
+    default = next((r for r in order if is_default(r)), None)
+    if default is not None and _config_key(default.config_json) not in seen:
+        chosen.append(finalist_of(default.trial, f"default {default.preset}"))
     return chosen
 
 

@@ -12,12 +12,13 @@ from typing import Any, Sequence
 
 import optuna
 
-from autotune.schema.config import config_from_mapping
+from autotune.schema.config import DecodeConfig
 from autotune.schema.methods import get_method
 from autotune.search import ranking
 from autotune.search.finalists import answer
 from autotune.search.objectives import EvalContext
 from autotune.search.samplers import is_baseline
+from autotune.search.trial_record import TrialRecord
 from autotune.search.schedule import (
     OBJECTIVE,
     SCHEDULE_ATTR,
@@ -115,7 +116,7 @@ def run_schedule(study: optuna.Study, objective: Any, context: EvalContext, spac
     stored = study.user_attrs.get(SCHEDULE_ATTR)
     if isinstance(stored, dict) and stored.get("key") == key:
         return stored
-    config = (config_from_mapping(chosen.trial.user_attrs.get("config", {}))
+    config = (TrialRecord.of(chosen.trial).config or DecodeConfig()
               if chosen.trial is not None and not is_baseline(chosen.trial) else None)
     if config is None or config.method == "none":
         schedule = _off(batch_sizes, "none", "the run's answer is not to speculate at batch "

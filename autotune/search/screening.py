@@ -26,10 +26,18 @@ from typing import Any, Collection, Mapping
 from optuna.trial import FrozenTrial
 
 from autotune.common.files import write_atomically
+from autotune.measure.summary import MeasurementSummary
 from autotune.search import ranking
 from autotune.search.objectives import EvalContext, Objective
 from autotune.search.study import SearchSettings, StudyRunner, TrialEvent
-from autotune.search.trial_record import BASELINE, BASELINE_ATTR, SCREEN_ATTR, UNPRUNED_ATTR
+from autotune.search.trial_record import (
+    BASELINE,
+    BASELINE_ATTR,
+    SCREEN_ATTR,
+    UNPRUNED_ATTR,
+    ScreenNote,
+    TrialRecord,
+)
 from autotune.space import BoundSpace
 
 SCREEN_SUFFIX = ".screen"
@@ -43,7 +51,9 @@ def screen_study_name(study_name: str) -> str:
     return study_name + SCREEN_SUFFIX
 
 
-def _config_key(config: dict[str, Any]) -> str:
+def _config_key(trial: FrozenTrial) -> str:
+    """A trial's config as a comparable string, its workload's sampling left out."""
+    config = TrialRecord.of(trial).config_json or {}
     return json.dumps({k: v for k, v in config.items()
                        if k not in ("temperature", "top_p")}, sort_keys=True)
 
@@ -92,12 +102,13 @@ def run_screen(settings: SearchSettings, trials: int, space: BoundSpace,
     return runner, reason
 
 
-def _family(config: dict[str, Any]) -> tuple[str, str]:
+def _family(trial: FrozenTrial) -> tuple[str, str]:
     """(method, chain or tree kind): configs of one family differ only in numbers."""
     from autotune.schema.config import shape_of_mapping
 
-    shape = shape_of_mapping(config)
-    return str(config.get("method")), shape.kind if shape is not None else "?"
+    record = TrialRecord.of(trial)
+    shape = shape_of_mapping(record.config_json or {})
+    return record.method, shape.kind if shape is not None else "?"
 
 
 def _behaviour(trial: FrozenTrial) -> tuple[Any, ...] | None:
@@ -105,13 +116,14 @@ def _behaviour(trial: FrozenTrial) -> tuple[Any, ...] | None:
     rounds (τ, drafted and verified per round, latency). Two configs alike in all of it
     (n-gram ranges that find the same matches, a K never reached) would only measure the
     same decoding twice. None when the figures are missing."""
-    metrics = trial.user_attrs.get("metrics", {})
-    keys = ("mean_accepted_tokens", "mean_drafted_tokens", "mean_verified_tokens", "rounds",
-            "latency_ms_per_token")
-    if any(not isinstance(metrics.get(k), (int, float)) for k in keys):
+    metrics = TrialRecord.of(trial).metrics
+    if metrics is None:
         return None
-    return (_family(trial.user_attrs["config"]),
-            *(round(float(metrics[k]), 6) for k in keys))
+    figures = (metrics.mean_accepted_tokens, metrics.mean_drafted_tokens,
+               metrics.mean_verified_tokens, metrics.rounds, metrics.latency_ms_per_token)
+    if any(not isinstance(value, (int, float)) for value in figures):
+        return None
+    return (_family(trial), *(round(float(value or 0), 6) for value in figures))
 
 
 def params_key(params: Mapping[str, Any]) -> str:
@@ -125,10 +137,10 @@ def ranked_candidates(screen: StudyRunner, objective: Objective
     """The screen's AR baseline trial (None if it has none) and its speculative configs
     in rank order."""
     ranked = ranking.ranked(screen.study, objective)
-    baseline = next((t for t in ranked if t.user_attrs.get(BASELINE_ATTR) == BASELINE), None)
-    order = [t for t in ranked
-             if t.user_attrs.get("config") and t.user_attrs.get(BASELINE_ATTR) != BASELINE
-             and t.user_attrs["config"].get("method", "none") != "none"]
+    records = [TrialRecord.of(t) for t in ranked]
+    baseline = next((r.trial for r in records if r.preset == BASELINE), None)
+    order = [r.trial for r in records
+             if r.config_json and r.preset != BASELINE and r.method != "none"]
     return baseline, order
 
 
@@ -136,11 +148,11 @@ def distinct_trials(order: list[FrozenTrial], taken: Collection[FrozenTrial] = (
               ) -> list[FrozenTrial]:
     """`order` less repeats: a config already seen, or one replay saw decode like an
     earlier one (`_behaviour`) or like one of `taken` (already measured), is left out."""
-    seen = {_config_key(t.user_attrs["config"]) for t in taken}
+    seen = {_config_key(t) for t in taken}
     behaviours = {_behaviour(t) for t in taken} - {None}
     distinct: list[FrozenTrial] = []
     for trial in order:
-        key = _config_key(trial.user_attrs["config"])
+        key = _config_key(trial)
         behaviour = _behaviour(trial)
         if key not in seen and (behaviour is None or behaviour not in behaviours):
             seen.add(key)
@@ -152,12 +164,13 @@ def distinct_trials(order: list[FrozenTrial], taken: Collection[FrozenTrial] = (
 def _queued_attrs(trial: FrozenTrial, rank: int) -> dict[str, Any]:
     """The user attrs a screened config carries into the measured study: its screen rank
     and prediction (and the documented default it is, if one)."""
-    metrics = trial.user_attrs.get("metrics", {})
-    attrs: dict[str, Any] = {SCREEN_ATTR: {
-        "rank": rank, "trial": trial.number,
-        "predicted": {k: metrics.get(k) for k in PREDICTED_KEYS}}}
-    if trial.user_attrs.get(BASELINE_ATTR):
-        attrs[BASELINE_ATTR] = trial.user_attrs[BASELINE_ATTR]
+    record = TrialRecord.of(trial)
+    metrics = record.metrics or MeasurementSummary()
+    note = ScreenNote(rank=rank, trial=trial.number,
+                      predicted={k: metrics.figure(k) for k in PREDICTED_KEYS})
+    attrs: dict[str, Any] = {SCREEN_ATTR: note.to_json()}
+    if record.preset:
+        attrs[BASELINE_ATTR] = record.preset
     return attrs
 
 
@@ -179,17 +192,17 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
     picked: list[FrozenTrial] = []
     families: set[tuple[str, str]] = set()
     for trial in distinct:
-        family = _family(trial.user_attrs["config"])
+        family = _family(trial)
         if family not in families and beats_baseline(trial):
             families.add(family)
             picked.append(trial)
     # Then the best of each method replay predicts slower than AR: measured once, so the
     # report sets every method of the space (a trained head too) beside the others on
     # measured figures, and replay's verdict on a loser is checked, not taken on trust.
-    methods = {_family(t.user_attrs["config"])[0] for t in picked}
+    methods = {_family(t)[0] for t in picked}
     losers: list[FrozenTrial] = []
     for trial in distinct:
-        method = _family(trial.user_attrs["config"])[0]
+        method = _family(trial)[0]
         if method not in methods:
             methods.add(method)
             picked.append(trial)
@@ -197,7 +210,7 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
     picked = picked[:n]
     representatives = list(picked)
     picked += [t for t in distinct if t not in picked][: n - len(picked)]
-    default = next((t for t in distinct if t.user_attrs.get(BASELINE_ATTR)), None)
+    default = next((t for t in distinct if TrialRecord.of(t).preset), None)
     if n > 0 and default is not None and default not in picked:
         # The default takes the place of the last config picked by rank alone, else of
         # the last representative.
@@ -235,8 +248,8 @@ def screen_failure(screen: StudyRunner) -> str:
     """The most common reason the screen's trials failed, for a warning."""
     from collections import Counter
 
-    errors = Counter(t.user_attrs.get("error") for t in screen.study.get_trials(deepcopy=False)
-                     if t.user_attrs.get("error"))
+    records = [TrialRecord.of(t) for t in screen.study.get_trials(deepcopy=False)]
+    errors = Counter(r.error for r in records if r.error)
     if not errors:
         return "no trial failed"
     reason, count = errors.most_common(1)[0]
@@ -249,8 +262,8 @@ def write_screen_csv(run_dir: Path, screen: StudyRunner) -> None:
     keys: list[str] = []
     rows = []
     for trial in trials:
-        metrics = {k: v for k, v in trial.user_attrs.get("metrics", {}).items()
-                   if not isinstance(v, (list, dict))}
+        stored = TrialRecord.of(trial).metrics or MeasurementSummary()
+        metrics = {k: v for k, v in stored.to_json().items() if not isinstance(v, (list, dict))}
         for key in metrics:
             if key not in keys:
                 keys.append(key)
@@ -259,7 +272,8 @@ def write_screen_csv(run_dir: Path, screen: StudyRunner) -> None:
     writer = csv.writer(out)
     writer.writerow(["number", "fidelity", "preset", "config", *keys])
     for trial, metrics in rows:
-        writer.writerow([trial.number, "replay", trial.user_attrs.get(BASELINE_ATTR, ""),
-                         json.dumps(trial.user_attrs.get("config", {}), sort_keys=True),
+        record = TrialRecord.of(trial)
+        writer.writerow([trial.number, "replay", record.preset or "",
+                         json.dumps(record.config_json or {}, sort_keys=True),
                          *[metrics.get(k, "") for k in keys]])
     write_atomically(run_dir / SCREEN_FILE, out.getvalue())

@@ -48,7 +48,13 @@ from autotune.search.storage import (
     worker_alive,
     worker_id,
 )
-from autotune.search.trial_record import BASELINE, BASELINE_ATTR, REPEAT_ATTR, UNPRUNED_ATTR
+from autotune.search.trial_record import (
+    BASELINE,
+    BASELINE_ATTR,
+    REPEAT_ATTR,
+    UNPRUNED_ATTR,
+    TrialRecord,
+)
 from autotune.space import BoundSpace, InfeasibleConfig
 
 __all__ = ["MAX_INFEASIBLE_PER_TRIAL", "REPEAT_ATTR", "UNPRUNED_ATTR", "SearchSettings",
@@ -129,12 +135,12 @@ class TrialEvent:
 def counted_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     """Trials that count toward the budget: finished, feasible, not interrupted, and not
     superseded by a retry (ours after a dead worker, or Optuna's after a stale heartbeat)."""
-    retried = {t.user_attrs.get("retry_of") for t in trials}
+    records = [TrialRecord.of(t) for t in trials]
+    retried = {r.retry_of for r in records}
     retried |= {t.system_attrs.get("failed_trial") for t in trials}
-    return [t for t in trials
-            if t.state.is_finished() and not t.user_attrs.get("interrupted")
-            and not t.user_attrs.get("infeasible") and not t.user_attrs.get(REPEAT_ATTR)
-            and t.number not in retried]
+    return [r.trial for r in records
+            if r.trial.state.is_finished() and not r.interrupted and not r.infeasible
+            and r.repeat_of is None and r.number not in retried]
 
 
 class TrialTimeout(Exception):
@@ -329,7 +335,7 @@ class StudyRunner:
         """Trials left RUNNING by a dead worker on this host: mark failed, queue again."""
         recovered = []
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            owner = trial.user_attrs.get("worker")
+            owner = TrialRecord.of(trial).worker
             if owner is None or owner == self.worker or worker_alive(owner):
                 continue
             self._interrupt(trial, f"its worker {owner} exited while it ran")
@@ -371,9 +377,10 @@ class StudyRunner:
         """(counted toward the budget, running elsewhere, infeasible) right now."""
         trials = self.study.get_trials(deepcopy=False)
         done = len(counted_trials(trials))
-        running = sum(t.state == TrialState.RUNNING and t.user_attrs.get("worker") != self.worker
-                      for t in trials)
-        infeasible = sum(bool(t.user_attrs.get("infeasible")) for t in trials)
+        records = [TrialRecord.of(t) for t in trials]
+        running = sum(r.trial.state == TrialState.RUNNING and r.worker != self.worker
+                      for r in records)
+        infeasible = sum(bool(r.infeasible) for r in records)
         return done, running, infeasible
 
     # -- the loop -------------------------------------------------------------------
@@ -421,24 +428,25 @@ class StudyRunner:
                 # Ctrl-C outside the objective (sampling, storage) can leave our trial
                 # RUNNING; inside it, `_trial` has already marked and queued it.
                 for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-                    if trial.user_attrs.get("worker") == self.worker:
+                    if TrialRecord.of(trial).worker == self.worker:
                         self._interrupt(trial, "stopped by the user (Ctrl-C)")
                 return "interrupted"
 
     def _last_own_trial(self) -> FrozenTrial | None:
         own = [t for t in self.study.get_trials(deepcopy=False)
-               if t.user_attrs.get("worker") == self.worker and t.state.is_finished()]
+               if t.state.is_finished() and TrialRecord.of(t).worker == self.worker]
         return max(own, key=lambda t: t.number) if own else None
 
     def _message(self, trial: FrozenTrial) -> str:
         if trial.state == TrialState.COMPLETE:
             values = ", ".join(f"{m}={v:.4g}" for m, v in zip(self.objective.metrics, trial.values))
             return values
+        record = TrialRecord.of(trial)
         if trial.state == TrialState.PRUNED:
-            if trial.user_attrs.get(REPEAT_ATTR) is not None:
-                return f"a repeat of trial {trial.user_attrs[REPEAT_ATTR]}: not counted"
-            return trial.user_attrs.get("infeasible") or "pruned"
-        return trial.user_attrs.get("error", "failed")
+            if record.repeat_of is not None:
+                return f"a repeat of trial {record.repeat_of}: not counted"
+            return record.infeasible or "pruned"
+        return record.error or "failed"
 
     def _trial(self, trial: Trial) -> float | list[float]:
         trial.set_user_attr("worker", self.worker)
@@ -498,7 +506,7 @@ class StudyRunner:
         key = json.dumps(config, sort_keys=True)
         earlier = next((t.number for t in self.study.get_trials(
                             deepcopy=False, states=(TrialState.COMPLETE,))
-                        if json.dumps(t.user_attrs.get("config"), sort_keys=True) == key),
+                        if json.dumps(TrialRecord.of(t).config_json, sort_keys=True) == key),
                        None)
         if earlier is None:
             self._repeats_in_a_row = 0
