@@ -13,6 +13,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from autotune.cli.engine_answer import answer_for, not_speculating, note_engine_answer
@@ -32,6 +33,7 @@ from autotune.frozen.environment import (
     hardware_record,
     model_record,
 )
+from autotune.measure.summary import MeasurementSummary
 from autotune.search.evaluation import evaluate
 from autotune.search.objectives import EvalContext, available_objectives, load_objective
 from autotune.workloads.prompts import load_workload, workload_digest
@@ -63,73 +65,77 @@ def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
             for row in [head, *rows]]
 
 
-def _config_row(summary: dict[str, Any]) -> tuple[str, str]:
-    return "config", ", ".join(f"{k}={_fmt(v)}" for k, v in summary["config"].items())
+def _config_row(summary: MeasurementSummary) -> tuple[str, str]:
+    return "config", ", ".join(f"{k}={_fmt(v)}" for k, v in (summary.config or {}).items())
 
 
-def _figure_rows(summary: dict[str, Any], keys: tuple[str, ...]) -> list[tuple[str, str]]:
-    """One (label, text) row per key; the speedup with its 90% interval."""
-    # The summary names the speedup's interval `speedup_ci90`.
-    figures = {"speedup": summary.get("speedup"), CI_KEY: summary.get("speedup_ci90")}
-    return [("speedup [90% CI]", speedup_text(figures))
-            if key == "speedup" else (key, _fmt(summary.get(key))) for key in keys]
+def _speedup_cell(summary: MeasurementSummary) -> str:
+    """`1.118x [1.065, 1.172]`: the speedup with its 90% interval (`speedup_text`)."""
+    ci = summary.ci90
+    return speedup_text({"speedup": summary.speedup,
+                         CI_KEY: ci.to_json() if ci is not None else None})
 
 
-def _lossless_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def _figure_rows(summary: MeasurementSummary, keys: tuple[str, ...]) -> list[tuple[str, str]]:
+    """One (label, text) row per figure; the speedup with its 90% interval."""
+    return [("speedup [90% CI]", _speedup_cell(summary))
+            if key == "speedup" else (key, _fmt(summary.figure(key))) for key in keys]
+
+
+def _lossless_rows(summary: MeasurementSummary) -> list[tuple[str, str]]:
     """What `lossless` rests on: its tier, the runs per verdict where any run differed
     from AR, the prompts that differ at a near-tie and those that diverge for real."""
     rows: list[tuple[str, str]] = []
-    counts = summary.get("divergences")
-    if summary.get("lossless_tier") and summary.get("lossless") is not None:
-        rows.append(("lossless_tier", str(summary["lossless_tier"])))
-    if isinstance(counts, dict) and (counts.get("near_tie") or counts.get("real")):
+    counts = summary.divergences or {}
+    if summary.lossless_tier and summary.lossless is not None:
+        rows.append(("lossless_tier", summary.lossless_tier))
+    if any(counts.get(kind) for kind in ("near_tie", "real")):
         rows.append(("divergences", ", ".join(f"{k} {v}" for k, v in counts.items())))
-    if summary.get("near_tie_prompts"):
-        rows.append(("near_tie_prompts", _fmt(summary["near_tie_prompts"])))
-    if summary.get("mismatched_prompts"):
-        rows.append(("mismatched_prompts", _fmt(summary["mismatched_prompts"])))
+    if summary.near_tie_prompts:
+        rows.append(("near_tie_prompts", _fmt(summary.near_tie_prompts)))
+    if summary.mismatched_prompts:
+        rows.append(("mismatched_prompts", _fmt(summary.mismatched_prompts)))
     return rows
 
 
-def format_summary(summary: dict[str, Any]) -> str:
+def format_summary(figures: MeasurementSummary | Mapping[str, Any]) -> str:
     """The text of `autotune measure`: one `key  value` row per figure (speedup with its
-    90% interval over prompts), then the speedup, τ and prompts per category."""
+    90% interval over prompts), then the speedup, τ and prompts per category. `figures`:
+    the summary, or its JSON (`autotune measure --json`)."""
+    summary = MeasurementSummary.of(figures)
     rows = [_config_row(summary)]
-    if summary.get("measured_by_label"):
-        rows.append(("measured in", str(summary["measured_by_label"])))
+    if summary.measured_by_label:
+        rows.append(("measured in", summary.measured_by_label))
     rows += _figure_rows(summary, (
         "model", "draft", "device", "dtype", "prompts", "tokens_generated",
         "latency_ms_per_token", "baseline_latency_ms_per_token", "speedup", "prefill_ms",
         "mean_accepted_tokens", "acceptance_rate", "pos_acc", "depth_acceptance",
         "mean_verified_tokens", "draft_time_share", "peak_memory_mb", "lossless"))
     rows += _lossless_rows(summary)
-    if summary.get("mismatched_prompts"):
-        if summary.get("lossless_binding") is False:
-            rows.append(("", "(the engine's multi-token passes round near-ties unlike its "
-                             "one-token passes: reported, not held against the config)"))
-    if summary.get("fidelity") == "replay":
+    if summary.mismatched_prompts and summary.lossless_binding is False:
+        rows.append(("", "(the engine's multi-token passes round near-ties unlike its "
+                         "one-token passes: reported, not held against the config)"))
+    if summary.fidelity == "replay":
         rows.insert(1, ("fidelity", "replay (predicted, nothing decoded; τ "
-                        + ("exact" if summary.get("replay_exact") else "approximate") + ")"))
-        rows.extend(("approximation", note) for note in summary.get("replay_notes") or [])
+                        + ("exact" if summary.replay_exact else "approximate") + ")"))
+        rows.extend(("approximation", note) for note in summary.replay_notes or [])
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
-    categories = summary.get("by_category") or {}
-    if categories:
+    if summary.by_category:
         lines.append("")
         lines.extend(_table(("category", "speedup [90% CI]", "tau", "prompts"), [
-            (name, speedup_text(c),
-             _fmt(c.get("mean_accepted_tokens")), _fmt(c.get("prompts")))
-            for name, c in categories.items()]))
+            (name, c.speedup_text(), _fmt(c.mean_accepted_tokens), _fmt(c.prompts))
+            for name, c in summary.by_category.items()]))
     return "\n".join(lines)
 
 
-def comparison_rows(recorded: dict[str, Any], now: dict[str, Any],
+def comparison_rows(recorded: MeasurementSummary, now: MeasurementSummary,
                     metrics: list[str]) -> list[tuple[str, str, str, str]]:
     """(metric, recorded, now, now/recorded) for the objective's metrics and the usual
     figures, skipping those neither side has."""
     rows = []
     for key in dict.fromkeys([*metrics, *COMPARED]):
-        old, new = recorded.get(key), now.get(key)
+        old, new = recorded.figure(key), now.figure(key)
         if old is None and new is None:
             continue
         ratio = (f"{new / old:.3f}x" if isinstance(old, (int, float)) and not isinstance(old, bool)
@@ -188,6 +194,18 @@ def _objective_of(doc: FrozenConfig) -> Any:
 # The figures a validation records for its config (best.json's `validation`).
 VALIDATED_FIGURES = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
                      "mean_accepted_tokens", "acceptance_rate", "lossless")
+
+
+def _recorded_figures(doc: FrozenConfig, prompts_sha256: str) -> MeasurementSummary:
+    """The figures recorded for the config: the search's (`metrics`), with the
+    validation's where the prompts measured now are the validation's."""
+    recorded = doc.metrics.to_json() if doc.metrics is not None else {}
+    validation = doc.validation
+    if validation is not None and prompts_sha256 == validation.workload_sha256:
+        # Same prompts as the validation: compare with its figures, not the search's.
+        written = validation.to_json()
+        recorded.update({k: written[k] for k in VALIDATED_FIGURES if k in written})
+    return MeasurementSummary.from_json(recorded)
 
 
 def _validated_prompt_ids(doc: FrozenConfig) -> list[str] | None:
@@ -356,10 +374,10 @@ def _measure_plain(args: argparse.Namespace, config: Any, target: Any, draft: An
 
     result = measure(target, config, prompts, args.max_new_tokens, args.seed, draft,
                      on_prompt=progress, backend=backend)
-    summary = result.summary()
+    summary = result.record()
     if args.trace:
         write_atomically(Path(args.trace), json.dumps(result.traces()))
-    print(json.dumps(summary) if args.json else format_summary(summary))
+    print(json.dumps(summary.to_json()) if args.json else format_summary(summary))
     return 0
 
 
@@ -397,8 +415,11 @@ def _measure_batched(args: argparse.Namespace, config: Any, target: Any, draft: 
     return 0
 
 
-def format_batched_summary(summary: dict[str, Any]) -> str:
-    """The text of `autotune measure --batch-size`: one `key  value` row per figure."""
+def format_batched_summary(figures: Mapping[str, Any]) -> str:
+    """The text of `autotune measure --batch-size`: one `key  value` row per figure.
+    `figures`: `BatchMeasurement.summary()`, a measurement's summary with the batch's
+    own figures (throughput, batches) beside the usual ones."""
+    summary = MeasurementSummary.of(figures)
     rows = [_config_row(summary), *_figure_rows(summary, (
         "batch_size", "batches", "prompts", "unused_prompts", "tokens_per_s",
         "ar_tokens_per_s", "speedup", "latency_ms_per_token",
@@ -440,12 +461,7 @@ def _remeasure(args: argparse.Namespace, doc: FrozenConfig, config: Any, objecti
                           max_new_tokens=args.max_new_tokens, seed=args.seed, memo={},
                           backend=backend)
     now = evaluate(objective, context, config)
-    recorded = doc.metrics.to_json() if doc.metrics is not None else {}
-    validation = doc.validation
-    if validation is not None and workload_digest(prompts) == validation.workload_sha256:
-        # Same prompts as the validation: compare with its figures, not the search's.
-        written = validation.to_json()
-        recorded.update({k: written[k] for k in VALIDATED_FIGURES if k in written})
+    recorded = _recorded_figures(doc, workload_digest(prompts))
     notes = describe_environment_change(
         doc, model_record(target, args.model), hardware_record(target.device),
         draft=model_record(draft, args.draft) if draft is not None else None,
@@ -458,7 +474,8 @@ def _remeasure(args: argparse.Namespace, doc: FrozenConfig, config: Any, objecti
     rows = comparison_rows(recorded, now, list(objective.metrics))
     if args.json:
         print(json.dumps({"config": args.config, "objective": objective.name,
-                          "recorded": recorded, "now": now, "notes": notes}, default=str))
+                          "recorded": recorded.to_json(), "now": now.to_json(),
+                          "notes": notes}, default=str))
     else:
         print(format_comparison(rows))
         for note in notes:
