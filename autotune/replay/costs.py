@@ -41,6 +41,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from pydantic import TypeAdapter
+from typing_extensions import TypedDict       # pydantic reads typing's only from 3.12
+
 from autotune.common.files import write_atomically
 from autotune.schema.methods import all_methods, find_method, get_method
 from autotune.measure.timing import Clock, forward_times, median_ms, time_call, time_points
@@ -95,12 +98,31 @@ class LayerParts:
                 + exits_reached * (self.head + self.choose) + (depth - exit_layer) * self.kv)
 
 
+class PartsKey(TypedDict, total=False):
+    """What parts were measured for (`parts_key`): the models, the device and dtype, the
+    threads and CPU; the workload's median context and token budget (`load_or_measure_parts`);
+    a trained --draft's kind (only then: files measured without one have no such key).
+    Stored parts are reused when their key agrees with the one wanted on every entry the
+    wanted one names."""
+
+    target: str
+    draft: str | None
+    device: str
+    dtype: str
+    threads: int
+    cpu: str | None
+    device_name: str | None
+    drafter: str
+    context: int
+    max_new_tokens: int
+
+
 @dataclass
 class CostParts:
     """Every measured part, in ms (see the module docstring)."""
 
     format: str
-    key: dict[str, Any]
+    key: PartsKey
     target_curve: list[list[float]]       # [[tokens, ms], ...] after calibration
     ar_other: float                       # an AR round beyond its target pass
     spec_other: float                     # a speculative chain round's bookkeeping
@@ -129,21 +151,31 @@ class CostParts:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "CostParts":
-        doc = dict(doc)
-        # Files written before `method_parts` kept a method's part as a key of its own
-        # at the top level: read such keys into `method_parts`, so they need no new measuring.
-        known = {f.name for f in fields(cls)}
-        legacy = {key: doc.pop(key) for key in list(doc) if key not in known}
-        doc["method_parts"] = {**{key: float(value) for key, value in legacy.items()
-                                  if isinstance(value, (int, float))
-                                  and not isinstance(value, bool)},
-                               **(doc.get("method_parts") or {})}
-        doc["target_layers"] = LayerParts(**doc["target_layers"])
-        if doc.get("draft_layers") is not None:
-            doc["draft_layers"] = LayerParts(**doc["draft_layers"])
-        if doc.get("head") is not None:
-            doc["head"] = HeadParts(**doc["head"])
-        return cls(**doc)
+        """A stored file's parts (older layouts upgraded); ValueError (pydantic's) or
+        TypeError when the document does not hold them."""
+        return _COST_PARTS.validate_python(_upgrade(doc))
+
+
+def _upgrade(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored document in this version's layout. Files written before `method_parts`
+    kept a method's part as a key of its own at the top level: such keys are read into
+    `method_parts`, so those parts need no new measuring. (Keys added since, `head` and
+    `effort`, read as their defaults where absent.)"""
+    if not isinstance(doc, dict):
+        raise TypeError("replay cost parts are a mapping")
+    known = {f.name for f in fields(CostParts)}
+    legacy = {key: value for key, value in doc.items() if key not in known}
+    current = {key: value for key, value in doc.items() if key in known}
+    current["method_parts"] = {
+        **{key: float(value) for key, value in legacy.items()
+           if isinstance(value, (int, float)) and not isinstance(value, bool)},
+        **(current.pop("method_parts", None) or {})}
+    return current
+
+
+# Reads a document into CostParts with its LayerParts/HeadParts (pydantic over the
+# dataclasses: what does not fit is a ValueError).
+_COST_PARTS: TypeAdapter[CostParts] = TypeAdapter(CostParts)
 
 
 def interpolate(curve: list[list[float]], n: float) -> float:
@@ -373,7 +405,7 @@ def _trained_parts(target: "LoadedModel", draft: "LoadedModel", clock: Callable[
 
 
 def measure_parts(target: "LoadedModel", draft: "LoadedModel | None",
-                  refs: list["Reference"], max_new: int, key: dict[str, Any],
+                  refs: list["Reference"], max_new: int, key: PartsKey,
                   effort: PartsEffort = FULL) -> CostParts:
     """Measure every part on this machine now (about 10-30 s for a small model at full
     `effort`; a lesser one times fewer repeats on fewer, shorter decodes)."""
@@ -508,18 +540,18 @@ def _draft_factors(parts: CostParts, target: "LoadedModel", draft: "LoadedModel 
     return factors
 
 
-def parts_key(target: "LoadedModel", draft: "LoadedModel | None") -> dict[str, Any]:
+def parts_key(target: "LoadedModel", draft: "LoadedModel | None") -> PartsKey:
     import torch
 
     from autotune.frozen.environment import hardware_record
     from autotune.models.fingerprint import model_fingerprint
 
     hardware = hardware_record(target.device)
-    key = {"target": model_fingerprint(target),
-           "draft": model_fingerprint(draft) if draft is not None else None,
-           "device": str(target.device), "dtype": str(target.dtype),
-           "threads": torch.get_num_threads(),
-           "cpu": hardware.get("cpu"), "device_name": hardware.get("device_name")}
+    key = PartsKey(target=model_fingerprint(target),
+                   draft=model_fingerprint(draft) if draft is not None else None,
+                   device=str(target.device), dtype=str(target.dtype),
+                   threads=torch.get_num_threads(),
+                   cpu=hardware["cpu"], device_name=hardware["device_name"])
     # A trained head's parts are its own passes, not a draft model's: the key says which
     # drafter (added only then, so the keys of files measured without one still match).
     if draft is not None and draft.trained_kind is not None:
@@ -527,19 +559,17 @@ def parts_key(target: "LoadedModel", draft: "LoadedModel | None") -> dict[str, A
     return key
 
 
-def stored_parts(path: Path, wanted: dict[str, Any]) -> CostParts | None:
+def stored_parts(path: Path, wanted: PartsKey) -> CostParts | None:
     """The parts at `path` when their key agrees with `wanted` on every entry it names
     (`parts_key` alone: these models on this machine, at whatever context; another
     workload's parts then price this one's passes, with the error a predictor may
     have); None when absent, unreadable or made for something else."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if (isinstance(doc, dict) and doc.get("format") == FORMAT
-                and all(doc["key"].get(k) == v for k, v in wanted.items())):
-            return CostParts.from_json(doc)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        pass
-    return None
+        parts = CostParts.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):       # pydantic's ValidationError is one
+        return None
+    agree = all(parts.key.get(key) == value for key, value in wanted.items())
+    return parts if parts.format == FORMAT and agree else None
 
 
 def _rank(effort: str) -> int:
@@ -555,7 +585,7 @@ def load_or_measure_parts(path: Path, target: "LoadedModel", draft: "LoadedModel
     `effort` or above, else measured now at `effort` and stored (atomically): a rerun
     with a larger `--time-budget` measures the parts a lesser one cut again."""
     context = int(statistics.median(len(r.prompt) + len(r.tokens) // 2 for r in refs))
-    key = {**parts_key(target, draft), "context": context, "max_new_tokens": max_new}
+    key = PartsKey(**parts_key(target, draft), context=context, max_new_tokens=max_new)
     if path.is_file():
         stored = stored_parts(path, key)
         if stored is not None and _rank(stored.effort) <= _rank(effort.name):
