@@ -12,7 +12,7 @@ exit's agreement, each also recorded on its own.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -23,7 +23,7 @@ from autotune.models.drafter_folder import ExitsGeometry, served_method
 from autotune.models.heads import head_geometry
 from autotune.models.llama import LlamaForward
 from autotune.training.data import Sequence_
-from autotune.training.kind_loss import HeadOptions, KindLoss
+from autotune.training.kind_loss import HeadFingerprint, HeadOptions, KindLoss
 from autotune.training.teacher import Teacher, logit_chunk
 
 DEFAULT_EXIT_RANK = 64
@@ -94,9 +94,10 @@ class ExitsLoss(KindLoss):
                              exit_rank=options.exit_rank)
 
     @classmethod
-    def fingerprint(cls, options: HeadOptions) -> dict[str, Any]:
-        return super().fingerprint(options) | {
-            "exit_layers": list(options.exit_layers or ()), "exit_rank": options.exit_rank}
+    def fingerprint(cls, options: HeadOptions) -> HeadFingerprint:
+        return HeadFingerprint(**super().fingerprint(options),
+                               exit_layers=list(options.exit_layers or ()),
+                               exit_rank=options.exit_rank)
 
     # ------------------------------------------------------------------ training
 

@@ -8,7 +8,7 @@ which kind it trains again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import torch
 from torch import nn
@@ -18,6 +18,16 @@ from autotune.models.llama import LlamaForward
 from autotune.models.trained import build_head
 from autotune.training.data import Sequence_
 from autotune.training.teacher import Teacher
+
+
+class HeadFingerprint(TypedDict, total=False):
+    """The head settings in a training checkpoint's fingerprint (train-draft merges them
+    into it; a checkpoint resumes only under equal ones): the kind's own, as checkpoints
+    have always stored them."""
+
+    medusa_heads: int | None
+    exit_layers: list[int]
+    exit_rank: int | None
 
 
 @dataclass(frozen=True)
@@ -72,10 +82,10 @@ class KindLoss:
         return build_head(cls.kind, geometry), geometry.model_dump()
 
     @classmethod
-    def fingerprint(cls, options: HeadOptions) -> dict[str, Any]:
+    def fingerprint(cls, options: HeadOptions) -> HeadFingerprint:
         """The head settings a checkpoint must match to be resumed. `medusa_heads` is
         in every kind's (None but for Medusa), as checkpoints have always had it."""
-        return {"medusa_heads": None}
+        return HeadFingerprint(medusa_heads=None)
 
     # ------------------------------------------------------------------ training
 

@@ -6,7 +6,7 @@ cross-entropy; the shared LM head stays frozen).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -14,7 +14,7 @@ from autotune.models.drafter_folder import MedusaGeometry
 from autotune.models.heads import head_geometry
 from autotune.models.llama import LlamaForward
 from autotune.training.data import Sequence_
-from autotune.training.kind_loss import HeadOptions, KindLoss
+from autotune.training.kind_loss import HeadFingerprint, HeadOptions, KindLoss
 from autotune.training.teacher import sample_ce_rows, soft_ce
 
 
@@ -27,8 +27,8 @@ class MedusaLoss(KindLoss):
                               medusa_heads=options.medusa_heads, medusa_layers=1)
 
     @classmethod
-    def fingerprint(cls, options: HeadOptions) -> dict[str, Any]:
-        return {"medusa_heads": options.medusa_heads}
+    def fingerprint(cls, options: HeadOptions) -> HeadFingerprint:
+        return HeadFingerprint(medusa_heads=options.medusa_heads)
 
     def loss(self, seqs: list[Sequence_]) -> torch.Tensor:
         _, features, valid = self.teacher.batch(seqs)

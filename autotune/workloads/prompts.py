@@ -22,6 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from autotune.common.errors import AutotuneError
 from autotune.workloads.copy_edit import copy_edit_rows
 
@@ -197,6 +199,22 @@ def _read_text(path: Path) -> str:
         raise AutotuneError(f"cannot read workload file {path}: {exc.strerror or exc}") from None
 
 
+class _JsonlRow(BaseModel):
+    """One JSONL workload line, as the sources autotune reads write it (MT-Bench's
+    `question_id`/`category`/`turns`, or a `prompt`/`text` string with an `id`); any
+    other key is left unread. Values are checked where they are used (a source's odd
+    value falls back to a default, as it always did)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    turns: Any = None
+    prompt: Any = None
+    text: Any = None
+    category: Any = None
+    question_id: Any = None
+    id: Any = None
+
+
 def _parse_jsonl(text: str, where: str, id_prefix: str) -> list[Prompt]:
     prompts: list[Prompt] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -208,37 +226,36 @@ def _parse_jsonl(text: str, where: str, id_prefix: str) -> list[Prompt]:
             raise AutotuneError(f"{where} line {lineno}: invalid JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
             raise AutotuneError(f"{where} line {lineno}: expected a JSON object, got {type(obj).__name__}")
-        body = _prompt_text(obj)
+        row = _JsonlRow.model_validate(obj)
+        body = _prompt_text(row)
         if body is None:
             raise AutotuneError(
                 f"{where} line {lineno}: no usable prompt text "
                 "(expected a non-empty 'turns' list, 'prompt' or 'text' string)"
             )
-        category = obj.get("category")
-        category = str(category) if category not in (None, "") else DEFAULT_CATEGORY
+        category = (str(row.category) if row.category not in (None, "")
+                    else DEFAULT_CATEGORY)
         # Prefer the source's own id so results can be traced back to it.
-        raw_id = obj.get("question_id", obj.get("id"))
+        raw_id = row.question_id if "question_id" in row.model_fields_set else row.id
         prompt_id = str(raw_id) if raw_id not in (None, "") else f"{id_prefix}-{len(prompts)}"
         prompts.append(Prompt(text=body, category=category, prompt_id=prompt_id,
-                              follow_ups=_follow_ups(obj)))
+                              follow_ups=_follow_ups(row)))
     return prompts
 
 
-def _follow_ups(obj: dict[str, Any]) -> tuple[str, ...]:
+def _follow_ups(row: _JsonlRow) -> tuple[str, ...]:
     """The later user turns of a multi-turn JSONL object (`turns[1:]`)."""
-    turns = obj.get("turns")
-    if not isinstance(turns, list):
+    if not isinstance(row.turns, list):
         return ()
-    return tuple(t for t in turns[1:] if isinstance(t, str) and t.strip())
+    return tuple(t for t in row.turns[1:] if isinstance(t, str) and t.strip())
 
 
-def _prompt_text(obj: dict[str, Any]) -> str | None:
+def _prompt_text(row: _JsonlRow) -> str | None:
     """The first user turn of a JSONL object, or None when it has no usable text."""
-    turns = obj.get("turns")
+    turns = row.turns
     if isinstance(turns, list) and turns and isinstance(turns[0], str) and turns[0].strip():
         return turns[0]
-    for key in ("prompt", "text"):
-        value = obj.get(key)
+    for value in (row.prompt, row.text):
         if isinstance(value, str) and value.strip():
             return value
     return None
