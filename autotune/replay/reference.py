@@ -15,7 +15,10 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict
+from typing_extensions import TypedDict       # pydantic reads typing's only from 3.12
 
 from autotune.common.files import write_atomically
 
@@ -46,27 +49,45 @@ def cache_dir() -> Path:
     return cache_root() / "replay"
 
 
-def _checksum(entries: list[dict[str, Any]]) -> str:
+class ReferenceKey(TypedDict):
+    """What a reference file was made for (its name and its `key`)."""
+
+    model: str                  # `models.fingerprint.model_fingerprint`
+    workload: str               # `workloads.prompts.workload_digest`
+    max_new_tokens: int
+
+
+class _ReferenceFile(BaseModel):
+    """A reference file as written: its key, a checksum over its entries, the entries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    format: Literal["autotune.reference/v1"]
+    key: ReferenceKey
+    sha256: str
+    entries: list[Reference]
+
+
+def _checksum(refs: list[Reference]) -> str:
+    entries = [asdict(r) for r in refs]
     return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
 
 
-def _read(path: Path, key: dict[str, Any], ids: list[list[int]],
+def _read(path: Path, key: ReferenceKey, ids: list[list[int]],
           prompts: Sequence["Prompt"]) -> list[Reference] | None:
     """The cached references, or None with a one-line warning when the file is absent,
     corrupted or made for something else."""
     if not path.is_file():
         return None
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        entries = doc["entries"]
-        ok = (doc.get("format") == FORMAT and doc.get("key") == key
-              and doc.get("sha256") == _checksum(entries) and len(entries) == len(ids)
-              and all(e["prompt"] == p and e["prompt_id"] == q.prompt_id
-                      for e, p, q in zip(entries, ids, prompts)))
-        if ok:
-            return [Reference(**entry) for entry in entries]
+        stored = _ReferenceFile.model_validate_json(path.read_bytes())
+        refs = stored.entries
+        if (stored.key == key and stored.sha256 == _checksum(refs) and len(refs) == len(ids)
+                and all(r.prompt == p and r.prompt_id == q.prompt_id
+                        for r, p, q in zip(refs, ids, prompts))):
+            return refs
         reason = "its checksum, key or prompts do not match"
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError) as exc:         # pydantic's ValidationError is one
         reason = f"{type(exc).__name__}"
     print(f"autotune: warning: reference cache {path.name} is unusable ({reason}); "
           "rebuilding it", file=sys.stderr, flush=True)
@@ -82,8 +103,8 @@ def reference_set(target: "LoadedModel", prompts: Sequence["Prompt"], max_new_to
     from autotune.workloads.prompts import encode_prompt, workload_digest
 
     ids = [encode_prompt(target.tokenizer, p) for p in prompts]
-    key = {"model": model_fingerprint(target), "workload": workload_digest(list(prompts)),
-           "max_new_tokens": max_new_tokens}
+    key = ReferenceKey(model=model_fingerprint(target),
+                       workload=workload_digest(list(prompts)), max_new_tokens=max_new_tokens)
     folder = directory if directory is not None else cache_dir()
     path = folder / f"{key['model']}-{key['workload']}-{max_new_tokens}.json"
     cached = _read(path, key, ids, prompts)
@@ -92,11 +113,10 @@ def reference_set(target: "LoadedModel", prompts: Sequence["Prompt"], max_new_to
     continuations = reference_continuations(target, ids, max_new_tokens)
     refs = [Reference(p.prompt_id, p.category, i, c)
             for p, i, c in zip(prompts, ids, continuations)]
-    entries = [asdict(r) for r in refs]
     try:
         write_atomically(path, json.dumps({"format": FORMAT, "key": key,
-                                           "sha256": _checksum(entries),
-                                           "entries": entries}) + "\n")
+                                           "sha256": _checksum(refs),
+                                           "entries": [asdict(r) for r in refs]}) + "\n")
     except OSError as exc:      # a read-only cache costs a rebuild next time, nothing more
         print(f"autotune: warning: reference cache not written ({exc})", file=sys.stderr)
     return refs
