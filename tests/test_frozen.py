@@ -110,8 +110,8 @@ def test_content_hash_follows_the_weight_bytes_and_is_cached(tmp_path, monkeypat
 
 def test_model_record_of_an_in_memory_model_hashes_its_config():
     record = model_record(tiny_llama(seed=0), "tiny")
-    assert record["hash_of"] == "config" and record["n_layers"] == 4
-    assert record["sha256"] != model_record(tiny_llama(seed=0, layers=3), "tiny")["sha256"]
+    assert record.hash_of == "config" and record.n_layers == 4
+    assert record.sha256 != model_record(tiny_llama(seed=0, layers=3), "tiny").sha256
 
 
 def _study_with_trials(objective_name: str = "latency") -> tuple[optuna.Study, object]:
@@ -206,9 +206,10 @@ def tiny_frozen(tmp_path, monkeypatch):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("t1 t2 t3 t4 t1 t2\nt5 t6 t7 t5 t6\n")
     context = _context()
-    context["model"] = model_record(tiny_llama(seed=1), str(model))
     digest, hash_of = content_hash(str(model))
-    context["model"].update(spec=str(model), path=str(model), sha256=digest, hash_of=hash_of)
+    context["model"] = {**model_record(tiny_llama(seed=1), str(model)).to_json(),
+                        "spec": str(model), "path": str(model), "sha256": digest,
+                        "hash_of": hash_of}
     context["workload"].update(source=str(prompts), prompts=2, max_new_tokens=6)
     doc = frozen_document({"method": "layer_skip", "k": 3, "attn_skip": [1, 2]},
                           metrics={"latency_ms_per_token": 1.0, "speedup": 1.0,
@@ -263,9 +264,9 @@ def test_measure_config_says_when_the_prompts_differ(tiny_frozen, capsys):
 def test_measure_config_says_when_the_draft_differs(tiny_frozen, capsys):
     """A draft_model config: the same draft says nothing, other draft weights a line."""
     folder = save_tiny(llama_model(seed=2, layers=2), tiny_frozen.parent / "draft")
-    record = model_record(tiny_llama(seed=2, layers=2), str(folder))
     digest, hash_of = content_hash(str(folder))
-    record.update(spec=str(folder), path=str(folder), sha256=digest, hash_of=hash_of)
+    record = {**model_record(tiny_llama(seed=2, layers=2), str(folder)).to_json(),
+              "spec": str(folder), "path": str(folder), "sha256": digest, "hash_of": hash_of}
 
     def draft_model(doc):
         doc["params"] = {"method": "draft_model", "k": 2}

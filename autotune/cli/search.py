@@ -13,9 +13,8 @@ import sys
 from autotune.common.memory import gb
 from autotune.pipeline.plan import SearchRequest, plan_search
 from autotune.pipeline.run import SearchOutcome, run_search
-from autotune.frozen.record import FrozenConfig
 from autotune.runs.engine_exports import answers_table
-from autotune.runs.folder import best_document, top_table, validation_table
+from autotune.runs.folder import best_config, top_table, validation_table
 
 # Why the study stopped, by StudyRunner.run's reason.
 STOPPED = {"budget": "trial budget reached", "timeout": "--timeout reached",
@@ -40,8 +39,7 @@ def print_summary(outcome: SearchOutcome) -> None:
         return
     print(f"\n{STOPPED[outcome.reason]}: {outcome.finished} of {outcome.budget} trials "
           f"finished ({outcome.seconds:.0f} s this run)\n", file=sys.stderr)
-    doc = best_document(outcome.study, outcome.objective)
-    best = FrozenConfig.from_json(doc) if doc is not None else None
+    best = best_config(outcome.study, outcome.objective)
     answers = best.engine_answers() if best is not None else {}
     if best is not None and answers:
         print("the answer for every engine (held-out prompts, one AR baseline):")

@@ -1,4 +1,10 @@
-"""Building a frozen config of the current version (a run folder's best.json)."""
+"""Building a frozen config of the current version (a run folder's best.json).
+
+    frozen_config(config, metrics=..., objective=ObjectiveRecord(...), context=run_context,
+                  trial=ProvenanceRecord(trial=3, preset=None, label=...))   # a FrozenConfig
+
+`frozen_document` is the same as JSON, for callers that write or edit the document.
+"""
 
 from __future__ import annotations
 
@@ -6,37 +12,67 @@ import math
 from typing import Any, Mapping
 
 from autotune import __version__
-from autotune.schema.config import config_from_mapping
 from autotune.frozen.environment import now
+from autotune.frozen.record import (
+    FrozenConfig,
+    FrozenContext,
+    Metrics,
+    ObjectiveRecord,
+    ParetoPoint,
+    ProvenanceRecord,
+)
 from autotune.frozen.schema import SCHEMA
+from autotune.schema.config import DecodeConfig, config_from_mapping
+
+__all__ = ["frozen_config", "frozen_document"]
+
+# The parts of a run's context each of its frozen configs carries, in best.json's order.
+_CONTEXT_PARTS = ("model", "draft", "hardware", "workload")
+# What a trial adds to the provenance, in order (those it was given).
+_TRIAL_PARTS = ("trial", "preset", "label", "optuna_params")
+
+
+def frozen_config(config: DecodeConfig | Mapping[str, Any], *,
+                  metrics: Mapping[str, Any] | None = None,
+                  objective: ObjectiveRecord | None = None,
+                  context: FrozenContext | Mapping[str, Any] | None = None,
+                  trial: ProvenanceRecord | None = None,
+                  pareto_front: list[ParetoPoint] | None = None) -> FrozenConfig:
+    """A frozen config of the current version: `config`'s knobs, the figures measured
+    for it (`metrics`: a summary's JSON; NaN and inf are written as null), the
+    objective's values, the run's `context` (`FrozenContext`, or run.json's `frozen`
+    entry) and, for a trial, its part of the provenance (`trial`: its number, preset,
+    label and Optuna params, those given)."""
+    run = FrozenContext.of(context)
+    provenance = {"autotune_version": __version__, "created": now(),
+                  **(run.provenance.to_json() if run.provenance is not None else {})}
+    if trial is not None:
+        provenance.update(trial.to_json())
+    parts = {
+        "schema": SCHEMA,
+        "params": config if isinstance(config, DecodeConfig) else config_from_mapping(config),
+        "metrics": Metrics.model_validate(_json_safe(dict(metrics or {})))}
+    if objective is not None:
+        parts["objective"] = objective
+    parts.update((key, getattr(run, key)) for key in _CONTEXT_PARTS
+                 if key in run.model_fields_set)
+    parts["provenance"] = ProvenanceRecord.model_validate(provenance)
+    if pareto_front is not None:
+        parts["pareto_front"] = pareto_front
+    return FrozenConfig.model_validate(parts)
 
 
 def frozen_document(params: Mapping[str, Any], *, metrics: Mapping[str, Any] | None = None,
                     objective: Mapping[str, Any] | None = None,
-                    context: Mapping[str, Any] | None = None,
-                    trial: Mapping[str, Any] | None = None,
-                    pareto_front: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Assemble a document of the current version. `context` is a run's record (run.json's `frozen`
-    entry: model, draft, hardware, workload, provenance); `trial` adds the trial's
-    number, preset and label to the provenance."""
-    context = context or {}
-    doc: dict[str, Any] = {"schema": SCHEMA,
-                           "params": config_from_mapping(params).to_dict(),
-                           "metrics": _json_safe(dict(metrics or {}))}
-    if objective is not None:
-        doc["objective"] = dict(objective)
-    for key in ("model", "draft", "hardware", "workload"):
-        if key in context:
-            doc[key] = context[key]
-    provenance = {"autotune_version": __version__, "created": now(),
-                  **dict(context.get("provenance", {}))}
-    if trial is not None:
-        provenance.update({k: trial[k] for k in ("trial", "preset", "label", "optuna_params")
-                           if k in trial})
-    doc["provenance"] = provenance
-    if pareto_front is not None:
-        doc["pareto_front"] = _json_safe(pareto_front)
-    return doc
+                    context: FrozenContext | Mapping[str, Any] | None = None,
+                    trial: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`frozen_config` as the JSON best.json holds, from JSON parts (`objective`,
+    `trial`: the keys of their records; `trial`'s other keys are left out)."""
+    return frozen_config(
+        params, metrics=metrics, context=context,
+        objective=ObjectiveRecord.model_validate(objective) if objective is not None else None,
+        trial=(ProvenanceRecord.model_validate({k: trial[k] for k in _TRIAL_PARTS if k in trial})
+               if trial is not None else None)).to_json()
 
 
 def _json_safe(value: Any) -> Any:

@@ -1,6 +1,6 @@
 """What a frozen config records about where its figures were measured: the model and draft
 (`model_record`, with a hash of their weights), the hardware and library versions
-(`hardware_record`), the command (`command_line`), and what differs from that now
+(`hardware_of`), the command (`command_line`), and what differs from that now
 (`describe_environment_change`: why recorded and re-measured figures may disagree).
 """
 
@@ -72,17 +72,17 @@ def content_hash(model_path: str) -> tuple[str, str]:
     return cache[key], "weights"
 
 
-def model_record(model: Any, spec: str) -> dict[str, Any]:
+def model_record(model: Any, spec: str) -> ModelRecord:
     """The `model` (or `draft`) entry for a LoadedModel loaded from `spec`."""
     if model.path.startswith("<memory:"):
         digest = hashlib.sha256(model.hf_model.config.to_json_string().encode()).hexdigest()
         hash_of = "config"
     else:
         digest, hash_of = content_hash(model.path)
-    return {"id": model.name, "spec": spec, "path": model.path, "sha256": digest,
-            "hash_of": hash_of, "dtype": str(model.dtype).removeprefix("torch."),
-            "n_layers": model.n_layers,
-            "model_type": str(getattr(model.hf_model.config, "model_type", ""))}
+    return ModelRecord(id=model.name, spec=spec, path=model.path, sha256=digest,
+                       hash_of=hash_of, dtype=str(model.dtype).removeprefix("torch."),
+                       n_layers=model.n_layers,
+                       model_type=str(getattr(model.hf_model.config, "model_type", "")))
 
 
 def _cpu_model() -> str:
@@ -95,22 +95,27 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def hardware_record(device: Any) -> dict[str, Any]:
+def hardware_of(device: Any) -> HardwareRecord:
     """Device, CPU and library versions: what a latency figure depends on."""
     import torch
     import transformers
 
     cuda = device.type == "cuda"
-    return {
-        "device": device.type,
-        "device_name": torch.cuda.get_device_name(device) if cuda else _cpu_model(),
-        "cpu": _cpu_model(),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda if cuda else None,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-    }
+    return HardwareRecord(
+        device=device.type,
+        device_name=torch.cuda.get_device_name(device) if cuda else _cpu_model(),
+        cpu=_cpu_model(),
+        threads=torch.get_num_threads(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda if cuda else None,
+        transformers=transformers.__version__,
+        python=platform.python_version())
+
+
+def hardware_record(device: Any) -> dict[str, Any]:
+    """`hardware_of` as JSON, for callers that read it by key (the replay's cost parts
+    key); new code reads the record."""
+    return hardware_of(device).to_json()
 
 
 def now() -> str:

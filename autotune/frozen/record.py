@@ -47,12 +47,11 @@ from autotune.common.interval import Interval, speedup_text
 from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.frozen.schema import READABLE, SCHEMA
 
-__all__ = ["CategoryFigures", "DecoderPrediction", "FileRef", "FinalistFigures",
-           "FrozenConfig", "HardwareRecord", "KnobValue", "Metrics", "ModelRecord",
-           "Number", "ObjectiveRecord", "ParetoPoint", "ProvenanceRecord", "RaceLook",
-           "RaceRecord", "ScheduleDocument", "SchedulePoint", "ScheduleRangeRecord",
-           "Validation", "WorkloadRecord", "dumps", "load_frozen_config", "upgrade",
-           "write_frozen"]
+__all__ = ["CategoryFigures", "DecoderPrediction", "FileRef", "FinalistFigures", "FrozenConfig",
+           "FrozenContext", "HardwareRecord", "KnobValue", "Metrics", "ModelRecord", "Number",
+           "ObjectiveRecord", "ParetoPoint", "ProvenanceRecord", "RaceLook", "RaceRecord",
+           "ScheduleDocument", "SchedulePoint", "ScheduleRangeRecord", "Validation",
+           "WorkloadRecord", "dumps", "load_frozen_config", "upgrade", "write_frozen"]
 
 # A JSON number as written: an int stays an int (a `float` field would write 1 as 1.0,
 # and a re-written file would differ).
@@ -77,7 +76,11 @@ class JsonRecord(BaseModel):
     def _remember_key_order(cls, data: Any, handler: Callable[[Any], Any]) -> Any:
         record = handler(data)
         if isinstance(data, Mapping):
-            record._keys = tuple(data)
+            # A record built in code may name a field by its attribute (`ci90=`): the
+            # key it is written under is its alias (`speedup_ci90`).
+            fields = cls.model_fields
+            record._keys = tuple(fields[key].alias or key if key in fields else key
+                                 for key in data)
         return record
 
     @model_serializer(mode="wrap")
@@ -133,7 +136,7 @@ class ModelRecord(JsonRecord):
 
 
 class HardwareRecord(JsonRecord):
-    """The `hardware` entry: `environment.hardware_record`."""
+    """The `hardware` entry: `environment.hardware_of`."""
 
     device: str | None = None
     device_name: str | None = None
@@ -183,6 +186,27 @@ class ProvenanceRecord(JsonRecord):
     preset: str | None = None
     label: str | None = None
     optuna_params: dict[str, KnobValue] | None = None
+
+
+class FrozenContext(JsonRecord):
+    """What every frozen config of a run records besides its knobs and figures: the
+    model and draft, the hardware, the workload and the run's provenance (run.json's
+    `frozen`, built by the pipeline). A part given (a `draft` of None: no draft model)
+    is written into each config; one left out is not."""
+
+    model: ModelRecord | None = None
+    draft: ModelRecord | None = None
+    hardware: HardwareRecord | None = None
+    workload: WorkloadRecord | None = None
+    provenance: ProvenanceRecord | None = None
+
+    @classmethod
+    def of(cls, context: FrozenContext | Mapping[str, Any] | None) -> FrozenContext:
+        """`context` as a record: itself, run.json's `frozen` entry read, or an empty
+        one (no context: a config built without a run)."""
+        if isinstance(context, FrozenContext):
+            return context
+        return cls.model_validate(dict(context or {}))
 
 
 class ObjectiveRecord(JsonRecord):

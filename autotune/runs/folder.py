@@ -7,20 +7,34 @@ one).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
+from pydantic import JsonValue
 
 from autotune.common.files import write_atomically
-from autotune.common.interval import Interval, speedup_text
+from autotune.common.interval import Interval
+from autotune.frozen.document import frozen_config
+from autotune.frozen.record import (
+    CategoryFigures,
+    DecoderPrediction,
+    FrozenConfig,
+    FrozenContext,
+    Metrics,
+    ObjectiveRecord,
+    ParetoPoint,
+    ProvenanceRecord,
+    ScheduleDocument,
+    Validation,
+    write_frozen,
+)
+from autotune.measure.summary import MeasurementSummary
 from autotune.schema.label import describe
-from autotune.frozen.document import frozen_document
-from autotune.frozen.engines import ENGINES_KEY
 from autotune.search.finalists import (
     DO_NOT_SPECULATE,
     OWN_ENGINE,
@@ -33,22 +47,23 @@ from autotune.search.finalists import (
     shown_faster,
 )
 from autotune.search.ranking import best_trial, pareto_numbers, ranked
-from autotune.search.samplers import BASELINE_ATTR
 from autotune.search.schedule import current_schedule
+from autotune.search.trial_record import TrialRecord
 from autotune.search.validation_record import ValidationRecord
 
 if TYPE_CHECKING:      # objectives imports the measuring code (torch); the files need none
     from autotune.search.objectives import Objective
 
-__all__ = ["BEST_FILE", "RUN_FILE", "TRIALS_FILE", "best_document", "best_trial", "describe",
-           "ranked_documents", "top_table", "trials_frame", "validation_table", "write_run_files"]
+__all__ = ["BEST_FILE", "RUN_FILE", "TRIALS_FILE", "best_config", "best_document", "best_trial",
+           "describe", "engine_config", "ranked_configs", "ranked_documents", "top_table",
+           "trials_frame", "validation_table", "write_run_files"]
 
 RUN_FILE = "run.json"
 TRIALS_FILE = "trials.csv"
 BEST_FILE = "best.json"
 
 
-def _flat(value: Any) -> Any:
+def _flat(value: JsonValue) -> JsonValue:
     if isinstance(value, (list, tuple)):
         return " ".join(str(v) for v in value)
     return value
@@ -65,87 +80,96 @@ def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
     covers), and `value.<metric>` stays empty, so no reader takes it for a result."""
     rows = []
     for t in study.get_trials(deepcopy=False):
-        row: dict[str, Any] = {
+        record = TrialRecord.of(t)
+        row: dict[str, JsonValue] = {
             "number": t.number,
             "state": t.state.name,
-            "preset": t.user_attrs.get(BASELINE_ATTR),
-            "label": describe(t.user_attrs["config"]) if "config" in t.user_attrs else None,
+            "preset": record.preset,
+            "label": describe(record.config_json) if record.config_json is not None else None,
             "duration_s": t.duration.total_seconds() if t.duration is not None else None,
             "started": t.datetime_start.isoformat() if t.datetime_start else None,
             # Which tier the figures came from: measured (decoded, timed) or predicted by
             # replay (`--fidelity replay`); older runs were all measured.
-            "fidelity": (t.user_attrs.get("metrics", {}).get("fidelity", "measure")
-                         if "metrics" in t.user_attrs else None),
+            "fidelity": record.fidelity,
         }
-        screen = t.user_attrs.get("screen")
-        if isinstance(screen, dict):         # multi-fidelity: what replay predicted for it
-            row["screen.rank"] = screen.get("rank")
-            for key, value in (screen.get("predicted") or {}).items():
+        if record.screen is not None:       # multi-fidelity: what replay predicted for it
+            row["screen.rank"] = record.screen.rank
+            for key, value in (record.screen.predicted or {}).items():
                 row[f"predicted.{key}"] = value
         pruned = t.state == TrialState.PRUNED
         for metric, value in zip(objective.metrics, t.values or []):
             row[f"{'partial' if pruned else 'value'}.{metric}"] = value
         if pruned and t.values and t.last_step is not None:
             row["partial.prompts_measured"] = t.last_step + 1     # steps count prompt runs
-        for key, value in t.user_attrs.get("metrics", {}).items():
+        stored = record.metrics.to_json() if record.metrics is not None else {}
+        for key, value in stored.items():
             row[f"metrics.{key}"] = _flat(value)
-        for key, value in t.user_attrs.get("config", {}).items():
+        for key, value in (record.config_json or {}).items():
             row[f"config.{key}"] = _flat(value)
-        for key, value in t.params.items():
-            row[f"params.{key}"] = value
-        for key in ("error", "infeasible", "interrupted", "retry_of", "worker"):
-            row[key] = t.user_attrs.get(key)
+        for key, param in t.params.items():
+            row[f"params.{key}"] = param
+        row.update(error=record.error, infeasible=record.infeasible,
+                   interrupted=True if record.interrupted else None,
+                   retry_of=record.retry_of, worker=record.worker)
         rows.append(row)
     frame = pd.DataFrame(rows)
     return frame.dropna(axis="columns", how="all") if not frame.empty else frame
 
 
-def _trial_record(t: FrozenTrial, objective: Objective) -> dict[str, Any]:
-    return {
-        "trial": t.number,
-        "preset": t.user_attrs.get(BASELINE_ATTR),
-        "label": describe(t.user_attrs.get("config", {})),
-        "values": dict(zip(objective.metrics, t.values)),
-        "params": t.user_attrs.get("config", {}),
-        "optuna_params": t.params,
-        "metrics": t.user_attrs.get("metrics", {}),
-    }
+def _trial_point(t: FrozenTrial, objective: Objective) -> ParetoPoint:
+    """A trial as best.json names it (its Pareto front's entries, its provenance)."""
+    record = TrialRecord.of(t)
+    return ParetoPoint(
+        trial=t.number, preset=record.preset, label=describe(record.config_json or {}),
+        values=dict(zip(objective.metrics, t.values)), params=record.config_json or {},
+        optuna_params=t.params,
+        metrics=Metrics.model_validate(record.metrics.to_json() if record.metrics else {}))
 
 
-def best_document(study: optuna.Study, objective: Objective,
-                  context: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def best_config(study: optuna.Study, objective: Objective,
+                context: FrozenContext | Mapping[str, Any] | None = None) -> FrozenConfig | None:
     """What `best.json` holds: a FrozenConfig of what the run recommends by
     `autotune.search.finalists.answer` (+ the Pareto front for several objectives). Validated:
     the winner, or for "do not speculate" the AR baseline, with the validation under
     `validation`; not (yet) validated: the search's best by `autotune.search.ranking`.
-    `context` is run.json's `frozen` entry: model, draft, hardware, workload and the
-    run's provenance."""
+    `context`: the run's `FrozenContext` (or run.json's `frozen` entry): model, draft,
+    hardware, workload and the run's provenance."""
+    run = FrozenContext.of(context)
     chosen = answer(study, objective)
     front = None
     if objective.multi:
-        front = [_trial_record(t, objective)
+        front = [_trial_point(t, objective)
                  for t in sorted(study.best_trials, key=lambda t: t.number)]
     if chosen.trial is None:
         if chosen.record is None:
             return None
         # Do not speculate, and the study has no baseline trial to point at.
-        doc = frozen_document({}, context=context, pareto_front=front)
+        config = frozen_config({}, context=run, pareto_front=front)
     else:
-        doc = _trial_document(chosen.trial, objective, context, front)
+        config = _trial_config(chosen.trial, objective, run, front)
+    parts: dict[str, Validation | ScheduleDocument | dict[str, FrozenConfig]] = {}
     if chosen.record is not None:
-        doc["validation"] = chosen.record.frozen_view(
-            chosen.trial.number if chosen.speculate and chosen.trial else None)
+        parts["validation"] = Validation.model_validate(chosen.record.frozen_view(
+            chosen.trial.number if chosen.speculate and chosen.trial else None))
     schedule = current_schedule(study, chosen.trial.number if chosen.trial else None)
     if schedule is not None:
-        doc["schedule"] = schedule
+        parts["schedule"] = ScheduleDocument.model_validate(schedule)
     if chosen.record is not None and engine_names(chosen.record):
-        doc[ENGINES_KEY] = {name: engine_document(chosen.record, name, context)
+        parts["engines"] = {name: engine_config(chosen.record, name, run)
                             for name in engine_names(chosen.record)}
-    return doc
+    return config.model_copy(update=parts)
 
 
-def engine_document(record: ValidationRecord, engine: str,
-                    context: dict[str, Any] | None = None) -> dict[str, Any]:
+def best_document(study: optuna.Study, objective: Objective,
+                  context: FrozenContext | Mapping[str, Any] | None = None
+                  ) -> dict[str, Any] | None:
+    """`best_config` as the JSON best.json holds (None: nothing to recommend yet)."""
+    config = best_config(study, objective, context)
+    return config.to_json() if config is not None else None
+
+
+def engine_config(record: ValidationRecord, engine: str,
+                  context: FrozenContext | None = None) -> FrozenConfig:
     """`engine`'s answer in a `--target all` run's record as a frozen config of its own:
     its winner's knobs (measured under its rules: `params.engine`), or for "do not
     speculate" / "undecided" no speculation, with its part of the validation. Its
@@ -158,61 +182,70 @@ def engine_document(record: ValidationRecord, engine: str,
     predicted = record.predicted_for(engine) if engine in record.engine_races else None
     winner = part.winning_entry()
     if part.decision != SPECULATE or winner is None:
-        doc = frozen_document({}, context=context)
-        doc["validation"] = part.frozen_view(None)
+        config = frozen_config({}, context=context)
+        validation = Validation.model_validate(part.frozen_view(None))
     else:
         search = {k: v for k, v in winner.search.items() if v is not None}
-        doc = frozen_document(winner.params, metrics=search, context=context,
-                              trial={"preset": winner.preset, "label": winner.label})
-        doc["validation"] = part.frozen_view(winner.trial)
+        config = frozen_config(winner.params, metrics=search, context=context,
+                               trial=ProvenanceRecord(preset=winner.preset, label=winner.label))
+        validation = Validation.model_validate(part.frozen_view(winner.trial))
     if predicted is not None:
         # The decoder's figure for the config the answer is read by (its winner, or
         # its best finalist where it does not speculate).
         shown = part.shown_entry()
-        doc["validation"]["decoder_prediction"] = predicted.prediction_view(
-            shown.trial if shown is not None else None)
-    return doc
+        prediction = DecoderPrediction.model_validate(
+            predicted.prediction_view(shown.trial if shown is not None else None))
+        validation = validation.model_copy(update={"decoder_prediction": prediction})
+    return config.model_copy(update={"validation": validation})
 
 
-def _trial_document(t: FrozenTrial, objective: Objective, context: dict[str, Any] | None,
-                    pareto_front: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _trial_config(t: FrozenTrial, objective: Objective, context: FrozenContext,
+                  pareto_front: list[ParetoPoint] | None = None) -> FrozenConfig:
     """One trial as a FrozenConfig."""
-    record = _trial_record(t, objective)
-    metrics = {k: v for k, v in record["metrics"].items() if k != "config"}
-    return frozen_document(
-        record["params"], metrics=metrics,
-        objective={"name": objective.name, "metrics": list(objective.metrics),
-                   "directions": objective.directions, "values": record["values"]},
-        context=context, trial=record, pareto_front=pareto_front)
+    point = _trial_point(t, objective)
+    metrics = point.metrics.to_json() if point.metrics is not None else {}
+    return frozen_config(
+        point.params or {}, metrics={k: v for k, v in metrics.items() if k != "config"},
+        objective=ObjectiveRecord(name=objective.name, metrics=list(objective.metrics),
+                                  directions=objective.directions, values=point.values),
+        context=context, pareto_front=pareto_front,
+        trial=ProvenanceRecord(trial=point.trial, preset=point.preset, label=point.label,
+                               optuna_params=point.optuna_params))
 
 
-def ranked_documents(study: optuna.Study, objective: Objective,
-                     context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def ranked_configs(study: optuna.Study, objective: Objective,
+                   context: FrozenContext | Mapping[str, Any] | None = None
+                   ) -> list[FrozenConfig]:
     """The exports' fallback configs, best first. Validated: the finalists shown faster
     than the AR baseline (`validation.shown_faster`), by validated speedup, each with its
     own validated figures; otherwise every complete trial in `autotune.search.ranking` order."""
+    run = FrozenContext.of(context)
     record = current_record(study)
     if record is None:
-        return [_trial_document(t, objective, context) for t in ranked(study, objective)]
+        return [_trial_config(t, objective, run) for t in ranked(study, objective)]
     trials = {t.number: t for t in ranked(study, objective)}
     faster = sorted((f for f in record.finalists if shown_faster(f) and f.trial in trials),
                     key=lambda f: (-(f.speedup or 0.0), f.trial))
-    docs = []
-    for f in faster:
-        doc = _trial_document(trials[f.trial], objective, context)
-        doc["validation"] = record.frozen_view(f.trial)
-        docs.append(doc)
-    return docs
+    return [_trial_config(trials[f.trial], objective, run).model_copy(
+                update={"validation": Validation.model_validate(record.frozen_view(f.trial))})
+            for f in faster]
+
+
+def ranked_documents(study: optuna.Study, objective: Objective,
+                     context: FrozenContext | Mapping[str, Any] | None = None
+                     ) -> list[dict[str, Any]]:
+    """`ranked_configs` as JSON documents."""
+    return [config.to_json() for config in ranked_configs(study, objective, context)]
 
 
 def write_run_files(run_dir: Path, study: optuna.Study, objective: Objective,
-                    context: dict[str, Any] | None = None) -> None:
+                    context: FrozenContext | Mapping[str, Any] | None = None) -> None:
     """Rewrite `trials.csv` and `best.json` from the storage."""
     frame = trials_frame(study, objective)
     write_atomically(run_dir / TRIALS_FILE, frame.to_csv(index=False))
-    doc = best_document(study, objective, context)
-    if doc is not None:
-        write_atomically(run_dir / BEST_FILE, json.dumps(doc, indent=2) + "\n")
+    config = best_config(study, objective, context)
+    if config is not None:
+        write_frozen(run_dir / BEST_FILE, config)
 
 
 def _interval(ci: Interval | None) -> str:
@@ -229,14 +262,16 @@ def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
     validated = {f.trial: f for f in (record.finalists if record is not None else [])}
     rows = []
     for t in order[:n]:
-        m = t.user_attrs.get("metrics", {})
-        row: dict[str, Any] = {"trial": t.number, "config": describe(t.user_attrs.get("config", {}))}
+        record = TrialRecord.of(t)
+        figures = record.metrics or MeasurementSummary()
+        row: dict[str, JsonValue] = {"trial": t.number,
+                                     "config": describe(record.config_json or {})}
         for metric, value in zip(objective.metrics, t.values):
             row[metric] = value
         for key, head in (("speedup", "speedup"), ("baseline_latency_ms_per_token", "AR ms/tok"),
                           ("mean_accepted_tokens", "tau"), ("acceptance_rate", "accept")):
-            if key not in objective.metrics and key in m:
-                row[head] = m[key]
+            if key not in objective.metrics and key in figures.model_fields_set:
+                row[head] = figures.figure(key)
         if objective.multi:
             row["pareto"] = "*" if t.number in front else ""
         if validated:
@@ -269,9 +304,8 @@ def validation_table(study: optuna.Study, objective: Objective,
     rows = [{"trial": f.trial, "config": f.label, "role": f.role,
              "search speedup": f.search.get("speedup"),
              "held-out speedup": f.speedup, "90% interval": _interval(f.figures.interval),
-             **({"measured alone": f.figures.pooled.get("measured_speedup"),
-                 "predicted": f.figures.pooled.get("predicted_speedup"),
-                 "weight": f.figures.pooled.get("ppi_lambda")} if pooled else {}),
+             **({head: f.figures.pooled.get(key) for key, head in _POOLED_COLUMNS}
+                if pooled else {}),
              "tau": f.figures.mean_accepted_tokens, "lossless": f.figures.lossless,
              # Prompts whose output left AR's at a near-tie (bf16 / fp16 rounding).
              **({"near-ties": len(f.figures.near_tie_prompts)} if tied else {}),
@@ -285,10 +319,11 @@ def validation_table(study: optuna.Study, objective: Objective,
         head += f"\nmeasured in {record.measured_by_label or record.measured_by}"
         if predicted is not None:
             shown = record.shown_entry()
-            view = predicted.prediction_view(shown.trial if shown is not None else None)
+            view = DecoderPrediction.model_validate(
+                predicted.prediction_view(shown.trial if shown is not None else None))
             head += (f"; autotune's decoder under its rules predicted "
-                     f"{speedup_text(view)} ({view['decision'].replace('_', ' ')}) for "
-                     f"{view.get('label', 'its best finalist')}")
+                     f"{view.speedup_text()} ({str(view.decision).replace('_', ' ')}) for "
+                     f"{view.label or 'its best finalist'}")
     for f in record.implausible():
         head += (f"\nwarning: trial {f.trial}'s speedup {f.speedup:.3f}x exceeds its τ "
                  f"{f.figures.mean_accepted_tokens:.3f}, more than a speculative decode can "
@@ -321,12 +356,14 @@ def validation_table(study: optuna.Study, objective: Objective,
     lines.append(f"answer: {record.reason}")
     winner = record.winning_entry()
     if winner is not None and winner.figures.by_category:
-        per = [{"category": c, "prompts": v.get("prompts"),
-                **({"measured": v.get("measured_prompts")} if pooled else {}),
-                "speedup": v.get("speedup"),
+        categories = {c: CategoryFigures.model_validate(v)
+                      for c, v in winner.figures.by_category.items()}
+        per = [{"category": c, "prompts": v.prompts,
+                **({"measured": v.measured_prompts} if pooled else {}),
+                "speedup": v.speedup,
                 "90% interval": _category_interval(v),
-                "tau": v.get("mean_accepted_tokens")}
-               for c, v in winner.figures.by_category.items()]
+                "tau": v.mean_accepted_tokens}
+               for c, v in categories.items()]
         lines += ["", "by category (the answer, held-out prompts):",
                   pd.DataFrame(per).to_string(index=False, na_rep="-",
                                               float_format=lambda v: f"{v:.3f}")]
@@ -337,10 +374,15 @@ _STOPPED = {"decided": "decided", "sample": "the whole sample measured",
             "budget": "the --validation-budget ran out"}
 
 
-def _category_interval(row: dict[str, Any]) -> str:
-    if Interval.of(row) is not None:
-        return _interval(Interval.of(row))
-    if row.get("estimator") == "predicted":
+# The pooled (ppi++) figures of a finalist, as the validation table heads them.
+_POOLED_COLUMNS = (("measured_speedup", "measured alone"), ("predicted_speedup", "predicted"),
+                   ("ppi_lambda", "weight"))
+
+
+def _category_interval(figures: CategoryFigures) -> str:
+    if figures.interval is not None:
+        return _interval(figures.interval)
+    if figures.estimator == "predicted":
         return "- (predicted only: too few measured)"
     return "- (1 prompt)"
 

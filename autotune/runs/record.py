@@ -10,7 +10,8 @@
 
 `to_json()` gives the exact dicts the files hold (same keys, same order as they always
 had), so readers of run.json (report, measure, exports) see no difference. Torch-free:
-the model and hardware entries are built by `autotune.frozen` and arrive as dicts.
+the model and hardware entries are built by `autotune.frozen` (as records, or as the
+dicts `model_record` / `hardware_record` give, read into records).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+from autotune.frozen import record as frozen_record
 
 __all__ = ["FileRecord", "FrozenContext", "Provenance", "RunRecord", "StudyIdentity",
            "WorkloadRecord"]
@@ -49,54 +52,19 @@ class StudyIdentity:
         return dataclasses.asdict(self)
 
 
-@dataclass(frozen=True)
-class WorkloadRecord:
-    """The workload a frozen config was tuned on."""
-
-    source: str
-    categories: list[str] | None
-    prompts: int
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    seed: int
-    sha256: str
+# run.json's `frozen` entry and its parts are best.json's records (`autotune.frozen.record`),
+# under the names this module has always given them.
+WorkloadRecord = frozen_record.WorkloadRecord     # the workload a frozen config was tuned on
+Provenance = frozen_record.ProvenanceRecord       # how the run was made (its settings' part)
+FrozenContext = frozen_record.FrozenContext       # what every frozen config of the run records
 
 
-@dataclass(frozen=True)
-class FileRecord:
-    """A space or objective file: its name, where it was read and its hash."""
+class FileRecord(frozen_record.FileRef):
+    """A space or objective file: its name, where it was read and its hash (all given,
+    in that order)."""
 
-    name: str
-    file: str
-    sha256: str
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """How the run was made, for a frozen config's `provenance`."""
-
-    space: FileRecord
-    objective: FileRecord
-    sampler: str
-    seed: int
-    study: str
-    storage: str                      # masked: no password
-    command: str
-
-
-@dataclass(frozen=True)
-class FrozenContext:
-    """run.json's `frozen`: a frozen config's fields that do not depend on the trial."""
-
-    model: dict[str, Any]             # `frozen.model_record` of the target
-    draft: dict[str, Any] | None      # the same for the draft model, if any
-    hardware: dict[str, Any]          # `frozen.hardware_record`
-    workload: WorkloadRecord
-    provenance: Provenance
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def __init__(self, name: str, file: str, sha256: str) -> None:
+        super().__init__(name=name, file=file, sha256=sha256)
 
 
 @dataclass(frozen=True)
