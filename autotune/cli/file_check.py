@@ -19,6 +19,7 @@ from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import display_path
 from autotune.schema.config import config_from_mapping
 from autotune.frozen.checks import is_frozen, problems
+from autotune.frozen.record import FrozenConfig
 
 SPACE_KEYS = ("knobs", "include", "fixed")
 
@@ -63,7 +64,7 @@ def validate_file(path_text: str, n_layers: int = 32) -> Verdict:
     if is_frozen(data) or (isinstance(data, dict) and ("schema" in data or "params" in data)):
         found = [_located(path, line) for line in problems(data)]
         return Verdict(str(path), "frozen config", found,
-                       "" if found else _frozen_summary(data))
+                       "" if found else _frozen_summary(FrozenConfig.from_json(data)))
     if isinstance(data, dict) and any(k in data for k in SPACE_KEYS):
         return _loaded(path, "search space", lambda p: _space_summary(p, n_layers))
     if isinstance(data, dict) and "metrics" in data:
@@ -122,15 +123,15 @@ def _plain_config(path: Path, data: dict[str, Any]) -> Verdict:
     return Verdict(str(path), "config", [], describe(config.to_dict()))
 
 
-def _frozen_summary(doc: dict[str, Any]) -> str:
+def _frozen_summary(record: FrozenConfig) -> str:
+    """A checked frozen config in one line: its config, search figures and model."""
     from autotune.schema.label import describe
-    parts = [describe(doc["params"])]
-    metrics = doc.get("metrics") or {}
-    if isinstance(metrics.get("latency_ms_per_token"), (int, float)):
-        parts.append(f"{metrics['latency_ms_per_token']:.2f} ms/token")
-    if isinstance(metrics.get("speedup"), (int, float)):
-        parts.append(f"{metrics['speedup']:.3f}x AR")
-    model = doc.get("model") or {}
-    if model.get("id"):
-        parts.append(f"on {model['id']}")
+    parts = [describe(record.config.to_dict())]
+    metrics = record.metrics
+    if metrics is not None and metrics.latency_ms_per_token is not None:
+        parts.append(f"{metrics.latency_ms_per_token:.2f} ms/token")
+    if metrics is not None and metrics.speedup is not None:
+        parts.append(f"{metrics.speedup:.3f}x AR")
+    if record.model is not None and record.model.id:
+        parts.append(f"on {record.model.id}")
     return ", ".join(parts)

@@ -9,7 +9,7 @@ autotune/schema/engines.py.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from autotune.exports._common import (
     ExportOptions,
@@ -47,13 +47,28 @@ def check(src: Source) -> list[Loss]:
     return [loss for loss in losses if loss is not None]
 
 
-def generate_kwargs(src: Source) -> dict[str, Any]:
+class GenerateKwargs(TypedDict, total=False):
+    """Keyword arguments of the repo's `exact_self_speculative_generate` / sampling twin
+    (the JSON its runner passes through: the interface is that repo's function)."""
+
+    max_step_draft: int
+    th_stop_draft: float
+    auto_th_stop_draft: bool
+    auto_parameters: list[float]
+    do_sample: bool
+    do_sample_draft: bool
+    temperature: float
+    top_p: float
+    top_k: int
+
+
+def generate_kwargs(src: Source) -> GenerateKwargs:
     """Keyword arguments of the repo's `exact_self_speculative_generate` / sampling twin."""
     cfg = src.cfg
     policy = effective_policy(src)
     # A threshold of 0 never stops a draft early: that is a fixed K.
     threshold = cfg.gamma if policy in ("confidence", "adaptive") else 0.0
-    out: dict[str, Any] = {
+    out: GenerateKwargs = {
         "max_step_draft": src.shape.chain_length,
         "th_stop_draft": threshold,
         "auto_th_stop_draft": policy == "adaptive",

