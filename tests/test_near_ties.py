@@ -261,14 +261,16 @@ def test_batched_rows_record_and_judge_in_bf16(target) -> None:
 
 
 def test_trial_metrics_keep_the_near_tie_counts_where_they_apply() -> None:
-    from autotune.search.study import _scalar_metrics
+    from autotune.measure.summary import MeasurementSummary
     counts = {"exact": 5, "near_tie": 2, "real": 0}
-    kept = _scalar_metrics({"lossless": True, "lossless_tier": "near-tie (bfloat16)",
-                            "divergences": counts, "near_tie_prompts": ["a", "b"]})
+    kept = MeasurementSummary.from_json(
+        {"lossless": True, "lossless_tier": "near-tie (bfloat16)", "divergences": counts,
+         "near_tie_prompts": ["a", "b"]}).stored_json()
     assert kept["near_ties"] == 2 and kept["real_divergences"] == 0
     assert kept["near_tie_prompts"] == ["a", "b"] and "divergences" not in kept
-    exact = _scalar_metrics({"lossless": True, "lossless_tier": "exact",
-                             "divergences": {"exact": 7, "near_tie": 0, "real": 0}})
+    exact = MeasurementSummary.from_json(
+        {"lossless": True, "lossless_tier": "exact",
+         "divergences": {"exact": 7, "near_tie": 0, "real": 0}}).stored_json()
     assert "near_ties" not in exact
 
 
