@@ -50,7 +50,7 @@ def _validated_doc() -> dict[str, Any]:
                  "looks": [{"prompts": 4, "level": 0.9, "active": ["trial3"], "dropped": []}]}})
     doc = frozen_document({"method": "ngram", "k": 3}, metrics={"speedup": 1.3},
                           context=_context(), trial={"trial": 3, "label": "ngram k=3"})
-    doc["validation"] = record.frozen_view(3)
+    doc["validation"] = record.frozen_view(3).to_json()
     doc["schedule"] = {"method": "ngram", "batch_sizes": [1, 4], "objective": "speedup",
                        "ranges": [{"start": 1, "end": 3, "k": 3}, {"start": 4, "end": 4, "k": 0}],
                        "points": [{"batch_size": 1, "k": 3, "split": "search", "speedup": 1,

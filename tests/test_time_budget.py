@@ -255,21 +255,15 @@ def test_a_budgeted_search_is_cut_to_fit_and_a_larger_budget_extends_it(
 
 
 def test_a_search_the_budget_cut_before_any_config_is_undecided_not_a_no() -> None:
-    from dataclasses import dataclass, field
-
     from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED
-    from autotune.search.validation_record import Judgement
-
-    @dataclass(frozen=True)
-    class Record:                          # the fields undecided_if_cut reads
-        judgement: Judgement
-        finalists: list = field(default_factory=list)
-        engines: dict = field(default_factory=dict)
-        engine_finalists: dict = field(default_factory=dict)
+    from autotune.search.validation_record import FinalistEntry, Judgement, ValidationRecord
 
     no = Judgement(DO_NOT_SPECULATE, None, "no speculative config completed in the search")
     measured_no = Judgement(DO_NOT_SPECULATE, None, "below 1.05")
-    record = Record(no, [], {"vllm": no, "hf": measured_no}, {"vllm": [], "hf": ["entry"]})
+    entry = FinalistEntry(trial=3, label="ngram k=3")
+    record = ValidationRecord(statistic="s", level=0.9, prompts=0, repeats=1, finalists=[],
+                              **no._asdict(), engines={"vllm": no, "hf": measured_no},
+                              engine_finalists={"vllm": [], "hf": [entry]})
     budget = Budget(600.0, started=0.0, clock=FakeClock())
     assert fitting.undecided_if_cut(record, budget) is record      # nothing was stopped
     budget.stopped.append("the screen after 1 of 30 configs")

@@ -33,7 +33,12 @@ from autotune.search.finalists import (
     rejudged,
 )
 from autotune.search.objectives import load_objective
-from autotune.search.validation_record import FinalistEntry, Judgement, ValidationRecord
+from autotune.search.validation_record import (
+    VERSION,
+    FinalistEntry,
+    Judgement,
+    ValidationRecord,
+)
 
 SPEEDUP = load_objective("speedup")
 
@@ -79,7 +84,7 @@ def _judge(finalists: list[dict[str, Any]], **kwargs: Any) -> Judgement:
 
 def _view(record: dict[str, Any], trial: int | None) -> dict[str, Any]:
     """What best.json carries under `validation` for `record` (as stored) and `trial`."""
-    return ValidationRecord.from_json(record).frozen_view(trial)
+    return ValidationRecord.from_json(record).frozen_view(trial).to_json()
 
 
 def _record(study: optuna.Study, finalists: list[dict[str, Any]]) -> dict[str, Any]:
@@ -267,22 +272,24 @@ def test_finalists_follow_each_objective_ranking(objective):
 
 
 def test_the_typed_record_reads_back_every_record_as_written():
-    """`ValidationRecord.from_json(x).to_json() == x` for a record written before pools,
-    races and --min-gain (this file's minimal shape) and the same record judged again;
-    the keys an old record lacks stay absent, and what best.json copies is unchanged."""
+    """`ValidationRecord.from_json(x).to_json()` is `x` under the current version for a
+    record written before pools, races, --min-gain and versions (this file's minimal
+    shape) and the same record judged again; the keys an old record lacks stay absent,
+    and what best.json copies is unchanged."""
     study = _study()
     old = _record(study, [_finalist(4, 1.15, [1.05, 1.3]), _finalist(5, 0.9, [0.8, 1.0])])
     typed = ValidationRecord.from_json(old)
-    assert typed.to_json() == old
+    assert typed.to_json() == {"version": VERSION, **old}
+    assert ValidationRecord.from_json(typed.to_json()) == typed
     assert typed.race is None and typed.min_gain is None and not typed.pooled
     assert typed.winning_entry() is not None and typed.winning_entry().trial == 4
-    view = typed.frozen_view(4)
+    view = typed.frozen_view(4).to_json()
     assert "min_gain" not in view and "race" not in view and "estimator" not in view
     assert [sorted(f) for f in view["finalists"]] == [
         sorted(("trial", "label", "role", "preset", "search", "speedup", "ci90",
                 "mean_accepted_tokens", "lossless", "by_category"))] * 2
     again = rejudged(typed, 0.05).to_json()
-    assert {**old, "min_gain": 0.05} == again
+    assert {"version": VERSION, **old, "min_gain": 0.05} == again
 
 
 def test_a_speedup_above_its_tau_is_flagged_as_timing_interference() -> None:
@@ -304,11 +311,10 @@ def test_a_speedup_above_its_tau_is_flagged_as_timing_interference() -> None:
     record = ValidationRecord(
         statistic="s", level=0.9, source=None, prompts=13, prompt_ids=[], categories={},
         workload_sha256=None, repeats=1, max_new_tokens=64, complete_trials=4, created=None,
-        judgement=Judgement("speculate", 3, "r"),
+        decision="speculate", winner=3, reason="r",
         finalists=[entry(3, 1.55, 1.31), entry(2, 1.22, 1.17), entry(4, 1.0, 1.6)])
     assert [f.trial for f in record.implausible()] == [3]
     assert record.shown_entry() is not None and record.shown_entry().trial == 3
-    undecided = ValidationRecord(**{**record.__dict__,
-                                    "judgement": Judgement("undecided", None, "r")})
+    undecided = record.judged_again(Judgement("undecided", None, "r"))
     # No winner: the answer is read by its best measured finalist.
     assert undecided.shown_entry().trial == 3 and undecided.winning_entry() is None

@@ -31,9 +31,11 @@ from autotune.frozen.record import CategoryFigures, JsonRecord, Number
 
 __all__ = ["IntervalJson", "MeasurementSummary", "STORED_LISTS"]
 
-# An interval as JSON writes it (`[low, high]` or null), an `Interval` in code.
+# An interval as JSON writes it (`[low, high]` or null), an `Interval` in code (given
+# as either).
 IntervalJson = Annotated[
-    Interval | None, PlainValidator(Interval.from_json),
+    Interval | None,
+    PlainValidator(lambda ci: ci if isinstance(ci, Interval) else Interval.from_json(ci)),
     PlainSerializer(lambda ci: ci.to_json() if ci is not None else None)]
 
 # The list figures a trial stores (cut to their first 64 entries); other lists and

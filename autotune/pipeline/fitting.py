@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from autotune.models.loading import LoadedModel
     from autotune.search.objectives import EvalContext
+    from autotune.search.validation_record import ValidationRecord
 
 # The study attribute that keeps the held-out sizes a budgeted run validated on: a
 # rerun validates on at least as many (it extends; it never shrinks).
@@ -148,25 +149,24 @@ def race_seconds(plan: SearchPlan, budget: Budget | None) -> float | None:
     return left if given is None else min(given, left)
 
 
-def undecided_if_cut(record: Any, budget: Budget | None) -> Any:
-    """`record` (a ValidationRecord) with every "do not speculate" that rests on no
+def undecided_if_cut(record: ValidationRecord, budget: Budget | None) -> ValidationRecord:
+    """`record` with every "do not speculate" that rests on no
     measured finalist made "undecided" when the budget stopped a stage: the time ran out
     before a config was measured, which says nothing about speculating."""
     from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED
-    from autotune.search.validation_record import Judgement
+    from autotune.search.validation_record import FinalistEntry, Judgement
 
     if budget is None or not budget.stopped:
         return record
     why = Judgement(UNDECIDED, None, "the time budget ran out before a speculative config "
                                      "was measured: rerun with a larger --time-budget")
 
-    def fixed(judgement: Judgement, entries: list[Any]) -> Judgement:
+    def fixed(judgement: Judgement, entries: list[FinalistEntry]) -> Judgement:
         return why if judgement.decision == DO_NOT_SPECULATE and not entries else judgement
 
     engines = {name: fixed(j, record.engine_finalists.get(name, []))
                for name, j in record.engines.items()}
-    return dataclasses.replace(record, judgement=fixed(record.judgement, record.finalists),
-                               engines=engines)
+    return record.judged_again(fixed(record.judgement, record.finalists), engines=engines)
 
 
 def engine_races_stop(budget: Budget | None) -> float | None:

@@ -537,8 +537,8 @@ def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | Non
             budget.stopped.append(f"{engine}'s race in itself after {raced.race.measured} "
                                   f"of {len(plan.held_out)} held-out prompts")
         raced = fitting.undecided_if_cut(raced, budget)
-        record = dataclasses.replace(record, engine_races={**record.engine_races,
-                                                           engine: raced})
+        record = record.model_copy(update={"engine_races": {**record.engine_races,
+                                                            engine: raced}})
         finalists.store_record(study, record)
     if budget is not None:
         budget.done("engine_races")

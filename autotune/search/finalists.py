@@ -40,7 +40,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,7 @@ from autotune.search import ranking
 from autotune.search.samplers import BASELINE, is_baseline
 from autotune.search.trial_record import TrialRecord
 from autotune.search.validation_record import (
+    Baseline,
     FinalistEntry,
     FinalistFigures,
     Judgement,
@@ -424,7 +425,8 @@ def _take_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
     look = racing.next_look_by_group(
         {arm: _interval_or_none(race.shown[arm]) for arm in race.active},
         groups=setup.groups, last=size >= n, min_gain=setup.min_gain)
-    race.looks.append(Look(size, level, list(race.active), list(look.dropped)))
+    race.looks.append(Look(prompts=size, level=level, active=list(race.active),
+                           dropped=list(look.dropped)))
     race.active = look.keep
     race.stopped = look.stop
 
@@ -484,15 +486,14 @@ def _record(setup: _RaceSetup, race: _RaceState, pool: list[Prompt], complete_tr
         complete_trials=complete_trials, min_gain=setup.min_gain,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         race=log, rows=race.rows,
-        measured_by=facts.measured_by if facts else None,
-        measured_by_label=facts.measured_by_label if facts else None,
-        token_exact=facts.token_exact if facts else None,
-        lossless_tier=facts.lossless_tier if facts else None,
-        finalists=own_entries, baseline_ms=baseline_ms, judgement=judged(own_entries),
+        finalists=own_entries, baseline=Baseline(latency_ms_per_token=baseline_ms),
+        **judged(own_entries)._asdict(),
         engine_finalists={name: groups.get(name, []) for name in engines},
         engines={name: judged(groups.get(name, [])) for name in engines},
-        absent=frozenset() if facts else frozenset(
-            ("measured_by", "measured_by_label", "token_exact", "lossless_tier")))
+        # Where the runs were measured: once a look measured any (else not written).
+        **({"measured_by": facts.measured_by, "measured_by_label": facts.measured_by_label,
+            "token_exact": facts.token_exact, "lossless_tier": facts.lossless_tier}
+           if facts else {}))
 
 
 def _interval_or_none(figures: FinalistFigures) -> tuple[float, float] | None:
@@ -509,13 +510,12 @@ def resumable(record: ValidationRecord) -> bool:
 def rejudged(record: ValidationRecord, min_gain: float) -> ValidationRecord:
     """`record` judged again under another `min_gain` (the figures stay as measured),
     each engine's part too."""
-    return replace(
-        record, min_gain=min_gain, judgement=judge(record.finalists, min_gain),
+    return record.judged_again(
+        judge(record.finalists, min_gain), min_gain=min_gain,
         engines={name: judge(record.engine_finalists.get(name, []), min_gain)
                  for name in record.engines},
         engine_races={name: rejudged(race, min_gain)
-                      for name, race in record.engine_races.items()},
-        absent=record.absent - {"min_gain"})
+                      for name, race in record.engine_races.items()})
 
 
 def engine_names(record: ValidationRecord | None) -> list[str]:

@@ -1,32 +1,59 @@
-"""The validation (race) record as typed records.
+"""The validation (race) record as declared records, and its one upgrader.
+
+    record = ValidationRecord.from_json(stored)   # any version: upgraded, checked, typed
+    record.decision, record.finalists[0].figures.interval, record.race.looks
+    record.to_json()                               # what the study keeps (this version)
 
 `finalists.measure_finalists` builds a `ValidationRecord`; the study keeps its
 `to_json()` under `finalists.VALIDATION_ATTR`, and every reader (the run folder, the
-report, the exports, a resumed race) takes `ValidationRecord.from_json` of it. JSON only
-at that edge: `to_json` gives the very dict the study has always stored (same keys, same
-order), and `from_json` reads every record written since the first one.
+report, the exports, a resumed race) takes `ValidationRecord.from_json` of it.
 
-Older records lack keys that later ones carry (the pool and its estimator, the race, the
-lossless tier, `--min-gain`, a finalist's look and divergence counts). Those readers live
-here only: a record keeps which of its optional keys it was written without (`absent`),
-so that what is derived from it (best.json's `validation`, a rejudged record) has the
-same keys as before, and nothing else asks whether a key is there.
+The models are declared in the order their keys are written, and write the JSON the
+study has always kept, with a `version` key (`VERSION`) in front. `upgrade` is the one
+place that knows the older versions: a record without `version` (all those written before
+it) is brought to the current one there, with the defaults and repairs its reader used to
+apply. Keys that appeared over time (the pool and its estimator, the race, the lossless
+tier, `--min-gain`, a finalist's look and divergence counts) are optional fields, and a
+record writes the keys it was given (pydantic's `model_fields_set`): one read from an
+older study writes, and derives (best.json's `validation`, a rejudged record), the keys it
+was written with; a record built in code is given every key it writes.
+
+Two parts of the JSON are flat where the records nest them: a finalist's figures sit in
+its entry beside who it is, and the prediction-powered figures (`POOLED_FIGURES`) among
+the figures, only where given. A before-validator nests them on read and a serializer
+flattens them on write.
 
 Torch-free.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Annotated, Any, Callable, NamedTuple, Union
 
-from autotune.common.interval import CI_KEY, Interval
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    model_serializer,
+    model_validator,
+)
 
-__all__ = ["POOLED_FIGURES", "FinalistEntry", "FinalistFigures", "Judgement", "Look",
-           "RaceLog", "ValidationRecord"]
+from autotune.common.errors import AutotuneError
+from autotune.common.interval import CI_KEY
+from autotune.common.records import parse_record
+from autotune.frozen.record import DecoderPrediction, Number, Validation
+from autotune.measure.summary import IntervalJson
 
-# What names a finalist in the record, beside its figures (`finalists.Finalist`).
-_IDENTITY = ("trial", "label", "role", "preset", "params", "search", "engine")
+__all__ = ["POOLED_FIGURES", "VERSION", "Baseline", "FinalistEntry", "FinalistFigures",
+           "Judgement", "Look", "RaceLog", "ValidationRecord", "upgrade"]
+
+# The version `to_json` writes. 1: every record written before versions (no `version`
+# key); 2: the same keys, versioned.
+VERSION = 2
+
 # The prediction-powered figures (`ppi.PoolEstimate.to_json`) besides speedup, interval
 # and estimator, in the order written.
 POOLED_FIGURES = ("ppi_lambda", "pool_prompts", "measured_speedup", "measured_ci90",
@@ -55,75 +82,84 @@ _EVIDENCE = ("trial", "label", "role", "preset", "search", "speedup", CI_KEY,
 # the noise of a paired interval's centre on a few prompts.
 IMPLAUSIBLE_SLACK = 0.05
 
+# One measured run of a race arm (`finalist_figures.ROW_FIELDS`); `same_tokens` was a
+# bool in rows written before near-ties were told apart.
+RaceRow = list[Union[bool, int, float, str, None]]
 
-def _absent(data: Mapping[str, Any], optional: tuple[str, ...]) -> frozenset[str]:
-    return frozenset(k for k in optional if k not in data)
+
+def _empty(value: Any) -> bool:
+    return not value
 
 
-@dataclass(frozen=True)
-class FinalistFigures:
+class _Record(BaseModel):
+    """A part of the record: frozen, its fields also given by their attribute name
+    (`interval=` for `ci90`), keys it does not declare dropped (as its readers always
+    did)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    def to_json(self) -> dict[str, Any]:
+        """The part as the study keeps it: the keys it was given, in declared order."""
+        return self.model_dump(mode="python", by_alias=True, exclude_unset=True)
+
+    def written(self, key: str) -> bool:
+        """The key `key` (as written: `ci90`) was given: read from the stored record, or
+        set by the code that built it (older records lack some)."""
+        fields = type(self).model_fields
+        name = next((n for n, f in fields.items() if f.alias == key), key)
+        return name in self.model_fields_set
+
+
+class FinalistFigures(_Record):
     """A finalist's validation figures (`finalist_figures.figures`), or a validation
     summary's kept part in a record written before races."""
 
-    speedup: float | None = None
-    interval: Interval | None = None
-    latency_ms_per_token: float | None = None
-    baseline_latency_ms_per_token: float | None = None
-    mean_accepted_tokens: float | None = None
-    acceptance_rate: float | None = None
+    latency_ms_per_token: Number | None = None
+    baseline_latency_ms_per_token: Number | None = None
+    mean_accepted_tokens: Number | None = None
+    acceptance_rate: Number | None = None
     lossless: bool | None = None          # greedy: no real divergence; None: sampling
     lossless_binding: bool | None = None  # False: the engine's own numerics may differ
-    mismatched_prompts: list[str] = field(default_factory=list)
-    near_tie_prompts: list[str] = field(default_factory=list)
+    mismatched_prompts: list[str] = Field(default_factory=list)
+    near_tie_prompts: list[str] = Field(default_factory=list)
     divergences: dict[str, int] | None = None   # per divergence kind; None: sampling
-    look_level: float | None = None
+    look_level: Number | None = None
     measured_prompts: int | None = None
+    speedup: Number | None = None
+    interval: IntervalJson = Field(default=None, alias=CI_KEY)
     estimator: str | None = None          # "measured" or "ppi++"
-    # ppi++ only: `POOLED_FIGURES`'s figures (the weight, the pool, measured / predicted alone).
-    pooled: dict[str, Any] = field(default_factory=dict)
-    by_category: dict[str, Any] = field(default_factory=dict)
-    absent: frozenset[str] = frozenset()
+    # ppi++ only: `POOLED_FIGURES`'s figures (the weight, the pool, measured / predicted
+    # alone), written flat among the others.
+    pooled: dict[str, JsonValue] = Field(default_factory=dict)
+    # Per workload category: the figures above for its prompts (`CategoryFigures`' keys).
+    by_category: dict[str, dict[str, JsonValue]] = Field(default_factory=dict)
 
-    _OPTIONAL = ("speedup", CI_KEY, "latency_ms_per_token", "baseline_latency_ms_per_token",
-                 "mean_accepted_tokens", "acceptance_rate", "lossless", "lossless_binding",
-                 "mismatched_prompts", "near_tie_prompts", "divergences", "look_level",
-                 "measured_prompts", "estimator", "by_category")
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_pooled(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and any(key in data for key in POOLED_FIGURES):
+            data = {**data, "pooled": {k: data[k] for k in POOLED_FIGURES if k in data}}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _flat_pooled(self, handler: Callable[[Any], Any]) -> Any:
+        out = handler(self)
+        pooled = out.pop("pooled", None) or {}
+        if pooled:
+            # Written before `by_category`, as ppi's figures always were.
+            last = {key: out.pop(key) for key in ("by_category",) if key in out}
+            out.update(pooled)
+            out.update(last)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FinalistFigures:
-        return cls(
-            speedup=data.get("speedup"), interval=Interval.of(data),
-            latency_ms_per_token=data.get("latency_ms_per_token"),
-            baseline_latency_ms_per_token=data.get("baseline_latency_ms_per_token"),
-            mean_accepted_tokens=data.get("mean_accepted_tokens"),
-            acceptance_rate=data.get("acceptance_rate"), lossless=data.get("lossless"),
-            lossless_binding=data.get("lossless_binding"),
-            mismatched_prompts=list(data.get("mismatched_prompts") or []),
-            near_tie_prompts=list(data.get("near_tie_prompts") or []),
-            divergences=data.get("divergences"), look_level=data.get("look_level"),
-            measured_prompts=data.get("measured_prompts"), estimator=data.get("estimator"),
-            pooled={k: data[k] for k in POOLED_FIGURES if k in data},
-            by_category=dict(data.get("by_category") or {}),
-            absent=_absent(data, cls._OPTIONAL))
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "latency_ms_per_token": self.latency_ms_per_token,
-            "baseline_latency_ms_per_token": self.baseline_latency_ms_per_token,
-            "mean_accepted_tokens": self.mean_accepted_tokens,
-            "acceptance_rate": self.acceptance_rate, "lossless": self.lossless,
-            "lossless_binding": self.lossless_binding,
-            "mismatched_prompts": self.mismatched_prompts,
-            "near_tie_prompts": self.near_tie_prompts, "divergences": self.divergences,
-            "look_level": self.look_level, "measured_prompts": self.measured_prompts,
-            "speedup": self.speedup,
-            CI_KEY: self.interval.to_json() if self.interval is not None else None,
-            "estimator": self.estimator, **self.pooled, "by_category": self.by_category}
-        return {k: v for k, v in out.items() if k not in self.absent}
+        """Figures as written (an entry's, or a frozen config's `validation`)."""
+        return parse_record(cls, data, "validation figures")
 
     def has(self, key: str) -> bool:
         """The figure under `key` was written (older records lack some)."""
-        return key not in self.absent
+        return self.written(key)
 
     def shown_faster(self) -> bool:
         """Validated faster than the AR baseline: lossless (where checked) and the whole
@@ -142,53 +178,50 @@ class FinalistFigures:
         prompt, never does: one prompt decides nothing)."""
         return self.interval is not None and self.interval.below(worth)
 
-    def speedup_json(self) -> dict[str, Any]:
+    def speedup_json(self) -> dict[str, Number | list[float] | None]:
         """The speedup and its interval as a figures mapping (`speedup_text` reads it)."""
         return {"speedup": self.speedup,
                 CI_KEY: self.interval.to_json() if self.interval is not None else None}
 
 
-@dataclass(frozen=True)
-class FinalistEntry:
+class FinalistEntry(_Record):
     """One raced finalist in the record: who it is (`finalists.Finalist`'s fields), its
-    last figures, and the look it was dropped after (None: raced to the end)."""
+    last figures (written flat beside them), and the look it was dropped after (None:
+    raced to the end)."""
 
     trial: int
     label: str
-    role: str | None
-    preset: str | None
-    params: dict[str, Any]
-    search: dict[str, Any]
-    engine: str | None                 # None: autotune's own (its entries carry none)
-    figures: FinalistFigures
+    role: str | None = None
+    preset: str | None = None
+    params: dict[str, JsonValue] = Field(default_factory=dict)
+    search: dict[str, JsonValue] = Field(default_factory=dict)
+    # None: autotune's own (its entries carry no `engine` key).
+    engine: str | None = Field(default=None, exclude_if=lambda engine: engine is None)
+    figures: FinalistFigures = Field(default_factory=FinalistFigures)
     dropped_after: int | None = None
-    absent: frozenset[str] = frozenset()
 
-    _OPTIONAL = ("role", "preset", "params", "search", "dropped_after")
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_figures(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "figures" not in data:
+            own = cls.model_fields.keys() - {"figures"}
+            data = {**{k: v for k, v in data.items() if k in own},
+                    "figures": {k: v for k, v in data.items() if k not in own}}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _flat_figures(self, handler: Callable[[Any], Any]) -> Any:
+        out = handler(self)
+        figures = out.pop("figures", {})
+        last = {key: out.pop(key) for key in ("dropped_after",) if key in out}
+        out.update(figures)
+        out.update(last)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FinalistEntry:
-        return cls(trial=int(data["trial"]), label=str(data.get("label", "")),
-                   role=data.get("role"), preset=data.get("preset"),
-                   params=dict(data.get("params") or {}),
-                   search=dict(data.get("search") or {}), engine=data.get("engine"),
-                   figures=FinalistFigures.from_json(
-                       {k: v for k, v in data.items()
-                        if k not in (*_IDENTITY, "dropped_after")}),
-                   dropped_after=data.get("dropped_after"),
-                   absent=_absent(data, cls._OPTIONAL))
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"trial": self.trial, "label": self.label, "role": self.role,
-                               "preset": self.preset, "params": self.params,
-                               "search": self.search}
-        if self.engine is not None:
-            out["engine"] = self.engine
-        out = {k: v for k, v in out.items() if k not in self.absent}
-        out.update(self.figures.to_json())
-        if "dropped_after" not in self.absent:
-            out["dropped_after"] = self.dropped_after
-        return out
+        """An entry as the record writes it (its figures flat beside who it is)."""
+        return parse_record(cls, data, "validation finalist")
 
     @property
     def arm(self) -> str:
@@ -215,17 +248,12 @@ class Judgement(NamedTuple):
     winner: int | None
     reason: str
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Judgement:
-        return cls(str(data.get("decision", "")), data.get("winner"),
-                   str(data.get("reason", "")))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"decision": self.decision, "winner": self.winner, "reason": self.reason}
+# A judgement as the record writes it (an engine's, under `engines`).
+JudgementJson = Annotated[Judgement, PlainSerializer(lambda judged: judged._asdict())]
 
 
-@dataclass(frozen=True)
-class Look:
+class Look(_Record):
     """One look of a race: the prompts measured by then, its interval level, the arms
     racing in it and those it dropped."""
 
@@ -234,178 +262,107 @@ class Look:
     active: list[str]
     dropped: list[str]
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Look:
-        return cls(int(data.get("prompts", 0)), float(data.get("level", 0.0)),
-                   list(data.get("active", [])), list(data.get("dropped", [])))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"prompts": self.prompts, "level": self.level, "active": self.active,
-                "dropped": self.dropped}
-
-
-@dataclass(frozen=True)
-class RaceLog:
+class RaceLog(_Record):
     """How a race went: why it stopped ("sample", "decided", "budget", ...), prompts
     measured, its looks, the error spent, its time budget and spending rule, and the
-    twins measured once (arm -> the arm whose runs it took)."""
+    twins measured once (arm -> the arm whose runs it took; written where there are)."""
 
     stopped: str
     measured: int
     looks: list[Look]
     alpha_spent: float
-    budget_s: float | None
+    budget_s: Number | None
     spending: str | None
-    twins: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RaceLog:
-        return cls(stopped=str(data.get("stopped", "sample")),
-                   measured=int(data.get("measured", 0)),
-                   looks=[Look.from_json(look) for look in data.get("looks", [])],
-                   alpha_spent=float(data.get("alpha_spent", 0.0)),
-                   budget_s=data.get("budget_s"), spending=data.get("spending"),
-                   twins=dict(data.get("twins") or {}))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"stopped": self.stopped, "measured": self.measured,
-                "looks": [look.to_json() for look in self.looks],
-                "alpha_spent": self.alpha_spent, "budget_s": self.budget_s,
-                "spending": self.spending, **({"twins": self.twins} if self.twins else {})}
+    twins: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
 
     def dropped_after(self, arm: str) -> int | None:
         """The prompts measured at the look that dropped `arm` (None: never dropped)."""
         return next((look.prompts for look in self.looks if arm in look.dropped), None)
 
 
-@dataclass(frozen=True)
-class ValidationRecord:
+class Baseline(_Record):
+    """The AR baseline's figures in the race (`baseline`)."""
+
+    latency_ms_per_token: Number | None
+
+
+class ValidationRecord(_Record):
     """A race of finalists against the AR baseline on held-out prompts, and what it
     decided: autotune's own finalists and judgement at the top, each engine's (a
     `--target all` run) under `engines` / `engine_finalists`."""
 
     statistic: str
     level: float
-    source: str | None
-    prompts: int
-    prompt_ids: list[str]
-    categories: dict[str, int]
-    workload_sha256: str | None
-    repeats: int
-    max_new_tokens: int | None
-    complete_trials: int | None
-    created: str | None
-    judgement: Judgement
-    finalists: list[FinalistEntry]
-    baseline_ms: float | None = None       # the AR baseline's ms per token
-    estimator: str | None = None           # "measured" or "ppi++"; None: before pools
+    source: str | None = None
+    estimator: str | None = None           # "measured" or "ppi++"; unset: before pools
     pool_prompts: int | None = None
     pool_sha256: str | None = None
     pool_categories: dict[str, int] | None = None
+    prompts: int
+    prompt_ids: list[str] = Field(default_factory=list)
+    categories: dict[str, int] = Field(default_factory=dict)
+    workload_sha256: str | None = None
     planned_prompts: int | None = None
     sample_sha256: str | None = None
-    min_gain: float | None = None          # None: judged before --min-gain
-    race: RaceLog | None = None            # None: before races
-    rows: dict[str, list[list[Any]]] = field(default_factory=dict)  # per arm (ROW_FIELDS)
+    repeats: int
+    max_new_tokens: int | None = None
+    complete_trials: int | None = None
+    min_gain: Number | None = None         # unset: judged before --min-gain
+    created: str | None = None
+    race: RaceLog | None = None            # unset: before races
+    rows: dict[str, list[RaceRow]] = Field(default_factory=dict)   # per arm
     # Where the runs were measured and what lossless means (once a look measured any).
     measured_by: str | None = None
     measured_by_label: str | None = None
     token_exact: bool | None = None
     lossless_tier: str | None = None
-    engine_finalists: dict[str, list[FinalistEntry]] = field(default_factory=dict)
-    engines: dict[str, Judgement] = field(default_factory=dict)
+    finalists: list[FinalistEntry]
+    baseline: Baseline | None = None
+    # The judgement of its own finalists (`judgement`).
+    decision: str
+    winner: int | None
+    reason: str
+    # A `--target all` run's: each engine's finalists and judgement (written where any).
+    engine_finalists: dict[str, list[FinalistEntry]] = Field(default_factory=dict,
+                                                             exclude_if=_empty)
+    engines: dict[str, JudgementJson] = Field(default_factory=dict, exclude_if=_empty)
     # Per engine that runs here (`--target all`), its finalists raced again in the
     # engine itself against its own decoding without speculation: that race's record
     # (single-engine shape) is the engine's answer; the part above, raced in our
     # decoder under its rules, stays as the prediction shown beside it.
-    engine_races: dict[str, ValidationRecord] = field(default_factory=dict)
-    absent: frozenset[str] = frozenset()
+    engine_races: dict[str, ValidationRecord] = Field(default_factory=dict,
+                                                      exclude_if=_empty)
 
-    _OPTIONAL = ("source", "estimator", "pool_prompts", "pool_sha256", "pool_categories",
-                 "prompt_ids", "categories", "workload_sha256", "planned_prompts",
-                 "sample_sha256", "max_new_tokens", "complete_trials", "min_gain",
-                 "created", "race", "rows", "measured_by", "measured_by_label",
-                 "token_exact", "lossless_tier", "baseline")
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ValidationRecord:
+        """A stored record of any version (`upgrade`), checked: a malformed one is one
+        AutotuneError line."""
+        return parse_record(cls, upgrade(data), "the study's validation record")
 
-    @property
-    def decision(self) -> str:
-        return self.judgement.decision
-
-    @property
-    def winner(self) -> int | None:
-        return self.judgement.winner
+    def to_json(self) -> dict[str, Any]:
+        """The record as the study keeps it: the current version, then its keys."""
+        return {"version": VERSION, **super().to_json()}
 
     @property
-    def reason(self) -> str:
-        return self.judgement.reason
+    def judgement(self) -> Judgement:
+        return Judgement(self.decision, self.winner, self.reason)
+
+    @property
+    def baseline_ms(self) -> float | None:
+        """The AR baseline's ms per token."""
+        return self.baseline.latency_ms_per_token if self.baseline is not None else None
+
+    @property
+    def absent(self) -> frozenset[str]:
+        """The keys (as written) this record was written without (older records)."""
+        return frozenset(f.alias or name for name, f in type(self).model_fields.items()
+                         if name not in self.model_fields_set)
 
     @property
     def pooled(self) -> bool:
         """Its figures are prediction-powered over the held-out pool."""
         return self.estimator == "ppi++"
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ValidationRecord:
-        race = data.get("race")
-        return cls(
-            statistic=str(data.get("statistic", "")), level=float(data.get("level", 0.9)),
-            source=data.get("source"), prompts=int(data.get("prompts", 0)),
-            prompt_ids=list(data.get("prompt_ids") or []),
-            categories=dict(data.get("categories") or {}),
-            workload_sha256=data.get("workload_sha256"),
-            repeats=int(data.get("repeats", 1)), max_new_tokens=data.get("max_new_tokens"),
-            complete_trials=data.get("complete_trials"), created=data.get("created"),
-            judgement=Judgement.from_json(data),
-            finalists=[FinalistEntry.from_json(f) for f in data.get("finalists") or []
-                       if isinstance(f, Mapping)],
-            baseline_ms=(data.get("baseline") or {}).get("latency_ms_per_token"),
-            estimator=data.get("estimator"), pool_prompts=data.get("pool_prompts"),
-            pool_sha256=data.get("pool_sha256"), pool_categories=data.get("pool_categories"),
-            planned_prompts=data.get("planned_prompts"),
-            sample_sha256=data.get("sample_sha256"),
-            min_gain=(data["min_gain"] if isinstance(data.get("min_gain"), (int, float))
-                      else None),
-            race=RaceLog.from_json(race) if isinstance(race, Mapping) else None,
-            rows={arm: list(rows) for arm, rows in (data.get("rows") or {}).items()},
-            measured_by=data.get("measured_by"),
-            measured_by_label=data.get("measured_by_label"),
-            token_exact=data.get("token_exact"), lossless_tier=data.get("lossless_tier"),
-            engine_finalists={name: [FinalistEntry.from_json(f) for f in entries]
-                              for name, entries in
-                              (data.get("engine_finalists") or {}).items()},
-            engines={name: Judgement.from_json(j)
-                     for name, j in (data.get("engines") or {}).items()
-                     if isinstance(j, Mapping)},
-            engine_races={name: cls.from_json(r)
-                          for name, r in (data.get("engine_races") or {}).items()
-                          if isinstance(r, Mapping)},
-            absent=_absent(data, cls._OPTIONAL))
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "statistic": self.statistic, "level": self.level, "source": self.source,
-            "estimator": self.estimator, "pool_prompts": self.pool_prompts,
-            "pool_sha256": self.pool_sha256, "pool_categories": self.pool_categories,
-            "prompts": self.prompts, "prompt_ids": self.prompt_ids,
-            "categories": self.categories, "workload_sha256": self.workload_sha256,
-            "planned_prompts": self.planned_prompts, "sample_sha256": self.sample_sha256,
-            "repeats": self.repeats, "max_new_tokens": self.max_new_tokens,
-            "complete_trials": self.complete_trials, "min_gain": self.min_gain,
-            "created": self.created,
-            "race": self.race.to_json() if self.race is not None else None,
-            "rows": self.rows, "measured_by": self.measured_by,
-            "measured_by_label": self.measured_by_label, "token_exact": self.token_exact,
-            "lossless_tier": self.lossless_tier,
-            "finalists": [f.to_json() for f in self.finalists],
-            "baseline": {"latency_ms_per_token": self.baseline_ms},
-            **self.judgement.to_json()}
-        if self.engines:
-            out["engine_finalists"] = {name: [f.to_json() for f in entries]
-                                       for name, entries in self.engine_finalists.items()}
-            out["engines"] = {name: j.to_json() for name, j in self.engines.items()}
-        if self.engine_races:
-            out["engine_races"] = {name: r.to_json() for name, r in self.engine_races.items()}
-        return {k: v for k, v in out.items() if k not in self.absent}
 
     def all_entries(self) -> list[FinalistEntry]:
         """Every finalist entry: autotune's own, then each engine's."""
@@ -425,6 +382,10 @@ class ValidationRecord:
         search's record)."""
         return sorted(self.engines)
 
+    def judged_again(self, judgement: Judgement, **changes: Any) -> ValidationRecord:
+        """A copy under `judgement` (and `changes`: other fields by name)."""
+        return self.model_copy(update={**judgement._asdict(), **changes})
+
     def for_engine(self, engine: str | None) -> ValidationRecord | None:
         """`engine`'s answer in the single-engine shape (its finalists and judgement at
         the top), or None when it has no answer for it: the race in the engine itself
@@ -432,7 +393,8 @@ class ValidationRecord:
         its rules, the race's shared facts as they are). None (autotune's own): the
         record's own part without the engines'."""
         if engine is None:
-            return replace(self, engines={}, engine_finalists={}, engine_races={})
+            return self.model_copy(update={"engines": {}, "engine_finalists": {},
+                                           "engine_races": {}})
         if engine not in self.engines:
             return None
         return self.engine_races.get(engine) or self.predicted_for(engine)
@@ -444,14 +406,13 @@ class ValidationRecord:
         judged = self.engines.get(engine)
         if judged is None:
             return None
-        return replace(self, judgement=judged,
-                       finalists=list(self.engine_finalists.get(engine, [])),
-                       engines={}, engine_finalists={}, engine_races={})
+        return self.judged_again(judged, finalists=list(self.engine_finalists.get(engine, [])),
+                                 engines={}, engine_finalists={}, engine_races={})
 
-    def frozen_view(self, trial: int | None) -> dict[str, Any]:
-        """What a frozen config carries under `validation` (JSON): the record's shared
-        facts, the figures of its finalist from `trial` (the AR baseline's for None:
-        speedup 1 by definition) and every finalist's, as evidence."""
+    def frozen_view(self, trial: int | None) -> Validation:
+        """What a frozen config carries under `validation`: the record's shared facts,
+        the figures of its finalist from `trial` (the AR baseline's for None: speedup 1
+        by definition) and every finalist's, as evidence."""
         written = self.to_json()
         shared = {k: written.get(k) for k in _SHARED}
         if self.lossless_tier:             # records before the near-tie tier have none
@@ -461,7 +422,6 @@ class ValidationRecord:
         if self.min_gain is not None:      # records before v4 have none
             shared["min_gain"] = self.min_gain
         own = self.entry(trial)
-        figures: dict[str, Any]
         if own is not None:
             entry = own.to_json()
             figures = {k: entry[k] for k in (*_KEPT, CI_KEY, *_POOLED) if k in entry}
@@ -473,13 +433,16 @@ class ValidationRecord:
             entry = f.to_json()
             evidence.append({k: entry.get(k) for k in _EVIDENCE
                              if k in entry or k not in (*_POOLED, "divergences")})
-        return {**shared, **figures, "finalists": evidence}
+        return Validation.model_validate({**shared, **figures, "finalists": evidence})
 
     def shown_entry(self) -> FinalistEntry | None:
         """The finalist an answer is read by: its winner, or where it does not
         speculate its best measured finalist (what was on offer)."""
         if self.winner is not None:
             return self.winning_entry()
+        return self._best_measured()
+
+    def _best_measured(self) -> FinalistEntry | None:
         measured = [f for f in self.finalists if f.speedup is not None]
         return max(measured, key=lambda f: f.speedup or 0.0, default=None)
 
@@ -494,25 +457,24 @@ class ValidationRecord:
                 if f.speedup is not None and f.figures.mean_accepted_tokens is not None
                 and f.speedup > f.figures.mean_accepted_tokens * (1.0 + slack)]
 
-    def prediction_view(self, trial: int | None) -> dict[str, Any]:
+    def prediction_view(self, trial: int | None) -> DecoderPrediction:
         """What an engine's answer raced in the engine itself carries as the prediction
-        its race checked (JSON, `decoder_prediction`): this record (its part raced in
-        our decoder under the engine's rules), its decision, and the figures of its
-        finalist from `trial` (None, or not among them: its best measured one)."""
+        its race checked (`decoder_prediction`): this record (its part raced in our
+        decoder under the engine's rules), its decision, and the figures of its finalist
+        from `trial` (None, or not among them: its best measured one)."""
         entry = self.entry(trial) if trial is not None else None
         if entry is None:
-            measured = [f for f in self.finalists if f.speedup is not None]
-            entry = max(measured, key=lambda f: f.speedup or 0.0, default=None)
-        view: dict[str, Any] = {"decision": self.decision,
-                                "measured_by": self.measured_by or "autotune",
-                                "measured_by_label": self.measured_by_label}
+            entry = self._best_measured()
+        view: dict[str, JsonValue] = {"decision": self.decision,
+                                      "measured_by": self.measured_by or "autotune",
+                                      "measured_by_label": self.measured_by_label}
         if entry is not None:
             figures = entry.figures
             view.update({"trial": entry.trial, "label": entry.label,
                          "speedup": figures.speedup,
                          CI_KEY: figures.interval.to_json() if figures.interval else None,
                          "mean_accepted_tokens": figures.mean_accepted_tokens})
-        return view
+        return DecoderPrediction.model_validate(view)
 
     def measured_in(self) -> dict[str, str]:
         """Display facts of where its figures were measured: `measured in` (the
@@ -549,3 +511,77 @@ class ValidationRecord:
                 f"(lossless tier: {self.lossless_tier or 'near-tie'}; counted, not "
                 "held against a config)")
         return facts
+
+
+# ---- the upgrader ------------------------------------------------------------------
+
+# Version 1's reader filled these where a record lacked them (and wrote them back), and
+# read a null as empty: keys of the record, of a finalist entry, of a race, of a look.
+_V1_RECORD = ({"statistic": "", "level": 0.9, "prompts": 0, "repeats": 1, "finalists": [],
+               "decision": "", "winner": None, "reason": "", "engine_finalists": {},
+               "engines": {}, "engine_races": {}},
+              ("prompt_ids", "categories", "rows", "finalists", "engine_finalists",
+               "engines", "engine_races"))
+_V1_ENTRY = ({"label": ""}, ("params", "search", "mismatched_prompts", "near_tie_prompts",
+                             "by_category"))
+_V1_RACE = ({"stopped": "sample", "measured": 0, "looks": [], "alpha_spent": 0.0,
+             "budget_s": None, "spending": None}, ("twins",))
+_V1_LOOK = ({"prompts": 0, "level": 0.0, "active": [], "dropped": []}, ())
+_V1_JUDGEMENT = ({"decision": "", "winner": None, "reason": ""}, ())
+# The empty value of each key above read as empty, by its field's type.
+_EMPTY_LISTS = {"prompt_ids", "finalists", "mismatched_prompts", "near_tie_prompts"}
+
+
+def upgrade(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """`doc`, a stored validation record of any version, as the current version's JSON
+    (the one place that knows how a version differs from the next); an AutotuneError for
+    one a newer autotune wrote."""
+    version = doc.get("version", 1)
+    if version == VERSION:
+        return dict(doc)
+    if version != 1:
+        raise AutotuneError(f"the study's validation record is version {version!r}; this "
+                            f"autotune reads versions up to {VERSION}: upgrade autotune")
+    return {"version": VERSION, **_from_v1(doc)}
+
+
+def _filled(doc: Mapping[str, Any], shape: tuple[Mapping[str, Any], tuple[str, ...]]
+            ) -> dict[str, Any]:
+    """`doc` with the keys its reader defaulted, and its nulls read as empty."""
+    defaults, nullable = shape
+    out = {**defaults, **doc}
+    for key in nullable:
+        if key in out and out[key] is None:
+            out[key] = [] if key in _EMPTY_LISTS else {}
+    return out
+
+
+def _mappings(values: Any) -> list[Mapping[str, Any]]:
+    return [v for v in values if isinstance(v, Mapping)] if isinstance(values, list) else []
+
+
+def _from_v1(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A record written before versions (a race of `engine_races` too) as version 2:
+    the same keys, with what version 1's reader read them as (its defaults, nulls as
+    empty, entries that are no mapping dropped, a non-numeric `min_gain` as null)."""
+    out = _filled(doc, _V1_RECORD)
+    out["finalists"] = [_filled(f, _V1_ENTRY) for f in _mappings(out["finalists"])]
+    out["engine_finalists"] = {name: [_filled(f, _V1_ENTRY) for f in _mappings(entries)]
+                               for name, entries in out["engine_finalists"].items()}
+    out["engines"] = {name: _filled(judged, _V1_JUDGEMENT)
+                      for name, judged in out["engines"].items() if isinstance(judged, Mapping)}
+    out["engine_races"] = {name: _from_v1(race) for name, race in out["engine_races"].items()
+                           if isinstance(race, Mapping)}
+    if "min_gain" in out and (isinstance(out["min_gain"], bool)
+                              or not isinstance(out["min_gain"], (int, float))):
+        out["min_gain"] = None
+    if "race" in out:
+        race = _filled(out["race"], _V1_RACE) if isinstance(out["race"], Mapping) else None
+        if race is not None:
+            race["looks"] = [_filled(look, _V1_LOOK) for look in _mappings(race["looks"])]
+        out["race"] = race
+    if "baseline" in out:
+        baseline = out["baseline"]
+        out["baseline"] = {"latency_ms_per_token": (baseline.get("latency_ms_per_token")
+                                                    if isinstance(baseline, Mapping) else None)}
+    return out
