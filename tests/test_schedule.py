@@ -13,13 +13,18 @@ from tiny import llama_model, one_thread, save_tiny, tiny_llama  # noqa: F401  (
 from autotune.cli.main import main
 from autotune.common.errors import AutotuneError
 from autotune.schema.config import DecodeConfig
-from autotune.search.schedule import (
-    candidate_ks,
-    parse_batch_sizes,
-    parse_ks,
-    ranges,
-    tune,
-)
+from autotune.search import schedule
+from autotune.search.schedule import candidate_ks, parse_batch_sizes, parse_ks
+
+
+def ranges(chosen: dict[int, int]) -> list[dict[str, int]]:
+    """`schedule.ranges` as best.json writes them."""
+    return [r.to_json() for r in schedule.ranges(chosen)]
+
+
+def tune(*args, **kwargs) -> dict:
+    """`schedule.tune`'s section as best.json writes it."""
+    return schedule.tune(*args, **kwargs).to_json()
 
 
 def test_ranges_cover_from_one_and_merge_equal_neighbours():

@@ -26,6 +26,7 @@ from autotune.decoding.batched import BatchedDecoder, BatchGeneration
 from autotune.schema.config import DecodeConfig
 from autotune.measure import paired
 from autotune.measure.measurement import WARMUP_TOKENS, Clock, PromptRun, lossless_verdicts
+from autotune.measure.summary import MeasurementSummary
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt
 
@@ -59,6 +60,10 @@ class BatchMeasurement:
     max_new_tokens: int
     runs: list[BatchRun]
     unused_prompts: int
+
+    def record(self) -> MeasurementSummary:
+        """`summary()` as the typed record."""
+        return MeasurementSummary.from_json(self.summary())
 
     def summary(self) -> dict[str, Any]:
         pairs = [r.pair() for r in self.runs]

@@ -122,6 +122,16 @@ class MeasurementSummary(JsonRecord):
     speedup_by_category: dict[str, Number | None] | None = None
     # The AR baseline trial's speedup against itself (its `speedup` is 1 by definition).
     self_speedup: Number | None = None
+    # `measure --batch-size` (measure/batched.py): batches of `batch_size` rows against
+    # batched AR, throughput in generated tokens per second, τ per row, verify passes.
+    batch_size: int | None = None
+    batches: int | None = None
+    unused_prompts: int | None = None
+    tokens_per_s: Number | None = None
+    ar_tokens_per_s: Number | None = None
+    tau_per_row: list[Number] | None = None
+    verify_passes: int | None = None
+    mean_verify_width: Number | None = None
 
     @classmethod
     def from_json(cls, doc: Any) -> MeasurementSummary:

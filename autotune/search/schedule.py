@@ -26,10 +26,15 @@ finished search re-measures nothing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from autotune.common.errors import AutotuneError
 from autotune.common.interval import CI_KEY
+from autotune.frozen.record import ScheduleDocument, SchedulePoint, ScheduleRangeRecord
+from autotune.measure.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig
 from autotune.search import ranking
 
@@ -44,10 +49,27 @@ MEASURED_PER_BATCH = 3
 # (less verify work at larger batches, and a schedule that does not flip K on noise).
 TIE = 0.02
 
-# (config, prompts, batch size) -> a `measure --batch-size` summary.
-Measure = Callable[[DecodeConfig, list[Any], int], dict[str, Any]]
+# (config, prompts, batch size) -> a `measure --batch-size` summary (or its JSON).
+Measure = Callable[[DecodeConfig, list[Any], int],
+                   "MeasurementSummary | Mapping[str, Any]"]
 # (config, batch size) -> predicted speedup, or None where it cannot predict.
 Predict = Callable[[DecodeConfig, int], float | None]
+
+
+class ScheduleKey(BaseModel):
+    """What a stored schedule was tuned for (kept beside it as `key`): a rerun with the
+    same key reuses it; best.json carries it while `trial` is the answer and no trial
+    completed since."""
+
+    model_config = ConfigDict(frozen=True)
+
+    batch_sizes: list[int]
+    ks: list[int] | None
+    trial: int | None
+    complete_trials: int
+    search_sha256: str
+    held_out_sha256: str | None
+    max_new_tokens: int
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
@@ -87,73 +109,86 @@ def candidate_ks(config: DecodeConfig, largest: int | None, given: Sequence[int]
     return tuple(sorted(pool | {config.k}))
 
 
-def ranges(chosen: dict[int, int]) -> list[dict[str, int]]:
-    """{batch size: K} -> inclusive ranges [{start, end, k}]: each tuned batch size's K
+def ranges(chosen: dict[int, int]) -> list[ScheduleRangeRecord]:
+    """{batch size: K} -> inclusive ranges {start, end, k}: each tuned batch size's K
     holds until the next tuned size; the first range starts at 1 (the smallest tuned
     size's K covers the sizes below it); neighbouring ranges of one K merge."""
     sizes = sorted(chosen)
-    out: list[dict[str, int]] = []
+    out: list[tuple[int, int, int]] = []           # (start, end, k)
     for i, size in enumerate(sizes):
         start = 1 if i == 0 else size
         end = sizes[i + 1] - 1 if i + 1 < len(sizes) else size
-        if out and out[-1]["k"] == chosen[size]:
-            out[-1]["end"] = end
+        if out and out[-1][2] == chosen[size]:
+            out[-1] = (out[-1][0], end, chosen[size])
         else:
-            out.append({"start": start, "end": end, "k": chosen[size]})
-    return out
+            out.append((start, end, chosen[size]))
+    return [ScheduleRangeRecord(start=start, end=end, k=k) for start, end, k in out]
 
 
-def _point(size: int, k: int, split: str, summary: dict[str, Any] | None) -> dict[str, Any]:
-    summary = summary or {}
-    if k == 0:
-        # K = 0 is batched AR itself: no second measurement, speedup 1 by definition.
-        return {"batch_size": size, "k": 0, "split": split, "speedup": 1.0, CI_KEY: None,
-                "tokens_per_s": summary.get("ar_tokens_per_s"),
-                "ar_tokens_per_s": summary.get("ar_tokens_per_s"), "tau": 1.0,
-                "chosen": False}
-    return {"batch_size": size, "k": k, "split": split, "speedup": summary.get("speedup"),
-            CI_KEY: summary.get("speedup_ci90"), "tokens_per_s": summary.get("tokens_per_s"),
-            "ar_tokens_per_s": summary.get("ar_tokens_per_s"),
-            "tau": summary.get("mean_accepted_tokens"), "chosen": False,
-            **({"lossless": summary["lossless"]} if summary.get("lossless") is not None else {})}
+@dataclasses.dataclass(frozen=True)
+class _Measured:
+    """One measurement of the schedule: K at a batch size on one split."""
+
+    size: int
+    k: int
+    split: str                     # "search" or "held_out"
+    summary: MeasurementSummary
 
 
-def _pays(summary: dict[str, Any]) -> bool:
+def _point(measured: _Measured, chosen: bool) -> SchedulePoint:
+    """`measured` as best.json's point. K = 0 is batched AR itself (measured beside the
+    first K): no second measurement, speedup 1 by definition."""
+    summary, ar = measured.summary, measured.summary.ar_tokens_per_s
+    if measured.k == 0:
+        figures = {"speedup": 1.0, CI_KEY: None, "tokens_per_s": ar, "ar_tokens_per_s": ar,
+                   "tau": 1.0, "chosen": chosen}
+    else:
+        figures = {"speedup": summary.speedup,
+                   CI_KEY: summary.ci90.to_json() if summary.ci90 is not None else None,
+                   "tokens_per_s": summary.tokens_per_s, "ar_tokens_per_s": ar,
+                   "tau": summary.mean_accepted_tokens, "chosen": chosen,
+                   **({"lossless": summary.lossless} if summary.lossless is not None else {})}
+    return SchedulePoint.model_validate({"batch_size": measured.size, "k": measured.k,
+                                         "split": measured.split, **figures})
+
+
+def _pays(summary: MeasurementSummary) -> bool:
     """Faster than batched AR and lossless (a greedy config that changes the output is
     not a candidate at any speed)."""
-    speedup = summary.get("speedup")
-    return (isinstance(speedup, (int, float)) and speedup > 1.0
-            and summary.get("lossless") is not False)
+    return (summary.speedup is not None and summary.speedup > 1.0
+            and summary.lossless is not False)
 
 
 def tune(config: DecodeConfig, batch_sizes: Sequence[int], ks: Sequence[int],
          search_prompts: list[Any], held_out: list[Any], measure: Measure,
          predict: Predict | None = None,
-         progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+         progress: Callable[[str], None] = lambda line: None) -> ScheduleDocument:
     """The `schedule` section for `config`'s method and settings (module doc)."""
     largest = max(batch_sizes)
     if len(search_prompts) < largest:
         raise AutotuneError(f"--batch-sizes {largest} needs at least {largest} search prompts "
                             f"(batches of {largest}); the search has {len(search_prompts)}: "
                             "give more --prompts")
-    points: list[dict[str, Any]] = []
+
+    def measured_at(k: int, prompts: list[Any], size: int) -> MeasurementSummary:
+        return MeasurementSummary.of(measure(dataclasses.replace(config, k=k), prompts, size))
+
+    runs: list[_Measured] = []
     chosen: dict[int, int] = {}
     for size in batch_sizes:
-        measured = _screened(config, size, ks, predict)
         paying: dict[int, float] = {}
         ar_summary = None
-        for k in measured:
-            summary = measure(dataclasses.replace(config, k=k), search_prompts, size)
+        for k in _screened(config, size, ks, predict):
+            summary = measured_at(k, search_prompts, size)
             ar_summary = ar_summary or summary
-            points.append(_point(size, k, "search", summary))
+            runs.append(_Measured(size, k, "search", summary))
             progress(f"B={size} K={k}: {_figure(summary)}")
-            if _pays(summary):
-                paying[k] = float(summary["speedup"])
-        points.append(_point(size, 0, "search", ar_summary))
+            if _pays(summary) and summary.speedup is not None:
+                paying[k] = float(summary.speedup)
+        runs.append(_Measured(size, 0, "search", ar_summary or MeasurementSummary()))
         top = max(paying.values(), default=None)
         chosen[size] = min((k for k, v in paying.items() if v >= (1 - TIE) * top),
                            default=0) if top is not None else 0
-        _mark(points, size, chosen[size], "search")
     notes: list[str] = []
     for size in batch_sizes:
         k = chosen[size]
@@ -163,16 +198,20 @@ def tune(config: DecodeConfig, batch_sizes: Sequence[int], ks: Sequence[int],
             notes.append(f"B={size}: fewer than {size} held-out prompts; K={k} is the "
                          "search's own figure")
             continue
-        summary = measure(dataclasses.replace(config, k=k), held_out, size)
-        points.append({**_point(size, k, "held_out", summary), "chosen": True})
+        summary = measured_at(k, held_out, size)
+        runs.append(_Measured(size, k, "held_out", summary))
         progress(f"B={size} K={k} held-out: {_figure(summary)}")
         if not _pays(summary):
             chosen[size] = 0
             notes.append(f"B={size}: K={k} was not faster than batched AR on the held-out "
                          f"prompts ({_figure(summary)}); speculation is off there")
-            _mark(points, size, 0, "search")
-    return {"method": config.method, "batch_sizes": list(batch_sizes), "objective": OBJECTIVE,
-            "ranges": ranges(chosen), "points": points, "notes": notes}
+    # A search point is chosen where its K is the batch size's final one (0 where the
+    # held-out prompts turned it off); a held-out point is the chosen K's figure.
+    points = [_point(run, run.split == "held_out" or run.k == chosen[run.size])
+              for run in runs]
+    return ScheduleDocument(method=config.method, batch_sizes=list(batch_sizes),
+                            objective=OBJECTIVE, ranges=ranges(chosen), points=points,
+                            notes=notes)
 
 
 def _screened(config: DecodeConfig, size: int, ks: Sequence[int],
@@ -188,32 +227,43 @@ def _screened(config: DecodeConfig, size: int, ks: Sequence[int],
     return sorted(set(best) | {config.k})
 
 
-def _mark(points: list[dict[str, Any]], size: int, k: int, split: str) -> None:
-    for point in points:
-        if point["batch_size"] == size and point["split"] == split:
-            point["chosen"] = point["k"] == k
-
-
-def _figure(summary: dict[str, Any]) -> str:
-    speedup, ci = summary.get("speedup"), summary.get("speedup_ci90")
-    text = f"{speedup:.3f}x" if isinstance(speedup, (int, float)) else "no speedup"
-    if isinstance(ci, list) and len(ci) == 2:
-        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
-    tps = summary.get("tokens_per_s")
-    if isinstance(tps, (int, float)):
-        text += f", {tps:.1f} tok/s"
-    if summary.get("lossless") is False:
+def _figure(summary: MeasurementSummary) -> str:
+    speedup, ci = summary.speedup, summary.ci90
+    text = f"{speedup:.3f}x" if speedup is not None else "no speedup"
+    if ci is not None:
+        text += f" [{ci.low:.3f}, {ci.high:.3f}]"
+    if summary.tokens_per_s is not None:
+        text += f", {summary.tokens_per_s:.1f} tok/s"
+    if summary.lossless is False:
         text += ", NOT lossless"
     return text
 
 
-def current_schedule(study: Any, trial: int | None) -> dict[str, Any] | None:
-    """The stored schedule of `trial` while it is current (no trial completed since), as
-    best.json carries it (without its bookkeeping key)."""
+def stored_schedule(study: Any) -> tuple[ScheduleKey, ScheduleDocument] | None:
+    """The schedule the study keeps (`SCHEDULE_ATTR`) and what it was tuned for; None
+    without one (or with one whose key this autotune cannot read: tuned for another)."""
     stored = study.user_attrs.get(SCHEDULE_ATTR)
     if not isinstance(stored, dict):
         return None
-    key = stored.get("key") or {}
-    if key.get("trial") != trial or key.get("complete_trials") != len(ranking.complete(study)):
+    try:
+        key = ScheduleKey.model_validate(stored["key"])
+    except (KeyError, ValidationError):
         return None
-    return {k: v for k, v in stored.items() if k != "key"}
+    return key, ScheduleDocument.model_validate({k: v for k, v in stored.items() if k != "key"})
+
+
+def store_schedule(study: Any, schedule: ScheduleDocument, key: ScheduleKey) -> None:
+    """Keep `schedule` in the study with what it was tuned for (`stored_schedule`)."""
+    study.set_user_attr(SCHEDULE_ATTR, {**schedule.to_json(), "key": key.model_dump()})
+
+
+def current_schedule(study: Any, trial: int | None) -> ScheduleDocument | None:
+    """The stored schedule of `trial` while it is current (no trial completed since), as
+    best.json carries it (without its bookkeeping key)."""
+    stored = stored_schedule(study)
+    if stored is None:
+        return None
+    key, schedule = stored
+    if key.trial != trial or key.complete_trials != len(ranking.complete(study)):
+        return None
+    return schedule

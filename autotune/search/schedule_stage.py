@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import optuna
 
+from autotune.measure.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig
 from autotune.schema.methods import get_method
 from autotune.search import ranking
@@ -19,12 +20,15 @@ from autotune.search.finalists import answer
 from autotune.search.objectives import EvalContext
 from autotune.search.samplers import is_baseline
 from autotune.search.trial_record import TrialRecord
+from autotune.frozen.record import ScheduleDocument
 from autotune.search.schedule import (
     OBJECTIVE,
-    SCHEDULE_ATTR,
     Predict,
+    ScheduleKey,
     candidate_ks,
     ranges,
+    store_schedule,
+    stored_schedule,
     tune,
 )
 from autotune.space.binding import BoundSpace
@@ -39,10 +43,11 @@ def largest_k(space: BoundSpace) -> int | None:
     return int(max(highs)) if highs else None
 
 
-def _off(batch_sizes: Sequence[int], method: str, why: str) -> dict[str, Any]:
+def _off(batch_sizes: Sequence[int], method: str, why: str) -> ScheduleDocument:
     """A schedule that never speculates, with the reason (nothing measured)."""
-    return {"method": method, "batch_sizes": list(batch_sizes), "objective": OBJECTIVE,
-            "ranges": ranges({size: 0 for size in batch_sizes}), "points": [], "notes": [why]}
+    return ScheduleDocument(method=method, batch_sizes=list(batch_sizes), objective=OBJECTIVE,
+                            ranges=ranges({size: 0 for size in batch_sizes}), points=[],
+                            notes=[why])
 
 
 def _batch_profile(run_dir: Path, target: Any, batch_sizes: Sequence[int], widths: Sequence[int],
@@ -102,20 +107,20 @@ def _replay_screen(context: EvalContext, run_dir: Path, batch_sizes: Sequence[in
 def run_schedule(study: optuna.Study, objective: Any, context: EvalContext, space: BoundSpace,
                  batch_sizes: Sequence[int], ks: Sequence[int] | None,
                  search_prompts: list[Prompt], held_out: list[Prompt],
-                 run_dir: Path | None = None) -> dict[str, Any]:
+                 run_dir: Path | None = None) -> ScheduleDocument:
     """Tune (or reuse) the schedule of the run's recommended config; stored in the study.
     With `run_dir` (a search whose fidelity replays) the replay tier screens the K
     values at each batch size first and only the most promising are measured."""
     chosen = answer(study, objective)
-    key = {"batch_sizes": list(batch_sizes), "ks": list(ks) if ks else None,
-           "trial": chosen.trial.number if chosen.trial is not None else None,
-           "complete_trials": len(ranking.complete(study)),
-           "search_sha256": workload_digest(search_prompts),
-           "held_out_sha256": workload_digest(held_out) if held_out else None,
-           "max_new_tokens": context.max_new_tokens}
-    stored = study.user_attrs.get(SCHEDULE_ATTR)
-    if isinstance(stored, dict) and stored.get("key") == key:
-        return stored
+    key = ScheduleKey(batch_sizes=list(batch_sizes), ks=list(ks) if ks else None,
+                      trial=chosen.trial.number if chosen.trial is not None else None,
+                      complete_trials=len(ranking.complete(study)),
+                      search_sha256=workload_digest(search_prompts),
+                      held_out_sha256=workload_digest(held_out) if held_out else None,
+                      max_new_tokens=context.max_new_tokens)
+    stored = stored_schedule(study)
+    if stored is not None and stored[0] == key:
+        return stored[1]
     config = (TrialRecord.of(chosen.trial).config or DecodeConfig()
               if chosen.trial is not None and not is_baseline(chosen.trial) else None)
     if config is None or config.method == "none":
@@ -131,9 +136,9 @@ def run_schedule(study: optuna.Study, objective: Any, context: EvalContext, spac
               file=sys.stderr, flush=True)
         from autotune.measure.batched import measure_batched
 
-        def measure(cfg: Any, prompts: list[Prompt], size: int) -> dict[str, Any]:
+        def measure(cfg: DecodeConfig, prompts: list[Prompt], size: int) -> MeasurementSummary:
             return measure_batched(context.target, cfg, prompts, size, context.max_new_tokens,
-                                   context.seed or 0, context.draft).summary()
+                                   context.seed or 0, context.draft).record()
 
         candidates = candidate_ks(config, largest_k(space), ks)
         predict = (_replay_screen(context, run_dir, batch_sizes, candidates)
@@ -141,6 +146,5 @@ def run_schedule(study: optuna.Study, objective: Any, context: EvalContext, spac
         schedule = tune(config, batch_sizes, candidates, search_prompts, held_out, measure,
                         predict,
                         progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-    schedule["key"] = key
-    study.set_user_attr(SCHEDULE_ATTR, schedule)
+    store_schedule(study, schedule, key)
     return schedule
