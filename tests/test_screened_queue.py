@@ -12,6 +12,7 @@ from optuna.trial import create_trial
 from autotune.search.objectives import load_objective
 from autotune.search.samplers import BASELINE, BASELINE_ATTR
 from autotune.search.screening import screened_queue
+from autotune.search.trial_record import QueuedTrial
 from autotune.search.study import UNPRUNED_ATTR
 
 METRIC_KEYS = ("mean_accepted_tokens", "mean_drafted_tokens", "mean_verified_tokens",
@@ -36,8 +37,8 @@ def _screen(rows: list[tuple[str, dict[str, Any], float]],
     return SimpleNamespace(study=study)
 
 
-def _names(queue: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
-    return [params["name"] for params, _ in queue]
+def _names(queue: list[QueuedTrial]) -> list[str]:
+    return [queued.params["name"] for queued in queue]
 
 
 NGRAM = [(f"ngram{i}", {"method": "ngram", "k": i}, 1.10 - i / 100) for i in range(1, 7)]
@@ -53,11 +54,11 @@ def test_every_method_is_measured_once_even_when_replay_predicts_it_slower_than_
     # The winner's family first; the best of each losing method (not its other configs,
     # not its other shape family) once; then the rest by predicted rank.
     assert names == ["ngram1", "ngram2", "ngram3", "eagle_chain", "layer_skip"]
-    predicted = {params["name"]: attrs["screen"]["predicted"]["speedup"]
-                 for params, attrs in queue}
+    predicted = {q.params["name"]: q.user_attrs()["screen"]["predicted"]["speedup"]
+                 for q in queue}
     assert predicted["eagle_chain"] == 0.80
     # A losing method's only config is measured on every prompt, the others may be pruned.
-    unpruned = {params["name"] for params, attrs in queue if attrs.get(UNPRUNED_ATTR)}
+    unpruned = {q.params["name"] for q in queue if q.user_attrs().get(UNPRUNED_ATTR)}
     assert unpruned == {"eagle_chain", "layer_skip"}
 
 
@@ -74,7 +75,7 @@ def test_the_documented_default_takes_a_rank_slot_not_a_methods_only_one():
     screen = _screen(rows, {"vllm_default": "vllm_ngram"})
     queue = screened_queue(screen, load_objective("speedup"), 5)
     assert _names(queue) == ["ngram1", "ngram2", "vllm_default", "eagle_chain", "layer_skip"]
-    attrs = {params["name"]: attrs for params, attrs in queue}
+    attrs = {q.params["name"]: q.user_attrs() for q in queue}
     assert attrs["vllm_default"][BASELINE_ATTR] == "vllm_ngram"
     # With no slot for anything but the representatives, the default replaces the last.
     queue = screened_queue(screen, load_objective("speedup"), 3)

@@ -22,6 +22,7 @@ from typing import Any
 
 from autotune.backends import ENGINE_BACKENDS, input_error, unavailable
 from autotune.common.errors import AutotuneError
+from autotune.frozen.record import KnobValue
 from autotune.schema.config import config_from_mapping, load_config_file
 from autotune.schema.engines import ENGINES
 from autotune.pipeline.budget import DEFAULT_TIME_BUDGET, parse_duration
@@ -145,7 +146,7 @@ class SearchPlan:
     sampler: str
     seed: int
     prune: bool
-    enqueue: tuple[dict[str, Any], ...]
+    enqueue: tuple[dict[str, KnobValue], ...]
     study_name: str
     storage: str                           # URL, or a journal file path
     run_dir: Path
@@ -294,7 +295,7 @@ def model_slug(spec: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-") or "model"
 
 
-def load_enqueue(path: str) -> list[dict[str, Any]]:
+def load_enqueue(path: str) -> list[dict[str, KnobValue]]:
     """The configs of `--enqueue FILE` (one mapping, a list, or frozen documents' params),
     each validated now."""
     raw = load_config_file(path, allow_list=True)

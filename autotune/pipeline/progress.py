@@ -5,10 +5,10 @@ search says, and where, is decided in one place. stdout stays for the summary.""
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from tqdm import tqdm
 
+from autotune.schema.config import DecodeConfig
 from autotune.schema.label import describe
 from autotune.search.study import TrialEvent
 from autotune.search.trial_record import TrialRecord
@@ -46,9 +46,9 @@ class Progress:
         self.bar = tqdm(total=total, initial=min(initial, total), unit="trial",
                         file=sys.stderr, dynamic_ncols=True, disable=not self.tty)
 
-    def start(self, config: dict[str, Any]) -> None:
+    def start(self, config: DecodeConfig) -> None:
         if self.tty:
-            self.bar.set_description(describe(config)[:48])
+            self.bar.set_description(describe(config.to_dict())[:48])
 
     def finished(self, event: TrialEvent) -> None:
         trial = event.trial

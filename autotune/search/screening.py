@@ -32,9 +32,8 @@ from autotune.search.objectives import EvalContext, Objective
 from autotune.search.study import SearchSettings, StudyRunner, TrialEvent
 from autotune.search.trial_record import (
     BASELINE,
-    BASELINE_ATTR,
-    SCREEN_ATTR,
-    UNPRUNED_ATTR,
+    SCREEN_ATTR,  # noqa: F401  (report/panels/predicted.py reads the key from here)
+    QueuedTrial,
     ScreenNote,
     TrialRecord,
 )
@@ -161,22 +160,19 @@ def distinct_trials(order: list[FrozenTrial], taken: Collection[FrozenTrial] = (
     return distinct
 
 
-def _queued_attrs(trial: FrozenTrial, rank: int) -> dict[str, Any]:
-    """The user attrs a screened config carries into the measured study: its screen rank
-    and prediction (and the documented default it is, if one)."""
+def _queued(trial: FrozenTrial, rank: int, unpruned: bool = False) -> QueuedTrial:
+    """A screened config as the measured study queues it: its screen rank and prediction
+    (and the documented default it is, if one)."""
     record = TrialRecord.of(trial)
     metrics = record.metrics or MeasurementSummary()
     note = ScreenNote(rank=rank, trial=trial.number,
                       predicted={k: metrics.figure(k) for k in PREDICTED_KEYS})
-    attrs: dict[str, Any] = {SCREEN_ATTR: note.to_json()}
-    if record.preset:
-        attrs[BASELINE_ATTR] = record.preset
-    return attrs
+    return QueuedTrial(dict(trial.params), screen=note, preset=record.preset,
+                       unpruned=unpruned)
 
 
-def screened_queue(screen: StudyRunner, objective: Objective, n: int
-                   ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(params, user attrs) of up to `n` screened configs to measure: first the best of
+def screened_queue(screen: StudyRunner, objective: Objective, n: int) -> list[QueuedTrial]:
+    """Up to `n` screened configs to measure: first the best of
     each family (method x chain/tree) that replay predicts better than the AR baseline, so
     the measurement sees more than near-copies of one winner, then the best of each method
     not yet among them (even one predicted slower than AR), then the best of the rest by
@@ -218,19 +214,15 @@ def screened_queue(screen: StudyRunner, objective: Objective, n: int
         picked.remove(fillers[-1] if fillers else picked[-1])
         picked.append(default)
     picked.sort(key=distinct.index)
-    out = []
-    for trial in picked:
-        attrs = _queued_attrs(trial, distinct.index(trial) + 1)
-        if trial in losers:
-            # Pruning would leave a method the report compares with a prompt or two.
-            attrs[UNPRUNED_ATTR] = True
-        out.append((dict(trial.params), attrs))
-    return out
+    # A losing method's only config is measured on every prompt: pruning would leave a
+    # method the report compares with a prompt or two.
+    return [_queued(trial, distinct.index(trial) + 1, unpruned=trial in losers)
+            for trial in picked]
 
 
 def next_screened(screen: StudyRunner, objective: Objective, measured: Collection[str],
-                  n: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(params, user attrs) of up to `n` more screened configs for a resumed search with a
+                  n: int) -> list[QueuedTrial]:
+    """Up to `n` more screened configs for a resumed search with a
     larger budget: the screen's next configs by rank, leaving out those in the measured
     study already (`measured`: their `params_key`s) and any replay saw decode like one of
     them or like an earlier pick (one per behaviour, as in `screened_queue`)."""
@@ -240,8 +232,7 @@ def next_screened(screen: StudyRunner, objective: Objective, measured: Collectio
     taken = [t for t in order if params_key(t.params) in measured]
     fresh = distinct_trials([t for t in order if params_key(t.params) not in measured], taken)
     ranks = {t.number: i + 1 for i, t in enumerate(distinct_trials(order))}
-    return [(dict(t.params), _queued_attrs(t, ranks.get(t.number, len(order))))
-            for t in fresh[:n]]
+    return [_queued(t, ranks.get(t.number, len(order))) for t in fresh[:n]]
 
 
 def screen_failure(screen: StudyRunner) -> str:

@@ -48,14 +48,17 @@ from autotune.search.storage import (
     worker_alive,
     worker_id,
 )
+from autotune.frozen.record import KnobValue
 from autotune.search.trial_record import (
     BASELINE,
     BASELINE_ATTR,
     REPEAT_ATTR,
     UNPRUNED_ATTR,
+    QueuedTrial,
     TrialRecord,
 )
 from autotune.space import BoundSpace, InfeasibleConfig
+from autotune.space.entries import ParamValue
 
 __all__ = ["MAX_INFEASIBLE_PER_TRIAL", "REPEAT_ATTR", "UNPRUNED_ATTR", "SearchSettings",
            "StudyRunner", "TrialEvent", "TrialFailed", "TrialTimeout", "counted_trials",
@@ -104,10 +107,11 @@ class SearchSettings:
     timeout_s: float | None = None     # wall clock for this invocation
     trial_timeout_s: float | None = None
     prune: bool = True
-    enqueue: list[dict[str, Any]] = field(default_factory=list)   # extra configs to try first
-    # Multi-fidelity: (params, user attrs) of screened configs queued after the baseline
-    # instead of the documented defaults (which were screened like any config).
-    screened: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
+    # Extra configs to try first (`--enqueue`: config keys and values).
+    enqueue: list[dict[str, KnobValue]] = field(default_factory=list)
+    # Multi-fidelity: screened configs queued after the baseline instead of the
+    # documented defaults (which were screened like any config).
+    screened: list[QueuedTrial] | None = None
     study_attrs: dict[str, Any] = field(default_factory=dict)     # what defines the study
     startup_trials: int | None = None  # random trials before the sampler models (TPE)
     concurrency: int = 1               # requests served side by side (llama-server -np)
@@ -268,7 +272,7 @@ class StudyRunner:
         (a resumed search screens nothing again)."""
         return bool(self.study.user_attrs.get(SCREENED_ATTR))
 
-    def queued_params(self) -> list[dict[str, Any]]:
+    def queued_params(self) -> list[dict[str, ParamValue]]:
         """The params of every trial in the study, the queued (waiting) ones included."""
         return [dict(t.params) or dict(t.system_attrs.get("fixed_params", {}))
                 for t in self.study.get_trials(deepcopy=False)]
@@ -277,11 +281,12 @@ class StudyRunner:
         """Trials queued and not started yet."""
         return len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
-    def queue_screened(self, entries: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    def queue_screened(self, entries: list[QueuedTrial]) -> None:
         """Queue more screened configs in a resumed multi-fidelity study (a rerun with a
         larger budget), after those it queued before."""
-        for params, attrs in entries:
-            self.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)
+        for queued in entries:
+            self.study.enqueue_trial(queued.params, user_attrs=queued.user_attrs(),
+                                     skip_if_exists=True)
         queued = int(self.study.user_attrs.get(SCREENED_ATTR, 0))
         self.study.set_user_attr(SCREENED_ATTR, queued + len(entries))
 
@@ -295,8 +300,9 @@ class StudyRunner:
             self.created = False
             self.study.enqueue_trial({}, user_attrs={BASELINE_ATTR: BASELINE},
                                      skip_if_exists=True)
-            for params, attrs in self.settings.screened:
-                self.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)
+            for queued in self.settings.screened:
+                self.study.enqueue_trial(queued.params, user_attrs=queued.user_attrs(),
+                                         skip_if_exists=True)
             for i, values in enumerate(self.settings.enqueue):       # the user's, too
                 params = self.space.encode(values)
                 if params is None:
@@ -305,8 +311,8 @@ class StudyRunner:
                 self.study.enqueue_trial(params, user_attrs={BASELINE_ATTR: f"enqueue{i}"},
                                          skip_if_exists=True)
             self.study.set_user_attr(SCREENED_ATTR, len(self.settings.screened))
-            return [BASELINE] + [f"screened #{a['screen']['rank']}"
-                                 for _, a in self.settings.screened]
+            return [BASELINE] + [f"screened #{q.screen.rank if q.screen else '?'}"
+                                 for q in self.settings.screened]
         if not self.created:
             return []
         self.created = False
@@ -386,7 +392,7 @@ class StudyRunner:
     # -- the loop -------------------------------------------------------------------
 
     def run(self, on_trial: Callable[[TrialEvent], None] | None = None,
-            on_start: Callable[[dict[str, Any]], None] | None = None) -> str:
+            on_start: Callable[[DecodeConfig], None] | None = None) -> str:
         """Run trials; returns why it stopped: budget, timeout, deadline, interrupted,
         infeasible."""
         self.recover_interrupted()
@@ -462,9 +468,9 @@ class StudyRunner:
                                      concurrency=self.settings.concurrency)
         trial.set_user_attr("config", config.to_dict())
         if self.settings.distinct and preset is None:
-            self._refuse_a_repeat(trial, config.to_dict())
+            self._refuse_a_repeat(trial, config)
         if self._on_start is not None:
-            self._on_start(config.to_dict())
+            self._on_start(config)
         report = self._reporter(trial) if (self.settings.prune and not self.objective.multi
                                            and preset is None
                                            and not trial.user_attrs.get(UNPRUNED_ATTR)) else None
@@ -500,10 +506,10 @@ class StudyRunner:
             raise TrialFailed(message) from None
         return values[0] if len(values) == 1 else values
 
-    def _refuse_a_repeat(self, trial: Trial, config: dict[str, Any]) -> None:
+    def _refuse_a_repeat(self, trial: Trial, config: DecodeConfig) -> None:
         """In a `distinct` study, prune `trial` uncounted when a finished trial ran its
         very config, and have the sampler draw the next one at random."""
-        key = json.dumps(config, sort_keys=True)
+        key = json.dumps(config.to_dict(), sort_keys=True)
         earlier = next((t.number for t in self.study.get_trials(
                             deepcopy=False, states=(TrialState.COMPLETE,))
                         if json.dumps(TrialRecord.of(t).config_json, sort_keys=True) == key),

@@ -26,9 +26,10 @@ from pydantic import JsonValue
 from autotune.frozen.record import JsonRecord, Number
 from autotune.measure.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig, config_from_mapping
+from autotune.space.entries import ParamValue
 
 __all__ = ["BASELINE", "BASELINE_ATTR", "CONFIG_ATTR", "METRICS_ATTR", "REPEAT_ATTR",
-           "SCREEN_ATTR", "UNPRUNED_ATTR", "ScreenNote", "TrialRecord"]
+           "SCREEN_ATTR", "UNPRUNED_ATTR", "QueuedTrial", "ScreenNote", "TrialRecord"]
 
 # The user attributes a trial carries (their keys in the storage).
 CONFIG_ATTR = "config"             # the resolved config (`DecodeConfig.to_dict()`)
@@ -52,6 +53,29 @@ class ScreenNote(JsonRecord):
     rank: int
     trial: int | None = None
     predicted: dict[str, Number | bool | None] | None = None
+
+
+@dataclass(frozen=True)
+class QueuedTrial:
+    """A config queued in a study before it runs (a screened config carried into the
+    measured study): its params and what it carries in, written as the trial's user
+    attributes when it is enqueued (`user_attrs`) and read back by `TrialRecord`."""
+
+    params: dict[str, ParamValue]
+    screen: ScreenNote | None = None
+    preset: str | None = None          # the documented default it is, if one
+    unpruned: bool = False             # measured on every prompt (a method's only one)
+
+    def user_attrs(self) -> dict[str, Any]:
+        """Its attributes as the storage keeps them (Optuna's `enqueue_trial`)."""
+        attrs: dict[str, Any] = {}
+        if self.screen is not None:
+            attrs[SCREEN_ATTR] = self.screen.to_json()
+        if self.preset:
+            attrs[BASELINE_ATTR] = self.preset
+        if self.unpruned:
+            attrs[UNPRUNED_ATTR] = True
+        return attrs
 
 
 @dataclass(frozen=True)
