@@ -108,7 +108,7 @@ class BatchMeasurement:
             "mean_verify_width": (statistics.fmean(x.width for r in self.runs
                                                    for x in r.candidate.rounds)
                                   if any(r.candidate.rounds for r in self.runs) else None),
-            **verdicts,
+            **verdicts.to_json(),
         }
 
 

@@ -160,7 +160,7 @@ class Measurement:
                                if self.peak_memory_bytes is not None else None),
             "memory_kind": self.memory_kind,
             # Greedy: no real divergence from AR (near-ties the dtype explains allowed).
-            **verdicts,
+            **verdicts.to_json(),
             # Whether `lossless` judges the config (see Backend.token_exact); False: the
             # engine's own numerics may differ, reported but not held against it.
             "lossless_binding": self.token_exact,
@@ -179,8 +179,30 @@ class Measurement:
                  "rounds": [asdict(t) for t in r.candidate.rounds]} for r in self.runs]
 
 
+@dataclass(frozen=True)
+class LosslessVerdicts:
+    """The lossless figures of a summary (`lossless_verdicts`), written into it by
+    `to_json` (the near-tie baseline's two keys first, where there is one)."""
+
+    lossless: bool | None
+    lossless_tier: str | None
+    mismatched_prompts: list[str]
+    near_tie_prompts: list[str]
+    divergences: dict[str, int] | None
+    near_tie_baseline: dict[str, int] | None = None
+    near_ties_far_above: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        baseline = ({"near_tie_baseline": self.near_tie_baseline,
+                     "near_ties_far_above": self.near_ties_far_above}
+                    if self.near_tie_baseline is not None else {})
+        return {**baseline, "lossless": self.lossless, "lossless_tier": self.lossless_tier,
+                "mismatched_prompts": self.mismatched_prompts,
+                "near_tie_prompts": self.near_tie_prompts, "divergences": self.divergences}
+
+
 def lossless_verdicts(runs: Sequence[PromptRun], greedy: bool,
-                      near_tie_baseline: dict[str, int] | None = None) -> dict[str, Any]:
+                      near_tie_baseline: dict[str, int] | None = None) -> LosslessVerdicts:
     """The lossless figures of a summary: `lossless` (greedy: no prompt diverged from AR
     beyond a near-tie, no emitted token off its pass's argmax; sampling: None),
     `lossless_tier` ("exact" where float32 must match token for token, "near-tie
@@ -193,23 +215,21 @@ def lossless_verdicts(runs: Sequence[PromptRun], greedy: bool,
     `near_ties_far_above` says whether this config's near-tie prompts are far above its
     near-ties (`near_tie_baseline.far_above`): a suspect, not a verdict."""
     if not greedy:
-        return {"lossless": None, "lossless_tier": None, "mismatched_prompts": [],
-                "near_tie_prompts": [], "divergences": None}
+        return LosslessVerdicts(None, None, [], [], None)
     kinds = [(r.prompt_id, r.verdict().kind) for r in runs]
     named = {kind: list(dict.fromkeys(pid for pid, k in kinds if k is kind))
              for kind in divergence.Kind}
-    extra: dict[str, Any] = {}
+    far = None
     if near_tie_baseline is not None:
-        prompts = sum(near_tie_baseline.values())
-        extra = {"near_tie_baseline": near_tie_baseline,
-                 "near_ties_far_above": far_above(len(named[divergence.Kind.NEAR_TIE]),
-                                                  near_tie_baseline["near_tie"], prompts)}
-    return {**extra, "lossless": not named[divergence.Kind.REAL],
-            "lossless_tier": lossless_tier(runs),
-            "mismatched_prompts": named[divergence.Kind.REAL],
-            "near_tie_prompts": named[divergence.Kind.NEAR_TIE],
-            "divergences": {kind.value: sum(1 for _, k in kinds if k is kind)
-                            for kind in divergence.Kind}}
+        far = far_above(len(named[divergence.Kind.NEAR_TIE]), near_tie_baseline["near_tie"],
+                        sum(near_tie_baseline.values()))
+    return LosslessVerdicts(
+        lossless=not named[divergence.Kind.REAL], lossless_tier=lossless_tier(runs),
+        mismatched_prompts=named[divergence.Kind.REAL],
+        near_tie_prompts=named[divergence.Kind.NEAR_TIE],
+        divergences={kind.value: sum(1 for _, k in kinds if k is kind)
+                     for kind in divergence.Kind},
+        near_tie_baseline=near_tie_baseline, near_ties_far_above=far)
 
 
 def lossless_tier(runs: Sequence[PromptRun]) -> str:

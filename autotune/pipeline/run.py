@@ -34,6 +34,7 @@ import optuna
 from autotune.backends import BackendUnavailable, open_backend
 from autotune.common.errors import AutotuneError
 from autotune.common.memory import StagePeaks
+from autotune.frozen.record import FrozenContext
 from autotune.schema.engines import engine_rules
 from autotune.measure.profile import PROFILE_FILE, run_profile, save_run_profile
 from autotune.pipeline import fitting
@@ -196,7 +197,7 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
         save_run_profile(plan.run_dir, profile)
     record = write_run_record(plan, models, identity)
     try:
-        return _run_study(plan, runner, record.frozen.to_json(), models.engine_spaces,
+        return _run_study(plan, runner, record.frozen, models.engine_spaces,
                           clock, screening, stops, budget)
     finally:
         if models.backend is not None:
@@ -330,7 +331,7 @@ def _on_screen_prompts(settings: SearchSettings, plan: SearchPlan) -> SearchSett
         **settings.study_attrs, "screen_sha256": workload_digest(plan.split.screened)})
 
 
-def _run_study(plan: SearchPlan, runner: StudyRunner, context: dict[str, Any],
+def _run_study(plan: SearchPlan, runner: StudyRunner, context: FrozenContext,
                engine_spaces: dict[str, BoundSpace], clock: _Stages,
                screening: EvalContext, stops: Stops, time_budget: Budget | None = None
                ) -> SearchOutcome:
@@ -544,7 +545,7 @@ def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | Non
         budget.done("engine_races")
 
 
-def _write_outputs(plan: SearchPlan, study: optuna.Study, context: dict[str, Any]
+def _write_outputs(plan: SearchPlan, study: optuna.Study, context: FrozenContext
                    ) -> list[str]:
     """The report and the exports of the best config, after the study has stopped.
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial
+from pydantic import JsonValue
 
 from autotune.schema.label import describe
 from autotune.measure import paired
@@ -97,8 +98,8 @@ class Finalist:
     label: str
     role: str                      # "search #1", or "default vllm_ngram"
     preset: str | None
-    params: dict[str, Any]
-    search: dict[str, Any]         # the search's own figures for it
+    params: dict[str, JsonValue]   # its config as the trial stored it
+    search: dict[str, JsonValue]   # the search's own figures for it
     # Whose answer it competes for: autotune's own (a trial of the measured study), or
     # an engine's (a trial of that engine's replay screen, its figures predicted).
     engine: str = OWN_ENGINE

@@ -36,6 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
+from autotune.space.entries import ParamValue
 # Named in trial_record (the trial's attributes); here too for the modules that read them.
 from autotune.search.trial_record import BASELINE as BASELINE
 from autotune.search.trial_record import BASELINE_ATTR as BASELINE_ATTR
@@ -129,7 +130,7 @@ class GuardedSampler(BaseSampler):
         self._random.reseed_rng()
 
 
-def _exhausted(study: Study, params: dict[str, Any]) -> bool:
+def _exhausted(study: Study, params: dict[str, ParamValue]) -> bool:
     """Whether these very values were found infeasible, or measured MAX_REPEATS times."""
     measured = 0
     for done in study.get_trials(deepcopy=False,
