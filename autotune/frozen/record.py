@@ -29,21 +29,21 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Union
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PlainSerializer,
     PlainValidator,
     PrivateAttr,
     ValidationError,
     field_validator,
-    model_serializer,
-    model_validator,
 )
 
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
 from autotune.common.interval import Interval, speedup_text
+# Declared in common.records (shared by measure/ and search/); named here too for
+# the readers of best.json that import them from this module.
+from autotune.common.records import JsonRecord as JsonRecord
+from autotune.common.records import Number as Number
 from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.frozen.schema import READABLE, SCHEMA
 
@@ -53,53 +53,10 @@ __all__ = ["CategoryFigures", "DecoderPrediction", "FileRef", "FinalistFigures",
            "ScheduleDocument", "SchedulePoint", "ScheduleRangeRecord", "Validation",
            "WorkloadRecord", "dumps", "load_frozen_config", "upgrade", "write_frozen"]
 
-# A JSON number as written: an int stays an int (a `float` field would write 1 as 1.0,
-# and a re-written file would differ).
-Number = Union[int, float]
 # A config key's JSON value (`DecodeConfig.to_dict`): scalars, layer lists, tree paths.
 KnobValue = Union[int, float, str, bool, None, list[int], list[float], list[list[int]]]
 # A search figure as written: a number, a label or flag, a layer list.
 FigureValue = Union[int, float, str, bool, None, list[int], list[float], list[str]]
-
-
-class JsonRecord(BaseModel):
-    """A part of a frozen config: declared keys typed, others kept as given, written back
-    with exactly the keys and order it was read with."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
-
-    # The keys as given, in order (empty: built in code, written in declared order).
-    _keys: tuple[str, ...] = PrivateAttr(default=())
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _remember_key_order(cls, data: Any, handler: Callable[[Any], Any]) -> Any:
-        record = handler(data)
-        if isinstance(data, Mapping):
-            # A record built in code may name a field by its attribute (`ci90=`): the
-            # key it is written under is its alias (`speedup_ci90`).
-            fields = cls.model_fields
-            record._keys = tuple(fields[key].alias or key if key in fields else key
-                                 for key in data)
-        return record
-
-    @model_serializer(mode="wrap")
-    def _in_key_order(self, handler: Callable[[Any], Any]) -> Any:
-        out = handler(self)
-        if not self._keys or not isinstance(out, dict):
-            return out
-        ordered = {key: out[key] for key in self._keys if key in out}
-        ordered.update((key, value) for key, value in out.items() if key not in ordered)
-        return ordered
-
-    def to_json(self) -> Any:
-        """The JSON value as autotune writes it (the keys given, in their order)."""
-        return self.model_dump(mode="python", by_alias=True, exclude_unset=True)
-
-    def extra(self, key: str) -> Any:
-        """A key this part does not declare (None without it): for figures only some
-        records carry."""
-        return (self.model_extra or {}).get(key)
 
 
 class Figures(JsonRecord):

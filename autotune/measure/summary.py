@@ -27,7 +27,8 @@ from typing import Annotated, Any
 from pydantic import Field, JsonValue, PlainSerializer, PlainValidator
 
 from autotune.common.interval import Interval
-from autotune.frozen.record import CategoryFigures, JsonRecord, Number
+from autotune.common.records import JsonRecord, Number
+from autotune.frozen.record import CategoryFigures
 
 __all__ = ["IntervalJson", "MeasurementSummary", "STORED_LISTS"]
 

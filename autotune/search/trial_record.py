@@ -23,7 +23,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 from pydantic import JsonValue
 
-from autotune.frozen.record import JsonRecord, Number
+from autotune.common.records import JsonRecord, Number
 from autotune.measure.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.space.entries import ParamValue

@@ -43,8 +43,8 @@ from pydantic import (
 
 from autotune.common.errors import AutotuneError
 from autotune.common.interval import CI_KEY
-from autotune.common.records import parse_record
-from autotune.frozen.record import DecoderPrediction, Number, Validation
+from autotune.common.records import Number, parse_record
+from autotune.frozen.record import DecoderPrediction, Validation
 from autotune.measure.summary import IntervalJson
 
 __all__ = ["POOLED_FIGURES", "VERSION", "Baseline", "FinalistEntry", "FinalistFigures",
