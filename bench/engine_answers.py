@@ -118,12 +118,12 @@ def hindsight(engine: str, out: Path, target: Any, prompts: list[Any], max_new: 
     from autotune.common.errors import AutotuneError
     from autotune.schema.config import config_from_mapping
     from autotune.replay.run import Replayer
-    from autotune.search.storage import JOURNAL_NAME, open_storage
+    from autotune.search.storage import JOURNAL_NAME, storage_from_url
 
     run = json.loads((out / "all" / "run.json").read_text())
     name = f"{run['study']}.{engine}.screen"
     study = optuna.load_study(study_name=name,
-                              storage=open_storage(str(out / "all" / JOURNAL_NAME)))
+                              storage=storage_from_url(str(out / "all" / JOURNAL_NAME)))
     configs = {json.dumps(t.user_attrs["config"], sort_keys=True): t.user_attrs["config"]
                for t in study.get_trials(deepcopy=False)
                if t.user_attrs.get("config", {}).get("method", "none") != "none"}

@@ -18,7 +18,7 @@ from autotune.schema.engines import rules_for
 from autotune.frozen.checks import load_frozen, problems
 from autotune.frozen.engines import engine_answers
 from autotune.search import finalists, racing
-from autotune.search.storage import JOURNAL_NAME, open_storage
+from autotune.search.storage import JOURNAL_NAME, storage_from_url
 from autotune.search.targets import ANSWERED
 
 # Repetitive prompts: the n-gram drafters of every engine find matches in them.
@@ -54,7 +54,7 @@ def all_run(tmp_path_factory) -> tuple[Path, str, int]:
 
 def _record(run: Path) -> finalists.ValidationRecord:
     study = optuna.load_study(study_name="all",
-                              storage=open_storage(str(run / JOURNAL_NAME)))
+                              storage=storage_from_url(str(run / JOURNAL_NAME)))
     record = finalists.current_record(study)
     assert record is not None
     return record
@@ -195,7 +195,7 @@ def test_a_rerun_remeasures_nothing(all_run, tmp_path):
         assert main(args) == 0
     assert json.dumps(_record(run).to_json(), sort_keys=True) == before
     # The typed record writes back exactly what the study stores (keys and order).
-    study = optuna.load_study(study_name="all", storage=open_storage(str(run / JOURNAL_NAME)))
+    study = optuna.load_study(study_name="all", storage=storage_from_url(str(run / JOURNAL_NAME)))
     stored = study.user_attrs[finalists.VALIDATION_ATTR]
     assert json.dumps(finalists.ValidationRecord.from_json(stored).to_json()) == json.dumps(stored)
 

@@ -405,11 +405,11 @@ def test_ctrl_c_inside_a_trial_marks_it_interrupted_and_queues_it(tmp_path, targ
 
 
 def test_storage_passwords_never_reach_files_or_messages():
-    from autotune.search.storage import masked_storage
-    assert masked_storage("postgresql://me:s3cret@db.example:5432/x") == \
+    from autotune.search.storage import storage_url_shown
+    assert storage_url_shown("postgresql://me:s3cret@db.example:5432/x") == \
         "postgresql://me:***@db.example:5432/x"
-    assert masked_storage("postgresql://me@db/x") == "postgresql://me@db/x"
-    assert masked_storage("reports/run/study.journal") == "reports/run/study.journal"
+    assert storage_url_shown("postgresql://me@db/x") == "postgresql://me@db/x"
+    assert storage_url_shown("reports/run/study.journal") == "reports/run/study.journal"
 
 
 class _StubbornEverywhere(_Stubborn):

@@ -19,7 +19,7 @@ from autotune.frozen.checks import problems
 from autotune.report import build_report
 from autotune.runs.folder import ranked_documents
 from autotune.search.objectives import load_objective
-from autotune.search.storage import open_storage
+from autotune.search.storage import storage_from_url
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_a_registered_toy_method_runs_through_every_command(toy, files, tmp_path
     # best.json (whatever won) and a toy trial's own frozen config are valid documents.
     assert problems(json.loads((run / "best.json").read_text())) == []
     record = json.loads((run / "run.json").read_text())
-    storage = open_storage(str(run / "study.journal"))
+    storage = storage_from_url(str(run / "study.journal"))
     import optuna
     study = optuna.load_study(study_name=record["study"], storage=storage)
     documents = ranked_documents(study, load_objective("latency"), record["frozen"])

@@ -16,7 +16,7 @@ from autotune.cli.main import main
 from autotune.schema.config import config_from_mapping
 from autotune.runs.folder import ranked_documents
 from autotune.search.objectives import load_objective
-from autotune.search.storage import open_storage
+from autotune.search.storage import storage_from_url
 
 WORKLOAD = "t1 t2 t3 t4 t5 t1 t2 t3 t4 t5 t1 t2\nt7 t8 t9 t7 t8 t9 t7 t8\n"
 
@@ -52,7 +52,7 @@ def test_tree_search_writes_trees_through_every_output(tmp_path, tiny_dir, capsy
     # The known tree's own frozen config (the AR baseline may well be best on a tiny
     # model), as the run folder writes it for export fallbacks.
     study = optuna.load_study(study_name=json.loads((out / "run.json").read_text())["study"],
-                              storage=open_storage(str(out / "study.journal")))
+                              storage=storage_from_url(str(out / "study.journal")))
     context = json.loads((out / "run.json").read_text())["frozen"]
     docs = ranked_documents(study, load_objective("latency"), context)
     tree_doc = next(d for d in docs if d["params"]["tree_width"] == 2

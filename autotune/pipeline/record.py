@@ -23,7 +23,7 @@ from autotune.runs.record import (
     StudyIdentity,
     WorkloadRecord,
 )
-from autotune.search.storage import masked_storage
+from autotune.search.storage import storage_url_shown
 from autotune.space.binding import BIT_PARAMS
 from autotune.workloads.prompts import workload_digest
 
@@ -47,7 +47,7 @@ def write_run_record(plan: SearchPlan, models: SearchModels,
                      identity: StudyIdentity) -> RunRecord:
     """Write RUN_DIR/run.json (atomically) and return its record."""
     record = RunRecord(
-        study=plan.study_name, storage=masked_storage(plan.storage), run_dir=str(plan.run_dir),
+        study=plan.study_name, storage=storage_url_shown(plan.storage), run_dir=str(plan.run_dir),
         sampler=plan.sampler, seed=plan.seed, trials=plan.trials, prune=plan.prune,
         space_file=plan.space.path, objective_file=plan.objective.path,
         model_spec=plan.model, draft_spec=plan.draft, autotune_version=__version__,
@@ -90,4 +90,4 @@ def _frozen_context(plan: SearchPlan, models: SearchModels,
             space=FileRecord(space.name, space.path, space.sha256),
             objective=FileRecord(objective.name, objective.path, objective.sha256),
             sampler=plan.sampler, seed=plan.seed, study=plan.study_name,
-            storage=masked_storage(plan.storage), command=command_line()))
+            storage=storage_url_shown(plan.storage), command=command_line()))

@@ -23,7 +23,7 @@ from autotune.common.files import write_atomically
 from autotune.measure.profile import PROFILE_FILE
 from autotune.report.page import ReportData, collect, render_report
 from autotune.report.panels import OPTIONAL_PANEL_IDS, PANEL_IDS, PANELS
-from autotune.search.storage import JOURNAL_NAME, masked_storage, open_storage
+from autotune.search.storage import JOURNAL_NAME, storage_url_shown, storage_from_url
 
 __all__ = ["PANELS", "PANEL_IDS", "OPTIONAL_PANEL_IDS", "ReportData", "build_report", "collect", "render_report",
            "write_report", "REPORT_FILE", "JOURNAL_FILE"]
@@ -59,10 +59,10 @@ def _read_profile(path: Path) -> tuple[Any, str | None]:
         return None, (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
-def _open_storage(run_dir: Path, storage: str | None, run: dict[str, Any]) -> tuple[Any, str]:
+def _opened_for_run(run_dir: Path, storage: str | None, run: dict[str, Any]) -> tuple[Any, str]:
     """The study storage (read only in spirit: nothing is written) and its display name."""
     if storage is not None and "://" in storage:
-        return open_storage(storage), masked_storage(storage)
+        return storage_from_url(storage), storage_url_shown(storage)
     path = Path(storage) if storage is not None else run_dir / JOURNAL_FILE
     if not path.is_file():
         # Never let JournalFileBackend create an empty journal where none was.
@@ -108,8 +108,8 @@ def build_report(run_dir: Path, storage: str | None = None) -> ReportData:
         best_doc = None    # best.json is rebuilt from the study; the study is enough
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study_storage, shown = _open_storage(run_dir, storage, run)
-        study = _load_study(study_storage, shown, run.get("study"))
+        opened, shown = _opened_for_run(run_dir, storage, run)
+        study = _load_study(opened, shown, run.get("study"))
     profile, problem = _read_profile(run_dir / PROFILE_FILE)
     return collect(study, run, best_doc, profile, problem)
 

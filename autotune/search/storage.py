@@ -22,12 +22,12 @@ from optuna.storages.journal import JournalFileBackend
 
 from autotune.common.errors import AutotuneError
 
-__all__ = ["JOURNAL_NAME", "masked_storage", "open_storage", "worker_alive", "worker_id"]
+__all__ = ["JOURNAL_NAME", "storage_url_shown", "storage_from_url", "worker_alive", "worker_id"]
 
 JOURNAL_NAME = "study.journal"       # the default storage, inside the run folder
 
 
-def open_storage(storage: str) -> BaseStorage:
+def storage_from_url(storage: str) -> BaseStorage:
     """An Optuna storage from a URL (RDB, with heartbeats) or a journal file path."""
     if "://" in storage:
         if storage.startswith("redis"):
@@ -51,14 +51,14 @@ def open_storage(storage: str) -> BaseStorage:
                 if racing and attempt < 3:
                     time.sleep(0.5 * (attempt + 1))
                     continue
-                raise AutotuneError(f"cannot open storage {masked_storage(storage)}: "
+                raise AutotuneError(f"cannot open storage {storage_url_shown(storage)}: "
                                     f"{str(exc).splitlines()[0]}") from None
     path = Path(storage)
     path.parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
 
 
-def masked_storage(url: str) -> str:
+def storage_url_shown(url: str) -> str:
     """The URL with any password replaced, for messages and files."""
     if "://" not in url or "@" not in url:
         return url

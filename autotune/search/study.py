@@ -43,8 +43,8 @@ from autotune.search.objectives import EvalContext, Objective
 from autotune.search.ranking import best_trial
 from autotune.search.samplers import GuardedSampler, make_sampler
 from autotune.search.storage import (
-    masked_storage,
-    open_storage,
+    storage_url_shown,
+    storage_from_url,
     worker_alive,
     worker_id,
 )
@@ -211,7 +211,7 @@ class StudyRunner:
         self.objective = objective
         self.context = context
         self.worker = worker_id()
-        self.storage = open_storage(settings.storage)
+        self.storage = storage_from_url(settings.storage)
         self.study = self._open_study()
         self._repeats_in_a_row = 0          # a `distinct` study's refused repeats
 
@@ -263,7 +263,7 @@ class StudyRunner:
             was = existing.get(key, RECORDED_SINCE.get(key))
             if was != value:
                 raise AutotuneError(
-                    f"study {self.settings.study_name!r} in {masked_storage(self.settings.storage)} "
+                    f"study {self.settings.study_name!r} in {storage_url_shown(self.settings.storage)} "
                     f"was made with {key}={was!r}, this run has {value!r}: "
                     "use another --study or --out")
 

@@ -54,7 +54,7 @@ from autotune.runs.engine_exports import write_engine_exports
 from autotune.runs.exports_folder import write_exports
 from autotune.runs.folder import BEST_FILE, RUN_FILE, TRIALS_FILE, ranked_documents, write_run_files
 from autotune.search.objectives import Objective, load_objective
-from autotune.search.storage import JOURNAL_NAME, open_storage
+from autotune.search.storage import JOURNAL_NAME, storage_from_url
 
 GOLDEN = Path(__file__).resolve().parent
 # One folder per fixture (make_golden.py says what each search was): `all-engines`, every
@@ -205,7 +205,7 @@ def _render(fixture: Path, work: Path) -> Path:
     # package where the fixture was made.
     objective = load_objective(doc["objective"])
     study = optuna.load_study(study_name=doc["study"],
-                              storage=open_storage(str(run / JOURNAL_NAME)))
+                              storage=storage_from_url(str(run / JOURNAL_NAME)))
     context = doc["frozen"]
 
     write_run_files(run, study, objective, context)
