@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from autotune.report import collect
 from autotune.report import panels as P
+from autotune.report.documents import RunFacts, best_record
 from autotune.report.objective import ObjectiveInfo, objective_info
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -145,10 +146,11 @@ def test_layer_heatmap_without_layer_skip_trials_is_a_note() -> None:
 def test_n_layers_from_run_then_best_then_indices() -> None:
     study = new_study()
     layer_skip(study, 10.0, attn=[2], mlp=[], n_layers=8)
-    assert P.layers.n_layers_of({"n_layers": 30}, {"model": {"n_layers": 12}}, study) == 30
-    assert P.layers.n_layers_of({}, {"model": {"n_layers": 12}}, study) == 12
-    assert P.layers.n_layers_of({}, {}, study) == 8          # bit params up to [7]
-    assert P.layers.n_layers_of({}, {}, new_study()) is None
+    best = best_record({"model": {"n_layers": 12}})
+    assert P.layers.n_layers_of(RunFacts(n_layers=30), best, study) == 30
+    assert P.layers.n_layers_of(RunFacts(), best, study) == 12
+    assert P.layers.n_layers_of(RunFacts(), best_record(None), study) == 8   # bit params up to [7]
+    assert P.layers.n_layers_of(None, None, new_study()) is None
 
 
 def test_panels_about_drafting_use_the_best_speculative_trial_when_ar_wins() -> None:
@@ -338,7 +340,7 @@ def test_header_shows_the_params_of_the_best_method_and_tolerates_missing_keys()
     baseline(study)
     add(study, 10.0, config("layer_skip", k=3, attn_skip=[1], exit_policy="confidence", gamma=0.7),
         {"latency_ms_per_token": 10.0, "speedup": 2.0, "baseline_latency_ms_per_token": 20.5})
-    head = P.header.data(study, LATENCY, {}, None)
+    head = P.header.data(study, LATENCY, RunFacts(), None)
     assert head.best_trial == 1 and head.speedup == 2.0 and head.baseline_ms_per_token == 20.5
     assert head.best_params == {"method": "layer_skip", "k": 3, "attn_skip": [1], "mlp_skip": [],
                                 "exit_policy": "confidence", "gamma": 0.7}
@@ -346,7 +348,8 @@ def test_header_shows_the_params_of_the_best_method_and_tolerates_missing_keys()
     best_doc = {"model": {"id": "m", "n_layers": 30, "sha256": "a" * 64},
                 "hardware": {"device": "cuda", "device_name": "H100"},
                 "workload": {"source": "builtin", "prompts": 8}}
-    head = P.header.data(study, LATENCY, {"study": "s", "model": "ignored"}, best_doc)
+    head = P.header.data(study, LATENCY, RunFacts.read({"study": "s", "model": "ignored"}),
+                         best_record(best_doc))
     assert head.model == {"id": "m", "n_layers": "30", "sha256": "a" * 12}
     assert head.hardware == {"device": "cuda", "device_name": "H100"}
     assert head.workload == {"source": "builtin", "prompts": "8"}
@@ -374,9 +377,11 @@ def test_top_trials_order_and_columns() -> None:
 def test_objective_info_sources() -> None:
     study = new_study()
     best_doc = {"objective": {"name": "latency", "metrics": ["latency_ms_per_token"]}}
-    assert objective_info(study, {}, best_doc).metrics == ("latency_ms_per_token",)
-    assert objective_info(study, {"objective": "latency"}, None).metrics == ("latency_ms_per_token",)
-    info = objective_info(study, {}, None)
+    assert objective_info(study, RunFacts(), best_record(best_doc)).metrics == (
+        "latency_ms_per_token",)
+    assert objective_info(study, RunFacts(objective="latency"), None).metrics == (
+        "latency_ms_per_token",)
+    info = objective_info(study, RunFacts(), None)
     assert info.metrics == ("objective",) and info.directions == ("minimize",)
 
 

@@ -11,6 +11,7 @@ import pytest
 from test_report_validation import validated
 
 from autotune.report import panels as P
+from autotune.report.schedule import read_schedule
 from autotune.report.whiskers import MIN_PAD, clip, readable_range
 from autotune.search.finalists import DO_NOT_SPECULATE, SPECULATE, VALIDATION_ATTR
 
@@ -111,7 +112,7 @@ def test_the_batch_size_chart_clips_a_held_out_interval_too():
     doc = schedule_doc()
     held = next(p for p in doc["points"] if p["split"] == "held_out" and p["batch_size"] == 2)
     held["ci90"] = [0.05, 40.0]
-    fig = P.batch_size.figure_of(P.batch_size.data({"schedule": doc}))
+    fig = P.batch_size.figure_of(P.batch_size.data(read_schedule({"schedule": doc})))
     low, high = fig.layout.yaxis.range
     assert high < 2.0 and low > 0.05                  # the points' range, not the interval's
     points = next(t for t in fig.data if t.name == P.batch_size.HELD_OUT_TRACE)

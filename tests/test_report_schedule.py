@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from test_report_render import check_page, make_run, parse
 
+from autotune.common.interval import Interval
 from autotune.report import OPTIONAL_PANEL_IDS, PANEL_IDS, build_report, render_report
 from autotune.report.panels import batch_size as B
 from autotune.report.schedule import read_schedule, schedule_line
@@ -77,15 +78,15 @@ def test_panel_with_a_schedule(tmp_path: Path) -> None:
     assert d.stop_text.startswith("Speculation stops paying at B=4:")
     assert d.note is None
     # The table: chosen K per batch size and the figures behind it.
-    assert [(r["batch_size"], r["k"]) for r in d.table] == [(1, 4), (2, 3), (4, 0), (8, 0)]
+    assert [(r.batch_size, r.k) for r in d.table] == [(1, 4), (2, 3), (4, 0), (8, 0)]
     one, two, four, eight = d.table
-    assert one["search_speedup"] == 1.33 and one["search_tokens_per_s"] == 79.8
-    assert one["search_ar_tokens_per_s"] == 60.0 and one["tau"] == 3.0
-    assert one["held_out_speedup"] == 1.29 and one["held_out_ci90"] == [1.15, 1.41]
-    assert one["held_out_tokens_per_s"] == 79.0 and one["held_out_ar_tokens_per_s"] == 61.0
-    assert two["search_speedup"] == 1.18 and two["held_out_ci90"] == [0.98, 1.22]
-    assert four["search_speedup"] == 1.0 and four["held_out_ci90"] is None
-    assert eight["held_out_speedup"] is None and eight["search_tokens_per_s"] == 400.0
+    assert one.search_speedup == 1.33 and one.search_tokens_per_s == 79.8
+    assert one.search_ar_tokens_per_s == 60.0 and one.tau == 3.0
+    assert one.held_out_speedup == 1.29 and one.held_out_interval == Interval(1.15, 1.41)
+    assert one.held_out_tokens_per_s == 79.0 and one.held_out_ar_tokens_per_s == 61.0
+    assert two.search_speedup == 1.18 and two.held_out_interval == Interval(0.98, 1.22)
+    assert four.search_speedup == 1.0 and four.held_out_interval is None
+    assert eight.held_out_speedup is None and eight.search_tokens_per_s == 400.0
     assert data.header.schedule == "Batch-size schedule: K=4 at 1, K=3 at 2–3, off from B=4"
 
     t = traces(d)
@@ -137,7 +138,7 @@ def test_a_schedule_that_pays_everywhere_has_no_stop(tmp_path: Path) -> None:
     d = data.batch_size
     assert d.stops_at is None
     assert d.stop_text.startswith("Speculation pays at every tuned batch size (1–8)")
-    assert [r["k"] for r in d.table] == [4, 2, 2, 2]
+    assert [r.k for r in d.table] == [4, 2, 2, 2]
     t = traces(d)
     assert not any(name.startswith("stops paying") for name in t)
     assert list(t[B.SCHEDULE_TRACE].y) == [1.33, 1.10, 0.97, 0.88]
@@ -162,7 +163,7 @@ def test_non_monotone_schedule_says_it_pays_again() -> None:
     doc = {"schedule": {"batch_sizes": [1, 2, 4], "points": [],
                         "ranges": [{"start": 1, "end": 1, "k": 3}, {"start": 2, "end": 3, "k": 0},
                                    {"start": 4, "end": 4, "k": 2}]}}
-    d = B.data(doc)
+    d = B.data(read_schedule(doc))
     assert d is not None and d.stops_at == 2 and d.pays_again == [4]
     assert "chosen again at B=4" in d.stop_text
 
@@ -179,5 +180,5 @@ def test_unreadable_schedule_is_a_note_not_an_error(tmp_path: Path) -> None:
     # Bad entries are left out and counted; the good ones still draw.
     doc = schedule_doc()
     doc["points"].append({"batch_size": "big", "k": 2, "split": "search"})
-    d = B.data({"schedule": doc})
+    d = B.data(read_schedule({"schedule": doc}))
     assert d is not None and len(d.frame) == 19 and "1 of 20 points unreadable" in (d.note or "")

@@ -19,7 +19,7 @@ from test_report_render import STUDY, check_page, make_run
 from autotune.schema.shape import CHAIN, DYNAMIC, STATIC, DraftShape
 from autotune.report import build_report, render_report
 from autotune.report import panels as P
-from autotune.report.trials import shape_of
+from autotune.report import trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -46,6 +46,11 @@ def cell_map(panel: P.tree.TreePanel) -> dict[tuple[str, int], dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ tree shapes
+def shape_of(stored: dict[str, Any]) -> DraftShape | None:
+    """The draft shape of a config as a trial stores it."""
+    return trials.shape_of(stored, stored.get("method", "none"))
+
+
 def test_tree_shape_of_chains_dynamic_and_static_trees() -> None:
     chain = shape_of(config("ngram", k=5))          # an old config: no tree keys at all
     assert chain == DraftShape(CHAIN, k=5) and (chain.levels, chain.nodes) == (5, 5)

@@ -17,6 +17,7 @@ from test_report_render import STUDY, check_page, make_run
 from autotune.schema.label import describe
 from autotune.report import build_report, render_report, write_report
 from autotune.report import panels as P
+from autotune.report.documents import RunFacts
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.trials import best_speculative
 from autotune.search.finalists import DO_NOT_SPECULATE, SPECULATE, UNDECIDED, VALIDATION_ATTR
@@ -104,7 +105,7 @@ def validated(speculate: bool = True, with_baseline: bool = True) -> optuna.Stud
 
 # ------------------------------------------------------------------ header
 def test_header_of_a_validated_run_states_the_validated_figure_beside_the_search() -> None:
-    head = P.header.data(validated(), SPEEDUP, {"prompts": 20})
+    head = P.header.data(validated(), SPEEDUP, RunFacts(prompts=20))
     assert head.verdict is not None
     assert head.verdict.headline == ("Validated: 1.12× [1.06, 1.18] (90% interval) on 12 "
                                      "held-out prompts × 2 repeats (search: 1.05× on 8 prompts)")

@@ -21,6 +21,7 @@ from optuna.storages.journal import JournalFileBackend
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
 from autotune.measure.profile import PROFILE_FILE
+from autotune.report.documents import RunFacts
 from autotune.report.page import ReportData, collect, render_report
 from autotune.report.panels import OPTIONAL_PANEL_IDS, PANEL_IDS, PANELS
 from autotune.search.storage import JOURNAL_NAME, storage_url_shown, storage_from_url
@@ -59,16 +60,16 @@ def _read_profile(path: Path) -> tuple[Any, str | None]:
         return None, (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
-def _opened_for_run(run_dir: Path, storage: str | None, run: dict[str, Any]) -> tuple[Any, str]:
+def _opened_for_run(run_dir: Path, storage: str | None, run: RunFacts) -> tuple[Any, str]:
     """The study storage (read only in spirit: nothing is written) and its display name."""
     if storage is not None and "://" in storage:
         return storage_from_url(storage), storage_url_shown(storage)
     path = Path(storage) if storage is not None else run_dir / JOURNAL_FILE
     if not path.is_file():
         # Never let JournalFileBackend create an empty journal where none was.
-        recorded = run.get("storage")
+        recorded = run.storage
         hint = (f"; this run's storage was {recorded}: pass it with --storage"
-                if storage is None and isinstance(recorded, str) and "://" in recorded else "")
+                if storage is None and recorded is not None and "://" in recorded else "")
         raise AutotuneError(f"no study storage at {path}{hint}")
     try:
         return optuna.storages.JournalStorage(JournalFileBackend(str(path))), str(path)
@@ -76,7 +77,7 @@ def _opened_for_run(run_dir: Path, storage: str | None, run: dict[str, Any]) -> 
         raise AutotuneError(f"cannot open storage {path}: {str(exc).splitlines()[0]}") from None
 
 
-def _load_study(storage: Any, shown: str, name: Any) -> optuna.Study:
+def _load_study(storage: Any, shown: str, name: str | None) -> optuna.Study:
     try:
         if not name:
             # An old or hand-made run.json: a storage holding one study is unambiguous.
@@ -101,7 +102,8 @@ def build_report(run_dir: Path, storage: str | None = None) -> ReportData:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise AutotuneError(f"run folder not found: {run_dir}")
-    run = _read_json(run_dir / "run.json", required=True) or {}
+    run_doc = _read_json(run_dir / "run.json", required=True)
+    run = RunFacts.read(run_doc)
     try:
         best_doc = _read_json(run_dir / "best.json", required=False)
     except AutotuneError:
@@ -109,9 +111,9 @@ def build_report(run_dir: Path, storage: str | None = None) -> ReportData:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         opened, shown = _opened_for_run(run_dir, storage, run)
-        study = _load_study(opened, shown, run.get("study"))
+        study = _load_study(opened, shown, run.study)
     profile, problem = _read_profile(run_dir / PROFILE_FILE)
-    return collect(study, run, best_doc, profile, problem)
+    return collect(study, run_doc, best_doc, profile, problem)
 
 
 def write_report(run_dir: Path, out: Path | None = None, storage: str | None = None) -> Path:

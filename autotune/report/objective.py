@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 
+from autotune.frozen.record import FrozenConfig
+from autotune.report.documents import RunFacts
 from autotune.search import ranking
 
 # Display units of metrics the report names on axes (objectives.METRICS says "x").
@@ -44,18 +46,18 @@ def metric_title(metric: str) -> str:
     return f"{metric} ({unit})" if unit else metric
 
 
-def objective_info(study: optuna.Study, run: dict[str, Any] | None = None,
-                   best_doc: dict[str, Any] | None = None) -> ObjectiveInfo:
+def objective_info(study: optuna.Study, run: RunFacts | None = None,
+                   best: FrozenConfig | None = None) -> ObjectiveInfo:
     """Metric names from best.json, else the objective preset named in run.json, else the
     study's metric names; directions always from the study (the storage is the truth)."""
     directions = tuple("minimize" if d == optuna.study.StudyDirection.MINIMIZE else "maximize"
                        for d in study.directions)
-    run, best_doc = run or {}, best_doc or {}
-    doc_objective = best_doc.get("objective") if isinstance(best_doc.get("objective"), dict) else {}
-    name = str(doc_objective.get("name") or run.get("objective") or "objective")
-    metrics = doc_objective.get("metrics")
-    if not (isinstance(metrics, list) and len(metrics) == len(directions)):
-        metrics = _preset_metrics(run.get("objective_file") or run.get("objective"))
+    run = run or RunFacts()
+    recorded = best.objective if best is not None else None
+    name = str((recorded.name if recorded is not None else None) or run.objective or "objective")
+    metrics: Sequence[str] | None = recorded.metrics if recorded is not None else None
+    if not (metrics is not None and len(metrics) == len(directions)):
+        metrics = _preset_metrics(run.objective_file or run.objective)
     if not (isinstance(metrics, (list, tuple)) and len(metrics) == len(directions)):
         metrics = study.metric_names
     if not (isinstance(metrics, (list, tuple)) and len(metrics) == len(directions)):
@@ -64,11 +66,11 @@ def objective_info(study: optuna.Study, run: dict[str, Any] | None = None,
     return ObjectiveInfo(name, tuple(str(m) for m in metrics), directions)
 
 
-def _preset_metrics(name_or_path: Any) -> list[str] | None:
+def _preset_metrics(name_or_path: str | None) -> list[str] | None:
     if not name_or_path:
         return None
     from autotune.search.objectives import load_objective
     try:
-        return list(load_objective(str(name_or_path)).metrics)
+        return list(load_objective(name_or_path).metrics)
     except Exception:   # a moved or edited file: fall back to the study's names
         return None

@@ -4,13 +4,16 @@ its own module, nothing that refers to a URL (no CDN, fonts or MathJax)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from plotly.offline import get_plotlyjs
 
+from autotune.report.documents import RunFacts, best_record
 from autotune.report.objective import ObjectiveInfo, objective_info
+from autotune.report.schedule import read_schedule
 from autotune.report.panels import PANELS, Inputs
 from autotune.report.style import CSS, esc
 
@@ -22,7 +25,7 @@ class ReportData:
     `panels` maps each panel's field name (its id, `-` read as `_`) to its data, in page
     order; `data.header`, `data.pos_acc` read one."""
 
-    run: dict[str, Any]
+    run: RunFacts
     objective: ObjectiveInfo
     panels: dict[str, Any]
 
@@ -39,15 +42,15 @@ class ReportData:
         return tuple(p.id for p in PANELS if p.shows(self.panels.get(p.field)))
 
 
-def collect(study: optuna.Study, run: dict[str, Any] | None = None,
-            best_doc: dict[str, Any] | None = None, profile: Any = None,
+def collect(study: optuna.Study, run_doc: Mapping[str, Any] | None = None,
+            best_doc: Mapping[str, Any] | None = None, profile: Any = None,
             profile_problem: str | None = None) -> ReportData:
-    """Every panel's data for `study` (run / best_doc: the run folder's JSON documents;
-    profile: its parsed hardware_profile.json, None when absent, with `profile_problem`
-    saying why it could not be read)."""
-    run, best_doc = run or {}, best_doc or {}
-    inputs = Inputs(study, objective_info(study, run, best_doc), run, best_doc, profile,
-                    profile_problem)
+    """Every panel's data for `study` (run_doc / best_doc: the run folder's run.json and
+    best.json as parsed, None when absent; profile: its parsed hardware_profile.json,
+    None when absent, with `profile_problem` saying why it could not be read)."""
+    run, best = RunFacts.read(run_doc), best_record(best_doc)
+    inputs = Inputs(study, objective_info(study, run, best), run, best,
+                    read_schedule(best_doc), profile, profile_problem)
     return ReportData(run, inputs.objective,
                       {panel.field: panel.collect(inputs) for panel in PANELS})
 

@@ -8,15 +8,24 @@ The report never fails on a bad document: what cannot be read is left out and na
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+from pydantic import ValidationError
 
 from autotune.common.interval import Interval
+from autotune.common.records import JsonRecord
+from autotune.frozen.record import ScheduleDocument, SchedulePoint, ScheduleRangeRecord
+from autotune.report.documents import readable_parts
 from autotune.report.trials import finite
 
 SCHEDULE_KEY = "schedule"
 SEARCH = "search"
 HELD_OUT = "held_out"
+
+Item = TypeVar("Item", bound=JsonRecord)
+Read = TypeVar("Read")
 
 
 @dataclass(frozen=True)
@@ -36,7 +45,7 @@ class Point:
     k: int
     split: str
     speedup: float | None
-    ci90: tuple[float, float] | None
+    interval: Interval | None
     tokens_per_s: float | None
     ar_tokens_per_s: float | None
     tau: float | None
@@ -81,45 +90,50 @@ class Schedule:
 
 
 # ------------------------------------------------------------------ reading
-def _int(value: Any, least: int) -> int | None:
-    """An int >= least (bools are not numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+def _int(value: int | None, least: int) -> int | None:
+    """An int >= least."""
+    return value if value is not None and value >= least else None
+
+
+def _item(model: type[Item], raw: object) -> Item | None:
+    """One entry of the section as its record; None for one that does not read (strict:
+    a count written as text or a flag is not a count)."""
+    try:
+        return model.model_validate(raw, strict=True)
+    except ValidationError:
         return None
-    return value
 
 
-def _ci(figures: dict[str, Any]) -> tuple[float, float] | None:
-    ci = Interval.of(figures)
-    return (ci.low, ci.high) if ci is not None else None
-
-
-def _point(raw: Any) -> Point | None:
-    if not isinstance(raw, dict):
+def _point(raw: object) -> Point | None:
+    point = _item(SchedulePoint, raw)
+    if point is None:
         return None
-    b, k = _int(raw.get("batch_size"), 1), _int(raw.get("k"), 0)
-    split = raw.get("split")
-    if b is None or k is None or split not in (SEARCH, HELD_OUT):
+    b, k = _int(point.batch_size, 1), _int(point.k, 0)
+    if b is None or k is None or point.split not in (SEARCH, HELD_OUT):
         return None
-    return Point(b, k, split, finite(raw.get("speedup")), _ci(raw),
-                 finite(raw.get("tokens_per_s")), finite(raw.get("ar_tokens_per_s")),
-                 finite(raw.get("tau")), raw.get("chosen") is True)
+    # Figures only a schedule's points carry (frozen.record declares the shared ones).
+    return Point(b, k, point.split, finite(point.speedup), point.interval,
+                 finite(point.extra("tokens_per_s")), finite(point.extra("ar_tokens_per_s")),
+                 finite(point.extra("tau")), point.extra("chosen") is True)
 
 
-def _range(raw: Any) -> Range | None:
-    if not isinstance(raw, dict):
+def _range(raw: object) -> Range | None:
+    item = _item(ScheduleRangeRecord, raw)
+    if item is None:
         return None
-    start, end, k = _int(raw.get("start"), 1), _int(raw.get("end"), 1), _int(raw.get("k"), 0)
+    start, end, k = _int(item.start, 1), _int(item.end, 1), _int(item.k, 0)
     if start is None or end is None or k is None or end < start:
         return None
     return Range(start, end, k)
 
 
-def _valid(items: Any, read: Any, what: str, problems: list[str]) -> list[Any]:
+def _valid(items: object, read: Callable[[object], Read | None], what: str,
+           problems: list[str]) -> list[Read]:
     """The readable entries of a list; how many were not, in `problems`."""
-    items = items if isinstance(items, list) else []
-    out = [x for x in map(read, items) if x is not None]
-    if len(out) < len(items):
-        problems.append(f"{len(items) - len(out)} of {len(items)} {what} unreadable, left out")
+    entries = items if isinstance(items, list) else []
+    out = [x for x in map(read, entries) if x is not None]
+    if len(out) < len(entries):
+        problems.append(f"{len(entries) - len(out)} of {len(entries)} {what} unreadable, left out")
     return out
 
 
@@ -135,19 +149,22 @@ def _ranges_from_points(batch_sizes: list[int], points: list[Point]) -> list[Ran
     return ranges
 
 
-def read_schedule(best_doc: dict[str, Any] | None) -> Schedule | None:
-    """The `schedule` section of a best.json document; None when it has none (the
-    report is then drawn as before)."""
+def read_schedule(best_doc: Mapping[str, Any] | None) -> Schedule | None:
+    """The `schedule` section of best.json's parsed content, read item by item (what does
+    not read is left out and named in `problems`); None when it has none (the report is
+    then drawn as before)."""
     raw = (best_doc or {}).get(SCHEDULE_KEY)
     if raw is None:
         return None
-    if not isinstance(raw, dict):
+    if not isinstance(raw, Mapping):
         return Schedule(problems=[f"`schedule` is a {type(raw).__name__}, not an object"])
     problems: list[str] = []
+    # The section's own facts as its record; its lists apart, entry by entry.
+    facts = {key: value for key, value in raw.items() if key not in ("points", "ranges")}
+    head = readable_parts(ScheduleDocument, facts)
     points = _valid(raw.get("points"), _point, "points", problems)
     ranges = sorted(_valid(raw.get("ranges"), _range, "ranges", problems), key=lambda r: r.start)
-    listed = raw.get("batch_sizes") if isinstance(raw.get("batch_sizes"), list) else []
-    sizes = {b for b in (_int(x, 1) for x in listed) if b is not None}
+    sizes = {b for b in (_int(x, 1) for x in head.batch_sizes) if b is not None}
     # Without a usable list, the batch sizes are the ones something was measured at.
     batch_sizes = sorted(sizes or {p.batch_size for p in points} or {r.start for r in ranges})
     if not ranges:
@@ -155,10 +172,7 @@ def read_schedule(best_doc: dict[str, Any] | None) -> Schedule | None:
         if ranges:
             problems.append("no readable `ranges`: the chosen K is taken from the chosen "
                             "search points")
-    method, objective = raw.get("method"), raw.get("objective")
-    return Schedule(method if isinstance(method, str) else None,
-                    objective if isinstance(objective, str) else None,
-                    batch_sizes, ranges, points, problems)
+    return Schedule(head.method, head.objective, batch_sizes, ranges, points, problems)
 
 
 # ------------------------------------------------------------------ in words

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from autotune.common.interval import Interval
 from autotune.schema.methods import find_method
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -81,6 +82,8 @@ def num(value: Any, digits: int = 3) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.{digits}f}" if abs(value) < 1e4 else f"{value:.4g}"
+    if isinstance(value, Interval):
+        value = value.to_json()
     if isinstance(value, list):
         return "[" + ", ".join(num(v, digits) for v in value) + "]"
     return str(value)

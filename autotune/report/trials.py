@@ -22,7 +22,10 @@ from typing import Any, Iterable
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial
+from pydantic import JsonValue
 
+from autotune.common.errors import AutotuneError
+from autotune.measure.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig, shape_of_mapping
 from autotune.schema.label import describe
 from autotune.schema.methods import all_methods, find_method
@@ -30,7 +33,7 @@ from autotune.schema.shape import DYNAMIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
 from autotune.search import ranking
 from autotune.search.finalists import answer
-from autotune.search.samplers import BASELINE_ATTR
+from autotune.search.trial_record import TrialRecord
 
 # A config without `method` is DecodeConfig's default: the AR baseline.
 DEFAULT_METHOD: str = DecodeConfig().method
@@ -81,19 +84,37 @@ def pick(source: Any, keys: Iterable[str]) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------ one trial
-def config_of(t: FrozenTrial) -> dict[str, Any]:
-    config = t.user_attrs.get("config")
-    return config if isinstance(config, dict) else {}
+# A trial's config as stored (`DecodeConfig.to_dict()`): the label, the draft shape and
+# the header read it by key, as `trials.csv` does (a plug-in's method not loaded here
+# still gets a label).
+ConfigJson = dict[str, JsonValue]
+
+# What a trial without figures reads as: every figure None.
+NO_METRICS = MeasurementSummary()
 
 
-def metrics_of(t: FrozenTrial) -> dict[str, Any]:
-    metrics = t.user_attrs.get("metrics")
-    return metrics if isinstance(metrics, dict) else {}
+def config_of(t: FrozenTrial) -> ConfigJson:
+    """The config the trial ran, as stored; empty for a trial never run."""
+    return TrialRecord.of(t).config_json or {}
+
+
+def decoded_config(t: FrozenTrial) -> DecodeConfig | None:
+    """The config the trial ran, parsed; None for a trial never run, or one this autotune
+    cannot read (a plug-in's method not loaded here): the report draws it without."""
+    try:
+        return TrialRecord.of(t).config
+    except AutotuneError:
+        return None
+
+
+def metrics_of(t: FrozenTrial) -> MeasurementSummary:
+    """The figures the trial stored; every figure None for a trial without them."""
+    return TrialRecord.of(t).metrics or NO_METRICS
 
 
 def trial_method(t: FrozenTrial) -> str:
     """The trial's method: from its config, else its `method` param, else the baseline."""
-    return str(config_of(t).get("method") or t.params.get("method") or DEFAULT_METHOD)
+    return TrialRecord.of(t).method
 
 
 def drafts(method: str) -> bool:
@@ -113,18 +134,17 @@ def trial_label(t: FrozenTrial) -> str:
 
 
 def trial_preset(t: FrozenTrial) -> str | None:
-    preset = t.user_attrs.get(BASELINE_ATTR)
-    return str(preset) if preset else None
+    return TrialRecord.of(t).preset
 
 
 def value_of(t: FrozenTrial, index: int = 0) -> float | None:
     return finite(t.values[index]) if t.values and len(t.values) > index else None
 
 
-def shape_of(config: dict[str, Any]) -> DraftShape | None:
-    """The draft shape of a speculative config; None for the AR baseline, no config, or
-    shape keys that do not parse (a hand-edited config)."""
-    if not config or not drafts(str(config.get("method") or DEFAULT_METHOD)):
+def shape_of(config: ConfigJson, method: str) -> DraftShape | None:
+    """The draft shape of a speculative config of `method`; None for the AR baseline, no
+    config, or shape keys that do not parse (a hand-edited config)."""
+    if not config or not drafts(method):
         return None
     return shape_of_mapping(config)
 
@@ -138,12 +158,14 @@ def derived_titles() -> dict[str, str]:
 def derived_values(t: FrozenTrial) -> dict[str, int]:
     """Derived knob values of a trial, for the methods that have them: layer / exit
     counts, and a tree's width, depth and verified nodes (trees only)."""
-    config, spec = config_of(t), find_method(trial_method(t))
+    method = trial_method(t)
+    config, spec = config_of(t), find_method(method)
     out = {}
     for derived in spec.derived if spec is not None else ():
-        if isinstance(config.get(derived.key), list):
-            out[derived.name] = len(config[derived.key])
-    shape = shape_of(config)
+        value = config.get(derived.key)
+        if isinstance(value, list):
+            out[derived.name] = len(value)
+    shape = shape_of(config, method)
     if shape is not None and shape.is_tree:
         if shape.kind == DYNAMIC:
             out["tree_width"], out["tree_depth"] = shape.width, shape.depth
@@ -214,7 +236,7 @@ def best_speculative(study: optuna.Study, objective: ObjectiveInfo) -> tuple[Fro
 def response_metric(trials: list[FrozenTrial], objective: ObjectiveInfo) -> tuple[str, str]:
     """(`speedup`, title) when any trial measured it, else the first objective metric:
     the y of the knob panels."""
-    if any(finite(metrics_of(t).get("speedup")) is not None for t in trials):
+    if any(finite(metrics_of(t).speedup) is not None for t in trials):
         return "speedup", "speedup (× AR)"
     return objective.metrics[0], f"{objective.axis_title(0)} (objective; no speedup measured)"
 
@@ -222,7 +244,7 @@ def response_metric(trials: list[FrozenTrial], objective: ObjectiveInfo) -> tupl
 def response(t: FrozenTrial, metric: str, objective: ObjectiveInfo) -> float | None:
     if metric in objective.metrics:
         return value_of(t, objective.metrics.index(metric))
-    return finite(metrics_of(t).get(metric))
+    return finite(metrics_of(t).figure(metric))
 
 
 # ------------------------------------------------------------------ knob order

@@ -21,6 +21,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.common.interval import Interval
+from autotune.report.documents import RunFacts
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.trials import finite, metrics_of
 from autotune.search import ranking
@@ -39,7 +41,7 @@ STALE = "stale"
 
 __all__ = ["DO_NOT_SPECULATE", "NOT_SPECULATING", "NOT_VALIDATED", "STALE", "UNDECIDED",
            "VALIDATED", "Verdict", "figure_text",
-           "plural", "stale_reason", "verdict"]
+           "plural", "search_speedup", "stale_reason", "verdict"]
 
 
 @dataclass
@@ -49,7 +51,7 @@ class Verdict:
     `status`: VALIDATED, DO_NOT_SPECULATE, UNDECIDED, NOT_VALIDATED or STALE. `trial`: the
     recommended trial (`answer().trial`; None for "do not speculate" without a baseline
     trial, or no complete trial). `headline`: one plain sentence; `emphasis`: the part of
-    it drawn bold. `speedup` / `ci90` / `latency_ms_per_token` /
+    it drawn bold. `speedup` / `interval` / `latency_ms_per_token` /
     `baseline_ms_per_token`: the figures the headline states (validated ones when
     validated; the AR baseline's, speedup 1.0, for "do not speculate"). `search_*`: the
     search's own figure for the recommended config and how many prompts it ran on.
@@ -62,7 +64,7 @@ class Verdict:
     headline: str = ""
     emphasis: str = ""
     speedup: float | None = None
-    ci90: list[float] | None = None
+    interval: Interval | None = None
     latency_ms_per_token: float | None = None
     baseline_ms_per_token: float | None = None
     search_speedup: float | None = None
@@ -75,18 +77,23 @@ class Verdict:
         return self.status in (VALIDATED, *NOT_SPECULATING)
 
 
+def search_speedup(f: FinalistEntry) -> float | None:
+    """The search's own speedup of a finalist's config, as the record copied it."""
+    return finite(f.search.get("speedup"))
+
+
 def plural(n: Any, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def figure_text(speedup: Any, ci90: Any, prompts: Any = None) -> str:
+def figure_text(speedup: float | None, interval: Interval | None,
+                prompts: int | None = None) -> str:
     """`1.10× [1.05, 1.15]`; `1.10× (1 prompt: no interval)` when there is no interval."""
     value = finite(speedup)
     if value is None:
         return "–"
-    ci = ci90 if isinstance(ci90, (list, tuple)) and len(ci90) == 2 else None
-    if ci is not None and finite(ci[0]) is not None and finite(ci[1]) is not None:
-        return f"{value:.2f}× [{ci[0]:.2f}, {ci[1]:.2f}]"
+    if interval is not None:
+        return f"{value:.2f}× [{interval.low:.2f}, {interval.high:.2f}]"
     why = f"{plural(prompts, 'prompt')}: no interval" if isinstance(prompts, int) else "no interval"
     return f"{value:.2f}× ({why})"
 
@@ -105,14 +112,14 @@ def stale_reason(study: optuna.Study) -> str | None:
             f"has {now} (the search went on after it): its figures no longer count")
 
 
-def _search_figures(trial: FrozenTrial | None, run: dict[str, Any]) -> tuple[float | None, int | None]:
+def _search_figures(trial: FrozenTrial | None, run: RunFacts) -> tuple[float | None, int | None]:
     """The search's own speedup of `trial` and the prompts it ran on (its measurement's
     distinct prompts, else the run's)."""
     if trial is None:
         return None, None
     metrics = metrics_of(trial)
-    prompts = metrics.get("prompts", run.get("prompts"))
-    return finite(metrics.get("speedup")), prompts if isinstance(prompts, int) else None
+    prompts = metrics.prompts if "prompts" in metrics.model_fields_set else run.prompts
+    return finite(metrics.speedup), prompts
 
 
 def _held_out(record: ValidationRecord) -> str:
@@ -125,10 +132,8 @@ def _held_out(record: ValidationRecord) -> str:
 
 
 def _finalist_line(f: FinalistEntry) -> str:
-    search = finite(f.search.get("speedup"))
-    ci = f.figures.interval
-    line = (f"{f.role}: trial #{f.trial} {f.label}: "
-            f"{figure_text(f.speedup, ci.to_json() if ci is not None else None)}")
+    search = search_speedup(f)
+    line = f"{f.role}: trial #{f.trial} {f.label}: {figure_text(f.speedup, f.figures.interval)}"
     if search is not None:
         line += f" (search {search:.2f}×)"
     if f.figures.lossless is False:
@@ -139,9 +144,9 @@ def _finalist_line(f: FinalistEntry) -> str:
     return line
 
 
-def verdict(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | None = None) -> Verdict:
+def verdict(study: optuna.Study, objective: ObjectiveInfo, run: RunFacts | None = None) -> Verdict:
     """The recommendation of `study` (by `validation.answer`) and how to say it."""
-    run = run or {}
+    run = run or RunFacts()
     chosen = answer(study, objective)
     trial, record = chosen.trial, chosen.record
     if record is None:
@@ -153,8 +158,8 @@ def verdict(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] |
         if trial is None:
             return out
         metrics = metrics_of(trial)
-        out.latency_ms_per_token = finite(metrics.get("latency_ms_per_token"))
-        out.baseline_ms_per_token = finite(metrics.get("baseline_latency_ms_per_token"))
+        out.latency_ms_per_token = finite(metrics.latency_ms_per_token)
+        out.baseline_ms_per_token = finite(metrics.baseline_latency_ms_per_token)
         out.emphasis = "Not validated: the search's own figure"
         figure = (f"{search:.2f}× the AR baseline" if search is not None
                   else "no speedup measured")
@@ -179,14 +184,14 @@ def verdict(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] |
     own = record.entry(trial.number) if trial is not None else None
     figures = own.figures if own is not None else FinalistFigures()
     search, prompts = _search_figures(trial, run)
-    recorded = finite(own.search.get("speedup")) if own is not None else None
+    recorded = search_speedup(own) if own is not None else None
     search = recorded if recorded is not None else search
     out = Verdict(VALIDATED, trial, speedup=finite(figures.speedup),
-                  ci90=figures.interval.to_json() if figures.interval is not None else None,
+                  interval=figures.interval,
                   latency_ms_per_token=finite(figures.latency_ms_per_token),
                   baseline_ms_per_token=finite(figures.baseline_latency_ms_per_token),
                   search_speedup=search, search_prompts=prompts, record=record)
-    out.emphasis = figure_text(out.speedup, out.ci90, record.prompts)
+    out.emphasis = figure_text(out.speedup, out.interval, record.prompts)
     on = f" on {plural(prompts, 'prompt')}" if prompts is not None else ""
     search_text = f"{search:.2f}×{on}" if search is not None else "not measured"
     out.headline = (f"Validated: {out.emphasis} (90% interval) on {_held_out(record)} "

@@ -18,19 +18,24 @@ from typing import Any, Callable
 
 import optuna
 
+from autotune.frozen.record import FrozenConfig
+from autotune.report.documents import RunFacts
 from autotune.report.objective import ObjectiveInfo
+from autotune.report.schedule import Schedule
 
 
 @dataclass(frozen=True)
 class Inputs:
     """What a report is made from: the study, what it optimised, and the run folder's
-    documents (run.json, best.json, the parsed hardware_profile.json or None with
-    `profile_problem` saying why it could not be read)."""
+    documents (run.json's facts, best.json's record and its `schedule` as the report
+    reads it, the parsed hardware_profile.json or None with `profile_problem` saying why
+    it could not be read)."""
 
     study: optuna.Study
     objective: ObjectiveInfo
-    run: dict[str, Any] = field(default_factory=dict)
-    best_doc: dict[str, Any] = field(default_factory=dict)
+    run: RunFacts = field(default_factory=RunFacts)
+    best: FrozenConfig = field(default_factory=FrozenConfig)
+    schedule: Schedule | None = None
     profile: Any = None
     profile_problem: str | None = None
 

@@ -20,16 +20,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
+from autotune.common.interval import Interval
 from autotune.report.panels.base import Panel
-from autotune.report.schedule import (
-    HELD_OUT,
-    SEARCH,
-    Point,
-    Schedule,
-    read_schedule,
-    schedule_line,
-    span,
-)
+from autotune.report.schedule import HELD_OUT, SEARCH, Point, Schedule, schedule_line, span
 from autotune.report.style import (
     BEST_COLOR,
     esc,
@@ -63,7 +56,7 @@ class BatchSize:
     `note`: what could not be read or shown, or None."""
 
     frame: pd.DataFrame
-    table: list[dict[str, Any]] = field(default_factory=list)
+    table: list[BatchSizeRow] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     method: str | None = None
     objective: str | None = None
@@ -77,7 +70,8 @@ class BatchSize:
 def _speedup_text(p: Point) -> str:
     if p.speedup is None:
         return "no speedup measured"
-    ci = f" [{p.ci90[0]:.2f}, {p.ci90[1]:.2f}] (90%)" if p.ci90 else " (no interval)"
+    ci = (f" [{p.interval.low:.2f}, {p.interval.high:.2f}] (90%)" if p.interval is not None
+          else " (no interval)")
     return f"{p.speedup:.2f}×{ci} vs batched AR"
 
 
@@ -94,8 +88,9 @@ def frame_of(schedule: Schedule) -> pd.DataFrame:
     """Every point as one row (FRAME_COLUMNS), search then held-out, by batch size and K."""
     order = sorted(schedule.points, key=lambda p: (p.split != SEARCH, p.batch_size, p.k))
     rows = [{"batch_size": p.batch_size, "k": p.k, "split": p.split, "speedup": p.speedup,
-             "ci_low": p.ci90[0] if p.ci90 else math.nan,
-             "ci_high": p.ci90[1] if p.ci90 else math.nan, "tokens_per_s": p.tokens_per_s,
+             "ci_low": p.interval.low if p.interval is not None else math.nan,
+             "ci_high": p.interval.high if p.interval is not None else math.nan,
+             "tokens_per_s": p.tokens_per_s,
              "ar_tokens_per_s": p.ar_tokens_per_s, "tau": p.tau, "chosen": p.chosen,
              "hover": hover_of(p)} for p in order]
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
@@ -108,23 +103,44 @@ def _search_speedup(p: Point | None, k: int) -> float | None:
     return p.speedup if p is not None else None
 
 
-def rows_of(schedule: Schedule) -> list[dict[str, Any]]:
-    """Per tuned batch size: the chosen K; its search figures (speedup, tokens/s, batched
-    AR tokens/s, tau) and held-out ones (speedup, ci90, tokens/s, batched AR tokens/s)."""
+@dataclass(frozen=True)
+class BatchSizeRow:
+    """One tuned batch size in the table: the chosen K; its search figures (speedup,
+    tokens/s, batched AR tokens/s, tau) and held-out ones (speedup, interval, tokens/s,
+    batched AR tokens/s). Any figure may be None."""
+
+    batch_size: int
+    k: int
+    search_speedup: float | None
+    search_tokens_per_s: float | None
+    search_ar_tokens_per_s: float | None
+    tau: float | None
+    held_out_speedup: float | None
+    held_out_interval: Interval | None
+    held_out_tokens_per_s: float | None
+    held_out_ar_tokens_per_s: float | None
+
+    def cells(self) -> tuple[float | int | Interval | None, ...]:
+        """The table's cells, in `_TABLE_HEADS` order."""
+        return (self.batch_size, self.k, self.held_out_speedup, self.held_out_interval,
+                self.held_out_tokens_per_s, self.held_out_ar_tokens_per_s,
+                self.search_speedup, self.search_tokens_per_s, self.search_ar_tokens_per_s,
+                self.tau)
+
+
+def rows_of(schedule: Schedule) -> list[BatchSizeRow]:
+    """One row per tuned batch size that has a chosen K."""
     rows = []
     for b in schedule.batch_sizes:
         k = schedule.chosen_k(b)
         if k is None:
             continue
         s, h = schedule.point(b, k, SEARCH), schedule.point(b, k, HELD_OUT)
-        rows.append({"batch_size": b, "k": k, "search_speedup": _search_speedup(s, k),
-                     "search_tokens_per_s": s.tokens_per_s if s else None,
-                     "search_ar_tokens_per_s": s.ar_tokens_per_s if s else None,
-                     "tau": s.tau if s else None,
-                     "held_out_speedup": h.speedup if h else None,
-                     "held_out_ci90": list(h.ci90) if h and h.ci90 else None,
-                     "held_out_tokens_per_s": h.tokens_per_s if h else None,
-                     "held_out_ar_tokens_per_s": h.ar_tokens_per_s if h else None})
+        rows.append(BatchSizeRow(
+            b, k, _search_speedup(s, k), s.tokens_per_s if s else None,
+            s.ar_tokens_per_s if s else None, s.tau if s else None,
+            h.speedup if h else None, h.interval if h else None,
+            h.tokens_per_s if h else None, h.ar_tokens_per_s if h else None))
     return rows
 
 
@@ -145,7 +161,7 @@ def stop_text_of(schedule: Schedule) -> str:
     return text
 
 
-def _notes(schedule: Schedule, frame: pd.DataFrame, rows: list[dict[str, Any]]) -> str | None:
+def _notes(schedule: Schedule, frame: pd.DataFrame, rows: list[BatchSizeRow]) -> str | None:
     out = list(schedule.problems)
     if frame.empty:
         out.append("The schedule holds no readable measured point: nothing to draw.")
@@ -158,9 +174,8 @@ def _notes(schedule: Schedule, frame: pd.DataFrame, rows: list[dict[str, Any]]) 
     return " ".join(s if s.endswith(".") else s + "." for s in out) or None
 
 
-def data(best_doc: dict[str, Any] | None) -> BatchSize | None:
-    """The panel's data from a best.json document; None without a `schedule` section."""
-    schedule = read_schedule(best_doc)
+def data(schedule: Schedule | None) -> BatchSize | None:
+    """The panel's data from best.json's schedule (`read_schedule`); None without one."""
     if schedule is None:
         return None
     frame, rows = frame_of(schedule), rows_of(schedule)
@@ -193,18 +208,18 @@ def _k_lines(fig: go.Figure, frame: pd.DataFrame) -> None:
 
 def _schedule_line(fig: go.Figure, d: BatchSize, frame: pd.DataFrame) -> None:
     """The chosen K at each batch size as one thick line, each point labelled with its K."""
-    rows = [r for r in d.table if r["search_speedup"] is not None]
+    rows = [r for r in d.table if r.search_speedup is not None]
     if not rows:
         return
     hovers = []
     for r in rows:
-        match = frame[(frame["split"] == SEARCH) & (frame["batch_size"] == r["batch_size"])
-                      & (frame["k"] == r["k"])]
+        match = frame[(frame["split"] == SEARCH) & (frame["batch_size"] == r.batch_size)
+                      & (frame["k"] == r.k)]
         hovers.append(match["hover"].iloc[0] if not match.empty else
-                      f"B={r['batch_size']} · K=0: batched AR itself (1.00×)")
+                      f"B={r.batch_size} · K=0: batched AR itself (1.00×)")
     fig.add_trace(go.Scatter(
-        x=[r["batch_size"] for r in rows], y=[r["search_speedup"] for r in rows],
-        mode="lines+markers+text", name=SCHEDULE_TRACE, text=[f"K={r['k']}" for r in rows],
+        x=[r.batch_size for r in rows], y=[r.search_speedup for r in rows],
+        mode="lines+markers+text", name=SCHEDULE_TRACE, text=[f"K={r.k}" for r in rows],
         textposition="top center", hovertext=hovers, hovertemplate="%{hovertext}<extra></extra>",
         line=dict(color=BEST_COLOR, width=5), marker=dict(size=10, color=BEST_COLOR)))
 
@@ -262,23 +277,21 @@ def figure_of(d: BatchSize) -> go.Figure:
     return fig
 
 
-_TABLE_HEADS = (("batch_size", "batch size", 0), ("k", "chosen K", 0),
-                ("held_out_speedup", "held-out speedup", 2), ("held_out_ci90", "90% interval", 2),
-                ("held_out_tokens_per_s", "held-out tok/s", 1),
-                ("held_out_ar_tokens_per_s", "batched AR tok/s (held-out)", 1),
-                ("search_speedup", "search speedup", 2), ("search_tokens_per_s", "search tok/s", 1),
-                ("search_ar_tokens_per_s", "batched AR tok/s (search)", 1),
-                ("tau", "τ (search)", 2))
+# Each column's title and digits, in `BatchSizeRow.cells` order.
+_TABLE_HEADS = (("batch size", 0), ("chosen K", 0), ("held-out speedup", 2),
+                ("90% interval", 2), ("held-out tok/s", 1), ("batched AR tok/s (held-out)", 1),
+                ("search speedup", 2), ("search tok/s", 1), ("batched AR tok/s (search)", 1),
+                ("τ (search)", 2))
 
 
-def _table(rows: list[dict[str, Any]], stops_at: int | None) -> str:
-    heads = "".join(f"<th>{esc(title)}</th>" for _, title, _ in _TABLE_HEADS)
+def _table(rows: list[BatchSizeRow], stops_at: int | None) -> str:
+    heads = "".join(f"<th>{esc(title)}</th>" for title, _ in _TABLE_HEADS)
     body = []
     for row in rows:
-        cells = "".join(f'<td class="nowrap">{esc(num(row.get(key), digits))}</td>'
-                        for key, _, digits in _TABLE_HEADS)
+        cells = "".join(f'<td class="nowrap">{esc(num(value, digits))}</td>'
+                        for value, (_, digits) in zip(row.cells(), _TABLE_HEADS))
         # The row where speculation stops paying stands out, as the best row does elsewhere.
-        cls = ' class="best"' if row["batch_size"] == stops_at else ""
+        cls = ' class="best"' if row.batch_size == stops_at else ""
         body.append(f"<tr{cls}>{cells}</tr>")
     return (f"<div class='table-wrap'><table><thead><tr>{heads}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>")
@@ -305,4 +318,4 @@ def render(d: BatchSize) -> str:
     return section(PANEL_ID, "Batch size", _HOW, head + line + plot + note(d.note) + table)
 
 
-PANEL = Panel(PANEL_ID, lambda i: data(i.best_doc), render, optional=True)
+PANEL = Panel(PANEL_ID, lambda i: data(i.schedule), render, optional=True)

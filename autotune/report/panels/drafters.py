@@ -20,7 +20,7 @@ from autotune.schema.config import ROUTED_DRAFTER as ROUTED
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, note, num, section
-from autotune.report.trials import config_of, finite, metrics_of, ranked, trial_label
+from autotune.report.trials import decoded_config, finite, metrics_of, ranked, trial_label
 
 
 @dataclass
@@ -43,14 +43,14 @@ def data(study: optuna.Study, objective: ObjectiveInfo) -> Drafters | None:
     columns = ["drafter", "category", "speedup", "trial", "label", "best_in_category"]
     best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in ranked(study, objective):                     # best first
-        drafter = config_of(t).get("drafter")
-        if isinstance(drafter, str) and drafter not in best:
-            best[drafter] = t
+        config = decoded_config(t)
+        if config is not None and config.drafter not in best:
+            best[config.drafter] = t
     if not set(best) - {GENERAL}:
         return None
     rows = []
     for drafter, t in best.items():
-        by_category = metrics_of(t).get("speedup_by_category") or {}
+        by_category = metrics_of(t).speedup_by_category or {}
         for category, speedup in sorted(by_category.items()):
             rows.append({"drafter": drafter, "category": category, "speedup": finite(speedup),
                          "trial": t.number, "label": trial_label(t), "best_in_category": False})

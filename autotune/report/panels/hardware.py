@@ -213,7 +213,7 @@ def data(doc: Any, study: optuna.Study | None = None, objective: ObjectiveInfo |
         notes.append(f"{dropped} malformed point{'s' if dropped != 1 else ''} left out.")
     if study is not None and objective is not None:
         best, _ = best_speculative(study, objective)
-        verified = finite(metrics_of(best).get("mean_verified_tokens")) if best is not None else None
+        verified = finite(metrics_of(best).mean_verified_tokens) if best is not None else None
         if best is not None and verified is not None:
             out.verified, out.verified_number = verified, best.number
             where = ""

@@ -6,13 +6,18 @@ carries one, and where it was measured (HTML, no figure)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from pydantic import JsonValue
 
-from autotune.schema.config import KNOBS, method_keys
+from autotune.common.records import JsonRecord
+from autotune.frozen.record import FrozenConfig
+from autotune.measure.summary import MeasurementSummary
+from autotune.schema.config import KNOBS, DecodeConfig, method_keys
 from autotune.schema.engines import ENGINES
 from autotune.schema.knobs import WORKLOAD
 from autotune.schema.label import describe
@@ -21,17 +26,22 @@ from autotune.schema.shape import STATIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.panels.batch_size import PANEL_ID as BATCH_SIZE_PANEL
-from autotune.report.schedule import read_schedule, schedule_line
+from autotune.report.documents import RunFacts
+from autotune.report.schedule import Schedule, schedule_line
 from autotune.report.style import esc, note, num
 from autotune.report.trials import (
     DEFAULT_METHOD,
+    NO_METRICS,
+    ConfigJson,
     complete_trials,
     config_of,
+    decoded_config,
     finite,
     metrics_of,
     pick,
     shape_of,
     trial_label,
+    trial_method,
     trial_preset,
 )
 from autotune.report.verdict import NOT_SPECULATING, Verdict, verdict
@@ -41,6 +51,9 @@ from autotune.search.samplers import BASELINE
 _DYNAMIC_KEYS = ("tree_width", "tree_depth", "tree_tokens")
 _STATIC_KEYS = ("tree_choices",)
 _CHAIN_ONLY_KEYS = ("k", "exit_policy")     # a tree needs exit_policy=fixed; its shape sets the rest
+
+# A config key's value as stored, or the header's text for it (a static tree's size).
+KnobJson = JsonValue
 
 
 @dataclass
@@ -63,7 +76,7 @@ class Header:
     best_trial: int | None = None
     best_label: str | None = None
     best_preset: str | None = None
-    best_params: dict[str, Any] = field(default_factory=dict)
+    best_params: dict[str, KnobJson] = field(default_factory=dict)
     best_values: dict[str, float] = field(default_factory=dict)
     speedup: float | None = None
     latency_ms_per_token: float | None = None
@@ -84,59 +97,64 @@ def policy_keys(policy: str) -> tuple[str, ...]:
     return tuple(name for name, knob in KNOBS.items() if policy in knob.policies)
 
 
-def method_params(config: dict[str, Any]) -> dict[str, Any]:
-    """The config keys that matter for its method (all but the workload's for a method
-    the registry does not know)."""
-    method = str(config.get("method", DEFAULT_METHOD))
+def method_params(config: ConfigJson, method: str) -> dict[str, KnobJson]:
+    """The keys of `config` (as stored) that matter for its method (all but the
+    workload's for a method the registry does not know)."""
     spec = find_method(method)
     if spec is None:
         return {k: v for k, v in config.items() if not (k in KNOBS and KNOBS[k].owner == WORKLOAD)}
     keys = method_keys(spec)
     if keys:
         keys += policy_keys(str(config.get("exit_policy")))
-    shape: DraftShape | None = shape_of(config)
+    shape: DraftShape | None = shape_of(config, method)
     if shape is not None and shape.is_tree:
         keys = tuple(k for k in keys if k not in _CHAIN_ONLY_KEYS) + (
             _STATIC_KEYS if shape.kind == STATIC else _DYNAMIC_KEYS)
-    out = {"method": method, **{k: config[k] for k in keys if k in config}}
+    out: dict[str, KnobJson] = {"method": method, **{k: config[k] for k in keys if k in config}}
     if shape is not None and shape.kind == STATIC:
         # Up to 255 paths: the header names the tree's size; the exports hold the paths.
         out["tree_choices"] = f"{shape.nodes} paths, depth {shape.levels}"
     return out
 
 
-def data(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | None = None,
-         best_doc: dict[str, Any] | None = None) -> Header:
+def data(study: optuna.Study, objective: ObjectiveInfo, run: RunFacts | None = None,
+         best_doc: FrozenConfig | None = None, schedule: Schedule | None = None) -> Header:
     """The header block. The config and its figures come from the study (`verdict`, by
     `validation.answer`; best.json is rebuilt from the same rule, but may be stale);
     model / hardware / workload from best.json, else run.json, else the recommended
-    trial's metrics. Missing keys are simply left out."""
-    run, best_doc = run or {}, best_doc or {}
+    trial's metrics. Missing keys are simply left out. `schedule`: best.json's, read."""
+    run, frozen = run or RunFacts(), best_doc or FrozenConfig()
     said = verdict(study, objective, run)
     best = said.trial
     directions = ", ".join(f"{d} {m}" for d, m in zip(objective.directions, objective.metrics))
-    head = Header(study=str(run.get("study") or study.study_name),
+    head = Header(study=str(run.study or study.study_name),
                   objective=f"{objective.name}: {directions}")
     trials = study.get_trials(deepcopy=False)
     head.counts = {state.name.lower(): n for state in TrialState
                    if (n := sum(t.state == state for t in trials))}
-    metrics: dict[str, Any] = {}
+    metrics = NO_METRICS
+    config: DecodeConfig | None = None
     if best is not None:
         head.best_trial, head.best_label = best.number, trial_label(best)
         head.best_preset = trial_preset(best)
-        head.best_params = method_params(config_of(best))
+        head.best_params = method_params(config_of(best), trial_method(best))
         head.best_values = dict(zip(objective.metrics, best.values))
-        metrics = metrics_of(best)
+        metrics, config = metrics_of(best), decoded_config(best)
     elif said.status in NOT_SPECULATING:
         # Validation said no and the study holds no AR baseline trial: the answer is
         # still the baseline config.
         head.best_label, head.best_params = "baseline (AR)", {"method": DEFAULT_METHOD}
-    elif isinstance(best_doc.get("params"), dict):
-        head.best_trial = best_doc.get("trial")
-        head.best_label = best_doc.get("label") or describe(best_doc["params"])
-        head.best_preset = best_doc.get("preset")
-        head.best_params = method_params(best_doc["params"])
-        metrics = best_doc.get("metrics") if isinstance(best_doc.get("metrics"), dict) else {}
+    elif "config" in frozen.model_fields_set:
+        # No trial completed in the study, but best.json holds an answer (a stale one).
+        config = frozen.config
+        params = config.to_dict()
+        head.best_trial = frozen.trial
+        head.best_label = frozen.label or describe(params)
+        head.best_preset = frozen.provenance.preset if frozen.provenance is not None else None
+        head.best_params = method_params(params, config.method)
+        if frozen.metrics is not None:
+            # best.json's `metrics` are the trial's stored summary.
+            metrics = MeasurementSummary.from_json(frozen.metrics.to_json())
     if head.best_trial is None and head.best_label is None:
         head.note = "No trial has completed yet: there is no best config to show."
     if best is not None or said.status in NOT_SPECULATING:
@@ -144,48 +162,58 @@ def data(study: optuna.Study, objective: ObjectiveInfo, run: dict[str, Any] | No
         head.speedup, head.latency_ms_per_token = said.speedup, said.latency_ms_per_token
         head.baseline_ms_per_token = said.baseline_ms_per_token
     else:
-        head.speedup = finite(metrics.get("speedup"))
-        head.latency_ms_per_token = finite(metrics.get("latency_ms_per_token"))
-        head.baseline_ms_per_token = finite(metrics.get("baseline_latency_ms_per_token"))
+        head.speedup = finite(metrics.speedup)
+        head.latency_ms_per_token = finite(metrics.latency_ms_per_token)
+        head.baseline_ms_per_token = finite(metrics.baseline_latency_ms_per_token)
     head.validation = validation_facts(said)
     if head.baseline_ms_per_token is None:
         # Old or agreement runs: the AR baseline trial's own latency.
         for t in complete_trials(study):
             if trial_preset(t) == BASELINE:
-                head.baseline_ms_per_token = finite(metrics_of(t).get("latency_ms_per_token"))
+                head.baseline_ms_per_token = finite(metrics_of(t).latency_ms_per_token)
                 break
-    head.model = (pick(best_doc.get("model"), ("id", "spec", "dtype", "n_layers", "model_type", "sha256"))
-                  or pick({"id": run.get("model") or metrics.get("model"), "spec": run.get("model_spec"),
-                           "dtype": run.get("dtype") or metrics.get("dtype"),
-                           "n_layers": run.get("n_layers")}, ("id", "spec", "dtype", "n_layers")))
-    draft = best_doc.get("draft") if isinstance(best_doc.get("draft"), dict) else None
-    draft_name = (draft or {}).get("id") or run.get("draft") or metrics.get("draft")
-    if draft_name:
-        head.model["draft"] = str(draft_name)
-    head.hardware = (pick(best_doc.get("hardware"), ("device", "device_name", "cpu", "threads", "cuda",
-                                                     "torch", "transformers", "python"))
-                     or pick({"device": run.get("device_type") or metrics.get("device")}, ("device",)))
-    head.workload = (pick(best_doc.get("workload"), ("source", "categories", "prompts", "max_new_tokens",
-                                                     "temperature", "top_p", "sha256"))
-                     or pick({"source": run.get("workload"), **run}, ("source", "categories", "prompts",
-                                                                      "max_new_tokens", "temperature",
-                                                                      "top_p")))
-    head.search = pick(run, ("sampler", "seed", "trials", "space", "prune", "updated"))
-    head.schedule = schedule_line(read_schedule(best_doc))
-    _engine_facts(head, config_of(best) if best is not None else best_doc.get("params"))
+    _where(head, run, frozen, metrics)
+    head.schedule = schedule_line(schedule)
+    _engine_facts(head, config)
     return head
 
 
-def _engine_facts(head: Header, config: Any) -> None:
+def _where(head: Header, run: RunFacts, frozen: FrozenConfig, metrics: MeasurementSummary) -> None:
+    """Model, hardware, workload and search settings: best.json's records, else run.json's
+    facts, else the recommended trial's metrics."""
+    head.model = (pick(_json(frozen.model), ("id", "spec", "dtype", "n_layers", "model_type", "sha256"))
+                  or pick({"id": run.model or metrics.model, "spec": run.model_spec,
+                           "dtype": run.dtype or metrics.dtype,
+                           "n_layers": run.n_layers}, ("id", "spec", "dtype", "n_layers")))
+    draft_name = (frozen.draft.id if frozen.draft is not None else None) or run.draft or metrics.draft
+    if draft_name:
+        head.model["draft"] = str(draft_name)
+    head.hardware = (pick(_json(frozen.hardware), ("device", "device_name", "cpu", "threads", "cuda",
+                                                   "torch", "transformers", "python"))
+                     or pick({"device": run.device_type or metrics.device}, ("device",)))
+    facts = run.to_json()
+    head.workload = (pick(_json(frozen.workload), ("source", "categories", "prompts", "max_new_tokens",
+                                                   "temperature", "top_p", "sha256"))
+                     or pick({"source": run.workload, **facts}, ("source", "categories", "prompts",
+                                                                 "max_new_tokens", "temperature",
+                                                                 "top_p")))
+    head.search = pick(facts, ("sampler", "seed", "trials", "space", "prune", "updated"))
+
+
+def _json(part: JsonRecord | None) -> Mapping[str, Any] | None:
+    """A best.json part as written (its keys for the header's tables), None without it."""
+    return part.to_json() if part is not None else None
+
+
+def _engine_facts(head: Header, config: DecodeConfig | None) -> None:
     """Whose drafting rules the recommended config was measured under (`--target`), and
     what of that engine our decoder does not reproduce for its method, if anything."""
-    if not isinstance(config, dict) or config.get("engine", "autotune") not in ENGINES:
+    if config is None or config.engine not in ENGINES:
         return
-    rules = ENGINES[config.get("engine", "autotune")]
+    rules = ENGINES[config.engine]
     head.search["rules"] = (f"{rules.label} (--target {rules.name})" if rules.name != "autotune"
                             else "autotune's own decoder (every knob)")
-    approximate = rules.approximation(str(config.get("method")),
-                                      not config.get("temperature"))
+    approximate = rules.approximation(config.method, not config.temperature)
     if approximate and head.note is None:
         head.note = f"Measured approximately as {rules.label} runs it: {approximate}."
 
@@ -285,4 +313,4 @@ def render(h: Header) -> str:
             f'{body}\n</section>')
 
 
-PANEL = Panel("header", lambda i: data(i.study, i.objective, i.run, i.best_doc), render)
+PANEL = Panel("header", lambda i: data(i.study, i.objective, i.run, i.best, i.schedule), render)

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 import pandas as pd
 import plotly.graph_objects as go
 
-from autotune.schema.config import KNOBS
+from autotune.frozen.record import FrozenConfig
+from autotune.report.documents import RunFacts
 from autotune.report.objective import ObjectiveInfo
+from autotune.schema.config import KNOBS
 from autotune.report.panels.base import Panel
 from autotune.report.style import figure, layout, note, section
 from autotune.report.trials import INDEXED, config_of, ranked, trial_label, trial_method
@@ -42,14 +43,14 @@ class LayerHeatmap:
     note: str | None = None
 
 
-def n_layers_of(run: dict[str, Any] | None, best_doc: dict[str, Any] | None,
+def n_layers_of(run: RunFacts | None, best: FrozenConfig | None,
                 study: optuna.Study | None = None) -> int | None:
     """run.json `n_layers`, else best.json `model.n_layers`, else the largest layer index
     any trial's mask or bit param names, plus one."""
-    for value in ((run or {}).get("n_layers"),
-                  ((best_doc or {}).get("model") or {}).get("n_layers")
-                  if isinstance((best_doc or {}).get("model"), dict) else None):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+    model = best.model if best is not None else None
+    for value in (run.n_layers if run is not None else None,
+                  model.n_layers if model is not None else None):
+        if value is not None and value > 0:
             return value
     if study is None:
         return None
@@ -116,5 +117,5 @@ def render(lh: LayerHeatmap) -> str:
                    figure(fig, "fig-layers") + note(lh.note))
 
 
-PANEL = Panel("layers", lambda i: data(i.study, i.objective, n_layers_of(i.run, i.best_doc, i.study)),
+PANEL = Panel("layers", lambda i: data(i.study, i.objective, n_layers_of(i.run, i.best, i.study)),
               render)

@@ -48,7 +48,7 @@ def data(study: optuna.Study, objective: ObjectiveInfo) -> PosAcc:
             shown.append((t, preset))
     rows, missing = [], []
     for t, role in shown:
-        values = metrics_of(t).get("pos_acc")
+        values = metrics_of(t).pos_acc
         if not isinstance(values, list) or not values:
             missing.append(f"#{t.number}")
             continue

@@ -17,7 +17,7 @@ the predicted latency per token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 from typing import Any
 
 import optuna
@@ -25,6 +25,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial
 
+from autotune.measure.summary import MeasurementSummary
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import (
@@ -45,14 +46,13 @@ from autotune.report.trials import (
     trial_method,
 )
 from autotune.search.finalists import current_record
-from autotune.search.screening import SCREEN_ATTR
+from autotune.search.trial_record import TrialRecord
+from autotune.search.validation_record import FinalistFigures
 
 # `autotune.replay.run.FIDELITY`, spelled out: importing the replay tier loads torch.
 REPLAY = "replay"
 SCREENED = "screened then measured"
 VALIDATED = "validated finalist"
-COLUMNS = ["number", "method", "label", "source", "predicted_speedup", "measured_speedup",
-           "predicted_latency_ms_per_token", "measured_latency_ms_per_token", "replay_exact"]
 SYMBOLS = {SCREENED: "circle", VALIDATED: "diamond"}
 
 
@@ -71,42 +71,59 @@ class Predicted:
     note: str | None = None
 
 
-def _row(t: FrozenTrial, source: str, predicted: dict[str, Any],
-         measured: dict[str, Any]) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Point:
+    """One config both predicted and measured (a row of `Predicted.frame`, COLUMNS)."""
+
+    number: int
+    method: str
+    label: str
+    source: str
+    predicted_speedup: float
+    measured_speedup: float
+    predicted_latency_ms_per_token: float | None
+    measured_latency_ms_per_token: float | None
+    replay_exact: bool | None
+
+
+COLUMNS = [f.name for f in fields(Point)]
+
+
+def _point(t: FrozenTrial, source: str, predicted: MeasurementSummary,
+           measured: MeasurementSummary | FinalistFigures) -> Point | None:
     """One point, or None when either speedup is missing (nothing to place)."""
-    pred, meas = finite(predicted.get("speedup")), finite(measured.get("speedup"))
+    pred, meas = finite(predicted.speedup), finite(measured.speedup)
     if pred is None or meas is None:
         return None
-    exact = predicted.get("replay_exact")
-    return {"number": t.number, "method": trial_method(t), "label": trial_label(t),
-            "source": source, "predicted_speedup": pred, "measured_speedup": meas,
-            "predicted_latency_ms_per_token": finite(predicted.get("latency_ms_per_token")),
-            "measured_latency_ms_per_token": finite(measured.get("latency_ms_per_token")),
-            "replay_exact": exact if isinstance(exact, bool) else None}
+    return Point(t.number, trial_method(t), trial_label(t), source, pred, meas,
+                 finite(predicted.latency_ms_per_token), finite(measured.latency_ms_per_token),
+                 predicted.replay_exact)
 
 
-def _screened(study: optuna.Study) -> list[dict[str, Any]]:
-    rows = []
+def _screened(study: optuna.Study) -> list[Point]:
+    points = []
     for t in complete_trials(study):
-        screen = t.user_attrs.get(SCREEN_ATTR)
-        if isinstance(screen, dict) and isinstance(screen.get("predicted"), dict):
-            rows.append(_row(t, SCREENED, screen["predicted"], metrics_of(t)))
-    return [r for r in rows if r is not None]
+        screen = TrialRecord.of(t).screen
+        if screen is not None and screen.predicted is not None:
+            # What replay predicted: a summary's scalars.
+            prediction = MeasurementSummary.from_json(screen.predicted)
+            points.append(_point(t, SCREENED, prediction, metrics_of(t)))
+    return [p for p in points if p is not None]
 
 
-def _validated(study: optuna.Study) -> list[dict[str, Any]]:
+def _validated(study: optuna.Study) -> list[Point]:
     """Finalists whose trial was predicted (a replay study's), against their held-out
     measurement. A measured study's finalists compare measurement with measurement: none."""
     record = current_record(study)
     if record is None:
         return []
     trials = {t.number: t for t in complete_trials(study)}
-    rows = []
+    points = []
     for f in record.finalists:
         t = trials.get(f.trial)
-        if t is not None and metrics_of(t).get("fidelity") == REPLAY:
-            rows.append(_row(t, VALIDATED, metrics_of(t), f.figures.to_json()))
-    return [r for r in rows if r is not None]
+        if t is not None and metrics_of(t).fidelity == REPLAY:
+            points.append(_point(t, VALIDATED, metrics_of(t), f.figures))
+    return [p for p in points if p is not None]
 
 
 def spearman(frame: pd.DataFrame) -> float | None:
@@ -133,8 +150,7 @@ def median_latency_error(frame: pd.DataFrame) -> float | None:
 
 
 def _why_none(study: optuna.Study) -> str:
-    if any(isinstance(t.user_attrs.get(SCREEN_ATTR), dict)
-           for t in study.get_trials(deepcopy=False)):
+    if any(TrialRecord.of(t).screen is not None for t in study.get_trials(deepcopy=False)):
         return "No screened config has completed its measurement yet."
     if study.user_attrs.get("fidelity") == REPLAY:
         return ("This run searched with --fidelity replay: its figures are predictions, "
@@ -148,8 +164,8 @@ def data(study: optuna.Study, objective: ObjectiveInfo | None = None) -> Predict
     """The predicted-and-measured points of `study` and their statistics. `objective` is
     unused (a speedup is a speedup whatever the search ranked); taken so every panel is
     called alike."""
-    rows = _screened(study) + _validated(study)
-    frame = pd.DataFrame(rows, columns=COLUMNS)
+    points = _screened(study) + _validated(study)
+    frame = pd.DataFrame([astuple(p) for p in points], columns=COLUMNS)
     if frame.empty:
         return Predicted(frame, note=_why_none(study))
     rho, error = spearman(frame), median_latency_error(frame)

@@ -38,9 +38,10 @@ def data(study: optuna.Study, objective: ObjectiveInfo) -> TimeSplit:
         return TimeSplit(pd.DataFrame(columns=columns), " ".join(notes))
     m = metrics_of(best)
     name = f"best #{best.number}"
-    candidate = {part: finite(m.get(f"{part}_ms_per_token")) for part in _PARTS}
-    baseline = {"draft": 0.0, "verify": finite(m.get("baseline_verify_ms_per_token")),
-                "other": finite(m.get("baseline_other_ms_per_token"))}
+    candidate = {"draft": finite(m.draft_ms_per_token), "verify": finite(m.verify_ms_per_token),
+                 "other": finite(m.other_ms_per_token)}
+    baseline = {"draft": 0.0, "verify": finite(m.baseline_verify_ms_per_token),
+                "other": finite(m.baseline_other_ms_per_token)}
     rows = []
     if all(v is not None for v in candidate.values()):
         rows += [{"config": name, "part": p, "ms_per_token": v} for p, v in candidate.items()]

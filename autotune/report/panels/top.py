@@ -34,8 +34,8 @@ TOP_METRICS = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token
 class TopTrials:
     """`frame`: rank, number, label, preset, [finalist: its role], [pareto], one column
     per objective metric (`value.<metric>`), then the TOP_METRICS present in any row (None
-    where missing), with `validated` and `validated_ci90` (a finalist's validated speedup
-    and [low, high]) right after the search's speedup when the run was validated.
+    where missing), with `validated` and `validated_interval` (a finalist's validated
+    speedup and its 90% `Interval`) right after the search's speedup when the run was validated.
     `best_number`: the recommended trial (`validation.answer`), highlighted; None for
     "do not speculate" without a baseline trial."""
 
@@ -61,17 +61,16 @@ def data(study: optuna.Study, objective: ObjectiveInfo, n: int = 10) -> TopTrial
                                "preset": trial_preset(t)}
         if chosen.record is not None:
             own = finalists.get(t.number)
-            ci = own.figures.interval if own else None
             row["finalist"] = own.role if own else None
             row["validated"] = own.speedup if own else None
-            row["validated_ci90"] = ci.to_json() if ci is not None else None
+            row["validated_interval"] = own.figures.interval if own else None
         if objective.multi:
             row["pareto"] = t.number in front
         for metric, value in zip(objective.metrics, t.values):
             row[f"value.{metric}"] = value
         for key in TOP_METRICS:
             if key not in objective.metrics:
-                row[key] = m.get(key)
+                row[key] = m.figure(key)
         rows.append(row)
     frame = pd.DataFrame(rows)
     if not frame.empty:
@@ -83,8 +82,8 @@ def data(study: optuna.Study, objective: ObjectiveInfo, n: int = 10) -> TopTrial
 
 # Columns kept even when empty: a validated run shows which rows were finalists.
 _ALWAYS = ("rank", "number", "label", "preset", "pareto", "finalist", "validated",
-           "validated_ci90")
-_VALIDATED = ("validated", "validated_ci90")
+           "validated_interval")
+_VALIDATED = ("validated", "validated_interval")
 
 
 def _validated_beside_search(columns: list[str]) -> list[str]:
@@ -103,7 +102,7 @@ def _validated_beside_search(columns: list[str]) -> list[str]:
 
 _HEADS = {"rank": "#", "number": "trial", "label": "config", "preset": "preset",
           "pareto": "Pareto", "finalist": "finalist", "speedup": "speedup (× AR)",
-          "validated": "validated speedup", "validated_ci90": "90% interval",
+          "validated": "validated speedup", "validated_interval": "90% interval",
           "latency_ms_per_token": "ms/token",
           "baseline_latency_ms_per_token": "AR ms/token",
           "mean_accepted_tokens": "τ (tokens/round)",
@@ -140,7 +139,7 @@ def render(top: TopTrials) -> str:
                 cells.append(f"<td>{esc(value)}</td>")
             elif col == "pareto":
                 cells.append(f"<td>{'★' if value else ''}</td>")
-            elif col == "validated_ci90":
+            elif col == "validated_interval":
                 cells.append(f'<td class="nowrap">{esc(num(value, 2))}</td>')
             else:
                 value = None if isinstance(value, float) and math.isnan(value) else value

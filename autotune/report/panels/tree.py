@@ -81,7 +81,8 @@ def data(study: optuna.Study, objective: ObjectiveInfo) -> TreePanel:
     trials = complete_trials(study)
     metric, title = response_metric(trials, objective)
     sign = _sign_of(metric, objective)
-    shaped = [(t, shape) for t in trials if (shape := shape_of(config_of(t))) is not None]
+    shaped = [(t, shape) for t in trials
+              if (shape := shape_of(config_of(t), trial_method(t))) is not None]
     tree_methods = {trial_method(t) for t, s in shaped if s.is_tree}
     empty = TreePanel(metric, title, sign < 0, [], pd.DataFrame(columns=_CELL_COLUMNS),
                       pd.DataFrame(columns=_DEPTH_COLUMNS))
@@ -190,7 +191,7 @@ def _depth_acceptance(cells: pd.DataFrame, sign: int, by_number: dict[int, Froze
         if part.empty:
             continue
         t = by_number[int(part.at[_best_row(part, sign), "number"])]
-        values = metrics_of(t).get("depth_acceptance")
+        values = metrics_of(t).depth_acceptance
         if not isinstance(values, list):
             continue
         rows += [{"number": t.number, "label": trial_label(t), "method": trial_method(t),
