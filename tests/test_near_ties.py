@@ -299,5 +299,5 @@ def test_the_report_facts_name_the_near_ties() -> None:
     facts = record.measured_in()
     assert facts["near-ties"].startswith("trial 3: 2 of 8 prompts differ from greedy AR")
     assert "near-tie (bfloat16)" in facts["near-ties"] and "not lossless" not in facts
-    assert finalist_rows(record)[0]["near_ties"] == 2
+    assert finalist_rows(record)[0].near_ties == 2
     assert _finalist_line(record.finalists[0]).endswith(", lossless up to 2 near-ties")

@@ -17,6 +17,7 @@ from test_report_render import STUDY, check_page, make_run
 from autotune.schema.label import describe
 from autotune.report import build_report, render_report, write_report
 from autotune.report import panels as P
+from autotune.common.interval import Interval
 from autotune.report.documents import RunFacts
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.trials import best_speculative
@@ -188,11 +189,12 @@ def test_a_stale_record_is_not_used() -> None:
 def test_finalist_rows_put_the_search_figure_beside_the_validated_one() -> None:
     fin = P.finalists.data(validated(), SPEEDUP)
     assert fin.note is None
-    assert [(r["trial"], r["role"], r["search_speedup"], r["speedup"], r["ci90"], r["chosen"])
-            for r in fin.table] == [(1, "search #1", 1.28, 1.10, [1.05, 1.15], False),
-                                    (2, "search #2", 1.25, 1.04, [0.98, 1.09], False),
-                                    (4, "default vllm_ngram", 1.05, 1.12, [1.06, 1.18], True)]
-    assert all(r["tau"] == 2.0 and r["lossless"] is True for r in fin.table)
+    assert [(r.trial, r.role, r.search_speedup, r.speedup, r.interval, r.chosen)
+            for r in fin.table] == [
+        (1, "search #1", 1.28, 1.10, Interval(1.05, 1.15), False),
+        (2, "search #2", 1.25, 1.04, Interval(0.98, 1.09), False),
+        (4, "default vllm_ngram", 1.05, 1.12, Interval(1.06, 1.18), True)]
+    assert all(r.tau == 2.0 and r.lossless is True for r in fin.table)
     assert fin.facts["prompts"] == "12 held-out prompts × 2 repeats"
 
 

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import optuna
 import pandas as pd
 import plotly.graph_objects as go
 
-from autotune.common.interval import CI_KEY, Interval
+from autotune.common.interval import Interval
+from autotune.frozen.record import CategoryFigures
+from autotune.report.documents import readable_parts
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, note, num, parity_line, section
 from autotune.report.trials import finite
-from autotune.report.verdict import plural, stale_reason
+from autotune.report.verdict import plural, search_speedup, stale_reason
 from autotune.report.whiskers import clip, clip_markers, readable_range
 from autotune.search.finalists import current_record
 from autotune.search.validation_record import FinalistEntry, ValidationRecord
@@ -45,51 +46,66 @@ class Finalists:
     (no record, a stale one, no finalist), or None."""
 
     frame: pd.DataFrame
-    table: list[dict[str, Any]] = field(default_factory=list)
+    table: list[FinalistRow] = field(default_factory=list)
     facts: dict[str, str] = field(default_factory=dict)
     note: str | None = None
 
 
-def _ci(figures: dict[str, Any]) -> tuple[float, float] | None:
-    ci = Interval.of(figures)
-    return (ci.low, ci.high) if ci is not None else None
+@dataclass(frozen=True)
+class FinalistRow:
+    """One finalist in the table: who it is, the search's own speedup beside the
+    validated one and its 90% interval, τ (validated tokens per round), lossless,
+    near_ties (prompts that left AR's output at a near-tie the dtype's rounding explains;
+    None for a record without the count), chosen (the record's winner)."""
+
+    trial: int
+    label: str
+    role: str | None
+    search_speedup: float | None
+    speedup: float | None
+    interval: Interval | None
+    tau: float | None
+    lossless: bool | None
+    near_ties: int | None
+    chosen: bool
 
 
-def finalist_rows(record: ValidationRecord) -> list[dict[str, Any]]:
-    """One row per finalist, in the record's order: trial, label, role, search_speedup
-    (the search's own figure), speedup (validated), ci90 ([low, high] or None), tau
-    (validated tokens per round), lossless, near_ties (prompts that left AR's output
-    at a near-tie the dtype's rounding explains; None for a record without the count),
-    chosen (the record's winner)."""
-    rows = []
-    for f in record.finalists:
-        ci = f.figures.interval
-        rows.append({"trial": f.trial, "label": f.label, "role": f.role,
-                     "search_speedup": finite(f.search.get("speedup")),
-                     "speedup": finite(f.speedup), CI_KEY: ci.to_json() if ci else None,
-                     "tau": finite(f.figures.mean_accepted_tokens),
-                     "lossless": f.figures.lossless,
-                     "near_ties": (len(f.figures.near_tie_prompts)
-                                   if f.figures.has("near_tie_prompts") else None),
-                     "chosen": f.trial == record.winner})
-    return rows
+def finalist_rows(record: ValidationRecord) -> list[FinalistRow]:
+    """One row per finalist, in the record's order."""
+    return [FinalistRow(f.trial, f.label, f.role, search_speedup(f), finite(f.speedup),
+                        f.figures.interval, finite(f.figures.mean_accepted_tokens),
+                        f.figures.lossless,
+                        (len(f.figures.near_tie_prompts)
+                         if f.figures.has("near_tie_prompts") else None),
+                        f.trial == record.winner)
+            for f in record.finalists]
 
 
-def _hover(f: FinalistEntry, group: str, speedup: float | None,
-           ci: tuple[float, float] | None, prompts: Any, tau: float | None,
-           estimator: Any = None) -> str:
+@dataclass(frozen=True)
+class GroupFigures:
+    """A finalist's figures on one group of held-out prompts ("all" or a category)."""
+
+    speedup: float | None
+    interval: Interval | None
+    tau: float | None
+    prompts: int | None
+    estimator: str | None = None
+
+
+def _hover(f: FinalistEntry, group: str, figures: GroupFigures) -> str:
     head = f"#{f.trial} {f.label} ({f.role})"
+    speedup, ci, prompts, tau = figures.speedup, figures.interval, figures.prompts, figures.tau
     if speedup is None:
         return f"{head}<br>{group}: no figure (nothing decoded)"
-    if estimator == "predicted":
+    if figures.estimator == "predicted":
         return (f"{head}<br>{group}: {speedup:.3f}× predicted only (fewer than two of its "
                 "prompts measured: not a result)")
     if ci is not None:
-        figure_line = f"{group}: {speedup:.3f}× [{ci[0]:.3f}, {ci[1]:.3f}]"
-        count = plural(prompts, "prompt") if isinstance(prompts, int) else ""
+        figure_line = f"{group}: {speedup:.3f}× [{ci.low:.3f}, {ci.high:.3f}]"
+        count = plural(prompts, "prompt") if prompts is not None else ""
     else:
         figure_line = f"{group}: {speedup:.3f}×"
-        count = (f"{plural(prompts, 'prompt')}: no interval" if isinstance(prompts, int)
+        count = (f"{plural(prompts, 'prompt')}: no interval" if prompts is not None
                  else "no interval")
     extra = " · ".join(part for part in (count, f"τ {tau:.2f}" if tau is not None else "") if part)
     return f"{head}<br>{figure_line}" + (f"<br>{extra}" if extra else "")
@@ -106,6 +122,23 @@ def _groups(record: ValidationRecord) -> list[str]:
     return order
 
 
+def _figures(record: ValidationRecord, f: FinalistEntry, group: str) -> GroupFigures | None:
+    """`f`'s figures on `group` (None: it has none there)."""
+    if group == ALL:
+        figures = f.figures
+        # A prediction-powered record's figures hold for its pool.
+        prompts = record.pool_prompts if record.written("pool_prompts") else record.prompts
+        return GroupFigures(finite(figures.speedup), figures.interval,
+                            finite(figures.mean_accepted_tokens), prompts)
+    written = f.figures.by_category.get(group)
+    if not isinstance(written, dict):
+        return None
+    category = readable_parts(CategoryFigures, written)
+    return GroupFigures(finite(category.speedup), category.interval,
+                        finite(category.mean_accepted_tokens), category.prompts,
+                        category.estimator)
+
+
 def frame_of(record: ValidationRecord) -> pd.DataFrame:
     """The plot's rows (FRAME_COLUMNS) from a validation record. Held-out prompts of a
     single category: "all" only (that category's figures are the same ones)."""
@@ -116,27 +149,15 @@ def frame_of(record: ValidationRecord) -> pd.DataFrame:
     for f in record.finalists:
         chosen = f.trial == record.winner
         legend = f"{f.label} ({f.role})" + (" ✓ chosen" if chosen else "")
-        cats = f.figures.by_category
         for group in groups:
-            if group == ALL:
-                figures = {**f.figures.speedup_json(),
-                           "prompts": (record.pool_prompts if "pool_prompts" not in
-                                       record.absent else record.prompts),
-                           "mean_accepted_tokens": f.figures.mean_accepted_tokens}
-            elif isinstance(cats.get(group), dict):
-                figures = cats[group]
-            else:
+            figures = _figures(record, f, group)
+            if figures is None:
                 continue
-            speedup, ci = finite(figures.get("speedup")), _ci(figures)
-            tau = finite(figures.get("mean_accepted_tokens"))
-            prompts = figures.get("prompts")
-            rows.append({"trial": f.trial, "legend": legend, "label": f.label,
-                         "role": f.role, "chosen": chosen, "group": group,
-                         "speedup": speedup, "ci_low": ci[0] if ci else math.nan,
-                         "ci_high": ci[1] if ci else math.nan,
-                         "prompts": prompts if isinstance(prompts, int) else None, "tau": tau,
-                         "hover": _hover(f, group, speedup, ci, prompts, tau,
-                                         figures.get("estimator"))})
+            ci = figures.interval
+            rows.append((f.trial, legend, f.label, f.role, chosen, group, figures.speedup,
+                         ci.low if ci is not None else math.nan,
+                         ci.high if ci is not None else math.nan, figures.prompts,
+                         figures.tau, _hover(f, group, figures)))
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 
@@ -219,37 +240,36 @@ def _figure(frame: pd.DataFrame) -> go.Figure:
     return fig
 
 
-_TABLE_HEADS = (("trial", "trial", False), ("label", "config", True), ("role", "role", True),
-                ("search_speedup", "search speedup", False),
-                ("speedup", "validated speedup", False), (CI_KEY, "90% interval", False),
-                ("tau", "τ (tokens/round)", False), ("lossless", "lossless", False),
-                ("near_ties", "near-ties", False), ("chosen", "chosen", False))
+_TABLE_HEADS = (("trial", False), ("config", True), ("role", True), ("search speedup", False),
+                ("validated speedup", False), ("90% interval", False),
+                ("τ (tokens/round)", False), ("lossless", False), ("near-ties", False),
+                ("chosen", False))
+NEAR_TIES = "near-ties"
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def _cells(row: FinalistRow, near_ties: bool) -> str:
+    """One finalist's cells, in `_TABLE_HEADS` order (the near-tie count where shown)."""
+    cells = [f"<td>{esc(row.trial)}</td>",
+             f'<td class="text label">{esc(row.label)}</td>',
+             f'<td class="text nowrap">{esc(row.role) if row.role is not None else ""}</td>',
+             f"<td>{esc(num(row.search_speedup))}</td>", f"<td>{esc(num(row.speedup))}</td>",
+             f'<td class="nowrap">{esc(num(row.interval, 2))}</td>',
+             f"<td>{esc(num(row.tau))}</td>", f"<td>{esc(num(row.lossless))}</td>"]
+    if near_ties:
+        cells.append(f"<td>{esc(num(row.near_ties))}</td>")
+    cells.append(f"<td>{'✓' if row.chosen else ''}</td>")
+    return "".join(cells)
+
+
+def _table(rows: list[FinalistRow]) -> str:
     # The near-tie count only where some finalist has one (bf16 / fp16 records).
-    shown = tuple(h for h in _TABLE_HEADS
-                  if h[0] != "near_ties" or any(r.get("near_ties") for r in rows))
+    near_ties = any(r.near_ties for r in rows)
     heads = "".join(f'<th class="{"text" if text else ""}">{esc(title)}</th>'
-                    for _, title, text in shown)
+                    for title, text in _TABLE_HEADS if title != NEAR_TIES or near_ties)
     body = []
     for row in rows:
-        cells = []
-        for key, _, text in shown:
-            value = row.get(key)
-            if text:
-                cells.append(f'<td class="text{" label" if key == "label" else " nowrap"}">'
-                             f'{esc(value) if value is not None else ""}</td>')
-            elif key == "chosen":
-                cells.append(f"<td>{'✓' if value else ''}</td>")
-            elif key == "trial":
-                cells.append(f"<td>{esc(value)}</td>")
-            elif key == CI_KEY:
-                cells.append(f'<td class="nowrap">{esc(num(value, 2))}</td>')
-            else:
-                cells.append(f"<td>{esc(num(value))}</td>")
-        cls = ' class="best"' if row.get("chosen") else ""
-        body.append(f"<tr{cls}>{''.join(cells)}</tr>")
+        cls = ' class="best"' if row.chosen else ""
+        body.append(f"<tr{cls}>{_cells(row, near_ties)}</tr>")
     return (f"<div class='table-wrap'><table><thead><tr>{heads}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
