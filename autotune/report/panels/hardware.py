@@ -7,13 +7,15 @@ figures shows it and where batching stops amortising."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from autotune.measure.profile import FREE_FACTOR, PROFILE_FILE, free_tokens
 from autotune.report.objective import ObjectiveInfo
@@ -59,46 +61,77 @@ class Hardware:
     batch_note: str | None = None
 
 
-def profile_points(doc: Any) -> tuple[pd.DataFrame, int]:
+class ProfilePoint(BaseModel):
+    """One measured point of hardware_profile.json (`measure.profile`): the median (and
+    fastest) ms of a target forward verifying `tokens` tokens. Strict, as a point is
+    either usable or left out: tokens a positive integer, ms a positive finite number;
+    an unusable `ms_min` is only absent."""
+
+    model_config = ConfigDict(strict=True, frozen=True)
+
+    tokens: int = Field(ge=1)
+    ms: float = Field(gt=0, allow_inf_nan=False)
+    ms_min: float | None = None
+
+    @field_validator("ms_min", mode="before")
+    @classmethod
+    def _positive_or_absent(cls, value: object) -> float | None:
+        ms = finite(value)
+        return ms if ms is not None and ms > 0 else None
+
+
+class BatchPoint(ProfilePoint):
+    """One point of the profile's "batch" entry: one pass over `batch_size` rows of
+    `tokens` tokens each."""
+
+    batch_size: int = Field(ge=1)
+
+
+Point = TypeVar("Point", bound=ProfilePoint)
+
+
+def _points(doc: object, key: str, model: type[Point]) -> tuple[list[Point], int]:
+    """The usable points listed under `key` of a profile document (an object), and how
+    many entries were not (not an object, a bad figure)."""
+    entries = doc.get(key) if isinstance(doc, Mapping) else None
+    points, dropped = [], 0
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            points.append(model.model_validate(entry))
+        except ValidationError:
+            dropped += 1
+    return points, dropped
+
+
+def profile_points(doc: object) -> tuple[pd.DataFrame, int]:
     """The valid points of a hardware profile document, by tokens, and how many entries
     were left out (not an object, tokens not a positive integer, ms not a positive finite
     number, a repeated token count)."""
-    points = doc.get("points") if isinstance(doc, dict) else None
-    rows, dropped, seen = [], 0, set()
-    for point in points if isinstance(points, list) else []:
-        tokens = point.get("tokens") if isinstance(point, dict) else None
-        ms = finite(point.get("ms")) if isinstance(point, dict) else None
-        if (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1 or tokens in seen
-                or ms is None or ms <= 0):
+    points, dropped = _points(doc, "points", ProfilePoint)
+    rows, seen = [], set()
+    for point in points:
+        if point.tokens in seen:
             dropped += 1
             continue
-        seen.add(tokens)
-        ms_min = finite(point.get("ms_min"))
-        rows.append({"tokens": tokens, "ms": ms, "ms_min": ms_min if ms_min and ms_min > 0 else None,
-                     "ms_per_token": ms / tokens})
+        seen.add(point.tokens)
+        rows.append((point.tokens, point.ms, point.ms_min, point.ms / point.tokens))
     frame = pd.DataFrame(rows, columns=_PROFILE_COLUMNS)
     return frame.sort_values("tokens", ignore_index=True), dropped
 
 
-def batch_points(batch: Any) -> tuple[pd.DataFrame, int]:
+def batch_points(batch: object) -> tuple[pd.DataFrame, int]:
     """The valid points of a profile's "batch" entry, by batch size then tokens, and how
     many were left out (not an object, batch size or tokens not a positive integer, ms
     not a positive finite number, a repeated (batch size, tokens) pair)."""
-    points = batch.get("batch_points") if isinstance(batch, dict) else None
-    rows, dropped, seen = [], 0, set()
-    for point in points if isinstance(points, list) else []:
-        size = point.get("batch_size") if isinstance(point, dict) else None
-        tokens = point.get("tokens") if isinstance(point, dict) else None
-        ms = finite(point.get("ms")) if isinstance(point, dict) else None
-        if (any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (size, tokens))
-                or (size, tokens) in seen or ms is None or ms <= 0):
+    points, dropped = _points(batch, "batch_points", BatchPoint)
+    rows, seen = [], set()
+    for point in points:
+        if (point.batch_size, point.tokens) in seen:
             dropped += 1
             continue
-        seen.add((size, tokens))
-        ms_min = finite(point.get("ms_min"))
-        rows.append({"batch_size": size, "tokens": tokens, "ms": ms,
-                     "ms_min": ms_min if ms_min and ms_min > 0 else None,
-                     "ms_per_row": ms / size})
+        seen.add((point.batch_size, point.tokens))
+        rows.append((point.batch_size, point.tokens, point.ms, point.ms_min,
+                     point.ms / point.batch_size))
     frame = pd.DataFrame(rows, columns=_BATCH_COLUMNS)
     return frame.sort_values(["batch_size", "tokens"], ignore_index=True), dropped
 
@@ -127,9 +160,8 @@ def _batch_summary(frame: pd.DataFrame) -> str:
     return text + f" The per-row cost still falls at every step up to {ordered[-1]} rows."
 
 
-def _batch(doc: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, str], str]:
+def _batch(batch: object) -> tuple[pd.DataFrame, dict[str, str], str]:
     """The "batch" entry as (points, its display info, the note under its figures)."""
-    batch = doc["batch"]
     frame, dropped = batch_points(batch)
     info = pick(batch, ("model", "device", "dtype", "context_tokens", "repeats"))
     if frame.empty:
@@ -224,7 +256,7 @@ def data(doc: Any, study: optuna.Study | None = None, objective: ObjectiveInfo |
                          f"tokens per pass on average{where}.")
     out.note = " ".join(notes) or None
     if "batch" in doc:
-        out.batch, out.batch_info, out.batch_note = _batch(doc)
+        out.batch, out.batch_info, out.batch_note = _batch(doc["batch"])
     return out
 
 
