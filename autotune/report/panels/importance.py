@@ -37,12 +37,13 @@ from autotune.report.trials import (
     leaf,
     trial_method,
 )
+from autotune.space.entries import ParamValue
 
 MIN_IMPORTANCE_TRIALS = 5      # fANOVA on fewer trials is noise
 _ALL_METHODS = "all methods"
 _NEUTRAL_COLOR = "#555"        # the all-methods scope's bars
 
-Row = tuple[dict[str, Any], dict[str, BaseDistribution], float]    # params, distributions, value
+Row = tuple[dict[str, ParamValue], dict[str, BaseDistribution], float]    # params, distributions, value
 
 
 @dataclass
@@ -137,7 +138,7 @@ def data(study: optuna.Study, objective: ObjectiveInfo) -> Importance:
     per_method: dict[str, list[Row]] = {}
     joint = []
     for t in trials:
-        params: dict[str, Any] = {}
+        params: dict[str, ParamValue] = {}
         dists: dict[str, BaseDistribution] = {}
         for name, dist in t.distributions.items():
             if INDEXED.match(name):

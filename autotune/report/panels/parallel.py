@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from optuna.distributions import CategoricalDistribution
 
 from autotune.report.objective import ObjectiveInfo, metric_title
+from autotune.space.entries import ParamValue
 from autotune.report.panels.base import Panel
 from autotune.report.style import FIG_HEIGHT, figure, note, section
 from autotune.report.trials import (
@@ -88,7 +89,7 @@ def data(study: optuna.Study, objective: ObjectiveInfo) -> Parallel:
     categorical: dict[str, bool] = {}
     choices: dict[str, list[Any]] = {}
     for i, t in enumerate(trials):
-        values: dict[str, Any] = {}
+        values: dict[str, ParamValue] = {}
         for name, dist in t.distributions.items():
             if INDEXED.match(name):
                 continue

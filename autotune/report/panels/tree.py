@@ -249,7 +249,7 @@ def render(tp: TreePanel) -> str:
         hover[i][j] = _cell_hover(row, tp.metric)
     if tp.metric == "speedup":
         # White at AR parity: blue cells beat plain decoding, red ones lose to it.
-        scale: dict[str, Any] = dict(colorscale="RdBu", zmid=1.0)
+        scale: dict[str, str | float | bool] = dict(colorscale="RdBu", zmid=1.0)
     else:
         scale = dict(colorscale="Viridis", reversescale=not tp.higher_better)
     ticks = {CHAIN_COLUMN: "chain (k)", STATIC_COLUMN: "static"}
