@@ -16,10 +16,10 @@ from test_frozen import _doc as simple_doc
 from autotune.common.errors import AutotuneError
 from autotune.common.interval import Interval
 from autotune.frozen.document import frozen_document
+from autotune.frozen.checks import load_frozen_config
 from autotune.frozen.record import (
     FrozenConfig,
     dumps,
-    load_frozen_config,
     upgrade,
     write_frozen,
 )

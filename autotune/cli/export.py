@@ -12,7 +12,7 @@ import autotune.exports as exports  # by attribute: tests/phase_driver.py wraps 
 from autotune.cli.engine_answer import answer_for, note_engine_answer
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
-from autotune.frozen.record import load_frozen_config
+from autotune.frozen.checks import load_frozen_config
 from autotune.runs.exports_folder import refusal_reason
 
 

@@ -21,7 +21,7 @@ from autotune.schema.config import (
 )
 from autotune.schema.methods import get_method
 from autotune.frozen.checks import is_frozen, read_json
-from autotune.frozen.record import load_frozen_config
+from autotune.frozen.checks import load_frozen_config
 from autotune.workloads.prompts import Prompt, encode_prompt
 
 WARMUP_TOKENS = 8

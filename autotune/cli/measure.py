@@ -27,7 +27,8 @@ from autotune.schema.config import (
 )
 from autotune.schema.methods import get_method
 from autotune.frozen.checks import is_frozen, read_json
-from autotune.frozen.record import FrozenConfig, load_frozen_config
+from autotune.frozen.checks import load_frozen_config
+from autotune.frozen.record import FrozenConfig
 from autotune.frozen.environment import (
     describe_environment_change,
     hardware_record,

@@ -13,9 +13,9 @@ the name:
 - `document`: building a document of the current version.
 - `schedule`: the optional K-per-batch-size `schedule` and its checks.
 - `engines`: the per-engine answers a `--target all` run keeps under `engines`.
-- `record`: the typed reader and writer: `FrozenConfig` (every part a declared record),
-  `load_frozen_config`, `write_frozen`, and `upgrade`, the one place that turns an older
-  version into the current one.
-- `checks`: reading a document (`read_parts`, `load_frozen`) and everything wrong with it
-  (`problems`, for `autotune validate`).
+- `record`: the typed document and its writer: `FrozenConfig` (every part a declared
+  record), `write_frozen`, and `upgrade`, the one place that turns an older version into
+  the current one.
+- `checks`: reading a file (`load_frozen`, `load_frozen_config`: checked, upgraded, typed;
+  `read_parts`) and everything wrong with it (`problems`, for `autotune validate`).
 """

@@ -153,3 +153,11 @@ def load_frozen(path: str | Path) -> dict[str, Any]:
         more = f" (and {len(found) - 1} more; run autotune validate {path})" if len(found) > 1 else ""
         raise AutotuneError(f"{path}: {found[0]}{more}")
     return doc
+
+
+def load_frozen_config(path: str | Path) -> FrozenConfig:
+    """Read, check (the version's JSON Schema and the knobs' meaning, as `autotune
+    validate` does) and upgrade a frozen config file into its record; one line naming its
+    first problem otherwise. Here, not in `record.py`: the record reads a document, the
+    checks read a file (so the record imports no checks)."""
+    return FrozenConfig.from_json(load_frozen(path))

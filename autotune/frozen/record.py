@@ -1,6 +1,6 @@
 """best.json as a typed record: `FrozenConfig`, its one reader and its one writer.
 
-    record = load_frozen_config("runs/x/best.json")   # checked, upgraded, typed
+    record = checks.load_frozen_config("runs/x/best.json")   # checked, upgraded, typed
     record.config.k, record.model.n_layers, record.validation.decision
     record.engine_answer("vllm")                        # that engine's answer, or None
     write_frozen(path, record)                          # the file, as autotune writes it
@@ -15,7 +15,7 @@ it was given (`exclude_unset`), in the order it was given them (a record built i
 its declared order, which is best.json's), and numbers as written (`Number`: an int
 stays an int). Keys a part does not declare (a newer autotune's, a figure only some
 records carry) are kept as they are (`extra="allow"`). The structure of a file is checked
-by its version's JSON Schema (`checks.problems`, in `load_frozen_config`), so the models
+by its version's JSON Schema (`checks.problems`, in `checks.load_frozen_config`), so the models
 accept what the schemas accept and leave required-ness to them (a part given alone, as a
 library caller or a test builds it, reads too); `params` is parsed by
 `config_from_mapping`.
@@ -51,7 +51,7 @@ __all__ = ["CategoryFigures", "DecoderPrediction", "FileRef", "FinalistFigures",
            "FrozenContext", "HardwareRecord", "KnobValue", "Metrics", "ModelRecord", "Number",
            "ObjectiveRecord", "ParetoPoint", "ProvenanceRecord", "RaceLook", "RaceRecord",
            "ScheduleDocument", "SchedulePoint", "ScheduleRangeRecord", "Validation",
-           "WorkloadRecord", "dumps", "load_frozen_config", "upgrade", "write_frozen"]
+           "WorkloadRecord", "dumps", "upgrade", "write_frozen"]
 
 # A config key's JSON value (`DecodeConfig.to_dict`): scalars, layer lists, tree paths.
 KnobValue = Union[int, float, str, bool, None, list[int], list[float], list[list[int]]]
@@ -386,7 +386,7 @@ class FrozenConfig(JsonRecord):
     def from_json(cls, doc: Any) -> FrozenConfig:
         """A document of any readable version (upgraded to this one), or an
         AutotuneError naming its first problem in one `key.path: message` line. Checks
-        structure only: `load_frozen_config` checks a file fully first."""
+        structure only: `checks.load_frozen_config` checks a file fully first."""
         if not isinstance(doc, Mapping):
             raise AutotuneError("a frozen config must be a mapping (the contents of best.json)")
         written_as = doc.get("schema", SCHEMA)
@@ -464,15 +464,6 @@ def upgrade(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # -- reading and writing a file ----------------------------------------------------------
-
-def load_frozen_config(path: str | Path) -> FrozenConfig:
-    """Read, check (the version's JSON Schema and the knobs' meaning, as `autotune
-    validate` does) and upgrade a frozen config file; one line naming its first problem
-    otherwise."""
-    # Imported here: the checks read documents through FrozenConfig.
-    from autotune.frozen.checks import load_frozen
-    return FrozenConfig.from_json(load_frozen(path))
-
 
 def dumps(record: FrozenConfig) -> str:
     """The file's text: indented JSON as best.json has always been written."""

@@ -20,7 +20,8 @@ from pathlib import Path
 import autotune.exports as exports
 from autotune.backends import BACKEND_RECORDS
 from autotune.schema.engines import ENGINE_RECORDS, PROVENANCE, engine_rules
-from autotune.frozen.record import Figures, FrozenConfig, Validation, load_frozen_config
+from autotune.frozen.checks import load_frozen_config
+from autotune.frozen.record import Figures, FrozenConfig, Validation
 # By attribute (`exports_folder.swap_in`): tests/phase_driver.py parks a run there.
 from autotune.runs import exports_folder
 from autotune.runs.exports_folder import LAUNCH, build_files, format_refusal

@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 import autotune.exports as exports
 from autotune.common.errors import AutotuneError
 from autotune.schema.label import describe
-from autotune.frozen.record import FrozenConfig, Validation, load_frozen_config
+from autotune.frozen.checks import load_frozen_config
+from autotune.frozen.record import FrozenConfig, Validation
 from autotune.frozen.schedule import Schedule, read_schedule
 
 LAUNCH = "launch.md"
