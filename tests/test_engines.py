@@ -303,11 +303,11 @@ def test_an_unknown_target_is_one_line(tmp_path: Path, capsys) -> None:
 def test_the_report_says_whose_rules_measured_the_answer_and_what_is_approximate() -> None:
     from autotune.report.panels.header import Header, _engine_facts
     head = Header(study="s", objective="o")
-    _engine_facts(head, DecodeConfig(method="ngram", k=3, engine="sglang").to_dict())
+    _engine_facts(head, DecodeConfig(method="ngram", k=3, engine="sglang"))
     assert head.search["rules"] == "SGLang (--target sglang)"
     assert head.note and "trie shared by all requests" in head.note
     head = Header(study="s", objective="o")
-    _engine_facts(head, DecodeConfig(method="ngram", k=3, engine="vllm").to_dict())
+    _engine_facts(head, DecodeConfig(method="ngram", k=3, engine="vllm"))
     assert head.search["rules"] == "vLLM (--target vllm)" and head.note is None
 
 

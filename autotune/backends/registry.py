@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autotune.backends.base import Backend, BackendUnavailable, EngineCost
+from autotune.backends.vllm import METHODS as VLLM_METHODS
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
@@ -177,11 +178,10 @@ BACKEND_RECORDS: dict[str, EngineBackend] = {record.engine: record for record in
     EngineBackend("llama_server", _open_llama_server, unavailable=_llama_server_missing,
                   input_error=_llama_server_input_error, cost=EngineCost(150.0, 0.2),
                   on_cpu=True),
-    # n-gram lookup is the one method checked in vLLM's CPU build (the oracle test,
-    # tests/test_vllm_oracle.py); its draft-model, EAGLE and suffix paths never were.
+    # The methods checked in vLLM's CPU build (n-gram lookup: backends/vllm.METHODS).
     EngineBackend("vllm", _open_vllm, unavailable=_vllm_missing,
                   cost=EngineCost(3100.0, 2.0), cost_setting=_vllm_eager_cost,
-                  methods=("ngram",), on_cpu=True),
+                  methods=VLLM_METHODS, on_cpu=True),
     # Its backend refuses in one line (autotune/backends/gpu_engines.py): it never ran.
     EngineBackend("sglang", _open_sglang, unavailable=_sglang_missing),
     # No backend: a --target trtllm search measures in our decoder under its rules.

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.backends.base import (BackendBase, BackendUnavailable, Clock, RunnerBase,
                                     executable_from_env)
-from autotune.backends.registry import BACKEND_RECORDS
 from autotune.backends.vllm_install import INSTALL, installed_python, missing_instructions
 from autotune.backends.vllm_process import EngineProcess
 from autotune.backends.vllm_worker import Request, Settings
@@ -45,8 +44,10 @@ ENV_PYTHON = "AUTOTUNE_VLLM_PYTHON"
 # runs.
 ENV_EAGER = "AUTOTUNE_VLLM_EAGER"
 CONTEXT_STEP = 256
-# What autotune runs in vLLM's CPU build (its record says why: n-gram lookup only).
-METHODS: tuple[str, ...] = BACKEND_RECORDS[NAME].methods or ()
+# What autotune runs in vLLM's CPU build: n-gram lookup is the one method checked there
+# (the oracle test, tests/test_vllm_oracle.py); its draft-model, EAGLE and suffix paths
+# never were. The registry's record declares it from here.
+METHODS: tuple[str, ...] = ("ngram",)
 # Started engines a backend keeps idle for the next measurement of the same config: a
 # race measures its arms in several looks, and a compiled engine takes 66-97 s to start
 # on 2 cores (measured 2026-11-27, warm compile cache), against seconds for a look; each
