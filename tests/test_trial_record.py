@@ -59,6 +59,10 @@ def test_trials_without_figures_or_from_older_studies() -> None:
                                 retry_of="3", interrupted=1, error="interrupted: Ctrl-C"))
     assert (odd.config_json, odd.metrics, odd.screen, odd.retry_of) == (None, None, None, None)
     assert odd.interrupted and odd.error == "interrupted: Ctrl-C"
+    # Figures of the wrong type (a speedup written as text) are ignored too: one bad
+    # trial must not stop the run folder or the report with a pydantic traceback.
+    typo = TrialRecord.of(_trial(config=CONFIG, metrics={"speedup": "1.2x"}))
+    assert typo.metrics is None and typo.fidelity is None and typo.config is not None
 
 
 def test_stored_metrics_keep_the_scalars_in_order() -> None:

@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any
 
 from optuna.trial import FrozenTrial
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from autotune.common.records import JsonRecord, Number
 from autotune.measure.summary import MeasurementSummary
@@ -106,7 +106,7 @@ class TrialRecord:
         return cls(
             trial=trial,
             config_json=config if isinstance(config, dict) else None,
-            metrics=MeasurementSummary.from_json(metrics) if isinstance(metrics, dict) else None,
+            metrics=_summary(metrics),
             preset=_text(attrs.get(BASELINE_ATTR)),
             screen=(ScreenNote.model_validate(screen)
                     if isinstance(screen, dict) and isinstance(screen.get("rank"), int) else None),
@@ -151,6 +151,17 @@ class TrialRecord:
         if self.metrics is None:
             return None
         return self.metrics.fidelity or "measure"
+
+
+def _summary(metrics: Any) -> MeasurementSummary | None:
+    """A trial's stored figures, or None where there are none or they do not read (a
+    hand-edited storage): one bad trial must not stop the run folder or the report."""
+    if not isinstance(metrics, dict):
+        return None
+    try:
+        return MeasurementSummary.from_json(metrics)
+    except ValidationError:
+        return None
 
 
 def _text(value: Any) -> str | None:
