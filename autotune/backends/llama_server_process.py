@@ -30,6 +30,7 @@ from typing import Any, TypedDict
 from pydantic import BaseModel, ConfigDict
 
 from autotune.common.errors import AutotuneError
+from autotune.exports.llama_server import Sampling
 
 READY_TIMEOUT_S = 120.0
 # One request's ceiling (a tiny model decodes hundreds of tokens per second here; a
@@ -40,18 +41,12 @@ _PR_SET_PDEATHSIG = 1
 _LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
 
 
-class CompletionRequest(TypedDict, total=False):
+class CompletionRequest(Sampling, total=False):
     """A `POST /completion` body as autotune sends it (llama.cpp tools/server/README.md):
-    the sampling of `exports.llama_server.request`, the prompt's token ids and the budget,
-    and how the server answers (`return_tokens`: the token ids of each event)."""
+    the sampling of `exports.llama_server.request` (`Sampling`), the prompt's token ids
+    and the budget, and how the server answers (`return_tokens`: the token ids of each
+    event)."""
 
-    temperature: float
-    top_p: float
-    top_k: int
-    min_p: float
-    repeat_penalty: float
-    frequency_penalty: float
-    presence_penalty: float
     prompt: list[int]
     n_predict: int
     cache_prompt: bool

@@ -26,7 +26,8 @@ from autotune.schema.config import (
     parse_assignments,
 )
 from autotune.schema.methods import get_method
-from autotune.frozen.checks import is_frozen, read_json
+from autotune.common.files import read_json
+from autotune.frozen.checks import is_frozen
 from autotune.frozen.checks import load_frozen_config
 from autotune.frozen.record import FrozenConfig
 from autotune.frozen.environment import (

@@ -1,11 +1,16 @@
-"""Writing output files so that a crash or a kill never leaves half of one."""
+"""Writing output files so that a crash or a kill never leaves half of one, and reading
+a JSON file into one AutotuneError line when it cannot be read."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from autotune.common.errors import AutotuneError
 
 
 def cache_root() -> Path:
@@ -35,3 +40,17 @@ def file_version(path: Path) -> str:
     stat = path.stat()
     key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()
     return hashlib.sha256(key).hexdigest()[:12]
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON in `path`, or an AutotuneError naming the file (and the line of a syntax
+    error)."""
+    path = Path(path)
+    if not path.is_file():
+        raise AutotuneError(f"file not found: {path}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AutotuneError(f"cannot read {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise AutotuneError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None

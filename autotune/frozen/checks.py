@@ -9,12 +9,12 @@ of the knobs by `DecodeConfig.validate`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from autotune.common.errors import AutotuneError
+from autotune.common.files import read_json
 from autotune.common.yaml_source import did_you_mean
 from autotune.schema.config import DecodeConfig
 from autotune.schema.engines import retirement
@@ -121,20 +121,6 @@ def _schema_message(error: Any) -> str:
     if error.validator == "enum":
         return f"{error.instance!r} is not one of {', '.join(map(repr, error.validator_value))}"
     return error.message
-
-
-def read_json(path: str | Path) -> Any:
-    """The JSON in `path`, or an AutotuneError naming the file (and the line of a syntax
-    error)."""
-    path = Path(path)
-    if not path.is_file():
-        raise AutotuneError(f"file not found: {path}")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AutotuneError(f"cannot read {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise AutotuneError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
 
 
 def is_frozen(data: Any) -> bool:

@@ -21,6 +21,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from autotune.common.errors import AutotuneError
+from autotune.common.files import read_json
 from autotune.common.records import first_problem, parse_record
 from autotune.schema.config import GENERAL_DRAFTER, ROUTED_DRAFTER
 
@@ -175,11 +176,7 @@ def file_sha256(path: Path) -> str:
 def read_meta(folder: Path) -> DrafterMeta:
     """`folder`'s drafter.json, checked (one AutotuneError line for what does not fit)."""
     path = folder / DRAFTER_FILE
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise AutotuneError(f"cannot read {path}: {exc}") from None
-    return DrafterMeta.from_json(doc, str(path))
+    return DrafterMeta.from_json(read_json(path), str(path))
 
 
 # ------------------------------------------------------------------ drafters.json
@@ -212,11 +209,7 @@ class DrafterSetIndex(BaseModel):
 def read_set_index(folder: Path) -> DrafterSetIndex:
     """`folder`'s drafters.json, checked (one AutotuneError line for what does not fit)."""
     path = folder / SET_FILE
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise AutotuneError(f"cannot read {path}: {exc}") from None
-    return parse_record(DrafterSetIndex, doc, str(path))
+    return parse_record(DrafterSetIndex, read_json(path), str(path))
 
 
 def is_drafter_set(spec: str | None) -> bool:

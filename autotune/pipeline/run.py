@@ -575,7 +575,7 @@ def _write_outputs(plan: SearchPlan, study: optuna.Study, context: FrozenContext
 
 def _answers_engines(best_path: Path) -> bool:
     """Whether the run's best.json holds per-engine answers (`--target all`, validated)."""
-    from autotune.frozen.checks import read_json
+    from autotune.common.files import read_json
     from autotune.frozen.engines import engine_answers
 
     return bool(engine_answers(read_json(best_path)))

@@ -46,7 +46,7 @@ import optuna
 from autotune.cli.main import main as cli_main
 from autotune.cli.search import print_summary
 from autotune.exports import FORMATS
-from autotune.frozen.checks import read_json
+from autotune.common.files import read_json
 from autotune.frozen.engines import engine_answers
 from autotune.pipeline.run import SearchOutcome
 from autotune.report import REPORT_FILE, write_report
