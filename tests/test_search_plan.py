@@ -105,3 +105,25 @@ def test_the_measured_sample_is_random_and_balanced_by_category() -> None:
             assert all(abs(counts[c] - n * share) < 1 + 1e-9 for c, share in shares.items())
     assert _sample(pool, 16, 0) != _sample(pool, 16, 1)
 
+
+
+@pytest.mark.parametrize("out,message", [
+    ("/proc/autotune-run", r"--out /proc/autotune-run cannot be written"),
+    ("{file}/run", r"is not a folder"),
+])
+def test_an_unwritable_out_folder_is_one_line_before_the_model_loads(out, message, workload,
+                                                                    tmp_path):
+    # issue 59 item 5: `--out /proc/x` loaded the model for 17 s, then a traceback.
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    with pytest.raises(AutotuneError, match=message):
+        plan_search(SearchRequest(workload=workload, space="ngram",
+                                  out=out.format(file=a_file)))
+
+
+def test_the_out_folder_check_leaves_nothing_behind(workload, tmp_path):
+    # A run stopped before its first file leaves no folder: the check only probes.
+    plan = plan_search(SearchRequest(workload=workload, space="ngram",
+                                     out=str(tmp_path / "new" / "run")))
+    assert plan.run_dir == tmp_path / "new" / "run"
+    assert list(tmp_path.iterdir()) == [] or not (tmp_path / "new").exists()

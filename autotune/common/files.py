@@ -34,6 +34,41 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def check_writable_folder(path: Path, flag: str) -> None:
+    """Raise one AutotuneError line unless the folder `path` can be made (or exists) and
+    written into. Probes with a temporary folder inside `path`, or inside its nearest
+    existing ancestor when `path` does not exist yet, and removes it: the check leaves
+    nothing behind (a run that stops before its first file must leave no folder)."""
+    probe_parent = path
+    while not probe_parent.exists():
+        if probe_parent.parent == probe_parent:
+            break
+        probe_parent = probe_parent.parent
+    if probe_parent.exists() and not probe_parent.is_dir():
+        raise AutotuneError(f"{flag} {path}: {probe_parent} is not a folder")
+    try:
+        probe = tempfile.mkdtemp(prefix=".autotune-probe-", dir=probe_parent)
+        try:
+            if probe_parent != path:
+                # The folder itself must be makeable below the ancestor (a name too long,
+                # a file system that refuses it).
+                Path(probe, *path.relative_to(probe_parent).parts).mkdir(parents=True)
+            with tempfile.TemporaryFile(dir=probe):
+                pass
+        finally:
+            _remove_tree(Path(probe))
+    except OSError as exc:
+        raise AutotuneError(f"{flag} {path} cannot be written: "
+                            f"{exc.strerror or exc} ({probe_parent})") from None
+
+
+def _remove_tree(root: Path) -> None:
+    """Remove the probe folder `root` and the empty folders under it."""
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+        folder.rmdir()
+    root.rmdir()
+
+
 def file_version(path: Path) -> str:
     """A short key of one version of a file (its resolved path, size and mtime): what a
     cache derived from the file is filed under, so an edited file is not reused."""

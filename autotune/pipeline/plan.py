@@ -22,6 +22,7 @@ from typing import Any
 
 from autotune.backends import ENGINE_BACKENDS, input_error, unavailable
 from autotune.common.errors import AutotuneError
+from autotune.common.files import check_writable_folder
 from autotune.frozen.record import KnobValue
 from autotune.schema.config import config_from_mapping, load_config_file
 from autotune.schema.engines import ENGINES
@@ -217,6 +218,9 @@ def plan_search(request: SearchRequest) -> SearchPlan:
     run_dir = Path(request.out) if request.out else REPORTS / study_name
     if run_dir.exists() and not run_dir.is_dir():
         raise AutotuneError(f"--out {run_dir} exists and is not a folder")
+    # Before the model loads (17 s for the default): a folder that cannot be made or
+    # written is one line now, not a traceback when the first file is written.
+    check_writable_folder(run_dir, "--out")
     storage = request.storage or str(run_dir / JOURNAL_NAME)
 
     screen_n = (request.screen_prompts if request.screen_prompts is not None
