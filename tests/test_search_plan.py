@@ -126,4 +126,4 @@ def test_the_out_folder_check_leaves_nothing_behind(workload, tmp_path):
     plan = plan_search(SearchRequest(workload=workload, space="ngram",
                                      out=str(tmp_path / "new" / "run")))
     assert plan.run_dir == tmp_path / "new" / "run"
-    assert list(tmp_path.iterdir()) == [] or not (tmp_path / "new").exists()
+    assert not (tmp_path / "new").exists()

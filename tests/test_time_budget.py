@@ -221,6 +221,7 @@ def test_a_budgeted_search_is_cut_to_fit_and_a_larger_budget_extends_it(
     # The machine's speed and the clock are given: 0.25 s per AR token, and a clock that
     # moves 0.2 s per reading, so the counts and deadlines follow from the code alone.
     monkeypatch.setattr(profile, "ar_seconds_per_token", lambda target: 0.25)
+    monkeypatch.setattr(profile, "ar_decode_seconds_per_token", lambda target, ids: None)
     clocks: list[FakeClock] = []
 
     def start(plan):
@@ -330,6 +331,7 @@ def test_a_budgeted_search_measures_its_cost_parts_before_sizing_the_rest(
     # 0.25 s per AR token and a clock moving 0.2 s a reading, as above; the cost parts
     # take 100 s of it (a slow machine), however fast they really ran.
     monkeypatch.setattr(profile, "ar_seconds_per_token", lambda target: 0.25)
+    monkeypatch.setattr(profile, "ar_decode_seconds_per_token", lambda target, ids: None)
     clocks: list[FakeClock] = []
 
     def start(plan):

@@ -18,12 +18,14 @@ is read from there.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from autotune.backends.base import (Backend, BackendBase, BackendUnavailable, EngineCost,
                                     Runner, RunnerBase)
 from autotune.backends.registry import BACKEND_RECORDS, BackendRequest, EngineBackend
+from autotune.backends.startup import known_startup
 from autotune.schema.engines import AUTOTUNE, retirement
 
 if TYPE_CHECKING:
@@ -52,13 +54,20 @@ def measured_methods(engine: str) -> tuple[str, ...] | None:
     return record.methods if record is not None else None
 
 
-def engine_cost(engine: str) -> EngineCost:
-    """What measuring in `engine` costs beside our decoder (ours: nothing more)."""
+def engine_cost(engine: str, model_spec: str | None = None) -> EngineCost:
+    """What measuring in `engine` costs beside our decoder (ours: nothing more); with
+    `model_spec`, one start-up priced at what this machine measured for it where it has
+    (`autotune.backends.startup`)."""
     record = BACKEND_RECORDS.get(engine)
     if record is None:
         return EngineCost()
     setting = record.cost_setting()
-    return setting if setting is not None else record.cost
+    cost = setting if setting is not None else record.cost
+    if model_spec is not None and record.startup is not None:
+        measured = known_startup(record.startup(model_spec))
+        if measured is not None:
+            cost = dataclasses.replace(cost, start_s=measured)
+    return cost
 
 
 def open_backend(engine: str, target: "LoadedModel", draft: "LoadedModel | None" = None,

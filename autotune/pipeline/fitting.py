@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
     from autotune.search.objectives import EvalContext
     from autotune.search.validation_record import ValidationRecord
+    from autotune.workloads.prompts import Prompt
 
 # The study attribute that keeps the held-out sizes a budgeted run validated on: a
 # rerun validates on at least as many (it extends; it never shrinks).
@@ -36,15 +37,24 @@ def start(plan: SearchPlan) -> Budget | None:
     return Budget(plan.time_budget_s, plan.budget_started)
 
 
-def measure_speed(budget: Budget | None, target: LoadedModel) -> float | None:
-    """Seconds per AR token on this machine now (what every stage's cost scales with);
-    None without a budget."""
+def measure_speed(budget: Budget | None, target: LoadedModel,
+                  prompt: Prompt | None = None) -> float | None:
+    """Seconds per AR token on this machine now, as a search pays it (what every
+    stage's cost scales with): a short greedy AR decode of `prompt` (the first search
+    prompt) through the decoder, its loop included; the one-token forward where that
+    decode stops too soon. None without a budget."""
     if budget is None:
         return None
-    from autotune.measure.profile import ar_seconds_per_token
+    from autotune.measure.profile import ar_decode_seconds_per_token, ar_seconds_per_token
+    from autotune.workloads.prompts import encode_prompt
 
-    seconds = ar_seconds_per_token(target)
-    note(f"the machine's speed: AR {1000 * seconds:.1f} ms/token (one-token forward); "
+    forward = ar_seconds_per_token(target)
+    decoded = (ar_decode_seconds_per_token(target, encode_prompt(target.tokenizer, prompt))
+               if prompt is not None else None)
+    seconds = decoded if decoded is not None else forward
+    how = (f"a decoded AR token, the decoder's loop included; its one-token forward "
+           f"{1000 * forward:.1f} ms" if decoded is not None else "one-token forward")
+    note(f"the machine's speed: AR {1000 * seconds:.1f} ms/token ({how}); "
          f"sizing the search to --time-budget {budget.seconds:g} s")
     return seconds
 
