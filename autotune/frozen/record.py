@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Callable, Union
+from typing import Annotated, Any, Callable, Literal, Union
 
 from pydantic import (
     Field,
@@ -47,11 +47,11 @@ from autotune.common.records import Number as Number
 from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.frozen.schema import READABLE, SCHEMA
 
-__all__ = ["CategoryFigures", "DecoderPrediction", "FileRef", "FinalistFigures", "FrozenConfig",
+__all__ = ["AnswerBasis", "BasisKind", "CategoryFigures", "DecoderPrediction", "FileRef", "FinalistFigures", "FrozenConfig",
            "FrozenContext", "HardwareRecord", "KnobValue", "Metrics", "ModelRecord", "Number",
            "ObjectiveRecord", "ParetoPoint", "ProvenanceRecord", "RaceLook", "RaceRecord",
-           "ScheduleDocument", "SchedulePoint", "ScheduleRangeRecord", "Validation",
-           "WorkloadRecord", "dumps", "upgrade", "write_frozen"]
+           "PredictedWhy", "ScheduleDocument", "SchedulePoint", "ScheduleRangeRecord",
+           "Validation", "WorkloadRecord", "dumps", "upgrade", "write_frozen"]
 
 # A config key's JSON value (`DecodeConfig.to_dict`): scalars, layer lists, tree paths.
 KnobValue = Union[int, float, str, bool, None, list[int], list[float], list[list[int]]]
@@ -230,6 +230,78 @@ class DecoderPrediction(Figures):
     trial: int | None = None
 
 
+# Where an answer's figures come from: measured (decoded and timed in `measured_in`),
+# or predicted (autotune's decoder under the engine's drafting rules stands in for it).
+BasisKind = Literal["measured", "predicted"]
+# Why an engine's answer is autotune's decoder's prediction rather than a measurement in
+# the engine itself: not installed here; a GPU engine that cannot run here; an input it
+# cannot run (a model it cannot read); its race in itself skipped by the time budget;
+# its race failed (to start, or midway); no finalist to race; races in the engines
+# themselves turned off (AUTOTUNE_ENGINE_RACES=0); not recorded (a run before v6).
+PredictedWhy = Literal["not_installed", "gpu_engine", "unsupported_input", "budget",
+                       "failed", "no_finalist", "races_off", "not_raced"]
+# The words of each `PredictedWhy` (`AnswerBasis.text`).
+_WHY_TEXT = {"not_installed": "not installed here",
+             "gpu_engine": "a GPU engine that cannot run here",
+             "unsupported_input": "it cannot run this model here",
+             "budget": "its race in itself was skipped by the time budget",
+             "failed": "its race in itself failed",
+             "no_finalist": "it had no finalist to race in itself",
+             "races_off": "races in the engines themselves were off",
+             "not_raced": "not raced in itself"}
+
+
+class AnswerBasis(JsonRecord):
+    """What an answer's figure is (v6 `validation.basis`): measured, in which engine
+    (`measured_in`: "autotune" for autotune's own decoder; `label`: the backend as it
+    names itself, version and mode where known), or predicted by autotune's decoder under
+    the engine's rules, and why (`why`, with the one line `detail` the engine or the
+    failure gave; skipped by the budget: the seconds its start-up `needed_s` and the
+    seconds it `had_s`)."""
+
+    kind: BasisKind
+    measured_in: str
+    label: str | None = None
+    why: PredictedWhy | None = None
+    detail: str | None = None
+    needed_s: Number | None = None
+    had_s: Number | None = None
+
+    @property
+    def predicted(self) -> bool:
+        return self.kind == "predicted"
+
+    def text(self) -> str:
+        """One line: `measured in vLLM 0.32 (CPU, eager) itself`, `measured in
+        autotune's decoder`, `predicted by autotune's decoder: its race in itself was
+        skipped by the time budget (needed 95 s, had 40 s)`."""
+        if not self.predicted:
+            if self.measured_in == "autotune":
+                return "measured in autotune's decoder"
+            return f"measured in {self.label or self.measured_in} itself"
+        why = _WHY_TEXT.get(self.why or "not_raced", str(self.why))
+        facts = []
+        if self.needed_s is not None:
+            facts.append(f"needed {self.needed_s:.0f} s")
+        if self.had_s is not None:
+            facts.append(f"had {self.had_s:.0f} s")
+        if self.detail:
+            facts.append(self.detail)
+        return (f"predicted by autotune's decoder: {why}"
+                + (f" ({'; '.join(facts)})" if facts else ""))
+
+    def short(self) -> str:
+        """For a table cell: `vLLM itself`, `autotune's decoder`, `predicted: not
+        installed here`."""
+        if not self.predicted:
+            return ("autotune's decoder" if self.measured_in == "autotune"
+                    else f"{self.label or self.measured_in} itself")
+        why = _WHY_TEXT.get(self.why or "not_raced", str(self.why))
+        if self.why == "budget" and self.needed_s is not None and self.had_s is not None:
+            why = f"skipped by the budget (needed {self.needed_s:.0f} s, had {self.had_s:.0f} s)"
+        return f"predicted: {why}"
+
+
 class RaceLook(JsonRecord):
     """One look of the validation race."""
 
@@ -269,6 +341,8 @@ class Validation(Figures):
     winner: int | None = None
     measured_by: str | None = None
     measured_by_label: str | None = None
+    # v6: what the figure is (measured, where; or predicted, why).
+    basis: AnswerBasis | None = None
     lossless_tier: str | None = None
     estimator: str | None = None
     pool_prompts: int | None = None
@@ -283,6 +357,10 @@ class Validation(Figures):
     by_category: dict[str, CategoryFigures] | None = None
     finalists: list[FinalistFigures] = Field(default_factory=list)
     decoder_prediction: DecoderPrediction | None = None
+    # v6: the finalists measured faster than their τ allows (their baseline ran slow:
+    # other work on the cores), and whether the answer's own figure is one of them.
+    implausible: list[int] | None = None
+    suspect: bool | None = None
 
     @property
     def speculates(self) -> bool:

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import optuna
 
-from autotune.backends import BackendUnavailable, open_backend
+from autotune.backends import BackendUnavailable, engine_cost, open_backend
 from autotune.common.errors import AutotuneError
 from autotune.common.memory import StagePeaks
 from autotune.frozen.record import FrozenContext
@@ -62,7 +62,8 @@ from autotune.search.engine_screens import (
     predicted_behind,
     screen_engines,
 )
-from autotune.search.engine_races import (EngineRaceSetup, race_in_engine,
+from autotune.search.engine_races import (EngineRaceSetup, note_unraced,
+                                          predicted_because, race_filed, race_in_engine,
                                           raced_finalists, stale_races)
 from autotune.search.pool_prediction import predict_pool
 from autotune.search.schedule_stage import run_schedule
@@ -378,6 +379,9 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: FrozenContext,
             nonlocal plan           # sized to the held-out share of the budget
             plan = fitting.held_out(plan, time_budget, runner.study)
             _validate(plan, runner, screens, clock, time_budget)
+            # Every answered engine not raced in itself: why its answer is predicted.
+            note_unraced(runner.study, plan.engine_races, plan.model, plan.draft,
+                         runner.context.target.device.type)
             if plan.engine_races:
                 clock.lap("racing the finalists")
                 _race_in_engines(plan, runner, time_budget)
@@ -511,6 +515,10 @@ def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | Non
             if budget is not None and arms >= 2:
                 budget.stopped.append(f"{engine}'s race in itself before it began (its "
                                       f"{arms} engines' start-up does not fit its share)")
+            record = (predicted_because(record, engine, "no_finalist") if arms < 2 else
+                      predicted_because(record, engine, "budget",
+                                        *_start_up_fit(budget, deadline, engine, arms)))
+            finalists.store_record(study, record)
             note(f"{engine}: not raced in itself; its answer stays autotune's decoder's "
                  "prediction under its rules")
             continue
@@ -520,6 +528,8 @@ def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | Non
         except BackendUnavailable as exc:
             note(f"{engine}: not raced in itself ({exc}); its answer stays autotune's "
                  "decoder's prediction under its rules")
+            record = predicted_because(record, engine, "failed", f"did not start: {exc}")
+            finalists.store_record(study, record)
             continue
         note(f"racing {engine}'s {arms - 1} finalists again in {backend.label}, against "
              f"its own decoding without speculation: up to {len(plan.held_out)} held-out "
@@ -531,6 +541,8 @@ def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | Non
             # some head sizes): the finished work stands, its answer stays predicted.
             warn(f"{engine}: its race in itself failed ({exc}); its answer stays "
                  "autotune's decoder's prediction under its rules")
+            record = predicted_because(record, engine, "failed", str(exc))
+            finalists.store_record(study, record)
             continue
         finally:
             backend.close()
@@ -538,11 +550,21 @@ def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | Non
             budget.stopped.append(f"{engine}'s race in itself after {raced.race.measured} "
                                   f"of {len(plan.held_out)} held-out prompts")
         raced = fitting.undecided_if_cut(raced, budget)
-        record = record.model_copy(update={"engine_races": {**record.engine_races,
-                                                            engine: raced}})
+        record = race_filed(record, engine, raced)
         finalists.store_record(study, record)
     if budget is not None:
         budget.done("engine_races")
+
+
+def _start_up_fit(budget: Budget | None, deadline: float | None, engine: str,
+                  arms: int) -> tuple[str, float | None, float | None]:
+    """A race the budget skipped, for its record: (what, the seconds its `arms` engines'
+    start-up needed, the seconds the engines' races had left), at the pace kept."""
+    if budget is None or deadline is None or budget.ar_s is None:
+        return "its start-up does not fit its share", None, None
+    needed = arms * engine_cost(engine).start_tokens * budget.ar_s * budget.pace()
+    return (f"its {arms} engines' start-up does not fit its share of the engines' races",
+            needed, max(deadline - budget.clock(), 0.0))
 
 
 def _write_outputs(plan: SearchPlan, study: optuna.Study, context: FrozenContext

@@ -44,7 +44,7 @@ from pydantic import (
 from autotune.common.errors import AutotuneError
 from autotune.common.interval import CI_KEY
 from autotune.common.records import Number, parse_record
-from autotune.frozen.record import DecoderPrediction, Validation
+from autotune.frozen.record import AnswerBasis, DecoderPrediction, Validation
 from autotune.measure.summary import IntervalJson
 
 __all__ = ["POOLED_FIGURES", "VERSION", "Baseline", "FinalistEntry", "FinalistFigures",
@@ -333,6 +333,10 @@ class ValidationRecord(_Record):
     # decoder under its rules, stays as the prediction shown beside it.
     engine_races: dict[str, ValidationRecord] = Field(default_factory=dict,
                                                       exclude_if=_empty)
+    # Per answered engine not raced in itself, why its answer stays the prediction
+    # above (`engine_races.predicted_because`): not installed, a GPU engine, skipped by
+    # the budget, failed. An engine raced in itself has none (`basis` says measured).
+    engine_bases: dict[str, AnswerBasis] = Field(default_factory=dict, exclude_if=_empty)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ValidationRecord:
@@ -394,10 +398,25 @@ class ValidationRecord(_Record):
         record's own part without the engines'."""
         if engine is None:
             return self.model_copy(update={"engines": {}, "engine_finalists": {},
-                                           "engine_races": {}})
+                                           "engine_races": {}, "engine_bases": {}})
         if engine not in self.engines:
             return None
         return self.engine_races.get(engine) or self.predicted_for(engine)
+
+    def basis(self, engine: str | None = None) -> AnswerBasis:
+        """What `engine`'s answer (None: autotune's own) is: measured in the engine
+        itself where its race in itself stands, else autotune's decoder's prediction and
+        why (`engine_bases`; a record from before they were kept: "not_raced"). Its own
+        answer is measured where its race was (autotune's decoder, or the engine of a
+        `--target X` search raced in X)."""
+        if engine is None:
+            return _measured(self)
+        race = self.engine_races.get(engine)
+        if race is not None:
+            return _measured(race)
+        return self.engine_bases.get(engine) or AnswerBasis(kind="predicted",
+                                                            measured_in="autotune",
+                                                            why="not_raced")
 
     def predicted_for(self, engine: str) -> ValidationRecord | None:
         """`engine`'s part of this race, raced in our decoder under its drafting rules
@@ -407,7 +426,8 @@ class ValidationRecord(_Record):
         if judged is None:
             return None
         return self.judged_again(judged, finalists=list(self.engine_finalists.get(engine, [])),
-                                 engines={}, engine_finalists={}, engine_races={})
+                                 engines={}, engine_finalists={}, engine_races={},
+                                 engine_bases={})
 
     def frozen_view(self, trial: int | None) -> Validation:
         """What a frozen config carries under `validation`: the record's shared facts,
@@ -511,6 +531,15 @@ class ValidationRecord(_Record):
                 f"(lossless tier: {self.lossless_tier or 'near-tie'}; counted, not "
                 "held against a config)")
         return facts
+
+
+def _measured(record: ValidationRecord) -> AnswerBasis:
+    """Measured where `record`'s race was measured (autotune's decoder where it says
+    nothing: every record before engine races)."""
+    who = record.measured_by or "autotune"
+    return AnswerBasis(kind="measured", measured_in=who,
+                       **({"label": record.measured_by_label}
+                          if who != "autotune" and record.measured_by_label else {}))
 
 
 # ---- the upgrader ------------------------------------------------------------------
