@@ -22,6 +22,7 @@ import autotune.decoding.decoder as decoder_module
 import autotune.measure.measurement as measure_module
 from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
+from autotune.decoding.prefill import PrefillMemo
 from autotune.measure import paired
 from autotune.measure.summary import MeasurementSummary
 from autotune.measure.measurement import WARMUP_TOKENS, measure, measure_arms
@@ -400,7 +401,7 @@ def test_a_shared_prefill_decodes_exactly_as_its_own(target):
     """A decoder that copies another's prefill of the prompt (`PrefillMemo`) emits the
     same tokens in the same rounds as one that runs the pass itself; the pass runs once
     per prompt, whatever the number of decoders."""
-    memo = decoder_module.PrefillMemo()
+    memo = PrefillMemo()
     for prompt in PROMPTS:
         ids = _ids(target, prompt)
         for config in [DecodeConfig(), *SHARED_ARMS.values()]:
@@ -458,7 +459,7 @@ def test_a_searchs_prefill_memo_times_each_prompt_once_across_measurements(targe
 
     monkeypatch.setattr(target.forward, "forward", counted)
     arms = {"a": DecodeConfig(method="ngram", k=3)}
-    memo = decoder_module.PrefillMemo(capacity=len(PROMPTS))
+    memo = PrefillMemo(capacity=len(PROMPTS))
     first = measure_arms(target, arms, PROMPTS, MAX_NEW, prefills=memo)["a"]
     assert len(passes) == 1 + len(PROMPTS)
     again = measure_arms(target, {"b": DecodeConfig(method="ngram", k=2)}, PROMPTS, MAX_NEW,
@@ -473,7 +474,7 @@ def test_a_searchs_prefill_memo_times_each_prompt_once_across_measurements(targe
             MAX_NEW, time.perf_counter)
         assert _trace(after.candidate) == _trace(own)
     passes.clear()
-    latest_only = decoder_module.PrefillMemo(capacity=1)
+    latest_only = PrefillMemo(capacity=1)
     for _ in range(2):
         measure_arms(target, arms, PROMPTS, MAX_NEW, prefills=latest_only)
     assert len(passes) == 2 * (1 + len(PROMPTS))

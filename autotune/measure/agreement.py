@@ -26,7 +26,7 @@ import torch
 
 from autotune.common.errors import AutotuneError
 from autotune.schema.config import DecodeConfig
-from autotune.decoding.decoder import SpeculativeDecoder
+from autotune.decoding.compatibility import check_decodable
 from autotune.schema.methods import get_method
 from autotune.decoding.reference import Sequence
 from autotune.models.loading import LoadedModel
@@ -46,7 +46,7 @@ def teacher_forced_agreement(target: LoadedModel, config: DecodeConfig,
     # access for layer methods, a shared vocabulary, layer indices inside the model.
     # Its draft: the member a per-category folder's `drafter` names (sequences carry no
     # category, so `routed` is scored with the `all` member).
-    scorer = _scorer(target, config, SpeculativeDecoder(target, config, draft).draft)
+    scorer = _scorer(target, config, check_decodable(target, config, draft).draft)
     agreements = positions = 0
     for prompt_len, ids in sequences:
         if prompt_len < 1:

@@ -514,12 +514,12 @@ def _draft_factors(parts: CostParts, target: "LoadedModel", draft: "LoadedModel 
                    ) -> dict[str, float]:
     """Per method: the decoder's measured drafting time ÷ the bare parts' prediction for
     the same rounds (same drafted counts and exits)."""
-    from autotune.decoding.decoder import SpeculativeDecoder
+    from autotune.decoding.compatibility import check_decodable
 
     factors: dict[str, float] = {}
     for method, config in _calibration_configs(target, draft).items():
         try:
-            SpeculativeDecoder(target, config, draft)
+            check_decodable(target, config, draft)
         except Exception:  # noqa: BLE001 - a method these models cannot run: no factor
             continue
         generations = _decoder_generations(target, config, sample, max_new, clock, draft)

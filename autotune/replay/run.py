@@ -19,7 +19,8 @@ from typing import Any, Sequence
 from autotune.common.errors import AutotuneError
 from autotune.common.memory import release_freed_memory
 from autotune.schema.config import DecodeConfig
-from autotune.decoding.decoder import Generation, RoundTrace, SpeculativeDecoder
+from autotune.decoding.compatibility import check_decodable
+from autotune.decoding.decoder import Generation, RoundTrace
 from autotune.decoding.drafter_choice import pick_drafter
 from autotune.schema.label import describe
 from autotune.schema.methods import get_method
@@ -98,7 +99,7 @@ class Replayer:
             raise AutotuneError(reason)
         # The decoder's own checks: a valid config, a draft where needed, layer access,
         # layer indices inside the stack, a tree-capable forward.
-        SpeculativeDecoder(self.target, config, self.draft)
+        check_decodable(self.target, config, self.draft)
         self._prepare(config)
         cost = CostModel(self.parts, config, self.target.n_layers)
         baseline_cost = CostModel(self.parts, DecodeConfig(), self.target.n_layers)

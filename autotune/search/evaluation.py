@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from autotune.schema.config import DecodeConfig
-from autotune.decoding.decoder import PrefillMemo
+from autotune.decoding.prefill import PrefillMemo
 from autotune.decoding.reference import reference_continuations
 from autotune.measure.agreement import teacher_forced_agreement
 from autotune.measure.measurement import Measurement, PromptRun, measure_arms
