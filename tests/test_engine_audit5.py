@@ -151,3 +151,72 @@ def test_the_vllm_backend_leaves_2k_plus_1_spare_tokens(monkeypatch, tmp_path, k
     spare = settings["max_model_len"] - (longest + max_new)
     assert spare >= 2 * k + 1
     assert backend.settings(None)["max_model_len"] >= longest + max_new + 1
+
+
+# ------------------------------- 3. SGLang's sampled drafts: q = softmax(logits / T)
+def sglang_draft_q(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """sglang 0.5.23 speculative/spec_utils.py L222-272 `sample_draft_proposal`: "q =
+    softmax(logits / T), X ~ q" (L251 `sampling_softmax(next_token_logits,
+    temperatures=temperatures)`); no top-p, which only the target's p gets in the verify
+    (eagle_utils.py L724-741 top_k_renorm_prob, top_p_renorm_prob)."""
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
+def test_sglang_block_drafts_sample_from_q_without_top_p() -> None:
+    """Under SGLang's rules with block verification (drafts sampled) the chooser's q is
+    SGLang's, not the target's top-p nucleus (which measured an optimistic acceptance
+    before issue 61); its samples fall outside the nucleus as SGLang's do. Other
+    engines keep the top-p q."""
+    from autotune.decoding.drafters.base import TokenChooser
+    from autotune.decoding.sampling import probabilities
+    from autotune.schema.engines import AUTOTUNE, SGLANG
+
+    temperature, top_p, vocab = 0.8, 0.5, 16
+    logits = torch.linspace(2.0, -2.0, vocab)[None, :]
+    nucleus = probabilities(logits, temperature, top_p)[0] > 0
+    assert 0 < int(nucleus.sum()) < vocab
+
+    def chooser(rules) -> TokenChooser:
+        return TokenChooser(temperature, top_p, vocab, torch.Generator().manual_seed(0),
+                            greedy_drafts=False,
+                            draft_top_p=not rules.sampled_drafts_skip_top_p)
+
+    sglang, ours = chooser(SGLANG), chooser(AUTOTUNE)
+    drafted = set()
+    for _ in range(200):
+        token, q, _ = sglang(logits)
+        torch.testing.assert_close(q, sglang_draft_q(logits, temperature))
+        drafted.add(int(token[0, 0]))
+    assert any(not nucleus[t] for t in drafted)
+    _, q, _ = ours(logits)
+    torch.testing.assert_close(q, probabilities(logits, temperature, top_p))
+    # An argmax draft (SGLang without block verification) is the same token either way.
+    greedy = TokenChooser(temperature, top_p, vocab, None, greedy_drafts=True,
+                          draft_top_p=False)
+    assert int(greedy(logits)[0][0, 0]) == 0
+
+
+@pytest.mark.parametrize("engine, verify, expected_top_p", [
+    ("sglang", "block", 1.0), ("sglang", "token", 0.5), ("autotune", "block", 0.5),
+    ("vllm", "block", 0.5)])
+def test_the_decoder_hands_its_drafter_the_engines_draft_q(tiny, monkeypatch, engine: str,
+                                                           verify: str,
+                                                           expected_top_p: float) -> None:
+    """The decoder builds its chooser from the engine's rules: a separate draft model
+    under SGLang with verify=block samples from q without top-p."""
+    from autotune.decoding import decoder as decoder_module
+
+    made: list = []
+
+    class Recording(decoder_module.TokenChooser):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(decoder_module, "TokenChooser", Recording)
+    draft = tiny_llama(seed=6, layers=2, scale=4.0)
+    config = DecodeConfig(method="draft_model", k=3, exit_policy="fixed", engine=engine,
+                          verify=verify, temperature=0.8, top_p=0.5)
+    decoder = SpeculativeDecoder(tiny, config, draft)
+    decoder.generate(PROMPT, 6, time.perf_counter, torch.Generator().manual_seed(0))
+    assert made and all(c.draft_top_p == expected_top_p for c in made)

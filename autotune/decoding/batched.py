@@ -192,7 +192,8 @@ class BatchedDecoder:
         single, config, device = self.single, self.config, self.target.device
         choose = TokenChooser(config.temperature, config.top_p, single.vocab_size, generator,
                               greedy_drafts=single.greedy_drafts,
-                              drafted_confidence=single.rules.drafted_token_confidence)
+                              drafted_confidence=single.rules.drafted_token_confidence,
+                              draft_top_p=not single.rules.sampled_drafts_skip_top_p)
         rows: list[_Row] = []
         for index, prompt in enumerate(prompts):
             cache = batch_cache.rows(index, index + 1)

@@ -459,7 +459,8 @@ class SpeculativeDecoder:
         cache = self.target.forward.decode_cache(max_len)
         choose = TokenChooser(config.temperature, config.top_p, self.vocab_size, generator,
                               greedy_drafts=self.greedy_drafts,
-                              drafted_confidence=self.rules.drafted_token_confidence)
+                              drafted_confidence=self.rules.drafted_token_confidence,
+                              draft_top_p=not self.rules.sampled_drafts_skip_top_p)
         drafter = self._drafter(cache, max_len, choose, self.draft_for(category))
         tree_drafter = self._tree_drafter(drafter, self.target.device)
         numerics = (NumericsRecorder(self.target.dtype)

@@ -57,6 +57,8 @@ class EngineRules:
     block_samples_drafts: turning block verification on makes the engine's model drafter
         sample its tokens (verified with the draft's probabilities) instead of drafting
         its argmax (SGLang forces rejection sampling on with it).
+    sampled_drafts_skip_top_p: a sampled model draft is drawn from softmax(logits / T),
+        and verified with that q, without the top-p filter the target's p gets (SGLang).
     approximate: method -> what of the engine's behaviour our decoder does not reproduce.
     approximate_sampling: the same for any drafting method under sampling.
     measures_in_engine: most of its drafters run in the engine only, so a `--target`
@@ -83,6 +85,7 @@ class EngineRules:
     match_verification: bool = False
     block_verification: bool = False
     block_samples_drafts: bool = False
+    sampled_drafts_skip_top_p: bool = False
     approximate: tuple[tuple[str, str], ...] = ()
     approximate_sampling: str = ""
     measures_in_engine: bool = False
@@ -217,9 +220,15 @@ VLLM_V1 = EngineRules("vllm_v1", "vLLM (Model Runner V1)", engine="vllm", runner
 # (speculative/eagle_worker_v2.py L196-197, L773-777, L856-865); speculative/eagle_utils.py
 # L713-716 runs chain_speculative_sampling_triton with block_verification=True
 # (kernels/ops/speculative/reject_sampling.py L53-112).
+# The sampled drafts' q has no top-p (sglang 0.5.23): speculative/spec_utils.py L222-272
+# `sample_draft_proposal` ("q = softmax(logits / T), X ~ q", L251 `sampling_softmax`
+# with temperatures only; a row with top_k 1, SGLang's greedy, proposes its argmax),
+# called for every draft step under rejection sampling (eagle_worker_v2.py L857-865,
+# L1247), while the verify renormalises the target's p by top-k and top-p
+# (eagle_utils.py L724-741): `sampled_drafts_skip_top_p`.
 SGLANG = EngineRules(
     "sglang", "SGLang", greedy_model_drafts=True, block_verification=True,
-    block_samples_drafts=True,
+    block_samples_drafts=True, sampled_drafts_skip_top_p=True,
     approximate_sampling=(
         "under sampling SGLang verifies with its target-only tree kernel (draft "
         "probabilities all zero, acceptance thresholds speculative_accept_threshold_single/"

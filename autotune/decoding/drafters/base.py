@@ -94,23 +94,31 @@ class TokenChooser:
     With `greedy_drafts` a sampled run still drafts the most probable token, verified as
     a one-hot q (vLLM's greedy drafting): lossless, but it accepts less than sampling.
     With `drafted_confidence` a sampled token's confidence is its own probability, not
-    the top-1's (transformers' ConfidenceCriteria); under greedy the two are one."""
+    the top-1's (transformers' ConfidenceCriteria); under greedy the two are one.
+    Without `draft_top_p` a sampled draft (and its q) comes from softmax(logits / T)
+    alone, the target's top-p not applied (SGLang's `sample_draft_proposal`,
+    `EngineRules.sampled_drafts_skip_top_p`): rejection and block verification stay
+    lossless for any q, but the acceptance is SGLang's, lower than with a top-p q."""
 
     def __init__(self, temperature: float, top_p: float, vocab_size: int,
                  generator: torch.Generator | None, greedy_drafts: bool = False,
-                 drafted_confidence: bool = False) -> None:
+                 drafted_confidence: bool = False, draft_top_p: bool = True) -> None:
         self.temperature, self.top_p = temperature, top_p
         self.vocab_size = vocab_size           # the shared vocabulary of draft and target
         self.generator = generator
         self.greedy_drafts = greedy_drafts
         self.drafted_confidence = drafted_confidence
+        # The top-p a draft's q is filtered by: the target's, or none (1.0) for an
+        # engine that samples drafts from the bare tempered softmax. An argmax draft is
+        # the same token either way; its confidence keeps the top-p one.
+        self.draft_top_p = top_p if (draft_top_p or greedy_drafts) else 1.0
 
     def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, float]:
         logits = logits[..., : self.vocab_size]
         if self.temperature == 0.0:
             confidence, token = torch.softmax(logits.float(), dim=-1).max(dim=-1)
             return token[:, None], None, float(confidence[0])
-        q = probabilities(logits, self.temperature, self.top_p)
+        q = probabilities(logits, self.temperature, self.draft_top_p)
         if self.greedy_drafts:
             confidence, token = q.max(dim=-1)
             one_hot = torch.nn.functional.one_hot(token, q.shape[-1]).to(q.dtype)
