@@ -22,7 +22,7 @@ from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.methods.ngram.drafter import lookup
 from autotune.decoding.reference import reference_continuations
 from autotune.measure.agreement import teacher_forced_agreement
-from autotune.measure.measurement import Measurement
+from autotune.measure.results import Measurement
 from autotune.search.evaluation import evaluate
 from autotune.search.objectives import (
     CONSTRAINT_METRICS,

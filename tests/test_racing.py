@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from autotune.decoding.decoder import Generation, RoundTrace
-from autotune.measure.measurement import Measurement, PromptRun
+from autotune.measure.results import Measurement, PromptRun
 from autotune.search import finalists, racing
 from autotune.search.finalists import Finalist
 from autotune.workloads.prompts import Prompt

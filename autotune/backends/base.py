@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Protocol
 
 from autotune.backends.startup import StartupKey
 from autotune.common.errors import AutotuneError
@@ -73,12 +73,36 @@ class Runner(Protocol):
 
     def share_prefills(self, memo: Any) -> None:
         """Take the target's prefill of a prompt from `memo` (a
-        `decoding.decoder.PrefillMemo`) when another runner of this measurement made it
+        `decoding.prefill.PrefillMemo`) when another runner of this measurement made it
         already; an engine that prefills in its own process ignores it."""
+        ...
+
+    def static_forwards(self, categories: Collection[str | None] = (None,)
+                        ) -> Mapping[str, "StaticForward"]:
+        """The static (graphed) forwards this runner decodes prompts of `categories` on,
+        by model name, whose captures the measurement counts; an engine: none."""
+        ...
+
+    def reserve(self, prompt_len: int, max_new_tokens: int,
+                categories: Collection[str | None] = (None,)) -> bool:
+        """Size its static caches for `max_new_tokens` after a `prompt_len` token prompt
+        (of `categories`) before anything is timed; whether a cache grew (its graphs
+        were dropped, so the measurement warms up again). An engine: nothing to size."""
         ...
 
     def close(self) -> None:
         """Free what this config's engine instance holds."""
+        ...
+
+
+class StaticForward(Protocol):
+    """A forward whose passes may replay captured graphs (`models.static_forward`): what
+    a measurement reads of it."""
+
+    captures: int                     # graphs captured, ever
+
+    def graph_mode(self) -> str:
+        """How its passes run: "cuda graphs", "eager", "eager (capture failed: ...)"."""
         ...
 
 
@@ -98,6 +122,16 @@ class RunnerBase:
 
     def share_prefills(self, memo: Any) -> None:
         """Every prefill runs in the engine itself."""
+
+    def static_forwards(self, categories: Collection[str | None] = (None,)
+                        ) -> Mapping[str, StaticForward]:
+        """No static forward of ours: the engine runs its own passes."""
+        return {}
+
+    def reserve(self, prompt_len: int, max_new_tokens: int,
+                categories: Collection[str | None] = (None,)) -> bool:
+        """No static cache of ours to size."""
+        return False
 
     def close(self) -> None:
         """Nothing held beyond what garbage collection frees."""

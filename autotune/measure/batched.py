@@ -25,7 +25,8 @@ from autotune.common.errors import AutotuneError
 from autotune.decoding.batched import BatchedDecoder, BatchGeneration
 from autotune.schema.config import DecodeConfig
 from autotune.measure import paired
-from autotune.measure.measurement import WARMUP_TOKENS, Clock, PromptRun, lossless_verdicts
+from autotune.measure.measurement import WARMUP_TOKENS, Clock
+from autotune.measure.results import PromptRun, lossless_verdicts
 from autotune.measure.summary import MeasurementSummary
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt

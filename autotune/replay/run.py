@@ -24,7 +24,7 @@ from autotune.decoding.decoder import Generation, RoundTrace
 from autotune.decoding.drafter_choice import pick_drafter
 from autotune.schema.label import describe
 from autotune.schema.methods import get_method
-from autotune.measure.measurement import Measurement, PromptRun
+from autotune.measure.results import Measurement, PromptRun
 from autotune.models.loading import LoadedModel
 from autotune.replay import replay_refusal
 from autotune.replay.costs import CostModel, CostParts, load_or_measure_parts

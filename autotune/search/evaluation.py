@@ -16,7 +16,8 @@ from autotune.schema.config import DecodeConfig
 from autotune.decoding.prefill import PrefillMemo
 from autotune.decoding.reference import reference_continuations
 from autotune.measure.agreement import teacher_forced_agreement
-from autotune.measure.measurement import Measurement, PromptRun, measure_arms
+from autotune.measure.measurement import measure_arms
+from autotune.measure.results import Measurement, PromptRun
 from autotune.measure.summary import MeasurementSummary
 from autotune.search.objectives import EvalContext, Objective, Report, is_defined
 from autotune.workloads.prompts import encode_prompt

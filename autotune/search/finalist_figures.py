@@ -20,7 +20,7 @@ from autotune.measure.paired import PromptPair
 from autotune.search.validation_record import POOLED_FIGURES, FinalistFigures
 
 if TYPE_CHECKING:
-    from autotune.measure.measurement import PromptRun
+    from autotune.measure.results import PromptRun
 
 __all__ = ["ROW_FIELDS", "figures", "row_of"]
 

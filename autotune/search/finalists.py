@@ -378,7 +378,8 @@ def _twins(configs: dict[str, DecodeConfig], predicted: dict[str, list[paired.Pr
 def _measure_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
     """Measure the active arms on the sample's prompts up to `size` not yet measured (a
     twin whose first arm is measured too takes that arm's runs)."""
-    from autotune.measure.measurement import lossless_tier, measure_arms
+    from autotune.measure.measurement import measure_arms
+    from autotune.measure.results import lossless_tier
     from autotune.search.finalist_figures import row_of
 
     ctx, prompts, offset = setup.ctx, setup.prompts, race.measured
