@@ -25,17 +25,9 @@ from autotune.cli.main import main
 from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.schema.methods import get_method
-from autotune.replay import costs
-from autotune.replay.costs import (
-    FORMAT,
-    CostModel,
-    CostParts,
-    LayerParts,
-    interpolate,
-    isotonic,
-    load_or_measure_parts,
-    pass_curve,
-)
+from autotune.replay import parts as part_timing
+from autotune.replay.costs import FORMAT, CostModel, CostParts, LayerParts, interpolate
+from autotune.replay.parts import isotonic, load_or_measure_parts, pass_curve
 from autotune.replay.reference import Reference, reference_set
 from autotune.replay.simulate import ReplayRound, simulate
 from autotune.search.study import counted_trials
@@ -358,7 +350,7 @@ def measured(monkeypatch):
         parts.ar_other = float(len(calls))          # tells the measurements apart
         return parts
 
-    monkeypatch.setattr(costs, "measure_parts", fake)
+    monkeypatch.setattr(part_timing, "measure_parts", fake)
     return calls
 
 

@@ -326,7 +326,7 @@ def test_the_sizing_counts_the_setup_as_fixed_time_and_drops_its_estimate() -> N
 
 def test_a_budgeted_search_measures_its_cost_parts_before_sizing_the_rest(
         tiny_dir, tmp_path, monkeypatch, capsys) -> None:
-    import autotune.replay.costs as costs
+    import autotune.replay.parts as costs
 
     # 0.25 s per AR token and a clock moving 0.2 s a reading, as above; the cost parts
     # take 100 s of it (a slow machine), however fast they really ran.

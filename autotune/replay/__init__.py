@@ -9,7 +9,8 @@ sources.py     what a method's source gives (`MethodSpec.replay`): a prompt's tr
                and what is exact
 simulate.py    the decoder's rounds along a reference, for any K, exit policy, tree
 draft_cost.py  what a method's draft cost gives (`MethodSpec.draft_cost`)
-costs.py       the cost model from measured parts
+costs.py       the cost model from measured parts (`CostParts`, `CostModel`)
+parts.py       measuring those parts, and their file in the cache
 run.py         `Replayer`: configs -> predicted measurements (`"fidelity": "replay"`)
 
 Each method's own source and draft cost live in its package

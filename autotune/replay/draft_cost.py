@@ -83,7 +83,7 @@ class DraftCost:
         for a drafter that runs none of the target's layers (see `PassDraftCost`)."""
         return 0.0
 
-    # -- calibrating and measuring the parts (costs.measure_parts) -------------------------
+    # -- calibrating and measuring the parts (parts.measure_parts) -------------------------
 
     @staticmethod
     def calibration_config(target: "LoadedModel", draft: "LoadedModel | None"

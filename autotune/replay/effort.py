@@ -1,4 +1,4 @@
-"""How hard the replay tier's cost parts are measured (`costs.measure_parts`).
+"""How hard the replay tier's cost parts are measured (`parts.measure_parts`).
 
 At full effort the parts take about `PARTS_TOKENS` AR tokens per new token (37 s of
 the main job at 26.6 ms/token and 32 new tokens, docs/benchmarks.md); on a machine ten

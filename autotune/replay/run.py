@@ -27,7 +27,8 @@ from autotune.schema.methods import get_method
 from autotune.measure.results import Measurement, PromptRun
 from autotune.models.loading import LoadedModel
 from autotune.replay import replay_refusal
-from autotune.replay.costs import CostModel, CostParts, load_or_measure_parts
+from autotune.replay.costs import CostModel, CostParts
+from autotune.replay.parts import load_or_measure_parts
 from autotune.replay.effort import FULL, PartsEffort
 from autotune.replay.reference import Reference, reference_set
 from autotune.replay.simulate import ReplayRound, simulate

@@ -37,7 +37,8 @@ from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import MAX_DRAFT_TOKENS
 from autotune.schema.shape import DYNAMIC
 from autotune.models.llama import KVCache, LlamaForward
-from autotune.replay.costs import DRAFT_SIZES, head_curve, head_inputs, interpolate
+from autotune.replay.costs import interpolate
+from autotune.replay.parts import DRAFT_SIZES, head_curve, head_inputs
 from autotune.replay.draft_cost import HeadDraftCost, HeadParts
 from autotune.replay.heads import AnchoredTrack, AnchorRows, AnchorTables, HeadSource
 from autotune.replay.reference import Reference
@@ -233,7 +234,7 @@ class EagleCost(HeadDraftCost):
     def measure(target: "LoadedModel", draft: "LoadedModel", clock: Callable[[], float],
                 context: int) -> HeadParts:
         """The head's fc + decoder layer over n pairs after `context` entries, and the
-        target's LM head over n features (`costs.head_inputs`)."""
+        target's LM head over n features (`parts.head_inputs`)."""
         head: HeadForward = draft.forward          # type: ignore[assignment]
         inputs = head_inputs(target, clock, context)
         features, ids, context = inputs.features, inputs.ids, inputs.context

@@ -24,7 +24,8 @@ import torch
 from autotune.common.errors import AutotuneError
 from autotune.schema.config import DecodeConfig
 from autotune.measure.timing import time_call
-from autotune.replay.costs import PART_REPEATS, head_inputs, interpolate
+from autotune.replay.costs import interpolate
+from autotune.replay.parts import PART_REPEATS, head_inputs
 from autotune.replay.draft_cost import HeadParts
 from autotune.replay.draft_cost import HeadDraftCost
 from autotune.replay.heads import AnchoredTrack, AnchorRows, AnchorTables, HeadSource
@@ -123,7 +124,7 @@ class MedusaCost(HeadDraftCost):
     def measure(target: "LoadedModel", draft: "LoadedModel", clock: Callable[[], float],
                 context: int) -> HeadParts:
         """Every head's residual blocks over one feature, and the target's LM head over
-        n features (`costs.head_inputs`)."""
+        n features (`parts.head_inputs`)."""
         head: HeadForward = draft.forward          # type: ignore[assignment]
         inputs = head_inputs(target, clock, context)
         with torch.inference_mode():
