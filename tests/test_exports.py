@@ -810,7 +810,7 @@ def test_baseline_has_nothing_to_export(fmt: str) -> None:
 
 
 def test_a_method_no_engine_knows_is_refused_by_every_format() -> None:
-    register_method(MethodSpec("toy", label="toy", color="#000000", drafter=object))
+    register_method(MethodSpec("toy", label="toy", color="#000000", drafter=lambda: object))
     try:
         doc = frozen(method="toy")
         assert expressible(doc) == []

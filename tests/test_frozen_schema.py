@@ -30,7 +30,7 @@ ITEM_TYPE = {"int_set": "integer", "int_list": "integer", "float_list": "number"
 
 @pytest.fixture
 def toy_method() -> Iterator[str]:
-    register_method(MethodSpec("toy", label="toy", color="#000000", drafter=object))
+    register_method(MethodSpec("toy", label="toy", color="#000000", drafter=lambda: object))
     try:
         yield "toy"
     finally:

@@ -50,7 +50,7 @@ def test_config_py_names_no_method() -> None:
 
 
 def _toy(knobs: tuple[MethodKnob, ...], **kwargs: object) -> MethodSpec:
-    return MethodSpec("toy2", label="toy", color="#000000", drafter=object, order=5,
+    return MethodSpec("toy2", label="toy", color="#000000", drafter=lambda: object, order=5,
                       knobs=knobs, **kwargs)
 
 

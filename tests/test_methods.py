@@ -77,7 +77,7 @@ def test_a_toy_without_tree_support_is_refused_a_tree(toy):
 
 def test_a_toy_claiming_trees_without_hooks_is_refused():
     spec = register_method(MethodSpec("repeat_tree", label="x", color="#000000",
-                                      drafter=RepeatLast, can_tree=True))
+                                      drafter=lambda: RepeatLast, can_tree=True))
     try:
         decoder = SpeculativeDecoder(tiny_llama(seed=0, layers=2, vocab=32),
                                      DecodeConfig(method="repeat_tree", tree_width=2,
@@ -104,9 +104,12 @@ def test_a_method_without_scorer_agrees_nowhere(toy):
 def test_a_builtin_lives_in_its_own_package(name):
     spec = get_method(name)
     assert importlib.import_module(f"autotune.methods.{name}").SPEC is spec
-    parts = [spec.drafter, spec.scorer, spec.replay, spec.draft_cost]
+    # Each part is reached by a loader of the package, which imports it from a module
+    # of the package by name (no "module:attribute" string, issue 62).
+    parts = [spec.drafter, spec.scorer, spec.replay, spec.draft_cost, spec.shared_state]
     for part in filter(None, parts):
-        assert isinstance(part, str) and part.startswith(f"autotune.methods.{name}."), part
+        assert callable(part) and part.__module__ == f"autotune.methods.{name}", part
+        assert part().__module__.startswith(f"autotune.methods.{name}."), part
     cost = spec.draft_cost_class()
     assert cost is None or issubclass(cost, DraftCost)
     assert spec.about, "the README's methods table needs a line on what it is"

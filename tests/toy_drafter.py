@@ -30,6 +30,6 @@ class RepeatLast(Drafter):
 @pytest.fixture
 def toy() -> MethodSpec:
     spec = register_method(MethodSpec(TOY, label="repeat last", color="#000000",
-                                      drafter=RepeatLast))
+                                      drafter=lambda: RepeatLast))
     yield spec
     unregister_method(spec.name)

@@ -2,19 +2,21 @@
 (`DerivedKnob`) the report plots for it.
 
 A built-in method's package (`autotune/methods/<name>/__init__.py`) defines its `SPEC`
-from these; the registry (`autotune.schema.methods`) finds and holds the specs. Kept
-apart from the registry so that a method's package can be imported on its own, before
-the registry has listed the built-ins. Imports no torch: a spec names its code by
-"module:attribute" strings, imported on first use.
+from these; the registry (`autotune.schema.methods`) holds the specs. Kept apart from
+the registry so that a method's package can be imported on its own, before the
+registry has listed the built-ins. Imports no torch: a spec reaches its code (drafter,
+scorer, replay source, draft cost, cross-request state) through loaders, zero-argument
+functions in the method's package that import what they return when first called, so
+that a reader and an import tool follow each to its definition.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from autotune.common.errors import AutotuneError
+from autotune.common.packages import installed
 from autotune.schema.knobs import MethodKnob
 
 __all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "DerivedKnob", "Factory", "KnobCheck",
@@ -24,7 +26,9 @@ __all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "DerivedKnob", "Factory", "K
 TARGET_STACK = "target"                  # the target's layers (layer_skip)
 DRAFT_OR_TARGET_STACK = "draft_or_target"  # the --draft's layers if given, else the target's
 
-Factory = Any        # a class or function, or "package.module:attribute" naming one
+# A loader: a zero-argument function that imports a class or function of the method's
+# package and returns it (`def _drafter(): from .drafter import X; return X`).
+Factory = Callable[[], Any]
 # A method's rules on a config's values: (config, n_layers or None) -> None, raising one
 # AutotuneError line on the first value it refuses.
 KnobCheck = Callable[[Any, "int | None"], None]
@@ -96,21 +100,20 @@ class MethodSpec:
     reads_target_features: its drafter reads the target's features (trained heads:
         EAGLE, Medusa); every target pass hands it those of the tokens kept
         (`target_features(features [1, T, H])`), so the target needs the compact forward.
-    drafter: the Drafter class (`build(context) -> Drafter`), or its "module:Class".
-    scorer: the agreement proxy's scorer factory, `(target, config, draft) -> Scorer`,
-        or its "module:function"; None when the method has no cheap proxy.
-    replay: the replay tier's source factory, `(target, draft) -> ReplaySource`
-        (autotune/replay/sources.py), or its "module:function"; None when the method
-        cannot be replayed (it is then only measured).
-    draft_cost: the replay cost model's `DraftCost` class for this method
+    drafter: the loader of its Drafter class (`build(context) -> Drafter`).
+    scorer: the loader of the agreement proxy's scorer factory, `(target, config,
+        draft) -> Scorer`; None when the method has no cheap proxy.
+    replay: the loader of the replay tier's source factory, `(target, draft) ->
+        ReplaySource` (autotune/replay/sources.py); None when the method cannot be
+        replayed (it is then only measured).
+    draft_cost: the loader of the replay cost model's `DraftCost` class for this method
         (autotune/replay/draft_cost.py: its drafting time per replayed round from the
-        measured parts), or its "module:Class"; None: it drafts at no cost (the AR
-        baseline).
+        measured parts); None: it drafts at no cost (the AR baseline).
     model_free: it drafts from token statistics alone (n-grams, suffix trees), so the
         engines' model-free rules apply to it (`EngineRules.ngram_ignores_budget`).
-    shared_state: a factory `(config) -> state` of what the method keeps across the
-        requests one arm serves (an engine's cache of earlier outputs), or its
-        "module:function"; None when every request starts afresh. The decoder makes one
+    shared_state: the loader of a factory `(config) -> state` of what the method keeps
+        across the requests one arm serves (an engine's cache of earlier outputs); None
+        when every request starts afresh. The decoder makes one
         per arm (the factory may return None: this config keeps nothing) and hands it
         to each generation's drafter (`DraftContext.shared`); the state
         `absorb(prompt, response, max_new_tokens)`s a finished request that was served
@@ -185,13 +188,7 @@ class MethodSpec:
 
     def available(self) -> bool:
         """Whether the optional package it runs on (`requires`) is installed."""
-        if self.requires is None:
-            return True
-        import importlib.util
-        try:
-            return importlib.util.find_spec(self.requires[0]) is not None
-        except ModuleNotFoundError:              # a missing parent package
-            return False
+        return self.requires is None or installed(self.requires[0])
 
     def require_available(self) -> None:
         """Refuse, in one line, to run a method whose optional package is missing."""
@@ -200,26 +197,19 @@ class MethodSpec:
             raise AutotuneError(f"method={self.name} needs {self.requires[0]}: "
                                 f"{self.requires[1]}")
 
-    # -- the code behind it (imported on first use) --------------------------------------
+    # -- the code behind it (its loaders, imported on first use) --------------------------
 
     def drafter_class(self) -> Any:
-        return _resolve(self.drafter)
+        return self.drafter()
 
     def scorer_factory(self) -> Any | None:
-        return _resolve(self.scorer) if self.scorer is not None else None
+        return self.scorer() if self.scorer is not None else None
 
     def replay_factory(self) -> Any | None:
-        return _resolve(self.replay) if self.replay is not None else None
+        return self.replay() if self.replay is not None else None
 
     def shared_state_factory(self) -> Any | None:
-        return _resolve(self.shared_state) if self.shared_state is not None else None
+        return self.shared_state() if self.shared_state is not None else None
 
     def draft_cost_class(self) -> Any | None:
-        return _resolve(self.draft_cost) if self.draft_cost is not None else None
-
-
-def _resolve(factory: Factory) -> Any:
-    if not isinstance(factory, str):
-        return factory
-    module, _, attribute = factory.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+        return self.draft_cost() if self.draft_cost is not None else None

@@ -3,7 +3,13 @@ the target's vocabulary (Leviathan et al., 2023; Chen et al., 2023)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
 from autotune.schema.method_spec import MethodSpec, Preset
+
+if TYPE_CHECKING:
+    from autotune.decoding.drafters.base import Drafter
+    from autotune.replay.draft_cost import DraftCost
 
 
 def _presets(n_layers: int) -> list[Preset]:
@@ -22,10 +28,33 @@ def _presets(n_layers: int) -> list[Preset]:
     ]
 
 
+# Its code, imported on first use (drafters, scorers and replay sources import torch;
+# this package must not): each loader imports what it returns, so a reader and a tool
+# follow it to its definition.
+def _drafter() -> type[Drafter]:
+    from autotune.methods.draft_model.drafter import DraftModelDrafter
+    return DraftModelDrafter
+
+
+def _scorer() -> Callable[..., Any]:
+    from autotune.methods.draft_model.agreement import scorer
+    return scorer
+
+
+def _replay() -> Callable[..., Any]:
+    from autotune.methods.draft_model.replay import source
+    return source
+
+
+def _draft_cost() -> type[DraftCost]:
+    from autotune.methods.draft_model.replay import DraftModelCost
+    return DraftModelCost
+
+
 SPEC = MethodSpec(
     "draft_model", label="draft_model", color="#E69F00", order=10, needs_draft=True,
     uses_draft=True, can_tree=True,
     about="a separate, smaller draft model with the target's vocabulary",
-    drafter=f"{__name__}.drafter:DraftModelDrafter", scorer=f"{__name__}.agreement:scorer",
-    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:DraftModelCost",
+    drafter=_drafter, scorer=_scorer,
+    replay=_replay, draft_cost=_draft_cost,
     presets=_presets)

@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
 from autotune.schema.method_spec import MethodSpec, Preset
+
+if TYPE_CHECKING:
+    from autotune.decoding.drafters.base import Drafter
+    from autotune.replay.draft_cost import DraftCost
 
 
 def _presets(n_layers: int) -> list[Preset]:
@@ -16,10 +22,33 @@ def _presets(n_layers: int) -> list[Preset]:
                                  "tree_depth": 6, "tree_tokens": 60}, rank=11)]
 
 
+# Its code, imported on first use (drafters, scorers and replay sources import torch;
+# this package must not): each loader imports what it returns, so a reader and a tool
+# follow it to its definition.
+def _drafter() -> type[Drafter]:
+    from autotune.methods.eagle.drafter import EagleDrafter
+    return EagleDrafter
+
+
+def _scorer() -> Callable[..., Any]:
+    from autotune.methods.eagle.agreement import scorer
+    return scorer
+
+
+def _replay() -> Callable[..., Any]:
+    from autotune.methods.eagle.replay import source
+    return source
+
+
+def _draft_cost() -> type[DraftCost]:
+    from autotune.methods.eagle.replay import EagleCost
+    return EagleCost
+
+
 SPEC = MethodSpec(
     "eagle", label="eagle", color="#D55E00", order=50, needs_draft=True, uses_draft=True,
     can_tree=True, reads_target_features=True,
     about="an EAGLE-1 head over the target's features (`autotune train-draft --kind eagle`)",
-    drafter=f"{__name__}.drafter:EagleDrafter", scorer=f"{__name__}.agreement:scorer",
-    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:EagleCost",
+    drafter=_drafter, scorer=_scorer,
+    replay=_replay, draft_cost=_draft_cost,
     presets=_presets)

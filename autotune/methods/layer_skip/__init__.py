@@ -3,10 +3,14 @@ target itself with some attention and MLP sublayers skipped (`attn_skip`, `mlp_s
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import TARGET_STACK, DerivedKnob, MethodSpec, Preset
 from autotune.methods.layer_skip import knobs
+
+if TYPE_CHECKING:
+    from autotune.decoding.drafters.base import Drafter
+    from autotune.replay.draft_cost import DraftCost
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -37,12 +41,35 @@ def _presets(n_layers: int) -> list[Preset]:
     ]
 
 
+# Its code, imported on first use (drafters, scorers and replay sources import torch;
+# this package must not): each loader imports what it returns, so a reader and a tool
+# follow it to its definition.
+def _drafter() -> type[Drafter]:
+    from autotune.methods.layer_skip.drafter import LayerSkipDrafter
+    return LayerSkipDrafter
+
+
+def _scorer() -> Callable[..., Any]:
+    from autotune.methods.layer_skip.agreement import scorer
+    return scorer
+
+
+def _replay() -> Callable[..., Any]:
+    from autotune.methods.layer_skip.replay import source
+    return source
+
+
+def _draft_cost() -> type[DraftCost]:
+    from autotune.methods.layer_skip.replay import LayerSkipCost
+    return LayerSkipCost
+
+
 SPEC = MethodSpec(
     "layer_skip", label="layer_skip", color="#009E73", order=20, layer_stack=TARGET_STACK,
     can_tree=True,
     about="Draft & Verify: the target drafts with some attention / MLP sublayers skipped",
-    drafter=f"{__name__}.drafter:LayerSkipDrafter", scorer=f"{__name__}.agreement:scorer",
-    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:LayerSkipCost",
+    drafter=_drafter, scorer=_scorer,
+    replay=_replay, draft_cost=_draft_cost,
     derived=(DerivedKnob("n_attn_skipped", "attention layers skipped", "attn_skip"),
              DerivedKnob("n_mlp_skipped", "MLP layers skipped", "mlp_skip")),
     knobs=knobs.KNOBS,

@@ -10,10 +10,13 @@ in the server only: trials are measured there (`--target llama_server`)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import DRAFT_OR_TARGET_STACK, MethodSpec, Preset
 from autotune.methods.llama_draft import knobs
+
+if TYPE_CHECKING:
+    from autotune.decoding.drafters.base import Drafter
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -35,11 +38,24 @@ def _presets(n_layers: int) -> list[Preset]:
                     "exit_policy": "fixed"}, rank=5, engine="llama_server", targeted=True)]
 
 
+# Its code, imported on first use (drafters, scorers and replay sources import torch;
+# this package must not): each loader imports what it returns, so a reader and a tool
+# follow it to its definition.
+def _drafter() -> type[Drafter]:
+    from autotune.methods.llama_draft.drafter import LlamaDraftDrafter
+    return LlamaDraftDrafter
+
+
+def _scorer() -> Callable[..., Any]:
+    from autotune.methods.llama_draft.agreement import scorer
+    return scorer
+
+
 SPEC = MethodSpec(
     "llama_draft", label="llama.cpp draft", color="#661100", order=49, uses_draft=True,
     layer_stack=DRAFT_OR_TARGET_STACK,
     about="llama-server's draft-simple: a GGUF draft (the target's first layers, or "
           "--draft FILE.gguf), measured in the server",
-    drafter=f"{__name__}.drafter:LlamaDraftDrafter", scorer=f"{__name__}.agreement:scorer",
+    drafter=_drafter, scorer=_scorer,
     knobs=knobs.KNOBS, reads=knobs.READS, check=knobs.check, summary=_summary,
     presets=_presets)

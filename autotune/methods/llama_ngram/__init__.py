@@ -6,10 +6,14 @@ measured in the server itself (`--target llama_server`, `measure --in llama_serv
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import MethodSpec, Preset
 from autotune.methods.llama_ngram import knobs
+
+if TYPE_CHECKING:
+    from autotune.decoding.drafters.base import Drafter
+    from autotune.replay.draft_cost import DraftCost
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -38,11 +42,34 @@ def _presets(n_layers: int) -> list[Preset]:
                    engine="llama_server", targeted=True)]
 
 
+# Its code, imported on first use (drafters, scorers and replay sources import torch;
+# this package must not): each loader imports what it returns, so a reader and a tool
+# follow it to its definition.
+def _drafter() -> type[Drafter]:
+    from autotune.methods.llama_ngram.drafter import LlamaNgramDrafter
+    return LlamaNgramDrafter
+
+
+def _scorer() -> Callable[..., Any]:
+    from autotune.methods.llama_ngram.agreement import scorer
+    return scorer
+
+
+def _replay() -> Callable[..., Any]:
+    from autotune.methods.llama_ngram.replay import source
+    return source
+
+
+def _draft_cost() -> type[DraftCost]:
+    from autotune.methods.llama_ngram.replay import LlamaNgramCost
+    return LlamaNgramCost
+
+
 SPEC = MethodSpec(
     "llama_ngram", label="llama.cpp n-gram", color="#999933", order=48, model_free=True,
     confident_drafts=True,
     about="llama-server's model-free drafters (ngram-simple, -map-k, -map-k4v, -mod, "
           "-cache); ngram-simple decoded here, the others measured in the server",
-    drafter=f"{__name__}.drafter:LlamaNgramDrafter", scorer=f"{__name__}.agreement:scorer",
-    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:LlamaNgramCost",
+    drafter=_drafter, scorer=_scorer,
+    replay=_replay, draft_cost=_draft_cost,
     knobs=knobs.KNOBS, check=knobs.check, summary=_summary, presets=_presets)

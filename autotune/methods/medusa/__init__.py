@@ -3,7 +3,13 @@ distilled by `autotune train-draft --kind medusa` and given as `--draft DIR`."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
 from autotune.schema.method_spec import MethodSpec, Preset
+
+if TYPE_CHECKING:
+    from autotune.decoding.drafters.base import Drafter
+    from autotune.replay.draft_cost import DraftCost
 
 
 def _presets(n_layers: int) -> list[Preset]:
@@ -11,10 +17,33 @@ def _presets(n_layers: int) -> list[Preset]:
                    {"method": "medusa", "k": 3, "exit_policy": "fixed"}, rank=12)]
 
 
+# Its code, imported on first use (drafters, scorers and replay sources import torch;
+# this package must not): each loader imports what it returns, so a reader and a tool
+# follow it to its definition.
+def _drafter() -> type[Drafter]:
+    from autotune.methods.medusa.drafter import MedusaDrafter
+    return MedusaDrafter
+
+
+def _scorer() -> Callable[..., Any]:
+    from autotune.methods.medusa.agreement import scorer
+    return scorer
+
+
+def _replay() -> Callable[..., Any]:
+    from autotune.methods.medusa.replay import source
+    return source
+
+
+def _draft_cost() -> type[DraftCost]:
+    from autotune.methods.medusa.replay import MedusaCost
+    return MedusaCost
+
+
 SPEC = MethodSpec(
     "medusa", label="medusa", color="#56B4E9", order=60, needs_draft=True, uses_draft=True,
     can_tree=True, reads_target_features=True,
     about="Medusa heads over the target's features (`autotune train-draft --kind medusa`)",
-    drafter=f"{__name__}.drafter:MedusaDrafter", scorer=f"{__name__}.agreement:scorer",
-    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:MedusaCost",
+    drafter=_drafter, scorer=_scorer,
+    replay=_replay, draft_cost=_draft_cost,
     presets=_presets)

@@ -5,10 +5,14 @@ access."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import MethodSpec, Preset
 from autotune.methods.ngram import knobs
+
+if TYPE_CHECKING:
+    from autotune.decoding.drafters.base import Drafter
+    from autotune.replay.draft_cost import DraftCost
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -36,11 +40,39 @@ def _presets(n_layers: int) -> list[Preset]:
                     "exit_policy": "fixed"}, rank=8, engine="sglang", targeted=True)]
 
 
+# Its code, imported on first use (drafters, scorers and replay sources import torch;
+# this package must not): each loader imports what it returns, so a reader and a tool
+# follow it to its definition.
+def _drafter() -> type[Drafter]:
+    from autotune.methods.ngram.drafter import NgramDrafter
+    return NgramDrafter
+
+
+def _scorer() -> Callable[..., Any]:
+    from autotune.methods.ngram.agreement import scorer
+    return scorer
+
+
+def _replay() -> Callable[..., Any]:
+    from autotune.methods.ngram.replay import source
+    return source
+
+
+def _draft_cost() -> type[DraftCost]:
+    from autotune.methods.ngram.replay import NgramCost
+    return NgramCost
+
+
+def _shared_state() -> Callable[..., Any]:
+    from autotune.methods.ngram.drafter import ngram_state
+    return ngram_state
+
+
 SPEC = MethodSpec(
     "ngram", label="ngram", color="#0072B2", order=40, confident_drafts=True, model_free=True,
     about="prompt lookup: drafts what followed an earlier occurrence of the last n tokens",
-    drafter=f"{__name__}.drafter:NgramDrafter", scorer=f"{__name__}.agreement:scorer",
-    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:NgramCost",
-    shared_state=f"{__name__}.drafter:ngram_state",
+    drafter=_drafter, scorer=_scorer,
+    replay=_replay, draft_cost=_draft_cost,
+    shared_state=_shared_state,
     knobs=knobs.KNOBS, check=knobs.check, check_every_config=knobs.check_every_config,
     summary=_summary, presets=_presets)

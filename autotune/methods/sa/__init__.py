@@ -8,10 +8,14 @@ requests)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import MethodSpec
 from autotune.methods.sa import knobs
+
+if TYPE_CHECKING:
+    from autotune.decoding.drafters.base import Drafter
+    from autotune.replay.draft_cost import DraftCost
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -19,12 +23,40 @@ def _summary(c: Mapping[str, Any]) -> str:
     return "longest match" if n in (None, -1) else f"match<={n}"
 
 
+# Its code, imported on first use (drafters, scorers and replay sources import torch;
+# this package must not): each loader imports what it returns, so a reader and a tool
+# follow it to its definition.
+def _drafter() -> type[Drafter]:
+    from autotune.methods.sa.drafter import SADrafter
+    return SADrafter
+
+
+def _scorer() -> Callable[..., Any]:
+    from autotune.methods.sa.agreement import scorer
+    return scorer
+
+
+def _replay() -> Callable[..., Any]:
+    from autotune.methods.sa.replay import source
+    return source
+
+
+def _draft_cost() -> type[DraftCost]:
+    from autotune.methods.sa.replay import SACost
+    return SACost
+
+
+def _shared_state() -> Callable[..., Any]:
+    from autotune.methods.sa.drafter import SAState
+    return SAState
+
+
 SPEC = MethodSpec(
     "sa", label="suffix automaton", color="#882255", order=47, model_free=True,
     confident_drafts=True,
     about="TensorRT-LLM's suffix automaton: drafts what followed the first occurrence of "
           "the longest repeated suffix",
-    drafter=f"{__name__}.drafter:SADrafter", scorer=f"{__name__}.agreement:scorer",
-    replay=f"{__name__}.replay:source",
-    draft_cost=f"{__name__}.replay:SACost", shared_state=f"{__name__}.drafter:SAState",
+    drafter=_drafter, scorer=_scorer,
+    replay=_replay,
+    draft_cost=_draft_cost, shared_state=_shared_state,
     knobs=knobs.KNOBS, check_every_config=knobs.check_every_config, summary=_summary)

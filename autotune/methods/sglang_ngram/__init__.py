@@ -6,10 +6,14 @@ access. The trie is the method's state across requests (`NgramState`)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import MethodSpec, Preset
 from autotune.methods.sglang_ngram import knobs
+
+if TYPE_CHECKING:
+    from autotune.decoding.drafters.base import Drafter
+    from autotune.replay.draft_cost import DraftCost
 
 
 def _summary(c: Mapping[str, Any]) -> str:
@@ -30,13 +34,41 @@ def _presets(n_layers: int) -> list[Preset]:
                     "exit_policy": "fixed"}, rank=3, engine="sglang", targeted=True)]
 
 
+# Its code, imported on first use (drafters, scorers and replay sources import torch;
+# this package must not): each loader imports what it returns, so a reader and a tool
+# follow it to its definition.
+def _drafter() -> type[Drafter]:
+    from autotune.methods.sglang_ngram.drafter import SglangNgramDrafter
+    return SglangNgramDrafter
+
+
+def _scorer() -> Callable[..., Any]:
+    from autotune.methods.sglang_ngram.agreement import scorer
+    return scorer
+
+
+def _replay() -> Callable[..., Any]:
+    from autotune.methods.sglang_ngram.replay import source
+    return source
+
+
+def _draft_cost() -> type[DraftCost]:
+    from autotune.methods.sglang_ngram.replay import NgramCost
+    return NgramCost
+
+
+def _shared_state() -> Callable[..., Any]:
+    from autotune.methods.sglang_ngram.drafter import NgramState
+    return NgramState
+
+
 SPEC = MethodSpec(
     "sglang_ngram", label="SGLang n-gram trie", color="#44AA99", order=49, model_free=True,
     confident_drafts=True, own_trees=True,
     about="SGLang's NGRAM: a trie of suffixes shared by all requests drafts a tree "
           "(BFS by recency or PROB by frequency)",
-    drafter=f"{__name__}.drafter:SglangNgramDrafter", scorer=f"{__name__}.agreement:scorer",
-    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:NgramCost",
-    shared_state=f"{__name__}.drafter:NgramState", summary=_summary, presets=_presets,
+    drafter=_drafter, scorer=_scorer,
+    replay=_replay, draft_cost=_draft_cost,
+    shared_state=_shared_state, summary=_summary, presets=_presets,
     # Its keys sit before llama-server's in the config (they were added first).
     knobs=knobs.KNOBS, knob_order=47, check=knobs.check)

@@ -7,10 +7,14 @@ the method's state across requests (`SuffixState`)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import MethodSpec, Preset
 from autotune.methods.suffix import knobs
+
+if TYPE_CHECKING:
+    from autotune.decoding.drafters.base import Drafter
+    from autotune.replay.draft_cost import DraftCost
 
 # arctic-inference builds from its sdist (a C++ suffix tree, nanobind); the build
 # imports torch, so it runs without build isolation in the environment that has torch.
@@ -46,11 +50,39 @@ def _presets(n_layers: int) -> list[Preset]:
                    rank=3, engine="vllm")]
 
 
+# Its code, imported on first use (drafters, scorers and replay sources import torch;
+# this package must not): each loader imports what it returns, so a reader and a tool
+# follow it to its definition.
+def _drafter() -> type[Drafter]:
+    from autotune.methods.suffix.drafter import SuffixDrafter
+    return SuffixDrafter
+
+
+def _scorer() -> Callable[..., Any]:
+    from autotune.methods.suffix.agreement import scorer
+    return scorer
+
+
+def _replay() -> Callable[..., Any]:
+    from autotune.methods.suffix.replay import source
+    return source
+
+
+def _draft_cost() -> type[DraftCost]:
+    from autotune.methods.suffix.replay import SuffixCost
+    return SuffixCost
+
+
+def _shared_state() -> Callable[..., Any]:
+    from autotune.methods.suffix.drafter import SuffixState
+    return SuffixState
+
+
 SPEC = MethodSpec(
     "suffix", label="suffix", color="#CC79A7", order=45, model_free=True,
     about="suffix decoding: drafts from suffix trees over the prompt and earlier outputs",
-    drafter=f"{__name__}.drafter:SuffixDrafter", scorer=f"{__name__}.agreement:scorer",
-    replay=f"{__name__}.replay:source", draft_cost=f"{__name__}.replay:SuffixCost",
-    shared_state=f"{__name__}.drafter:SuffixState",
+    drafter=_drafter, scorer=_scorer,
+    replay=_replay, draft_cost=_draft_cost,
+    shared_state=_shared_state,
     requires=("arctic_inference", INSTALL), knobs=knobs.KNOBS,
     check_every_config=knobs.check_every_config, summary=_summary, presets=_presets)
