@@ -270,3 +270,39 @@ def test_vllm_launch_says_prefix_caching_pads_a_first_step_and_sizes_max_model_l
     assert "With prefix caching on" in text
     assert f"num_speculative_tokens={k} placeholder drafts" in text
     assert f"longest prompt + max_tokens + {2 * k + 1}" in text
+
+
+# ------------------------------------------------------ the knobs the audit lists
+NEW_SETTINGS = {
+    "vllm.md": ("draft_lm_head_quantization",),
+    "hf.md": ("assistant_ensemble_weight", 'speculation_type="dflash"',
+              "SinglePositionMultiTokenCandidateGenerator"),
+    "sglang.md": ("speculative_draft_model_quantization", "speculative_draft_kv_cache_dtype",
+                  "speculative_attention_mode", "speculative_draft_attention_backend",
+                  "speculative_draft_window_size", "speculative_draft_sink_size", "UNO",
+                  "DSPARK"),
+    "llama_server.md": ("--spec-draft-type-k", "--spec-draft-type-v", "--spec-draft-p-split"),
+    "trtllm.md": ("allow_advanced_sampling",),
+}
+
+
+def test_every_new_setting_is_in_the_knob_table_and_on_its_page_with_a_status() -> None:
+    """docs/engines/index.md's issue-61 table has a row per setting, each saying whether
+    autotune searches it; each engine page names it where its new settings are."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "engines"
+    index = root.joinpath("index.md").read_text(encoding="utf-8")
+    table = index.split("## Upstream settings of the fifth audit (issue 61)", 1)[1]
+    table = table.split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")][1:]
+    statuses = ("not searched", "never set", "searched", "nothing to search", "no setting")
+    for page, settings in NEW_SETTINGS.items():
+        text = root.joinpath(page).read_text(encoding="utf-8")
+        for name in settings:
+            key = name.split("=")[0].strip('"')
+            key = "--spec-draft-type-k/-v" if key.startswith("--spec-draft-type-") else key
+            assert any(key in row for row in rows), (page, name)
+            row = next(row for row in rows if key in row)
+            assert any(status in row.split("|")[-2] for status in statuses), row
+            assert name in text, (page, name)

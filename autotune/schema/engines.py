@@ -373,7 +373,11 @@ _TRTLLM_READ = Provenance(
      ("suffixAutomaton.h", "b120c7c9436f2f3e20da1fa64df67da73fce51b8"),
      ("tensorrt_llm/_torch/speculative/sa_worker.py",
       "0260785a25a7139fd240e227c493b77c0d4a407a"),
-     ("auto_heuristic.py", "f00d21a3c0990c7f1ec1176ca85936b9c5f540cd")),
+     ("auto_heuristic.py", "f00d21a3c0990c7f1ec1176ca85936b9c5f540cd"),
+     ("1.2.1/_modules/tensorrt_llm/llmapi/llm_args.html (gh-pages: TensorRT-LLM 1.2.1)",
+      "58fb435eacc402f3bd177e60f592c955d2b0719d"),
+     ("tensorrt_llm/llmapi/llm_args.py (TensorRT-LLM 1.2.1, the docs' build)",
+      "376f7e1bd8ed543f75014309e3fd4b237e9b0e73")),
     ("tensorrt_llm/_torch/speculative/drafter.py",),
     "docs/engines/trtllm.md")
 
