@@ -89,7 +89,7 @@ def test_every_engine_gets_its_own_screened_raced_and_judged_answer(all_run):
 def test_best_json_holds_each_engine_answer_and_validates(all_run):
     run, _, _ = all_run
     best = load_frozen(run / "best.json")
-    assert best["schema"] == "autotune.frozen/v5" and problems(best) == []
+    assert best["schema"] == "autotune.frozen/v6" and problems(best) == []
     answers = engine_answers(best)
     assert sorted(answers) == TINY_ENGINES
     record = _record(run)
@@ -107,6 +107,16 @@ def test_best_json_holds_each_engine_answer_and_validates(all_run):
         else:
             assert doc["params"]["method"] == "none"
         assert ("decoder_prediction" in doc["validation"]) == (engine == "hf")
+        # What each figure is (issue 59): HF's measured in HF; the others predicted by
+        # our decoder, each with why (a GPU engine here: SGLang, TensorRT-LLM).
+        basis = doc["validation"]["basis"]
+        if engine == "hf":
+            assert (basis["kind"], basis["measured_in"]) == ("measured", "hf")
+        else:
+            assert (basis["kind"], basis["measured_in"]) == ("predicted", "autotune")
+            assert basis["why"] in ("gpu_engine", "not_installed", "unsupported_input")
+            assert engine not in ("sglang", "trtllm") or basis["why"] == "gpu_engine"
+    assert best["validation"]["basis"] == {"kind": "measured", "measured_in": "autotune"}
 
 
 def test_an_engine_that_runs_here_answers_from_a_race_in_itself(all_run):

@@ -62,7 +62,12 @@ def _write(tmp_path: Path, doc: dict[str, Any]) -> Path:
 
 def test_a_v5_document_with_engines_validates() -> None:
     doc = _doc()
-    assert doc["schema"] == "autotune.frozen/v5" and problems(doc) == []
+    assert doc["schema"] == "autotune.frozen/v6" and problems(doc) == []
+    # The same document written as v5 (before `validation.basis`) still reads.
+    v5 = {**doc, "schema": "autotune.frozen/v5",
+          "engines": {name: {**answer, "schema": "autotune.frozen/v5"}
+                      for name, answer in doc["engines"].items()}}
+    assert problems(v5) == []
     assert engine_answer(doc, "vllm")["params"]["k"] == 2
     assert engine_answer(doc, "trtllm") is None
 

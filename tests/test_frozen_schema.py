@@ -145,8 +145,8 @@ def test_v3_adds_the_engine_knob_that_v2_files_cannot_carry() -> None:
 def test_v4_adds_the_undecided_answer_and_its_min_gain() -> None:
     v4 = {"schema": SCHEMA, "params": {"method": "none"},
           "validation": {**_validation("undecided"), "min_gain": 0.05}}
-    # v5 is current; a v4 file reads as it always did.
-    assert SCHEMA == "autotune.frozen/v5" and problems(v4) == []
+    # v6 is current; a v4 file reads as it always did.
+    assert SCHEMA == "autotune.frozen/v6" and problems(v4) == []
     assert problems({**v4, "schema": "autotune.frozen/v4"}) == []
     # A v3 file cannot say "undecided": that answer is v4's.
     assert any(p.startswith("validation.decision")
@@ -177,7 +177,7 @@ def test_a_methods_own_keys_are_made_from_its_knobs() -> None:
     from autotune.schema.knobs import KNOB_METADATA_KEY, MethodKnob
     from autotune.frozen.schema import knob_entry
     written = json.loads(files("autotune.frozen").joinpath(
-        "schemas/frozen-v5.schema.json").read_text())["properties"]["params"]["properties"]
+        "schemas/frozen-v6.schema.json").read_text())["properties"]["params"]["properties"]
     own = {name for name, knob in KNOBS.items() if knob.methods}
     assert own & set(written) == {"sa_max_matching_ngram_size", "llama_spec_type"}
     assert own <= set(PARAMS["properties"])

@@ -328,7 +328,7 @@ def test_search_on_the_default_model_writes_the_run_folder_and_resumes(tmp_path,
     assert {"study.journal", "trials.csv", "best.json", "run.json", "report.html",
             "exports"} <= {p.name for p in out.iterdir()}
     best = json.loads((out / "best.json").read_text())
-    assert best["schema"] == "autotune.frozen/v5"
+    assert best["schema"] == "autotune.frozen/v6"
     assert best["objective"]["values"]["speedup"] > 0
     assert best["metrics"]["lossless"] is True
     # The answer was chosen on 3 prompts the search never measured.

@@ -46,10 +46,14 @@ def not_speculating(answer: FrozenConfig) -> str | None:
 
 
 def _figure(answer: FrozenConfig) -> str:
-    """`validated 1.234x [1.100, 1.350]`, or the search's own figure when not validated."""
+    """`validated 1.234x [1.100, 1.350], measured in hf itself` (or `predicted by
+    autotune's decoder: ...`), or the search's own figure when not validated."""
     validation = answer.validation
     if validation is not None and isinstance(validation.speedup, (int, float)):
-        return f"validated {validation.speedup_text()}"
+        # Where the figure was measured, or why it is autotune's decoder's prediction.
+        suspect = ", suspect: faster than its τ allows" if validation.suspect else ""
+        return (f"validated {validation.speedup_text()}, "
+                f"{validation.figure_basis().text()}{suspect}")
     speedup = answer.metrics.speedup if answer.metrics is not None else None
     if isinstance(speedup, (int, float)):
         return f"{speedup:.3f}x in the search, not validated"

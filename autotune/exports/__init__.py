@@ -226,9 +226,12 @@ def approximation(frozen_or_config: Any, fmt: str) -> str | None:
     return engine_rules(FORMAT_ENGINES[fmt]).approximation(cfg.method, cfg.greedy)
 
 
-def launch(frozen: FrozenConfig | Mapping[str, Any], fmt: str, files: Mapping[str, str]) -> str:
+def launch(frozen: FrozenConfig | Mapping[str, Any], fmt: str, files: Mapping[str, str],
+           basis: bool = True) -> str:
     """The Markdown section of exports/launch.md that starts `fmt`'s engine with
-    `files` (an `export(frozen, fmt).files`), with the approximation note if any."""
+    `files` (an `export(frozen, fmt).files`), with the approximation note if any, and
+    (`basis`) a line saying so where its figures are autotune's decoder's prediction
+    of the engine rather than measured in it (`validation.basis`)."""
     fmt = _check_format(fmt)
     src = read_frozen(frozen)
     record = FORMAT_RECORDS[fmt]
@@ -236,6 +239,10 @@ def launch(frozen: FrozenConfig | Mapping[str, Any], fmt: str, files: Mapping[st
     note = approximation(src.cfg, fmt)
     if note:
         text += f"\nmeasured approximately: {note}.\n"
+    validation = FrozenConfig.of(frozen).validation if basis else None
+    if validation is not None and validation.figure_basis().predicted:
+        text += (f"\nnot measured in {engine_rules(FORMAT_ENGINES[fmt]).label} itself: the "
+                 f"figures were {validation.figure_basis().text()}.\n")
     return text
 
 

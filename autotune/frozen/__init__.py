@@ -1,5 +1,5 @@
-"""The frozen config: the versioned JSON document (`best.json`, `"schema": "autotune.frozen/v5"`;
-v1 to v4 still read) a search leaves behind.
+"""The frozen config: the versioned JSON document (`best.json`, `"schema": "autotune.frozen/v6"`;
+v1 to v5 still read) a search leaves behind.
 
 It carries the canonical knobs (`params`), what was measured (`metrics`), on what
 (`model`, `draft`, `hardware`, `workload`) and by which run (`provenance`), so that

@@ -291,15 +291,16 @@ class AnswerBasis(JsonRecord):
                 + (f" ({'; '.join(facts)})" if facts else ""))
 
     def short(self) -> str:
-        """For a table cell: `vLLM itself`, `autotune's decoder`, `predicted: not
-        installed here`."""
+        """For a table cell: `hf itself`, `autotune's decoder`, `autotune's decoder,
+        predicted: not installed here`."""
         if not self.predicted:
             return ("autotune's decoder" if self.measured_in == "autotune"
-                    else f"{self.label or self.measured_in} itself")
+                    else f"{self.measured_in} itself")
         why = _WHY_TEXT.get(self.why or "not_raced", str(self.why))
         if self.why == "budget" and self.needed_s is not None and self.had_s is not None:
-            why = f"skipped by the budget (needed {self.needed_s:.0f} s, had {self.had_s:.0f} s)"
-        return f"predicted: {why}"
+            why = (f"skipped by the budget (needed {self.needed_s:.0f} s, had "
+                   f"{self.had_s:.0f} s)")
+        return f"autotune's decoder, predicted: {why}"
 
 
 class RaceLook(JsonRecord):
@@ -371,6 +372,13 @@ class Validation(Figures):
     def measured_in_engine(self) -> bool:
         """Its figures were measured in the engine itself, not autotune's decoder."""
         return self.measured_by not in (None, "autotune")
+
+    def figure_basis(self) -> AnswerBasis:
+        """`basis` (v6), or for a part built without one, where it was measured."""
+        if self.basis is not None:
+            return self.basis
+        return AnswerBasis.model_validate(_measured_basis(self.measured_by,
+                                                          self.measured_by_label))
 
     def shown(self) -> Figures | None:
         """The figures an answer is read by: its own where it speculates, else its best
@@ -515,13 +523,48 @@ def _absent_engine_was_autotune(doc: dict[str, Any]) -> None:
         doc["params"] = {**params, "engine": "autotune"}
 
 
+def _measured_basis(measured_by: Any, label: Any) -> dict[str, Any]:
+    """The basis of figures measured by `measured_by` (absent: autotune's decoder)."""
+    who = measured_by if isinstance(measured_by, str) and measured_by else "autotune"
+    out: dict[str, Any] = {"kind": "measured", "measured_in": who}
+    if who != "autotune" and isinstance(label, str) and label:
+        out["label"] = label
+    return out
+
+
+def _basis_of_answers(doc: dict[str, Any]) -> None:
+    """v6 added `validation.basis`: a v5 answer's figures were measured where its
+    `measured_by` says (autotune's decoder without one), and an engine's answer
+    measured in autotune's decoder was its prediction (why: not recorded then). Each
+    engine's answer becomes a v6 document too."""
+    def filled(answer: Mapping[str, Any], engine: bool) -> dict[str, Any]:
+        if engine and "schema" in answer:
+            # An engine's answer is a document of the same version as the whole.
+            answer = {**answer, "schema": SCHEMA}
+        validation = answer.get("validation")
+        if not isinstance(validation, Mapping) or "basis" in validation:
+            return dict(answer)
+        basis = _measured_basis(validation.get("measured_by"),
+                                validation.get("measured_by_label"))
+        if engine and basis["measured_in"] == "autotune":
+            basis = {"kind": "predicted", "measured_in": "autotune", "why": "not_raced"}
+        return {**answer, "validation": {**validation, "basis": basis}}
+
+    doc.update(filled(doc, engine=False))
+    engines = doc.get("engines")
+    if isinstance(engines, Mapping):
+        doc["engines"] = {name: filled(answer, engine=True) if isinstance(answer, Mapping)
+                          else answer for name, answer in engines.items()}
+
+
 # Version -> the next one and what changes in a document on the way (None: nothing; the
 # keys the next version added are optional).
 _UPGRADES: dict[str, tuple[str, Callable[[dict[str, Any]], None] | None]] = {
     "autotune.frozen/v1": ("autotune.frozen/v2", None),       # + `validation`
     "autotune.frozen/v2": ("autotune.frozen/v3", _absent_engine_was_autotune),  # + `schedule`
     "autotune.frozen/v3": ("autotune.frozen/v4", None),       # + "undecided", `min_gain`
-    "autotune.frozen/v4": (SCHEMA, None),                     # + `engines`
+    "autotune.frozen/v4": ("autotune.frozen/v5", None),       # + `engines`
+    "autotune.frozen/v5": (SCHEMA, _basis_of_answers),  # + `validation.basis`, suspect
 }
 
 

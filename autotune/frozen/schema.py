@@ -3,7 +3,7 @@
 Each version's structure is a JSON Schema in `schemas/frozen-v*.schema.json`. The files do
 not list the method names: `params.method.enum` is filled when a schema is loaded, from the
 method registry, so a method is registered in one place (`autotune.schema.methods`).
-Nor does the current version's file list the methods' own keys: each entry under
+Nor do the files of v5 on list the methods' own keys: each entry under
 `params` is made from the key's `MethodKnob` (kind, bounds, choices) when the schema is
 loaded, so a method's keys are declared in its package only. A rule the knob cannot say
 (TensorRT-LLM's SA size is never 0; llama-server's spec-type list) is written in the file,
@@ -20,21 +20,26 @@ from autotune.schema.config import KNOBS
 from autotune.schema.knobs import Knob
 from autotune.schema.methods import BUILTIN_METHODS, method_names
 
-SCHEMA = "autotune.frozen/v5"
+SCHEMA = "autotune.frozen/v6"
 SCHEMA_PREFIX = "autotune.frozen/"
 # Every version this autotune reads, with its JSON Schema file. v2 added `validation`
 # (the finalists re-measured on held-out prompts); v3 added the `engine` knob (whose
 # drafting rules the figures were measured under; absent = autotune's own, as every
 # older file was measured) and, additively, the optional `schedule` (K per batch size);
 # v4 added the answer "undecided" and the `min_gain` it is judged with; v5 added, additively,
-# `engines` (each engine's own answer, from `autotune search --target all`). Older files
-# read as they always did.
+# `engines` (each engine's own answer, from `autotune search --target all`); v6 added
+# `validation.basis` (measured, in which engine, or predicted by autotune's decoder and
+# why) and the `implausible` / `suspect` flags. Older files read as they always did (an
+# older answer's basis is filled in by `record.upgrade`).
 _SCHEMA_FILES = {"autotune.frozen/v1": "schemas/frozen-v1.schema.json",
                  "autotune.frozen/v2": "schemas/frozen-v2.schema.json",
                  "autotune.frozen/v3": "schemas/frozen-v3.schema.json",
                  "autotune.frozen/v4": "schemas/frozen-v4.schema.json",
-                 SCHEMA: "schemas/frozen-v5.schema.json"}
+                 "autotune.frozen/v5": "schemas/frozen-v5.schema.json",
+                 SCHEMA: "schemas/frozen-v6.schema.json"}
 READABLE = tuple(_SCHEMA_FILES)
+# The versions whose file leaves the methods' own keys to their knobs (v5 on).
+_KNOBS_MADE = ("autotune.frozen/v5", SCHEMA)
 
 
 # JSON types of the knob kinds (scalars; a list kind's items).
@@ -76,11 +81,11 @@ def _with_method_knobs(params: dict[str, Any]) -> None:
 
 
 def _with_methods(version: str, methods: Sequence[str]) -> dict[str, Any]:
-    """The schema file of `version` with `params.method.enum` set to `methods` (and, for
-    the current version, the methods' own keys made from their knobs)."""
+    """The schema file of `version` with `params.method.enum` set to `methods` (and, from
+    v5 on, the methods' own keys made from their knobs)."""
     schema = json.loads(files("autotune.frozen").joinpath(_SCHEMA_FILES[version]).read_text())
     params = schema["properties"]["params"]
-    if version == SCHEMA:
+    if version in _KNOBS_MADE:
         _with_method_knobs(params)
     method = params["properties"].get("method")
     if method is not None:

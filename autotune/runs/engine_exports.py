@@ -71,18 +71,20 @@ def answers_table(best: FrozenConfig, own_file: str = "best.json",
     return engine_table(rows)
 
 
-# An answer raced in the engine itself: where, and what autotune's decoder predicted.
+# Where each answer's figure was measured (the engine itself, or autotune's decoder and
+# then why it is a prediction), and for an answer raced in the engine itself, what
+# autotune's decoder predicted.
 _MEASURED_HEADS = ("measured in", "decoder predicted [90%]")
 
 
 def engine_table(rows: list[dict[str, str]]) -> str:
-    """The per-engine table (engine, config, held-out speedup [90%], tau, verdict, file;
-    where an engine raced in itself, where each was measured and the decoder's
-    prediction beside it), in fixed-width columns."""
+    """The per-engine table (engine, config, held-out speedup [90%], tau, verdict, where
+    it was measured (or why it is a prediction), file; where an engine raced in itself,
+    the decoder's prediction beside it), in fixed-width columns."""
     heads: tuple[str, ...] = ("engine", "config", "held-out speedup [90%]", "tau",
-                              "verdict", "file")
+                              "verdict", _MEASURED_HEADS[0], "file")
     if any(row.get(_MEASURED_HEADS[1], "-") != "-" for row in rows):
-        heads = (*heads[:5], *_MEASURED_HEADS, heads[5])
+        heads = (*heads[:6], _MEASURED_HEADS[1], heads[6])
     table = [heads, *(tuple(row.get(h, "-") for h in heads) for row in rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(heads))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
@@ -101,16 +103,23 @@ def _row(engine: str, answer: FrozenConfig, file: str) -> dict[str, str]:
     return {"engine": engine, "config": config or "-",
             "held-out speedup [90%]": _speedup(shown),
             "tau": f"{tau:.2f}" if isinstance(tau, (int, float)) else "-",
-            "verdict": _VERDICTS.get(decision, decision), "file": file,
+            "verdict": _VERDICTS.get(decision, decision) + _suspect(validation),
+            "file": file,
             _MEASURED_HEADS[0]: _measured_in(validation),
             _MEASURED_HEADS[1]: predicted.speedup_text() if predicted is not None else "-"}
 
 
 def _measured_in(validation: Validation | None) -> str:
-    """Where an answer's figures were measured, short: the engine itself, or our decoder."""
-    if validation is None or not validation.measured_in_engine:
-        return "autotune's decoder"
-    return f"{validation.measured_by} itself"
+    """Where an answer's figures were measured, short: the engine itself, or our decoder
+    (and, for an engine's answer, why it is a prediction)."""
+    if validation is None:
+        return "-"
+    return validation.figure_basis().short()
+
+
+def _suspect(validation: Validation | None) -> str:
+    """`, suspect` where the answer's figure is faster than its τ allows."""
+    return ", suspect" if validation is not None and validation.suspect else ""
 
 
 def _none_label(best: Figures | None) -> str:
@@ -161,7 +170,8 @@ def _engine_folder(folder: Path, engine: str, answer: FrozenConfig) -> list[str]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     built = build_files(result, folder)
-    launch = exports.launch(answer, engine, result.files)
+    # The header says what the figure is; the section need not say it again.
+    launch = exports.launch(answer, engine, result.files, basis=False)
     (folder / LAUNCH).write_text(f"# Launching {engine_rules(engine).label} with its "
                                  f"answer\n\n{header}\n{launch}", encoding="utf-8")
     return [*result.files, *built, LAUNCH]
@@ -191,6 +201,12 @@ def _header(engine: str, answer: FrozenConfig) -> str:
         f"mean accepted tokens "
         f"{_tau(shown)}",
         f"Drafting rules reproduced: {rules}{f' ({release})' if release else ''}"]
+    if validation is not None:
+        lines.append(f"Figure: {validation.figure_basis().text()}")
+        if validation.suspect:
+            lines.append("Suspect: this figure is faster than its mean accepted tokens "
+                         "allow (its baseline ran slower than its own decoding explains: "
+                         "other work on the cores?); rerun on a quiet machine")
     in_engine = validation is not None and validation.measured_in_engine
     predicted = validation.decoder_prediction if validation is not None else None
     if validation is not None and in_engine:

@@ -180,15 +180,17 @@ def engine_config(record: ValidationRecord, engine: str,
     # Raced in the engine itself: the decoder's race of the same finalists is the
     # prediction that race checked, kept beside its answer.
     predicted = record.predicted_for(engine) if engine in record.engine_races else None
+    # Measured in the engine itself, or the decoder's prediction and why.
+    basis = record.basis(engine)
     winner = part.winning_entry()
     if part.decision != SPECULATE or winner is None:
         config = frozen_config({}, context=context)
-        validation = Validation.model_validate(part.frozen_view(None))
+        validation = Validation.model_validate(part.frozen_view(None, basis))
     else:
         search = {k: v for k, v in winner.search.items() if v is not None}
         config = frozen_config(winner.params, metrics=search, context=context,
                                trial=ProvenanceRecord(preset=winner.preset, label=winner.label))
-        validation = Validation.model_validate(part.frozen_view(winner.trial))
+        validation = Validation.model_validate(part.frozen_view(winner.trial, basis))
     if predicted is not None:
         # The decoder's figure for the config the answer is read by (its winner, or
         # its best finalist where it does not speculate).
@@ -292,9 +294,11 @@ def validation_table(study: optuna.Study, objective: Objective,
     `engine` of a `--target all` run, that engine's finalists and answer."""
     record = current_record(study)
     predicted = None
+    basis = None
     if record is not None and engine != OWN_ENGINE:
         if engine in record.engine_races:
             predicted = record.predicted_for(engine)
+        basis = record.basis(engine)
         record = engine_record(record, engine)
     if record is None:
         return ("not validated: the figures above are the search's own (no held-out "
@@ -324,11 +328,17 @@ def validation_table(study: optuna.Study, objective: Objective,
             head += (f"; autotune's decoder under its rules predicted "
                      f"{view.speedup_text()} ({str(view.decision).replace('_', ' ')}) for "
                      f"{view.label or 'its best finalist'}")
+    if basis is not None and basis.predicted:
+        # Not raced in the engine itself: the figures are our decoder's, and why.
+        head += f"\n{basis.text()}"
+    shown = record.shown_entry()
     for f in record.implausible():
         head += (f"\nwarning: trial {f.trial}'s speedup {f.speedup:.3f}x exceeds its τ "
                  f"{f.figures.mean_accepted_tokens:.3f}, more than a speculative decode can "
                  "gain: its baseline ran slower than its own decoding explains (other work "
-                 "on the cores while it was timed?); rerun on a quiet machine")
+                 "on the cores while it was timed?); rerun on a quiet machine"
+                 + ("; the answer's figure is suspect"
+                    if shown is not None and f.trial == shown.trial else ""))
     race = record.race
     if race is not None and race.looks:
         dropped = [f"trial {f.trial} after {f.dropped_after}"

@@ -429,12 +429,23 @@ class ValidationRecord(_Record):
                                  engines={}, engine_finalists={}, engine_races={},
                                  engine_bases={})
 
-    def frozen_view(self, trial: int | None) -> Validation:
+    def frozen_view(self, trial: int | None, basis: AnswerBasis | None = None
+                    ) -> Validation:
         """What a frozen config carries under `validation`: the record's shared facts,
-        the figures of its finalist from `trial` (the AR baseline's for None: speedup 1
-        by definition) and every finalist's, as evidence."""
+        what its figure is (`basis`; None: where this record was measured, as for
+        autotune's own answer), the finalists measured faster than τ allows
+        (`implausible`, and `suspect` where the answer's figure is one), the figures of
+        its finalist from `trial` (the AR baseline's for None: speedup 1 by definition)
+        and every finalist's, as evidence."""
         written = self.to_json()
-        shared = {k: written.get(k) for k in _SHARED}
+        shared: dict[str, Any] = {k: written.get(k) for k in _SHARED}
+        shared["basis"] = (basis or self.basis(None)).to_json()
+        flagged = [f.trial for f in self.implausible()]
+        if flagged:
+            shown = self.entry(trial) if trial is not None else self._best_measured()
+            shared["implausible"] = flagged
+            if shown is not None and shown.trial in flagged:
+                shared["suspect"] = True
         if self.lossless_tier:             # records before the near-tie tier have none
             shared["lossless_tier"] = self.lossless_tier
         # Records before prediction-powered validation have no pool, nor a race.
@@ -498,7 +509,8 @@ class ValidationRecord(_Record):
 
     def measured_in(self) -> dict[str, str]:
         """Display facts of where its figures were measured: `measured in` (the
-        backend's label, "the engine itself" for an engine backend) and, per finalist
+        backend's label, "the engine itself" for an engine backend), `suspect` (the
+        finalists faster than their τ allows, `implausible`) and, per finalist
         whose speculative output differed from the same engine's greedy output on some
         prompts, which prompts (`not lossless`); `near-ties` likewise. Empty without
         them."""
@@ -522,6 +534,17 @@ class ValidationRecord(_Record):
                     "unlike its one-token passes, so its speculative output may differ "
                     "from its own greedy output with no drafting fault: reported, not "
                     "held against a config")
+        flagged = self.implausible()
+        if flagged:
+            shown = self.shown_entry()
+            facts["suspect"] = "; ".join(
+                f"trial {f.trial}: {f.speedup:.3f}x exceeds its τ "
+                f"{f.figures.mean_accepted_tokens:.3f}"
+                + (" (the answer's figure)" if shown is not None and f.trial == shown.trial
+                   else "") for f in flagged) + (
+                ", more than a speculative decode can gain: its baseline ran slower than "
+                "its own decoding explains (other work on the cores?); rerun on a quiet "
+                "machine")
         tied = [f for f in self.finalists if f.figures.near_tie_prompts]
         if tied:
             facts["near-ties"] = "; ".join(

@@ -6,9 +6,12 @@ baseline on the same held-out prompts: its held-out speedup with the 90% interva
 (whiskers past the readable range clipped and marked, `report.whiskers`), coloured by
 its verdict. An answer that does not speculate shows its best finalist's figure, hollow,
 so what was on offer is seen beside the verdict. A table below names each config, its
-τ, verdict and reason. An engine that ran here was raced again in itself
-(`search.engine_races`): its point is that race's, and a dash beside it marks what our
-decoder predicted for the same config. Absent from a run without per-engine answers.
+τ, verdict, where its figure was measured (the engine itself, or autotune's decoder
+and why: not installed, a GPU engine, skipped by the budget, failed) and reason; an
+answer faster than its τ allows is marked suspect. An engine that ran here was raced
+again in itself (`search.engine_races`): its point is that race's, and a dash beside it
+marks what our decoder predicted for the same config. Absent from a run without
+per-engine answers.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import optuna
 import plotly.graph_objects as go
 
 from autotune.common.interval import Interval
+from autotune.frozen.record import AnswerBasis
 from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, num, parity_line, section
 from autotune.report.trials import finite
@@ -57,6 +61,10 @@ class EngineAnswer:
     measured_in: str | None = None
     predicted: float | None = None
     predicted_interval: Interval | None = None
+    # What its figure is: measured (where) or predicted by autotune's decoder (why).
+    basis: AnswerBasis | None = None
+    # Its figure exceeds its τ (`ValidationRecord.implausible`): not to be trusted.
+    suspect: bool = False
 
 
 def _shown(part: ValidationRecord, trial: int | None = None) -> FinalistEntry | None:
@@ -70,11 +78,12 @@ def _shown(part: ValidationRecord, trial: int | None = None) -> FinalistEntry | 
     return max(measured, key=lambda f: f.speedup or 0.0, default=None)
 
 
-def _answer(name: str, part: ValidationRecord,
+def _answer(name: str, part: ValidationRecord, basis: AnswerBasis,
             predicted: ValidationRecord | None = None) -> EngineAnswer:
     shown = _shown(part)
     if shown is None:
-        return EngineAnswer(name, part.decision, None, None, None, None, part.reason)
+        return EngineAnswer(name, part.decision, None, None, None, None, part.reason,
+                            basis=basis)
     guess = _shown(predicted, shown.trial) if predicted is not None else None
     return EngineAnswer(name, part.decision, shown.label, finite(shown.speedup),
                         shown.figures.interval, finite(shown.figures.mean_accepted_tokens),
@@ -83,7 +92,9 @@ def _answer(name: str, part: ValidationRecord,
                                      if predicted is not None else None),
                         predicted=finite(guess.speedup) if guess is not None else None,
                         predicted_interval=guess.figures.interval if guess is not None
-                        else None)
+                        else None,
+                        basis=basis,
+                        suspect=any(f.trial == shown.trial for f in part.implausible()))
 
 
 def data(study: optuna.Study) -> list[EngineAnswer] | None:
@@ -94,11 +105,12 @@ def data(study: optuna.Study) -> list[EngineAnswer] | None:
         return None
     own = engine_record(record, OWN_ENGINE)
     assert own is not None                    # a record always has its own part
-    answers = [_answer(OWN_LABEL, own)]
+    answers = [_answer(OWN_LABEL, own, record.basis(None))]
     for name in engine_names(record):
         part = engine_record(record, name)
         if part is not None:
-            answers.append(_answer(name, part, record.predicted_for(name)
+            answers.append(_answer(name, part, record.basis(name),
+                                   record.predicted_for(name)
                                    if name in record.engine_races else None))
     return answers
 
@@ -117,7 +129,8 @@ def _figure(answers: list[EngineAnswer]) -> go.Figure:
             x=[a.engine for a in shown], y=[a.speedup for a in shown], mode="markers+text",
             name=decision.replace("_", " "),
             # The verdict beside each point: it is the answer, the figure only its support.
-            text=[decision.replace("_", " ")] * len(shown), textposition="middle right",
+            text=[decision.replace("_", " ") + _suspect(a) for a in shown],
+            textposition="middle right",
             textfont=dict(color=color, size=11), cliponaxis=False,
             hovertext=[_hover(a) for a in shown], hovertemplate="%{hovertext}<extra></extra>",
             marker=dict(color=color, size=12, symbol=symbol, line=dict(width=2, color=color)),
@@ -150,31 +163,43 @@ def _figure(answers: list[EngineAnswer]) -> go.Figure:
 def _hover(a: EngineAnswer) -> str:
     figure_text = (f"{a.speedup:.3f}× {a.interval}" if a.interval else f"{a.speedup:.3f}×")
     which = "answer" if a.decision == SPECULATE else "best finalist"
-    return (f"{esc(a.engine)}: {esc(a.decision.replace('_', ' '))}<br>{which}: "
+    return (f"{esc(a.engine)}: {esc(a.decision.replace('_', ' '))}{_suspect(a)}<br>{which}: "
             f"{esc(a.config or '-')}<br>{figure_text}"
-            + (f" · τ {a.tau:.2f}" if a.tau is not None else "") + f"<br>{esc(a.reason)}")
+            + (f" · τ {a.tau:.2f}" if a.tau is not None else "")
+            + (f"<br>{esc(a.basis.text())}" if a.basis is not None else "")
+            + f"<br>{esc(a.reason)}")
+
+
+def _suspect(a: EngineAnswer) -> str:
+    """`, suspect` for an answer whose figure is faster than its τ allows."""
+    return ", suspect" if a.suspect else ""
 
 
 def _table(answers: list[EngineAnswer]) -> str:
     heads: tuple[str, ...] = ("engine", "verdict", "config (or best finalist)",
                               "held-out speedup", "90% interval", "τ", "reason")
     in_engines = any(a.measured_in for a in answers)
-    if in_engines:
-        heads = (*heads[:6], "measured in", "autotune's decoder predicted", heads[6])
+    heads = (*heads[:6], "measured in",
+             *(("autotune's decoder predicted",) if in_engines else ()), heads[6])
     rows = []
     for a in answers:
         cells = [f'<td class="text nowrap">{esc(a.engine)}</td>',
-                 f'<td class="text nowrap">{esc(a.decision.replace("_", " "))}</td>',
+                 f'<td class="text nowrap">{esc(a.decision.replace("_", " "))}'
+                 f'{esc(_suspect(a))}</td>',
                  f'<td class="text label">{esc(a.config or "-")}</td>',
                  f"<td>{esc(num(a.speedup))}</td>",
                  f'<td class="nowrap">{esc(str(a.interval) if a.interval else "-")}</td>',
                  f"<td>{esc(num(a.tau))}</td>"]
+        # Where its figure was measured: the engine itself (its label), or autotune's
+        # decoder, and for an engine's answer why that is a prediction.
+        where = (a.measured_in if a.measured_in and a.basis is not None
+                 and not a.basis.predicted else a.basis.short() if a.basis is not None
+                 else "autotune's decoder")
+        cells.append(f'<td class="text">{esc(where)}</td>')
         if in_engines:
             guess = (f"{num(a.predicted)} {a.predicted_interval or ''}".strip()
                      if a.predicted is not None else "-")
-            where = a.measured_in or "autotune's decoder"
-            cells += [f'<td class="text">{esc(where)}</td>',
-                      f'<td class="nowrap">{esc(guess)}</td>']
+            cells.append(f'<td class="nowrap">{esc(guess)}</td>')
         cells.append(f'<td class="text">{esc(a.reason)}</td>')
         cls = ' class="best"' if a.decision == SPECULATE else ""
         rows.append(f"<tr{cls}>{''.join(cells)}</tr>")
@@ -189,7 +214,11 @@ def render(answers: list[EngineAnswer]) -> str:
            "own (the ceiling): held-out speedup with its 90% interval; filled: speculate, "
            "grey and hollow: the best finalist of an engine told not to speculate (circle) or "
            "undecided (diamond), its verdict beside it. A whisker past the plot's range is clipped at the edge "
-           "and marked with a triangle (its hover gives the whole interval).")
+           "and marked with a triangle (its hover gives the whole interval). The table says "
+           "where each figure was measured: in the engine itself, or in autotune's decoder "
+           "under the engine's rules (a prediction) and why; \"suspect\" marks a figure "
+           "faster than its τ allows (its baseline ran slower than its own decoding "
+           "explains).")
     return section("engines", "Every engine's answer", how,
                    figure(_figure(answers), "fig-engines") + _table(answers))
 
