@@ -100,7 +100,7 @@ def test_counts_are_cut_to_the_time_the_search_held_out_last() -> None:
         assert all(getattr(small, f) <= getattr(large, f) for f in CAPS.__dict__)
     # Nothing left: every count at its floor (a flag's smaller value stands).
     least = size_counts(CAPS, SHAPE, 0.054, 0.0)
-    assert least == Counts(screen=30, trials=2, engine_screen=20, pool=8, measured=4)
+    assert least == Counts(screen=30, trials=3, engine_screen=20, pool=16, measured=8)
     small = Counts(screen=10, trials=1, engine_screen=5, pool=6, measured=3)
     assert size_counts(small, SHAPE, 1.0, 0.0) == small
 
@@ -133,9 +133,9 @@ def test_each_stage_gets_its_share_and_the_pace_corrects_the_estimates() -> None
     budget.done("engines")
     # The held-out sizes at the pace kept: fitting what is left, within the caps.
     pool, measured = budget.size_held_out(80, 16)
-    assert 8 <= pool <= 80 and 4 <= measured <= min(16, pool)
+    assert 16 <= pool <= 80 and 8 <= measured <= min(16, pool)
     held = stage_seconds(budget.counts, SHAPE, 0.054 * budget.pace())
-    assert held["pool"] + held["race"] <= budget.left() or (pool, measured) == (8, 4)
+    assert held["pool"] + held["race"] <= budget.left() or (pool, measured) == (16, 8)
     # A rerun never validates on fewer than before.
     assert budget.size_held_out(80, 16, at_least=(60, 12)) >= (60, 12)
     lines = budget.summary()
@@ -394,3 +394,80 @@ def test_engines_raced_in_themselves_are_planned_with_their_start_up() -> None:
     # Skipped where its share cannot hold its start-up (3 x 3100 tokens at 26.6 ms: 247 s).
     assert budget.engine_race_seconds(clock.now + 200.0, vllm, 3) == 0.0
     assert budget.engine_race_seconds(clock.now + 260.0, vllm, 3, (hf,)) == 0.0
+
+
+def test_a_measured_start_up_prices_an_engine_race_in_seconds() -> None:
+    """A start-up measured on this machine (`EngineCost.start_s`) is seconds, whatever
+    the decode speed: a slow machine's AR pace no longer inflates vLLM's start-up
+    (3100 tokens at 83 ms would be 257 s a start)."""
+    from autotune.backends import EngineCost
+    measured = EngineCost(3100.0, 2.0, start_s=30.0)
+    shape = Shape(**{**SHAPE.__dict__, "engine_races": (measured,), "engine_race_arms": 3})
+    seconds = stage_seconds(CAPS, shape, 0.083)["engine_races"]
+    assert seconds == pytest.approx(3 * 30.0 + 3 * 16 * 32 * 1.1 * 2.0 * 0.083)
+
+
+def test_engine_races_are_admitted_after_autotune_own_floors_cheapest_first() -> None:
+    """Issue 59: on a slow machine the engines' races in themselves took the time
+    autotune's own search needed. They are admitted only where they fit beside autotune's
+    own stages at their floors, the cheapest first; a dropped one is one line naming the
+    seconds it needs, gets no share, and the summary says so."""
+    from autotune.backends import EngineCost
+    vllm, hf = EngineCost(3100.0, 2.0, start_s=95.0), EngineCost(0.0, 1.7)
+    # The screen's references are decoded before the sizing (fixed time, as in a run).
+    shape = Shape(**{**SHAPE.__dict__, "engine_races": (vllm, hf), "engine_race_arms": 3,
+                     "screen_prepared": True})
+    clock = FakeClock()
+    budget = Budget(900.0, started=clock.now, clock=clock)
+    clock.advance(60.0)                          # loading, profile, the screen's setup
+    # At 83 ms/token autotune's own floors take about 500 s of the 828 left: HF's race
+    # (about 120 s) fits, vLLM's (three 95 s start-ups and its prompts) does not.
+    admitted = budget.admit_engine_races(CAPS, shape, 0.083, {"vllm": vllm, "hf": hf})
+    assert admitted == ["hf"]
+    assert list(budget.dropped) == ["vllm"]
+    reason = budget.dropped["vllm"]
+    assert "needs about" in reason and "95 s each, measured here" in reason
+    # A budget that cannot hold even autotune's own floors admits none.
+    short = Budget(600.0, started=clock.now, clock=clock)
+    assert short.admit_engine_races(CAPS, shape, 0.083, {"vllm": vllm, "hf": hf}) == []
+    # On a machine three times faster both fit.
+    fast = Budget(900.0, started=clock.now, clock=clock)
+    assert fast.admit_engine_races(CAPS, shape, 0.0266, {"vllm": vllm, "hf": hf}) == [
+        "vllm", "hf"]
+    assert not fast.dropped
+    # The plan holds the admitted race only; the summary names the dropped one.
+    budget.plan(CAPS, Shape(**{**shape.__dict__, "engine_races": (hf,)}), 0.083)
+    lines = budget.summary()
+    assert any(line.startswith("dropped at planning: vllm's race in itself needs about")
+               for line in lines)
+    assert "s used (" in lines[0]
+
+
+def test_the_floors_hold_what_a_decision_needs() -> None:
+    """However little time is left, the counts keep two speculative trials beside AR and
+    a measured sample of the race's first look (the least an interval holds its level
+    on), from a pool larger than it."""
+    from autotune.search.racing import FIRST_LOOK
+    tight = size_counts(CAPS, SHAPE, 0.083, 1.0)
+    assert tight.trials == 3 and budget_module.SPECULATIVE_FLOOR == 2
+    assert tight.measured == FIRST_LOOK and tight.pool > tight.measured
+
+
+def test_start_ups_are_recorded_per_engine_and_reused_by_the_next_plan(
+        tmp_path, monkeypatch) -> None:
+    from autotune.backends import engine_cost
+    from autotune.backends.registry import BACKEND_RECORDS
+    from autotune.backends.startup import known_startup, record_startup
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    assert engine_cost("vllm", "default").start_s is None          # nothing measured yet
+    key = BACKEND_RECORDS["vllm"].startup("default")
+    for seconds in (80.0, 97.0, 66.0):
+        record_startup(key, seconds)
+    assert known_startup(key) == 80.0                               # the median
+    assert engine_cost("vllm", "default").start_s == 80.0
+    # Another model, mode or engine is another key.
+    assert engine_cost("vllm", "other.gguf").start_s is None
+    assert engine_cost("llama_server", "default").start_s is None
+    (tmp_path / "engine_startup.json").write_text("not json")
+    assert engine_cost("vllm", "default").start_s is None           # unreadable: ignored
+

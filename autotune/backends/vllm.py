@@ -20,15 +20,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.backends.base import (BackendBase, BackendUnavailable, Clock, RunnerBase,
                                     executable_from_env)
 from autotune.backends.vllm_install import INSTALL, installed_python, missing_instructions
+from autotune.backends.startup import record_startup
 from autotune.backends.vllm_process import EngineProcess
 from autotune.backends.vllm_worker import Request, Settings
 from autotune.common.errors import AutotuneError
+from autotune.common.memory import engines_that_fit, tree_bytes
 from autotune.schema.config import DecodeConfig
 from autotune.schema.engines import rules_for
 
@@ -53,6 +56,8 @@ METHODS: tuple[str, ...] = ("ngram",)
 # on 2 cores (measured 2026-11-27, warm compile cache), against seconds for a look; each
 # idle engine holds about 2.9 GB, so the oldest beyond these are stopped.
 IDLE_ENGINES = 4
+# One engine's memory before any was measured here (the default model, 2026-11-27).
+ENGINE_BYTES = int(2.9e9)
 
 
 def engine_max_model_len(context: int, k: int) -> int:
@@ -166,7 +171,6 @@ class VllmBackend(BackendBase):
     name = NAME
     device = "cpu"
     memory_kind = "not measured (vLLM)"
-    idle_engines = IDLE_ENGINES
     # float32 on the CPU: vLLM's multi-token verify pass gives its one-token passes'
     # argmax (the oracle test holds every output to its AR's).
     token_exact = True
@@ -179,6 +183,8 @@ class VllmBackend(BackendBase):
         threads per engine, unbound (None: vLLM's own binding)."""
         self.python = python or find_python()
         self.threads = threads
+        # One engine's memory with its workers (PSS), as the latest start measured it.
+        self.engine_bytes = ENGINE_BYTES
         self.model_dir = model_dir
         self.dtype = dtype
         self.context = context
@@ -223,10 +229,24 @@ class VllmBackend(BackendBase):
             engine.close()
         label = "vLLM " + ("(no speculation)" if speculative is None
                            else f"({speculative.get('method')})")
+        began = time.monotonic()
         engine = EngineProcess(self.python, settings, name=label, threads=self.threads)
+        if self.startup_key is not None:
+            # What the next run's time budget prices this engine's start-up at.
+            record_startup(self.startup_key, time.monotonic() - began)
+        self.engine_bytes = tree_bytes(engine.process.pid) or self.engine_bytes
         engine.key = key
         self.saw(engine)
         return engine
+
+    @property
+    def idle_engines(self) -> int:
+        """Started engines kept idle: at most IDLE_ENGINES, and only as many as the
+        machine's available memory holds beside those already idle (each measured as
+        its latest start was) while leaving room to start one more: keeping engines
+        never starves the next start."""
+        room = engines_that_fit(self.engine_bytes, IDLE_ENGINES + 1)
+        return max(0, min(IDLE_ENGINES, len(self._idle) + room - 1))
 
     def release(self, engine: EngineProcess) -> None:
         """Keep `engine` idle for its settings' next runner; stop the oldest idle ones

@@ -7,18 +7,22 @@ counts took 8.4 minutes at 26.6 ms/token AR and 26 at 54 (issue 51). With a budg
 1. the budget's clock starts when the search is planned (`SearchPlan.budget_started`,
    right after the command's arguments are read; never the process's start, which a
    search run inside a longer process, a test or a bench, would find long past);
-2. after the models load, the target's one-token forward is timed (the machine's AR
-   speed today, `measure.profile.ar_seconds_per_token`);
+2. after the models load, a short AR decode through the decoder is timed (the
+   machine's AR pace today, its loop included: `measure.profile.
+   ar_decode_seconds_per_token`); an engine's start-up is priced in seconds as this
+   machine measured it (`backends.startup`), not in AR tokens;
 3. after the hardware profile, the screen's references are decoded and the replay
    tier's cost parts measured (`Budget.screen_setup`): as fixed time, since no deadline
    can cut them, the parts at a lesser effort (`replay.effort`) where the full one would
    take more than PARTS_SHARE of the time left, and no screen at all where even the
    least would take more than SCREEN_SETUP_MAX of it (a 600 s budget at 352 ms/token
    spent 597 s there before, its first config uncut);
-4. then `size_counts` sizes the screen, the measured trials and
-   the engines' screens to the time left, each flag's count an upper bound: the search's
-   counts shrink by a factor f, the held-out ones by √f (they decide the answer, so they
-   give way more slowly);
+4. then the engines' races in themselves are admitted, cheapest first, only where they
+   fit beside autotune's own stages at their FLOORS (`Budget.admit_engine_races`; a
+   dropped one is named with the seconds it needs), and `size_counts` sizes the screen,
+   the measured trials and the engines' screens to the time left, each flag's count an
+   upper bound, none below its floor: the search's counts shrink by a factor f, the
+   held-out ones by √f (they decide the answer, so they give way more slowly);
 5. each stage then runs to a deadline (`Budget.stop_at`): its share of the time left, in
    proportion to its estimated cost against the stages still to run. A stage that ends
    early leaves its time to the next; one that reaches its deadline stops with what it
@@ -44,6 +48,7 @@ from dataclasses import dataclass, replace
 from autotune.backends.base import EngineCost
 from autotune.common.errors import AutotuneError
 from autotune.replay.effort import FULL, PartsEffort, parts_effort
+from autotune.search.racing import FIRST_LOOK
 
 __all__ = ["DEFAULT_TIME_BUDGET", "Budget", "Counts", "Shape", "parse_duration",
            "size_counts", "stage_seconds"]
@@ -63,10 +68,16 @@ ENGINE_TOKENS = 0.003         # per engine config x screen prompt x new token
 POOL_TOKENS = 1.1             # per pool prompt x new token (reference and tables)
 RACE_TOKENS = 1.1             # per measured prompt x arm x repeat x new token
 
-# The least each count is cut to (a flag's own smaller value stands): a screen of 30
-# holds the documented defaults and a first random sweep; 2 trials, AR and one config;
-# a pool and sample of 8 and 4 still give an interval (most likely "undecided").
-FLOORS = {"screen": 30, "trials": 2, "engine_screen": 20, "pool": 8, "measured": 4}
+# The least each count is cut to (a flag's own smaller value stands), the floors a
+# decision needs (issue 59): a screen of 30 holds the documented defaults and a first
+# random sweep; 3 trials, AR and two speculative configs (autotune's own group races at
+# least two finalists; `SearchSettings.min_speculative` keeps the trials' deadline from
+# stopping below them); a measured sample of the race's first look (8 prompts: fewer
+# give no interval that holds its level), from a pool twice its size.
+FLOORS = {"screen": 30, "trials": 3, "engine_screen": 20, "pool": 2 * FIRST_LOOK,
+          "measured": FIRST_LOOK}
+# Speculative trials the measured study completes before a deadline may stop it.
+SPECULATIVE_FLOOR = FLOORS["trials"] - 1
 
 # What the run folder, report and exports are left at the end: at least this, or this
 # share of the budget.
@@ -159,15 +170,30 @@ def stage_seconds(counts: Counts, shape: Shape, ar_s: float) -> dict[str, float]
         "engine_races": sum(_race_tokens(counts.measured, shape.engine_race_arms, shape, cost)
                             for cost in shape.engine_races),
     }
-    return {stage: (tokens[stage] * ar_s if stage in shape.stages else 0.0)
-            for stage in STAGES}
+    seconds = {stage: value * ar_s for stage, value in tokens.items()}
+    # The races' engines start in seconds measured where known, not in tokens.
+    seconds["race"] += shape.arms * _start_s(shape.race_cost, ar_s)
+    seconds["engine_races"] += sum(shape.engine_race_arms * _start_s(cost, ar_s)
+                                   for cost in shape.engine_races)
+    return {stage: (seconds[stage] if stage in shape.stages else 0.0) for stage in STAGES}
 
 
 def _race_tokens(measured: int, arms: int, shape: Shape, cost: EngineCost) -> float:
-    """A race's AR tokens: its engines started (one per arm), then its prompts decoded
-    at the engine's cost per token."""
-    return arms * (cost.start_tokens + measured * shape.repeats * shape.max_new_tokens
-                   * RACE_TOKENS * cost.token_ratio)
+    """A race's decoding in AR tokens: its prompts decoded in each arm at the engine's
+    cost per token (its engines' start-up apart: `_start_s`)."""
+    return arms * measured * shape.repeats * shape.max_new_tokens * RACE_TOKENS * cost.token_ratio
+
+
+def _start_s(cost: EngineCost, ar_s: float) -> float:
+    """One engine's start-up in seconds: as measured on this machine, else the prior."""
+    return cost.start_seconds(ar_s)
+
+
+def race_seconds(measured: int, arms: int, shape: Shape, cost: EngineCost,
+                 ar_s: float) -> float:
+    """A race's estimated seconds: its `arms` engines started, then `measured` prompts
+    decoded in each."""
+    return arms * _start_s(cost, ar_s) + _race_tokens(measured, arms, shape, cost) * ar_s
 
 
 def _scaled(caps: Counts, f: float) -> Counts:
@@ -215,11 +241,16 @@ class Budget:
         self.caps: Counts | None = None
         self.counts: Counts | None = None
         self.shape: Shape | None = None
+        # The shape with every engine's race, the dropped ones too: what a budget that
+        # runs every count in full would hold (`full_seconds`).
+        self.full_shape: Shape | None = None
         self.fixed_s = 0.0               # what ran before the sizing (loading, profile)
         self._open: dict[str, float] = {}        # stage -> when it started
         self._took: dict[str, float] = {}        # stage -> seconds it took
         self._estimated: dict[str, float] = {}   # stage -> its estimate when it started
         self.stopped: list[str] = []     # "the screen after 80 of 95 configs", ...
+        # Engine -> why its race in itself was dropped at planning (`admit_engine_races`).
+        self.dropped: dict[str, str] = {}
         self.trimmed: list[str] = []     # work done at less than full, not in the counts
 
     def left(self) -> float:
@@ -306,6 +337,36 @@ class Budget:
         self.caps = replace(self.caps or caps, pool=pool_cap, measured=measured_cap)
         return pool, measured
 
+    def admit_engine_races(self, caps: Counts, shape: Shape, ar_s: float,
+                           engines: dict[str, EngineCost]) -> list[str]:
+        """The engines whose races in themselves this budget holds, cheapest first,
+        after autotune's own stages at their floors (they come first: an answer from
+        our decoder needs them, an engine's race only confirms it in the engine); each
+        race priced at the floor's measured sample with its engines' start-up as this
+        machine measured it. One not admitted is named in `dropped` with what it needs
+        and `engine_race_seconds` gives it nothing."""
+        floors = Counts(**{name: min(getattr(caps, name), least)
+                           for name, least in FLOORS.items()})
+        own_shape = replace(shape, stages=shape.stages - {"engine_races"}, engine_races=())
+        room = max(self.left(), 0.0) - sum(stage_seconds(floors, own_shape, ar_s).values())
+        costs = {engine: race_seconds(floors.measured, shape.engine_race_arms, shape, cost,
+                                      ar_s) for engine, cost in engines.items()}
+        admitted: list[str] = []
+        for engine in sorted(engines, key=costs.__getitem__):
+            cost = engines[engine]
+            if costs[engine] <= room:
+                admitted.append(engine)
+                room -= costs[engine]
+                continue
+            start = cost.start_seconds(ar_s)
+            basis = "measured here" if cost.start_s is not None else "not yet measured here"
+            self.dropped[engine] = (
+                f"{engine}'s race in itself needs about {costs[engine]:.0f} s "
+                f"({shape.engine_race_arms} engines started at {start:.0f} s each, "
+                f"{basis}, and {floors.measured} prompts each), "
+                f"{max(room, 0.0):.0f} s are left after autotune's own stages at their floors")
+        return [engine for engine in engines if engine in admitted]
+
     def engine_race_seconds(self, deadline: float, cost: EngineCost, arms: int,
                             later: tuple[EngineCost, ...] = ()) -> float:
         """One engine's race in itself, starting now, of the `engine_races` stage that
@@ -314,20 +375,20 @@ class Budget:
         counted, takes more than an HF one), or 0 (skipped) when that share cannot hold
         its `arms` engines' start-up at the pace kept so far."""
         assert self.ar_s is not None and self.counts is not None and self.shape is not None
-
-        def tokens(c: EngineCost) -> float:
-            return _race_tokens(self.counts.measured, arms, self.shape, c)  # type: ignore[union-attr]
-
-        total = tokens(cost) + sum(tokens(c) for c in later)
-        share = max(deadline - self.clock(), 0.0) * (tokens(cost) / total if total > 0
+        ar_s, shape, measured = self.ar_s, self.shape, self.counts.measured
+        total = (race_seconds(measured, arms, shape, cost, ar_s)
+                 + sum(race_seconds(measured, arms, shape, c, ar_s) for c in later))
+        own = race_seconds(measured, arms, shape, cost, ar_s)
+        share = max(deadline - self.clock(), 0.0) * (own / total if total > 0
                                                       else 1.0 / (1 + len(later)))
-        start = arms * cost.start_tokens * self.ar_s * self.pace()
+        start = arms * cost.start_seconds(ar_s * self.pace())
         return share if share > start else 0.0
 
     def full_seconds(self) -> float:
         """The budget every count in full would take here, at the pace kept."""
         assert self.caps is not None and self.shape is not None and self.ar_s is not None
-        stages = sum(stage_seconds(self.caps, self.shape, self.ar_s).values())
+        shape = self.full_shape or self.shape
+        stages = sum(stage_seconds(self.caps, shape, self.ar_s).values())
         return self.fixed_s + stages * self.pace() + self.reserve
 
     def cuts(self) -> list[str]:
@@ -351,13 +412,16 @@ class Budget:
         if self.ar_s is None:
             return []
         used = self.clock() - self.started
-        lines = [f"time budget {_duration(self.seconds)}: {used:.0f} s used; AR "
-                 f"{1000 * self.ar_s:.1f} ms/token measured here at the start"]
-        cuts, stopped = self.cuts(), self.stopped
+        lines = [f"time budget {_duration(self.seconds)}: {used:.0f} s used "
+                 f"({used / self.seconds:.0%}); AR {1000 * self.ar_s:.1f} ms/token "
+                 "measured here at the start"]
+        cuts, stopped = self.cuts(), [*self.stopped, *self.dropped]
         if cuts:
             lines.append("cut to fit: " + ", ".join(cuts))
-        if stopped:
-            lines.append("stopped at their share of the budget: " + "; ".join(stopped))
+        if self.stopped:
+            lines.append("stopped at their share of the budget: " + "; ".join(self.stopped))
+        if self.dropped:
+            lines.append("dropped at planning: " + "; ".join(self.dropped.values()))
         full = self.full_seconds()
         if (cuts or stopped) and full > self.seconds:
             lines.append(f"a larger budget screens, measures and validates more: about "

@@ -99,20 +99,32 @@ def size(plan: SearchPlan, budget: Budget, ar_s: float, engines: int,
     """`plan` with its screen and trials sized to the time left (`Budget.plan`), the
     screen's setup done (`prepare_screen`; `screened` False: the screens left out); the
     engines' screens and the held-out sizes are the budget's (`engine_screen`,
-    `held_out`). One line says what was cut."""
+    `held_out`). The engines' races in themselves are admitted first, each only where
+    it fits beside autotune's own stages at their floors (`Budget.admit_engine_races`);
+    a dropped one is one line now and races nothing later. One line says what was cut."""
     caps = Counts(screen=plan.screen, trials=plan.trials,
                   engine_screen=engine_screen_budget(plan.screen), pool=len(plan.pool),
                   measured=len(plan.held_out))
     own = plan.finalists + 1                       # and the best documented default
+    races = {engine: engine_cost(engine, plan.model) for engine in plan.engine_races}
     shape = Shape(max_new_tokens=plan.max_new_tokens, search_prompts=len(plan.prompts),
                   screen_prompts=len(plan.split.screened), engines=engines,
                   arms=own + engines + 1, repeats=plan.validation_repeats,
                   stages=_stages(plan, engines, screened),
                   screen_prepared=plan.fidelity == "multi" and screened,
-                  race_cost=engine_cost(plan.target) if plan.in_engine else EngineCost(),
-                  engine_races=tuple(engine_cost(e) for e in plan.engine_races),
+                  race_cost=(engine_cost(plan.target, plan.model) if plan.in_engine
+                             else EngineCost()),
+                  engine_races=tuple(races.values()),
                   # Each engine's finalists, its best-screened default and its AR.
                   engine_race_arms=ENGINE_FINALISTS + 2)
+    budget.full_shape = shape
+    if "engine_races" in shape.stages:
+        admitted = budget.admit_engine_races(caps, shape, ar_s, races)
+        for reason in budget.dropped.values():
+            note(f"dropped at planning: {reason}")
+        shape = dataclasses.replace(
+            shape, engine_races=tuple(races[e] for e in admitted),
+            stages=shape.stages if admitted else shape.stages - {"engine_races"})
     counts = budget.plan(caps, shape, ar_s)
     cuts = budget.cuts()
     left = budget.left()
@@ -191,11 +203,14 @@ def engine_races_stop(budget: Budget | None) -> float | None:
 def engine_race_seconds(plan: SearchPlan, budget: Budget | None, deadline: float | None,
                         engine: str, later: tuple[str, ...], arms: int) -> float | None:
     """One engine's race in itself, starting now: its share of the stage against the
-    engines still to race after it (`later`), 0 when it cannot start its engines in it
-    (skipped); without a budget, --validation-budget."""
+    engines still to race after it (`later`), 0 when it was dropped at planning or
+    cannot start its engines in it (skipped); without a budget, --validation-budget."""
     if budget is None or deadline is None:
         return plan.validation_budget_s
-    seconds = budget.engine_race_seconds(deadline, engine_cost(engine), arms,
-                                         tuple(engine_cost(e) for e in later))
+    if engine in budget.dropped:
+        return 0.0
+    seconds = budget.engine_race_seconds(
+        deadline, engine_cost(engine, plan.model), arms,
+        tuple(engine_cost(e, plan.model) for e in later if e not in budget.dropped))
     given = plan.validation_budget_s
     return seconds if given is None or seconds <= 0 else min(given, seconds)

@@ -59,18 +59,24 @@ def write_run_record(plan: SearchPlan, models: SearchModels,
 
 
 def record_stages(run_dir: Path, stages: tuple[tuple[str, float], ...],
-                  peak_rss: tuple[int, ...]) -> None:
+                  peak_rss: tuple[int, ...], peak_tree: tuple[int, ...] = ()) -> None:
     """Add this run's stages to RUN_DIR/run.json (atomically): `stages`, each with its
-    seconds and peak resident set, and `peak_rss_bytes`, the run's largest. A missing or
-    unreadable run.json is left alone (the run wrote none: Ctrl-C before the study)."""
+    seconds, its peak resident set and (where measured) the peak of the process and its
+    engines together; `peak_rss_bytes` and `peak_tree_bytes`, the run's largest. A
+    missing or unreadable run.json is left alone (the run wrote none: Ctrl-C before the
+    study)."""
     path = run_dir / RUN_FILE
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    doc["stages"] = [{"stage": stage, "seconds": round(seconds, 1), "peak_rss_bytes": peak}
-                     for (stage, seconds), peak in zip(stages, peak_rss)]
+    trees = peak_tree if len(peak_tree) == len(stages) else (None,) * len(stages)
+    doc["stages"] = [{"stage": stage, "seconds": round(seconds, 1), "peak_rss_bytes": peak,
+                      **({"peak_tree_bytes": tree} if tree else {})}
+                     for (stage, seconds), peak, tree in zip(stages, peak_rss, trees)]
     doc["peak_rss_bytes"] = max(peak_rss, default=None)
+    if any(peak_tree):
+        doc["peak_tree_bytes"] = max(peak_tree)
     write_atomically(path, json.dumps(doc, indent=2) + "\n")
 
 

@@ -33,12 +33,12 @@ import optuna
 
 from autotune.backends import BackendUnavailable, engine_cost, open_backend
 from autotune.common.errors import AutotuneError
-from autotune.common.memory import StagePeaks
+from autotune.common.memory import StagePeaks, TreePeaks
 from autotune.frozen.record import FrozenContext
 from autotune.schema.engines import engine_rules
 from autotune.measure.profile import PROFILE_FILE, run_profile, save_run_profile
 from autotune.pipeline import fitting
-from autotune.pipeline.budget import Budget
+from autotune.pipeline.budget import SPECULATIVE_FLOOR, Budget
 from autotune.pipeline.interrupts import INTERRUPTED, Stops
 from autotune.pipeline.loading import load_models
 from autotune.pipeline.plan import SearchPlan
@@ -108,6 +108,9 @@ class SearchOutcome:
     # Each stage's peak resident set in bytes, in the order of `stages` (issue 51: the
     # run reports its own memory, in the summary and run.json).
     peak_rss: tuple[int, ...] = ()
+    # Each stage's peak of this process and its engines together (PSS, sampled each
+    # second; issue 59: vLLM's engines and llama-server are children), as `peak_rss`.
+    peak_tree: tuple[int, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -140,13 +143,22 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
     """Run `plan`: load its models, open (or resume) its study, screen, measure, validate
     the finalists, tune the schedule, and write the run folder."""
     clock = _Stages()
+    try:
+        return _run_search(plan, clock)
+    finally:
+        clock.close()
+
+
+def _run_search(plan: SearchPlan, clock: _Stages) -> SearchOutcome:
+    """`run_search` with the stages' clock it keeps."""
     budget = fitting.start(plan)
     models = load_models(plan)
     clock.lap("loading the models")
     if plan.turns == "all":
         plan = _with_later_turns(plan, models.target)
     # The machine's speed first: with a budget, every count below is sized from it.
-    speed = fitting.measure_speed(budget, models.target)
+    speed = fitting.measure_speed(budget, models.target,
+                                  plan.prompts[0] if plan.prompts else None)
     _quiet_optuna()
     identity = study_identity(plan, models)
     # Once per run folder (reused on resume): where verifying more tokens stops being
@@ -192,7 +204,7 @@ def run_search(plan: SearchPlan) -> SearchOutcome:
         return SearchOutcome(INTERRUPTED, plan.run_dir, None, plan.objective, 0,
                              settings.trials, 0.0, [], clock.stages,
                              tuple(budget.summary()) if budget is not None else (),
-                             peak_rss=clock.peak_rss)
+                             peak_rss=clock.peak_rss, peak_tree=clock.peak_tree)
     clock.lap("screening by replay")
     if fresh:
         save_run_profile(plan.run_dir, profile)
@@ -219,21 +231,30 @@ class _Stages:
     def __init__(self) -> None:
         self.stages: tuple[tuple[str, float], ...] = ()
         self.peak_rss: tuple[int, ...] = ()
+        self.peak_tree: tuple[int, ...] = ()
         self._since = time.monotonic()
         self._memory = StagePeaks()
+        self._tree = TreePeaks()
         self._carried = 0          # the peak of a skipped stage, counted in the next
+        self._carried_tree = 0
 
     def lap(self, stage: str) -> None:
         """Close `stage` at now (a stage that took no time, skipped, is left out)."""
         now = time.monotonic()
         peak = max(self._memory.lap(), self._carried)
+        tree = max(self._tree.lap(), self._carried_tree)
         if now - self._since >= 0.05:
             self.stages += ((stage, now - self._since),)
             self.peak_rss += (peak,)
-            self._carried = 0
+            self.peak_tree += (tree,)
+            self._carried = self._carried_tree = 0
         else:
-            self._carried = peak
+            self._carried, self._carried_tree = peak, tree
         self._since = now
+
+    def close(self) -> None:
+        """Stop sampling the process tree's memory."""
+        self._tree.close()
 
 
 def _quiet_optuna() -> None:
@@ -349,6 +370,9 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: FrozenContext,
     if time_budget is not None:
         runner.settings.clock = time_budget.clock
         runner.settings.stop_at = time_budget.stop_at("trials")
+        # The floor a decision needs: autotune's own group races at least two
+        # speculative finalists, whatever the trials' share of the budget held.
+        runner.settings.min_speculative = min(SPECULATIVE_FLOOR, max(budget - 1, 0))
 
     def finished(event: TrialEvent) -> None:
         run_folder.write_run_files(run_dir, runner.study, objective, context)
@@ -401,14 +425,14 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: FrozenContext,
     outputs = stops.run("files", write_files, after_stop=True) or []
     reason = INTERRUPTED if stops.interrupted else reason
     clock.lap("the run folder, report and exports")
-    record_stages(run_dir, clock.stages, clock.peak_rss)
+    record_stages(run_dir, clock.stages, clock.peak_rss, clock.peak_tree)
     done, _, _ = runner.progress()
     files = [TRIALS_FILE, BEST_FILE, RUN_FILE, *outputs,
              *([PROFILE_FILE] if (run_dir / PROFILE_FILE).is_file() else [])]
     return SearchOutcome(reason, run_dir, runner.study, objective, done, budget,
                          time.monotonic() - began, files, clock.stages,
                          tuple(time_budget.summary()) if time_budget is not None else (),
-                         peak_rss=clock.peak_rss)
+                         peak_rss=clock.peak_rss, peak_tree=clock.peak_tree)
 
 
 def _engines_stop(budget: Budget | None) -> tuple[float, Callable[[], float]] | None:

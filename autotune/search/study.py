@@ -76,6 +76,9 @@ RECORDED_SINCE = {"bit_params": "integer"}
 # screen found fewer distinct configs): a rerun of the same command resumes to the same
 # budget, a rerun with a larger --trials measures more.
 SCREENED_ATTR = "screened_queued"
+# Trials run beyond the budget's count to reach `SearchSettings.min_speculative` (a config
+# rejected as lossy or failed does not count toward it).
+FLOOR_SPARE = 2
 TRIALS_ASKED_ATTR = "trials_asked"
 BUDGET_ATTR = "trial_budget"
 # Refused repeats in a row (each after a random draw) that say a `distinct` study has
@@ -123,6 +126,11 @@ class SearchSettings:
     # and what it finished stays counted. None: no deadline (`timeout_s` still applies).
     stop_at: float | None = None
     clock: Callable[[], float] = time.monotonic
+    # The least speculative configs the study completes before `stop_at` may stop it (a
+    # time budget's floor: autotune's own group races them as its finalists). Below it
+    # the deadline is not read and, with the trials used up, up to FLOOR_SPARE more
+    # trials are run (a config the lossless check rejects, a failure).
+    min_speculative: int = 0
 
 
 @dataclass
@@ -401,16 +409,22 @@ class StudyRunner:
         took: list[float] = []          # this run's trials, seconds each (the deadline's)
         self._on_start = on_start
         self._repeats_in_a_row = 0
+        spare = FLOOR_SPARE
         while True:
             done, running, infeasible = self.progress()
+            below = self._below_floor()
             if done + running >= self.settings.trials:
-                return "budget"
+                if not below or spare <= 0 or running:
+                    return "budget"
+                # The floor's trials: one more, within the spare attempts.
+                spare -= 1
+                self.settings.trials += 1
             if self._repeats_in_a_row >= COVERED_AFTER:
                 return "covered"
             if (self.settings.timeout_s is not None
                     and time.monotonic() - started >= self.settings.timeout_s):
                 return "timeout"
-            if past_deadline(self.settings.stop_at, self.settings.clock(), took):
+            if not below and past_deadline(self.settings.stop_at, self.settings.clock(), took):
                 return "deadline"
             if infeasible > MAX_INFEASIBLE_PER_TRIAL * max(self.settings.trials, 1):
                 return "infeasible"
@@ -437,6 +451,14 @@ class StudyRunner:
                     if TrialRecord.of(trial).worker == self.worker:
                         self._interrupt(trial, "stopped by the user (Ctrl-C)")
                 return "interrupted"
+
+    def _below_floor(self) -> bool:
+        """Fewer speculative configs completed than `min_speculative`."""
+        floor = self.settings.min_speculative
+        if floor <= 0:
+            return False
+        complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        return sum(TrialRecord.of(t).speculates for t in complete) < floor
 
     def _last_own_trial(self) -> FrozenTrial | None:
         own = [t for t in self.study.get_trials(deepcopy=False)
