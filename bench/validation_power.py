@@ -129,15 +129,14 @@ def main() -> None:
             unused = [i for i in ids_measured if i not in set(sample)]
             truth_pairs = [measured[name][i] for i in unused]
             truth = paired.speedup(truth_pairs)
-            truth_ci = paired.interval(truth_pairs, resamples=400, seed=draw)
+            truth_ci = paired.interval(truth_pairs)
             truth_se = _width(truth_ci) / (2 * 1.645)
             m_pairs = [measured[name][i] for i in sample]
             p_pairs = [predicted[name][i] for i in sample + rest]
-            est = ppi.estimate(m_pairs, p_pairs, resamples=1000, seed=draw)
+            est = ppi.estimate(m_pairs, p_pairs, seed=draw)
             classical = est.measured_ci90
             same = list(local.choice(ids_measured, same_time, replace=False))
-            same_ci = paired.interval([measured[name][i] for i in same], resamples=1000,
-                                      seed=draw)
+            same_ci = paired.interval([measured[name][i] for i in same])
 
             def hits(ci: tuple[float, float] | None, centre: float | None) -> tuple[bool, bool]:
                 if ci is None or centre is None or truth is None:

@@ -47,12 +47,15 @@ def test_too_few_measured_prompts_give_the_classical_statistic_of_the_sample() -
     rng = np.random.default_rng(1)
     rows = _population(rng, 60)
     predicted = _pairs(rows, 0.0, rng, bias=1.4)
-    measured = _pairs(rows[:3], 0.05, rng, repeats=2)
+    measured = _pairs(rows[:ppi.MIN_CROSS_FIT - 1], 0.05, rng, repeats=2)
     result = ppi.estimate(measured, predicted, repeats=2)
     assert result.lam == 0.0
     assert result.speedup == pytest.approx(paired.speedup(measured))
-    assert result.ci90 == pytest.approx(paired.interval(measured))
-    assert result.pool == 60 and result.measured == 3
+    assert result.ci90 is not None and result.ci90 == pytest.approx(paired.interval(measured))
+    assert result.pool == 60 and result.measured == ppi.MIN_CROSS_FIT - 1
+    # Below an interval's floor, none.
+    few = _pairs(rows[:paired.MIN_INTERVAL_PROMPTS - 1], 0.05, rng)
+    assert ppi.estimate(few, predicted).ci90 is None
 
 
 def test_repeats_are_one_pass_each_and_perfect_predictions_are_trusted() -> None:
@@ -80,8 +83,8 @@ def test_a_biased_predictor_is_corrected_on_average() -> None:
     for draw in range(300):
         pick = np.random.default_rng(draw).choice(len(rows), 16, replace=False)
         measured = _pairs([rows[i] for i in pick], 0.03, rng)
-        estimates.append(ppi.estimate(measured, predicted, resamples=10, seed=draw).speedup)
-    assert ppi.estimate(measured, predicted, resamples=10).predicted_speedup == \
+        estimates.append(ppi.estimate(measured, predicted, seed=draw).speedup)
+    assert ppi.estimate(measured, predicted).predicted_speedup == \
         pytest.approx(truth * 1.4, rel=1e-6)
     assert np.mean(estimates) == pytest.approx(truth, rel=0.02)
 
@@ -89,8 +92,9 @@ def test_a_biased_predictor_is_corrected_on_average() -> None:
 @pytest.mark.parametrize("quality", ["good", "useless"])
 def test_the_interval_covers_the_population_figure(quality: str) -> None:
     """Nominal 90%: over many (population draw, sample) pairs the interval holds the
-    figure of the population the pool was drawn from at least 85% of the time (the
-    bootstrap is approximate at n = 16), for a good and for a useless predictor."""
+    figure of the population the pool was drawn from at least 85% of the time, for a
+    good and for a useless predictor (test_interval_coverage.py holds it to 88% on the
+    race's data)."""
     rng = np.random.default_rng(3)
     big = _population(rng, 20000)
     truth = _truth(big)
@@ -107,7 +111,7 @@ def test_the_interval_covers_the_population_figure(quality: str) -> None:
                          for r, s in zip(pool_rows, shuffled)]
         pick = local.choice(len(pool_rows), 16, replace=False)
         measured = _pairs([pool_rows[i] for i in pick], 0.03, local)
-        ci = ppi.estimate(measured, predicted, resamples=400, seed=draw).ci90
+        ci = ppi.estimate(measured, predicted, seed=draw).ci90
         assert ci is not None
         hits += ci[0] <= truth <= ci[1]
     assert hits / draws >= 0.85
@@ -131,7 +135,9 @@ def test_a_good_predictor_narrows_the_interval_and_a_useless_one_costs_little() 
     assert good.lam > 0.7
     assert width(good.ci90) < classical * 0.6
     assert useless.lam < 0.5
-    assert width(useless.ci90) < classical * 1.25
+    # A half's degrees of freedom (ppi._fold_interval) and a weight fitted on 6 prompts:
+    # at 12 measured prompts a useless predictor costs up to 40% of width.
+    assert width(useless.ci90) < classical * 1.4
 
 
 def test_measured_prompts_must_be_in_the_pool() -> None:
