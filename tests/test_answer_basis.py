@@ -16,6 +16,7 @@ import optuna
 import pytest
 from test_report_validation import validated
 
+import autotune.exports as exports
 import autotune.search.engine_races as engine_races
 from autotune.frozen.checks import load_frozen_config, problems
 from autotune.frozen.document import frozen_config
@@ -104,7 +105,7 @@ def written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         launch = folder / "launch.md"
         headers[name] = (launch if launch.is_file() else folder / "README.txt").read_text()
     return {"record": record, "best": json.loads(path.read_text()), "headers": headers,
-            "table": answers_table(load_frozen_config(path))}
+            "table": answers_table(load_frozen_config(path)), "path": path}
 
 
 def _basis(written: dict[str, Any], engine: str) -> dict[str, Any]:
@@ -163,6 +164,20 @@ def test_predicted_because_a_gpu_engine_cannot_run_here(written: dict[str, Any])
     assert ("Figure: predicted by autotune's decoder: a GPU engine that cannot run here"
             in written["headers"]["trtllm"])
     assert "autotune's decoder, predicted: a GPU engine" in _row(written, "trtllm")
+
+
+def test_a_single_format_launch_section_says_when_its_figures_are_predicted(
+        written: dict[str, Any]):
+    best = load_frozen_config(written["path"])
+    for engine, predicted in (("vllm", True), ("hf", False)):
+        answer = best.engine_answer(engine)
+        assert answer is not None
+        text = exports.launch(answer, engine, exports.export(answer, engine).files)
+        assert ("not measured in" in text) == predicted, engine
+    vllm = best.engine_answer("vllm")
+    text = exports.launch(vllm, "vllm", exports.export(vllm, "vllm").files)
+    assert (f"not measured in vLLM itself: the figures were predicted by autotune's "
+            f"decoder: its race in itself failed ({FAILED})") in text
 
 
 def test_a_gpu_engine_with_no_build_for_this_cpu_is_told_apart_from_not_installed():
@@ -252,3 +267,80 @@ def test_an_answer_faster_than_its_tau_allows_is_suspect(tmp_path: Path,
     assert "speculate, suspect" in P.engines.render(list(answers.values()))
     facts = current_record(study).for_engine("hf").measured_in()   # type: ignore[union-attr]
     assert "(the answer's figure)" in facts["suspect"]
+
+
+# ---- the wiring: `pipeline.run._race_in_engines` records why a race did not stand ----
+
+def _raced_study(engines: tuple[str, ...]) -> optuna.Study:
+    """A validated study whose record answers for `engines`, none raced in itself yet."""
+    study = validated()
+    doc = copy.deepcopy(study.user_attrs[VALIDATION_ATTR])
+    doc["engine_finalists"] = {name: [_entry(name)] for name in engines}
+    doc["engines"] = {name: {"decision": SPECULATE, "winner": 7, "reason": "above 1"}
+                      for name in engines}
+    study.set_user_attr(VALIDATION_ATTR, doc)
+    return study
+
+
+def _race(study: optuna.Study, engines: tuple[str, ...], budget: Any = None) -> ValidationRecord:
+    from types import SimpleNamespace
+
+    import autotune.pipeline.run as run
+    plan = SimpleNamespace(engine_races=engines, held_out=[], pool=[], validation_repeats=1,
+                           min_gain=0.0, split=SimpleNamespace(source="test"),
+                           model="org/tiny", draft=None, max_new_tokens=8,
+                           validation_budget_s=None)
+    runner = SimpleNamespace(study=study, context=SimpleNamespace(target=None, draft=None))
+    run._race_in_engines(plan, runner, budget)   # type: ignore[arg-type]
+    record = current_record(study)
+    assert record is not None
+    return record
+
+
+def test_a_race_that_fails_to_start_or_midway_is_recorded_failed(
+        monkeypatch: pytest.MonkeyPatch):
+    import autotune.pipeline.run as run
+    from autotune.backends import BackendUnavailable
+    from autotune.common.errors import AutotuneError
+
+    class Started:
+        label = "llama-server"
+
+        def close(self) -> None:
+            pass
+
+    def open_backend(engine: str, *args: Any) -> Started:
+        if engine == "vllm":
+            raise BackendUnavailable("vLLM's engine exited during start-up")
+        return Started()
+
+    def race_in_engine(*args: Any) -> ValidationRecord:
+        raise AutotuneError(FAILED)
+
+    monkeypatch.setattr(run, "open_backend", open_backend)
+    monkeypatch.setattr(run, "race_in_engine", race_in_engine)
+    record = _race(_raced_study(("llama_server", "vllm")), ("llama_server", "vllm"))
+    assert record.basis("vllm").why == "failed"
+    assert record.basis("vllm").detail == ("did not start: vLLM's engine exited during "
+                                           "start-up")
+    assert (record.basis("llama_server").why, record.basis("llama_server").detail) == (
+        "failed", FAILED)
+
+
+def test_a_race_the_budget_cannot_start_is_recorded_with_what_it_needed_and_had(
+        monkeypatch: pytest.MonkeyPatch):
+    from types import SimpleNamespace
+
+    import autotune.pipeline.run as run
+    from autotune.backends import engine_cost
+
+    monkeypatch.setattr(run.fitting, "engine_races_stop", lambda budget: 100.0)
+    monkeypatch.setattr(run.fitting, "engine_race_seconds", lambda *args: 0.0)
+    budget = SimpleNamespace(stopped=[], ar_s=0.01, pace=lambda: 2.0, clock=lambda: 70.0,
+                             done=lambda stage: None)
+    record = _race(_raced_study(("vllm",)), ("vllm",), budget)
+    basis = record.basis("vllm")
+    # Two engines (the finalist and its baseline), each started at the pace kept.
+    needed = 2 * engine_cost("vllm").start_tokens * 0.01 * 2.0
+    assert (basis.why, basis.needed_s, basis.had_s) == ("budget", round(needed, 1), 30.0)
+    assert budget.stopped and "vllm" in budget.stopped[0]
