@@ -336,11 +336,16 @@ def test_a_race_the_budget_cannot_start_is_recorded_with_what_it_needed_and_had(
 
     monkeypatch.setattr(run.fitting, "engine_races_stop", lambda budget: 100.0)
     monkeypatch.setattr(run.fitting, "engine_race_seconds", lambda *args: 0.0)
+    dropped = ("llama_server's race in itself needs about 420 s (...), 35 s are left after "
+               "autotune's own stages at their floors")
     budget = SimpleNamespace(stopped=[], ar_s=0.01, pace=lambda: 2.0, clock=lambda: 70.0,
-                             done=lambda stage: None)
-    record = _race(_raced_study(("vllm",)), ("vllm",), budget)
+                             done=lambda stage: None, dropped={"llama_server": dropped})
+    record = _race(_raced_study(("vllm", "llama_server")), ("vllm", "llama_server"), budget)
     basis = record.basis("vllm")
     # Two engines (the finalist and its baseline), each started at the pace kept.
-    needed = 2 * engine_cost("vllm").start_tokens * 0.01 * 2.0
+    needed = 2 * engine_cost("vllm", "org/tiny").start_seconds(0.01 * 2.0)
     assert (basis.why, basis.needed_s, basis.had_s) == ("budget", round(needed, 1), 30.0)
     assert budget.stopped and "vllm" in budget.stopped[0]
+    # Dropped at planning: the budget's own line says what it needed and had.
+    assert (record.basis("llama_server").why, record.basis("llama_server").detail) == (
+        "budget", dropped)

@@ -541,7 +541,8 @@ def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | Non
                                       f"{arms} engines' start-up does not fit its share)")
             record = (predicted_because(record, engine, "no_finalist") if arms < 2 else
                       predicted_because(record, engine, "budget",
-                                        *_start_up_fit(budget, deadline, engine, arms)))
+                                        *_start_up_fit(budget, deadline, engine, arms,
+                                                       plan.model)))
             finalists.store_record(study, record)
             note(f"{engine}: not raced in itself; its answer stays autotune's decoder's "
                  "prediction under its rules")
@@ -581,12 +582,15 @@ def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | Non
 
 
 def _start_up_fit(budget: Budget | None, deadline: float | None, engine: str,
-                  arms: int) -> tuple[str, float | None, float | None]:
-    """A race the budget skipped, for its record: (what, the seconds its `arms` engines'
-    start-up needed, the seconds the engines' races had left), at the pace kept."""
+                  arms: int, model: str) -> tuple[str, float | None, float | None]:
+    """A race the budget skipped, for its record: (why, the seconds its `arms` engines'
+    start-up needed, the seconds the engines' races had left), at the pace kept; one
+    dropped at planning, the budget's line (what it needs, what was left)."""
     if budget is None or deadline is None or budget.ar_s is None:
         return "its start-up does not fit its share", None, None
-    needed = arms * engine_cost(engine).start_tokens * budget.ar_s * budget.pace()
+    if engine in budget.dropped:
+        return budget.dropped[engine], None, None
+    needed = arms * engine_cost(engine, model).start_seconds(budget.ar_s * budget.pace())
     return (f"its {arms} engines' start-up does not fit its share of the engines' races",
             needed, max(deadline - budget.clock(), 0.0))
 
