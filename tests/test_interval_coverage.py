@@ -17,6 +17,8 @@ no interval is given.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -66,7 +68,9 @@ def _pairs(columns: np.ndarray, draw: int, ids: range) -> list[PromptPair]:
 
 
 def paired_coverage(n: int, spread: float, level: float, draws: int = DRAWS,
-                    interval=paired.interval) -> tuple[float, float]:
+                    interval: Callable[[list[PromptPair], float],
+                                       tuple[float, float] | None] = paired.interval
+                    ) -> tuple[float, float]:
     """(coverage, share without an interval) of `interval` at `level` over `draws`
     samples of `n` prompts; a draw without one counts as covering (it claims nothing)."""
     measured, _, truth = race_data(np.random.default_rng(int(1000 * spread) + n), draws, n,

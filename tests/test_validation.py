@@ -138,8 +138,32 @@ def test_three_answers_with_a_minimum_worthwhile_gain():
     # The same figures with a smaller gain worth having stay open.
     assert _judge(small, min_gain=0.0)[0] == UNDECIDED
     assert _judge([straddles], min_gain=0.25)[0] == DO_NOT_SPECULATE
-    # An interval above 1 decides, whatever the gain asked for.
-    assert _judge([_finalist(4, 1.03, [1.01, 1.05])], min_gain=0.2)[:2] == (SPECULATE, 4)
+    # Shown faster, but wholly below 1 + min_gain: a certain 1-3% is not a gain worth
+    # having, so "do not speculate" (before issue 59 it was "speculate" whatever
+    # --min-gain said); a smaller gain asked for makes it the answer.
+    sure_but_small = _finalist(4, 1.02, [1.01, 1.03])
+    decision, winner, reason = _judge([sure_but_small])
+    assert (decision, winner) == (DO_NOT_SPECULATE, None)
+    assert reason.startswith("trial 4 (t4) 1.020x [1.010, 1.030] is faster, but no")
+    assert "reaches 1.05 (--min-gain 0.05)" in reason
+    assert _judge([sure_but_small], min_gain=0.02)[:2] == (SPECULATE, 4)
+    # Above 1.0 and reaching 1 + min_gain: speculate, its reason says both.
+    decision, winner, reason = _judge([_finalist(4, 1.08, [1.01, 1.15])])
+    assert (decision, winner) == (SPECULATE, 4) and "reaches 1.05" in reason
+    # The best of those that reach it wins, not the fastest shown faster.
+    pair = [_finalist(4, 1.04, [1.02, 1.045]), _finalist(6, 1.03, [1.005, 1.09])]
+    assert _judge(pair)[:2] == (SPECULATE, 6)
+
+
+def test_too_few_prompts_for_an_interval_is_undecided_never_narrower():
+    """A finalist with no interval (fewer prompts than one needs) leaves the answer
+    undecided and says why, whatever its figure."""
+    few = {**_finalist(2, 1.5, None), "measured_prompts": 3}
+    decision, winner, reason = _judge([few, _finalist(3, 0.9, [0.85, 0.95])])
+    assert (decision, winner) == (UNDECIDED, None)
+    assert reason.startswith("too few prompts: likely trial 2 (t2) 1.500x (no interval), "
+                             "measured on 3 prompts")
+    assert "at least 4 prompts" in reason
 
 
 def test_an_undecided_record_recommends_the_baseline_and_exports_nothing():

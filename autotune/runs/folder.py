@@ -226,7 +226,10 @@ def ranked_configs(study: optuna.Study, objective: Objective,
     if record is None:
         return [_trial_config(t, objective, run) for t in ranked(study, objective)]
     trials = {t.number: t for t in ranked(study, objective)}
-    faster = sorted((f for f in record.finalists if shown_faster(f) and f.trial in trials),
+    # A record from before --min-gain (None) asked for no gain beyond 1.0.
+    gain = record.min_gain or 0.0
+    faster = sorted((f for f in record.finalists
+                     if shown_faster(f, gain) and f.trial in trials),
                     key=lambda f: (-(f.speedup or 0.0), f.trial))
     return [_trial_config(trials[f.trial], objective, run).model_copy(
                 update={"validation": Validation.model_validate(record.frozen_view(f.trial))})

@@ -9,7 +9,9 @@ prediction-powered figures from `autotune.measure.ppi`, measured-alone ones wher
 cannot predict). The answer is chosen there:
 
 - a finalist counts when its greedy output matched the baseline's and the interval of
-  its paired speedup lies wholly above 1.0;
+  its paired speedup lies wholly above 1.0 and reaches 1 + `min_gain` (a gain worth
+  having is plausible; each interval at its look's level shared by the group's arms
+  still racing, so the group's error is one 5% however many race);
 - of those, the highest validated speedup wins: **speculate**;
 - none, and every lossless finalist's interval lies below 1 + `min_gain` (no gain worth
   having is left in the interval): **do not speculate**, with the evidence;
@@ -88,8 +90,8 @@ DEFAULT_MIN_GAIN = 0.05
 STATISTIC = ("AR / candidate decode time per generated token, summed over the held-out "
              "prompts (repeats pooled), runs interleaved per prompt; prediction-powered "
              "(ppi++) over the held-out pool where the replay tier predicts the config, "
-             "else over the measured prompts; 90% percentile bootstrap interval over "
-             "prompts")
+             "else over the measured prompts; Fieller's interval over prompts, each at "
+             "its look's level shared by the arms racing (90% for the whole race)")
 @dataclass(frozen=True)
 class Finalist:
     """A config chosen for validation: its trial, why it was chosen and its search figures."""
@@ -153,21 +155,30 @@ def pick_finalists(study: optuna.Study, objective: ranking.Directions,
     return chosen
 
 
-def shown_faster(entry: FinalistEntry) -> bool:
-    """Validated faster than the AR baseline: lossless (where checked) and the whole
-    interval above 1.0."""
-    return entry.figures.shown_faster()
+def shown_faster(entry: FinalistEntry, min_gain: float = DEFAULT_MIN_GAIN) -> bool:
+    """Shown faster by a gain worth having: lossless (where checked), the whole interval
+    above 1.0, and its upper bound at or above 1 + `min_gain` (the gain worth having is
+    plausible; an interval wholly below it is "do not speculate", whatever its lower
+    bound)."""
+    ci = entry.figures.interval
+    return entry.figures.shown_faster() and ci is not None and ci.high >= 1.0 + min_gain
 
 
 def judge(finalists: list[FinalistEntry], min_gain: float = DEFAULT_MIN_GAIN) -> Judgement:
     """The decision from measured finalists: SPECULATE (with its winning trial),
     DO_NOT_SPECULATE or UNDECIDED, and a one-line reason (the module docstring says
-    when)."""
-    faster = [f for f in finalists if f.figures.shown_faster()]
+    when; docs/statistics.md why). The three answers part the intervals by two lines,
+    1.0 and 1 + `min_gain`: wholly above 1.0 and reaching 1 + `min_gain`: speculate;
+    wholly below 1 + `min_gain`: do not speculate (a certain 1% is not worth having);
+    across 1.0 and reaching 1 + `min_gain`, or no interval at all (too few prompts):
+    undecided."""
+    worth = 1.0 + min_gain
+    faster = [f for f in finalists if shown_faster(f, min_gain)]
     if faster:
         best = max(faster, key=lambda f: (f.speedup, -f.trial))
-        return Judgement(SPECULATE, best.trial, f"{best.headline()}: the highest validated "
-                                                "speedup whose interval lies above 1.0")
+        return Judgement(SPECULATE, best.trial, (
+            f"{best.headline()}: the highest validated speedup whose interval lies above "
+            f"1.0 and reaches {worth:.2f} (--min-gain {min_gain:g})"))
     if not finalists:
         return Judgement(DO_NOT_SPECULATE, None,
                          "no speculative config completed in the search")
@@ -184,17 +195,32 @@ def judge(finalists: list[FinalistEntry], min_gain: float = DEFAULT_MIN_GAIN) ->
         not_lossless = (f"; not lossless (the speculative output differed from the same "
                         f"engine's greedy output): trial "
                         f"{', '.join(str(f.trial) for f in lossy)}")
-    worth = 1.0 + min_gain
     open_ = [f for f in measured
              if not f.figures.refused_as_lossy() and not f.figures.below(worth)]
+    unsized = [f for f in open_ if f.figures.interval is None]
+    if unsized:
+        leader = max(unsized, key=lambda f: (f.speedup or 0.0, -f.trial))
+        prompts = leader.figures.measured_prompts
+        on = f"on {prompts} prompts " if prompts is not None else ""
+        return Judgement(UNDECIDED, None, (
+            f"too few prompts: likely {leader.headline()}, measured {on}where no interval "
+            f"holds its level (at least {paired.MIN_INTERVAL_PROMPTS} prompts, more where "
+            f"they vary much); rerun with more --validation-prompts{not_lossless}"))
     if open_:
         leader = max(open_, key=lambda f: (f.speedup or 0.0, -f.trial))
         return Judgement(UNDECIDED, None, (
             f"likely {leader.headline()}, not shown: its 90% interval reaches below 1.0 and "
             f"above {worth:.2f} (a gain worth having); rerun with more "
             f"--validation-prompts (or a larger --validation-pool){not_lossless}"))
-    reason = (f"no {which} 90% interval lies above 1.0, and none reaches {worth:.2f} "
-              f"(--min-gain {min_gain:g}) (best {best.headline()}){not_lossless}")
+    small = [f for f in measured if f.figures.shown_faster()]
+    if small:
+        top = max(small, key=lambda f: (f.speedup or 0.0, -f.trial))
+        reason = (f"{top.headline()} is faster, but no {which} 90% interval reaches "
+                  f"{worth:.2f} (--min-gain {min_gain:g}): a gain worth having is ruled "
+                  f"out{not_lossless}")
+    else:
+        reason = (f"no {which} 90% interval lies above 1.0, and none reaches {worth:.2f} "
+                  f"(--min-gain {min_gain:g}) (best {best.headline()}){not_lossless}")
     return Judgement(DO_NOT_SPECULATE, None, reason)
 
 
@@ -412,8 +438,10 @@ def _measure_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
 
 
 def _take_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
-    """Spend this look's error, refresh the active arms' figures, and drop or stop as
-    `racing.next_look` says."""
+    """Spend this look's error (shared by the active arms of each group,
+    `racing.arm_levels`), refresh the active arms' figures at their levels, and drop or
+    stop as `racing.next_look_by_group` says. The look's record keeps the look's family
+    level; each finalist's figures keep their own (`look_level`)."""
     from autotune.search import racing
     from autotune.search.finalist_figures import figures
 
@@ -421,9 +449,12 @@ def _take_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
     level = racing.look_level(setup.alpha, race.alpha_spent, size, n)
     race.alpha_spent += 1.0 - level
     token_exact = race.facts.token_exact if race.facts is not None else True
+    # The look's error shared by the arms still racing in each group (Bonferroni): any
+    # of them shown faster would be its group's answer.
+    levels = racing.arm_levels(level, race.active, setup.groups)
     for arm in race.active:
         race.shown[arm] = figures(race.rows[arm], setup.predicted.get(arm), setup.repeats,
-                                  level, setup.configs[arm].greedy, token_exact)
+                                  levels[arm], setup.configs[arm].greedy, token_exact)
     look = racing.next_look_by_group(
         {arm: _interval_or_none(race.shown[arm]) for arm in race.active},
         groups=setup.groups, last=size >= n, min_gain=setup.min_gain)

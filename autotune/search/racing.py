@@ -12,11 +12,20 @@ every interval the race ever showed holds at once with probability at least 90%.
 looks spend little (they stop a race only on a clear result); the last one spends the
 most. A rerun that resumes a race spends only what is left.
 
+Several finalists race for one answer, and any of them shown faster would be it, so
+the look's error is shared among them too (`arm_levels`: Bonferroni over the arms still
+running in a group): with m arms, each interval at look k is taken at level
+`1 - share_k / m`. By Bonferroni over the looks and the arms, every interval a group
+ever showed holds at once with probability at least 90%, so a group whose every arm is
+no faster than the baseline answers "speculate" at most 5% of the time (the intervals
+are two-sided). Each engine's group answers for itself (`next_look_by_group`), so the
+error is controlled within each group.
+
 At each look (F-race style, Birattari et al. 2002, with intervals in place of its rank
 test): a finalist whose upper bound lies below the leader's lower bound (the leader: the
-highest lower bound) is dropped; multiplicity across finalists is covered by the look's
-small error. The race stops when one finalist is left and its interval lies above 1
-(speculate), when every finalist's interval lies below 1 + min_gain (nothing worth
+highest lower bound) is dropped. The race stops when one finalist is left and its
+interval lies above 1 (speculate, or do not speculate when it cannot reach
+1 + min_gain), when every finalist's interval lies below 1 + min_gain (nothing worth
 having), when the sample is measured, or when the next look would overrun the budget.
 
 Torch-free.
@@ -26,10 +35,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FIRST_LOOK", "LOOK_PROMPTS", "SPENDING", "Look", "look_level", "look_sizes",
-           "next_look", "next_look_by_group", "overruns", "spent"]
+__all__ = ["FIRST_LOOK", "LOOK_PROMPTS", "SPENDING", "Look", "arm_levels", "look_level",
+           "look_sizes", "next_look", "next_look_by_group", "overruns", "spent"]
 
-SPENDING = "alpha * t^3 over the looks (Lan-DeMets power family; Bonferroni across looks)"
+SPENDING = ("alpha * t^3 over the looks (Lan-DeMets power family; Bonferroni across looks "
+            "and across the arms still racing in a group)")
 # The first look comes after this many prompts (fewer say too little to act on), the
 # next ones every LOOK_PROMPTS (the cross-fitted estimate needs four).
 FIRST_LOOK = 8
@@ -57,6 +67,17 @@ def look_level(alpha: float, already: float, measured: int, planned: int) -> flo
     share = (alpha - already if measured >= planned
              else max(spent(alpha, measured / planned) - already, 0.0))
     return 1.0 - max(share, 1e-6)
+
+
+def arm_levels(level: float, active: list[str], groups: dict[str, str]) -> dict[str, float]:
+    """Each active arm's interval level at a look of family `level`: the look's error
+    `1 - level` split evenly (Bonferroni) over the arms still racing in the arm's group
+    (`groups`: arm -> group; an arm not in it is in the group ""). Dropped arms spend
+    nothing more: their intervals stay as their last look showed them."""
+    sizes: dict[str, int] = {}
+    for arm in active:
+        sizes[groups.get(arm, "")] = sizes.get(groups.get(arm, ""), 0) + 1
+    return {arm: 1.0 - (1.0 - level) / sizes[groups.get(arm, "")] for arm in active}
 
 
 @dataclass(frozen=True)
