@@ -151,12 +151,14 @@ def test_ngram_measured_with_our_rules_is_exact_nowhere() -> None:
     assert error_of("hf", doc) == rules_error("hf", "autotune", "HF transformers")
     result = export(doc, "vllm", lossy=True)
     # vLLM's default runner matches as we do, but drafts its full K every step (padded,
-    # and up to the request's last step).
+    # and in every step, a request's last included: issue 61).
     assert result.dropped == [
         "engine=autotune: measured with autotune's rules: autotune drafts no more n-gram "
         "tokens than are left to generate; vLLM drafts all k n-gram tokens even when fewer "
         "are left to generate; autotune drafts only the n-gram tokens it finds; vLLM pads "
         "an n-gram draft to k tokens with the last token (k drafts verified every step); "
+        "autotune stops drafting when one token is left; vLLM drafts n-gram tokens even "
+        "when one token is left to generate; "
         "search with --target vllm to measure it as vLLM runs it"]
     assert valid("vllm", result.primary()) == {
         "method": "ngram", "num_speculative_tokens": 3,
@@ -197,8 +199,9 @@ def test_ngram_measured_as_vllm(tmp_path) -> None:
         "n-gram tokens even when fewer are left to generate; TensorRT-LLM drafts no more "
         "n-gram tokens than are left to generate; vLLM pads an n-gram draft to k tokens "
         "with the last token (k drafts verified every step); TensorRT-LLM drafts only the "
-        "n-gram tokens it finds; search with --target trtllm to measure it as TensorRT-LLM "
-        "runs it"]
+        "n-gram tokens it finds; vLLM drafts n-gram tokens even when one token is left to "
+        "generate; TensorRT-LLM stops drafting when one token is left; search with "
+        "--target trtllm to measure it as TensorRT-LLM runs it"]
     spec = valid("trtllm", result.primary())
     assert spec == {"decoding_type": "NGram", "max_draft_len": 3, "max_matching_ngram_size": 4,
                     "is_keep_all": True, "is_use_oldest": True, "is_public_pool": False}
@@ -643,9 +646,10 @@ def test_approximation_is_the_formats_engines_whatever_measured_it() -> None:
     assert approximation(DecodeConfig(method="draft_model", engine="sglang"), "sglang") is None
     sampled = DecodeConfig(method="draft_model", engine="sglang", temperature=0.7)
     assert "target-only tree kernel" in approximation(sampled, "sglang")
-    # vLLM drafts a model's full K up to the last step, which autotune does not reproduce.
-    assert approximation(sampled, "vllm").startswith("vLLM drafts the full K up to a "
-                                                     "request's last step")
+    # vLLM drafts a model's full K in every step, the last included (issue 61), which
+    # autotune does not reproduce for a model drafter.
+    assert approximation(sampled, "vllm").startswith("vLLM drafts the full K in every "
+                                                     "step, a request's last included")
     assert approximation(DecodeConfig(method="ngram", engine="vllm"), "vllm") is None
     # TensorRT-LLM's n-gram pool is reproduced exactly: no note, whatever measured it.
     assert approximation(frozen(method="ngram", engine="trtllm"), "trtllm") is None
