@@ -5,12 +5,20 @@ The public API is small on purpose: load a model, describe a candidate, measure 
 Its names are imported on first use (PEP 562), so that `import autotune.cli.main` (and so
 `autotune --help`, `autotune validate`) or the report loads neither torch nor
 transformers: a submodule import runs this file first.
+
+That is also why the built-in methods are registered here: every entry point (the
+`autotune` command, `import autotune`, `python -m autotune...`, an engine's worker
+process) runs this file before anything else of autotune, so importing
+`autotune.methods` (their torch-free list, `BUILTINS`) fills the method registry before
+any module reads it.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+import autotune.methods  # noqa: F401  (registers the built-in methods)
+from autotune.common.version import __version__
 
 if TYPE_CHECKING:
     from autotune.common.errors import AutotuneError
@@ -19,24 +27,24 @@ if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel, load_model
 
 __all__ = ["AutotuneError", "DecodeConfig", "LoadedModel", "SpeculativeDecoder", "load_model"]
-__version__ = "0.1.0"
-
-# Public name -> the module that defines it.
-_HOMES = {
-    "AutotuneError": "autotune.common.errors",
-    "DecodeConfig": "autotune.schema.config",
-    "LoadedModel": "autotune.models.loading",
-    "SpeculativeDecoder": "autotune.decoding.decoder",
-    "load_model": "autotune.models.loading",
-}
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
+    """A public name, imported from its home on first use (the next lookup finds it in
+    this module's globals)."""
+    if name == "AutotuneError":
+        from autotune.common.errors import AutotuneError as value
+    elif name == "DecodeConfig":
+        from autotune.schema.config import DecodeConfig as value
+    elif name == "SpeculativeDecoder":
+        from autotune.decoding.decoder import SpeculativeDecoder as value
+    elif name == "LoadedModel":
+        from autotune.models.loading import LoadedModel as value
+    elif name == "load_model":
+        from autotune.models.loading import load_model as value
+    else:
         raise AttributeError(f"module 'autotune' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value              # the next lookup skips this function
+    globals()[name] = value
     return value
 
 

@@ -14,7 +14,7 @@ import pytest
 from autotune.common.errors import AutotuneError
 from autotune.schema.config import KNOBS, MAX_TREE_NODES
 from autotune.schema.methods import (
-    BUILTIN_METHODS,
+    builtin_methods,
     MethodSpec,
     register_method,
     unregister_method,
@@ -45,7 +45,7 @@ def test_the_file_names_the_schema_id_the_reader_reads() -> None:
 @pytest.mark.parametrize("version", READABLE)
 def test_the_loaded_schema_lists_the_built_in_methods(version: str) -> None:
     params = shipped_schema(version)["properties"]["params"]["properties"]
-    assert params["method"]["enum"] == list(BUILTIN_METHODS)
+    assert params["method"]["enum"] == list(builtin_methods())
     # The files name no method: the registry is the one list.
     raw = json.loads(files("autotune.frozen").joinpath(
         f"schemas/frozen-{version.removeprefix(SCHEMA_PREFIX)}.schema.json").read_text())
@@ -56,7 +56,7 @@ def test_the_loaded_schema_lists_the_built_in_methods(version: str) -> None:
 def test_a_config_with_an_unknown_method_is_refused(version: str) -> None:
     doc = {"schema": version, "params": {"method": "hydra"}}
     assert problems(doc) == ["params.method: 'hydra' is not one of "
-                             + ", ".join(repr(name) for name in BUILTIN_METHODS)]
+                             + ", ".join(repr(name) for name in builtin_methods())]
     with pytest.raises(AutotuneError, match="hydra"):
         read_parts(doc)
 
@@ -114,7 +114,7 @@ def test_a_registered_method_validates(toy_method: str) -> None:
 def test_an_unknown_method_names_the_registered_ones(toy_method: str) -> None:
     found = problems({"schema": SCHEMA, "params": {"method": "hydra"}})
     assert found == ["params.method: 'hydra' is not one of "
-                     + ", ".join(repr(name) for name in (*BUILTIN_METHODS, toy_method))]
+                     + ", ".join(repr(name) for name in (*builtin_methods(), toy_method))]
 
 
 def _validation(decision: str = "speculate") -> dict[str, Any]:
@@ -174,16 +174,16 @@ def test_a_methods_own_keys_are_made_from_its_knobs() -> None:
     """The current schema file writes no method's own key but the two whose rule the knob
     cannot say; the loaded schema makes the others from their knobs, so a new method's
     keys need no schema edit."""
-    from autotune.schema.knobs import KNOB_METADATA_KEY, MethodKnob
+    from autotune.schema.knobs import KNOB_METADATA_KEY, own_knob
     from autotune.frozen.schema import knob_entry
     written = json.loads(files("autotune.frozen").joinpath(
         "schemas/frozen-v6.schema.json").read_text())["properties"]["params"]["properties"]
     own = {name for name, knob in KNOBS.items() if knob.methods}
     assert own & set(written) == {"sa_max_matching_ngram_size", "llama_spec_type"}
     assert own <= set(PARAMS["properties"])
-    depth = MethodKnob("toy_depth", "int", 3, "a toy's depth", low=1, high=9)
-    assert knob_entry(depth.metadata("method:toy")[KNOB_METADATA_KEY]) == {
+    depth = own_knob("toy", "int", 3, "a toy's depth", low=1, high=9)
+    assert knob_entry(depth.metadata[KNOB_METADATA_KEY]) == {
         "type": "integer", "minimum": 1, "maximum": 9}
-    layers = MethodKnob("toy_layers", "int_set", (), "a toy's layers", low=0)
-    assert knob_entry(layers.metadata("method:toy")[KNOB_METADATA_KEY]) == {
+    layers = own_knob("toy", "int_set", (), "a toy's layers", low=0)
+    assert knob_entry(layers.metadata[KNOB_METADATA_KEY]) == {
         "type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True}

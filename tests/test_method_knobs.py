@@ -1,92 +1,67 @@
-"""A method's config keys live with the method: its spec declares them (`MethodKnob`),
-DecodeConfig makes them fields, and `validate` asks the method to check them, naming no
-method itself. A new method with knobs of its own touches its package, not config.py."""
+"""Every config key is declared once, as a field of DecodeConfig a type checker and a
+reader see (issue 62): a method's own keys too (`own_knob`, owned by the method that
+reads them), while `validate` asks the methods to check them, naming no method itself."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import json
-from dataclasses import dataclass, field
 
 import pytest
 
 from autotune.common.errors import AutotuneError
 from autotune.schema import config as config_module
-from autotune.schema.config import KNOBS, DecodeConfig, method_knobs, with_method_knobs
-from autotune.schema.knobs import ALL, KNOB_METADATA_KEY, MethodKnob, knob, method_owner
-from autotune.schema.methods import (
-    BUILTIN_METHODS,
-    MethodSpec,
-    all_methods,
-    get_method,
-    register_method,
-)
+from autotune.schema.config import KNOBS, DecodeConfig
+from autotune.schema.knobs import KNOB_METADATA_KEY, method_owner, own_knob
+from autotune.schema.methods import builtin_methods, get_method
 from autotune.replay.costs import CostParts, LayerParts
 
 
-def test_every_method_key_is_declared_by_one_method_and_is_a_field() -> None:
-    declared = {k.name: spec.name for spec in all_methods() for k in spec.knobs}
-    assert len(declared) == sum(len(spec.knobs) for spec in all_methods())
-    defaults = DecodeConfig()
-    for spec in all_methods():
-        for knob_ in spec.knobs:
-            meta = KNOBS[knob_.name]
-            assert meta.methods[0] == spec.name
-            assert (meta.kind, meta.doc, meta.low, meta.high, meta.choices) == (
-                knob_.kind, knob_.doc, knob_.low, knob_.high, knob_.choices)
-            assert getattr(defaults, knob_.name) == knob_.default
-    # A key another method reads counts among that method's keys.
-    assert KNOBS["exits"].methods == ("sorted_exit", "llama_draft")
+def _class_body() -> list[ast.stmt]:
+    tree = ast.parse(inspect.getsource(config_module))
+    return next(node for node in tree.body
+                if isinstance(node, ast.ClassDef) and node.name == "DecodeConfig").body
 
 
-def test_config_py_names_no_method() -> None:
-    source = inspect.getsource(config_module)
-    code = "\n".join(line for line in source.splitlines()
-                     if not line.lstrip().startswith("#"))
-    for name in BUILTIN_METHODS:
-        if name != "none":                       # `method`'s default: the AR baseline
-            assert f'"{name}"' not in code and f"== {name!r}" not in code, name
+def test_every_field_is_written_in_the_class() -> None:
+    """What a type checker reads is what the dataclass has: each field an annotated
+    assignment in the class body, in field order, nothing made at import, no
+    `TYPE_CHECKING` restatement and no `__getattr__` that would hide a typo."""
+    written = [stmt.target.id for stmt in _class_body()
+               if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)]
+    assert written == [f.name for f in dataclasses.fields(DecodeConfig)]
+    assert not any(isinstance(stmt, ast.If) for stmt in _class_body())
+    assert not hasattr(DecodeConfig, "__getattr__")
 
 
-def _toy(knobs: tuple[MethodKnob, ...], **kwargs: object) -> MethodSpec:
-    return MethodSpec("toy2", label="toy", color="#000000", drafter=lambda: object, order=5,
-                      knobs=knobs, **kwargs)
+def test_a_methods_keys_are_owned_by_built_in_methods_declarer_first() -> None:
+    owned = {name: knob.methods for name, knob in KNOBS.items() if knob.methods}
+    assert len(owned) == 24
+    assert {m for methods in owned.values() for m in methods} <= set(builtin_methods())
+    # A key another method reads counts among that method's keys, after its declarer's.
+    assert owned["exits"] == ("sorted_exit", "llama_draft")
+    assert owned["ngram_min"] == ("ngram",)
 
 
-TWO = (MethodKnob("toy_depth", "int", 3, "how deep", low=1, high=9),
-       MethodKnob("toy_layers", "int_set", (), "which layers", low=0))
+def test_own_knob_is_a_field_with_its_methods_knob() -> None:
+    made = own_knob(("toy", "reader"), "int", 3, "how deep", low=1, high=9)
+    assert made.default == 3
+    meta = made.metadata[KNOB_METADATA_KEY]
+    assert meta.owner == method_owner("toy", "reader") == "method:toy,reader"
+    assert (meta.kind, meta.methods, meta.low, meta.high) == ("int", ("toy", "reader"), 1, 9)
 
 
-def test_a_new_methods_two_knobs_become_fields_in_their_slots() -> None:
-    @dataclass(frozen=True)
-    @with_method_knobs(lists_after="k", scalars_after="k2", methods=[_toy(TWO)])
-    class Config:
-        method: str = field(default="none", metadata=knob("str", ALL, "method"))
-        k: int = field(default=4, metadata=knob("str", ALL, "k"))
-        k2: int = field(default=5, metadata=knob("str", ALL, "k2"))
-        last: int = field(default=6, metadata=knob("str", ALL, "last"))
-
-    names = [f.name for f in dataclasses.fields(Config)]
-    assert names == ["method", "k", "toy_layers", "k2", "toy_depth", "last"]
-    made = Config(toy_depth=7)
-    assert made.toy_depth == 7 and made.toy_layers == ()
-    assert dataclasses.replace(made, toy_layers=(1,)).toy_layers == (1,)
-    meta = dataclasses.fields(Config)[4].metadata[KNOB_METADATA_KEY]
-    assert meta.owner == method_owner("toy2") and (meta.low, meta.high) == (1, 9)
-
-
-def test_a_key_declared_twice_or_read_undeclared_stops_the_import() -> None:
-    with pytest.raises(ValueError, match="declared by both"):
-        method_knobs([_toy(TWO), dataclasses.replace(_toy(TWO), name="toy3")])
-    with pytest.raises(ValueError, match="no method declares"):
-        method_knobs([_toy((), reads=("nothing",))])
-
-
-def test_a_method_registered_at_run_time_declares_no_keys() -> None:
-    with pytest.raises(AutotuneError, match="declares no config keys"):
-        register_method(_toy(TWO))
-    assert "toy2" not in KNOBS
+def test_validation_names_no_method() -> None:
+    """The key declarations name their methods; no function of config.py does."""
+    tree = ast.parse(inspect.getsource(config_module))
+    functions = [node for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    said = {node.value for fn in functions for node in ast.walk(fn)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    named = said & (set(builtin_methods()) - {"none"})   # `none`: method's default
+    assert not named, named
 
 
 def test_a_methods_scalar_bounds_are_checked_for_it_and_its_rules_run() -> None:
@@ -120,28 +95,3 @@ def test_cost_parts_written_before_method_parts_read_a_methods_part() -> None:
     assert CostParts.from_json({**old, "suffix_speculate": 0.4}) == parts
     assert CostParts.from_json({**old, "suffix_speculate": None}).method_parts == {}
     assert json.loads(json.dumps(doc))["method_parts"] == {"suffix_speculate": 0.4}
-
-
-
-def test_the_method_knobs_restated_for_type_checkers_are_the_declared_ones():
-    """DecodeConfig's `if TYPE_CHECKING:` block names every built-in method's knob with
-    its type, in the order the class has them: a knob added, renamed or retyped in a
-    method package without the block (or the other way round) fails here."""
-    import ast
-    import inspect
-
-    from autotune.schema.config import DecodeConfig, method_knobs
-    from autotune.schema.knobs import VALUE_TYPES
-    from autotune.schema.methods import BUILTIN_METHODS, get_method
-
-    tree = ast.parse(inspect.getsource(config_module))
-    cls = next(node for node in tree.body
-               if isinstance(node, ast.ClassDef) and node.name == "DecodeConfig")
-    block = next(node for node in cls.body if isinstance(node, ast.If)
-                 and ast.unparse(node.test) == "TYPE_CHECKING")
-    restated = [(stmt.target.id, ast.unparse(stmt.annotation)) for stmt in block.body
-                if isinstance(stmt, ast.AnnAssign)]
-    declared = [(knob.name, VALUE_TYPES[knob.kind])
-                for knob, _ in method_knobs([get_method(n) for n in BUILTIN_METHODS])]
-    assert restated == declared
-    assert {name for name, _ in declared} <= {f.name for f in dataclasses.fields(DecodeConfig)}

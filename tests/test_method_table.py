@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from toy_drafter import TOY, toy  # noqa: F401  (fixture)
 
-from autotune.schema.methods import BUILTIN_METHODS
+from autotune.schema.methods import builtin_methods
 from autotune.exports import FORMATS
 from autotune.methods.table import (
     BEGIN,
@@ -40,9 +40,9 @@ def test_the_block_is_read_between_its_markers() -> None:
 
 def test_rows_render_from_the_registry_and_the_exporters() -> None:
     lines = table().splitlines()
-    assert lines[0] == HEADER and len(lines) == 2 + len(BUILTIN_METHODS)
+    assert lines[0] == HEADER and len(lines) == 2 + len(builtin_methods())
     cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
-    assert [row[0] for row in cells] == [f"`{name}`" for name in BUILTIN_METHODS]
+    assert [row[0] for row in cells] == [f"`{name}`" for name in builtin_methods()]
     needs = {row[0].strip("`"): row[2] for row in cells}
     assert needs["none"] == needs["layer_skip"] == needs["ngram"] == "no"
     assert needs["draft_model"] == "yes: a model"
@@ -52,7 +52,7 @@ def test_rows_render_from_the_registry_and_the_exporters() -> None:
     assert [name for name, tree in trees.items() if tree == "yes"] == [
         "draft_model", "layer_skip", "sorted_exit", "eagle", "medusa"]
     # The engines column is each exporter's own METHODS list.
-    for name in BUILTIN_METHODS:
+    for name in builtin_methods():
         listed = [fmt for fmt in FORMATS
                   if name in importlib.import_module(f"autotune.exports.{fmt}").METHODS]
         assert list(engines(name)) == listed

@@ -1,14 +1,17 @@
 """The method registry as the decoder and the agreement proxy use it: every built-in's
 drafter and scorer resolve, drafters implement the declared interfaces, and a toy
 drafter runs through the decoder with one registration and nothing else. Every built-in
-lives in its own package (autotune/methods/<name>/), which the registry finds by
-listing the folder, and the shared replay machinery branches on no method's name."""
+lives in its own package (autotune/methods/<name>/), listed once in
+`autotune.methods.BUILTINS` and reached by static imports (issue 62), and the shared
+replay machinery branches on no method's name."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,9 +23,10 @@ from autotune.common.errors import AutotuneError
 from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.drafters.base import Drafter, TreeHooks
+import autotune.methods
 from autotune.schema.methods import (
-    BUILTIN_METHODS,
     MethodSpec,
+    builtin_methods,
     get_method,
     register_method,
     tree_method_names,
@@ -35,7 +39,7 @@ from autotune.replay.draft_cost import DraftCost
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", BUILTIN_METHODS)
+@pytest.mark.parametrize("name", builtin_methods())
 def test_builtin_drafter_and_scorer_strings_resolve(name):
     spec = get_method(name)
     drafter = spec.drafter_class()
@@ -100,7 +104,7 @@ def test_a_method_without_scorer_agrees_nowhere(toy):
                                     [(2, ids)]) == (0, 3)
 
 
-@pytest.mark.parametrize("name", BUILTIN_METHODS)
+@pytest.mark.parametrize("name", builtin_methods())
 def test_a_builtin_lives_in_its_own_package(name):
     spec = get_method(name)
     assert importlib.import_module(f"autotune.methods.{name}").SPEC is spec
@@ -117,8 +121,30 @@ def test_a_builtin_lives_in_its_own_package(name):
 
 def test_the_registry_lists_the_method_packages():
     folders = {path.parent.name for path in (ROOT / "autotune" / "methods").glob("*/__init__.py")}
-    assert set(BUILTIN_METHODS) == folders
-    assert BUILTIN_METHODS[0] == "none"          # the baseline leads every list
+    assert set(builtin_methods()) == folders
+    assert builtin_methods()[0] == "none"          # the baseline leads every list
+    assert builtin_methods() == tuple(spec.name for spec in autotune.methods.BUILTINS)
+
+
+def test_any_first_import_finds_the_built_ins_registered():
+    """The package root imports the list, so a process whose first import is the
+    registry itself (a worker, a script) finds every built-in, and nothing of the
+    methods' code (torch) is loaded to list them."""
+    code = ("import sys; from autotune.schema.methods import builtin_methods; "
+            "print(len(builtin_methods()), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout.split()
+    assert out == [str(len(autotune.methods.BUILTINS)), "False"]
+
+
+def test_methods_are_wired_by_imports_a_tool_follows():
+    """No module of the schema loads a module by name, and no method names its code by
+    a "module:attribute" string (issue 62): import-linter and a reader see every edge."""
+    for path in (ROOT / "autotune" / "schema").glob("*.py"):
+        assert "importlib" not in path.read_text(), path
+    named = re.compile(r"""["'][\w.]+:[A-Za-z_]\w*["']|\{__name__\}\.""")
+    for path in (ROOT / "autotune" / "methods").rglob("*.py"):
+        assert not named.search(path.read_text()), path
 
 
 def test_the_shared_replay_code_branches_on_no_method_name():

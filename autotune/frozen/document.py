@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from autotune import __version__
+from autotune.common.version import __version__
 from autotune.frozen.environment import now
 from autotune.frozen.record import (
     FrozenConfig,

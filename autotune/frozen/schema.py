@@ -4,8 +4,8 @@ Each version's structure is a JSON Schema in `schemas/frozen-v*.schema.json`. Th
 not list the method names: `params.method.enum` is filled when a schema is loaded, from the
 method registry, so a method is registered in one place (`autotune.schema.methods`).
 Nor do the files of v5 on list the methods' own keys: each entry under
-`params` is made from the key's `MethodKnob` (kind, bounds, choices) when the schema is
-loaded, so a method's keys are declared in its package only. A rule the knob cannot say
+`params` is made from the key's knob (`own_knob`: kind, bounds, choices) when the schema is
+loaded, so a method's keys are declared once (`DecodeConfig`'s fields). A rule the knob cannot say
 (TensorRT-LLM's SA size is never 0; llama-server's spec-type list) is written in the file,
 and that entry is used as written.
 """
@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from autotune.schema.config import KNOBS
 from autotune.schema.knobs import Knob
-from autotune.schema.methods import BUILTIN_METHODS, method_names
+from autotune.schema.methods import builtin_methods, method_names
 
 SCHEMA = "autotune.frozen/v6"
 SCHEMA_PREFIX = "autotune.frozen/"
@@ -95,8 +95,8 @@ def _with_methods(version: str, methods: Sequence[str]) -> dict[str, Any]:
 
 def shipped_schema(version: str = SCHEMA) -> dict[str, Any]:
     """The JSON Schema of `version` as autotune ships it: its `params.method` enum lists the
-    built-in methods (`BUILTIN_METHODS`), so it is complete without autotune's registry."""
-    return _with_methods(version, BUILTIN_METHODS)
+    built-in methods (`builtin_methods()`), so it is complete without a plug-in's."""
+    return _with_methods(version, builtin_methods())
 
 
 def validation_schema(version: str = SCHEMA) -> dict[str, Any]:

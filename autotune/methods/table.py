@@ -10,10 +10,8 @@ order; the engines that run a method are the export formats whose module lists i
 
 from __future__ import annotations
 
-import importlib
-
-from autotune.schema.methods import BUILTIN_METHODS, MethodSpec, get_method
-from autotune.exports import FORMATS
+from autotune.exports import FORMAT_RECORDS
+from autotune.schema.methods import MethodSpec, builtin_methods, get_method
 from autotune.models.drafter_folder import KINDS, served_method
 
 BEGIN = "<!-- methods:begin -->"
@@ -23,8 +21,7 @@ HEADER = "| method | what it is | needs `--draft` | can draft a tree | engines t
 
 def engines(name: str) -> tuple[str, ...]:
     """The export formats (`autotune export --format`) whose engine runs method `name`."""
-    return tuple(fmt for fmt in FORMATS
-                 if name in importlib.import_module(f"autotune.exports.{fmt}").METHODS)
+    return tuple(fmt for fmt, record in FORMAT_RECORDS.items() if name in record.module.METHODS)
 
 
 def _draft_column(spec: MethodSpec) -> str:
@@ -52,7 +49,7 @@ def row(spec: MethodSpec) -> str:
 def table() -> str:
     """The table, one row per built-in method."""
     return "\n".join([HEADER, "|---|---|---|---|---|",
-                      *(row(get_method(name)) for name in BUILTIN_METHODS)])
+                      *(row(get_method(name)) for name in builtin_methods())])
 
 
 def block() -> str:

@@ -9,7 +9,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune import __version__
+from autotune.common.version import __version__
 from autotune.common.files import write_atomically
 from autotune.frozen.environment import command_line, hardware_record, model_record
 from autotune.pipeline.loading import SearchModels

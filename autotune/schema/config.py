@@ -3,15 +3,13 @@
 Parsing (`key=value` strings, JSON/YAML files) and validation live here, so the CLI,
 the search and exported configs all agree on names, types and defaults.
 
-The knobs every method shares (`method`, `k`, the exit policy's, the tree's, the
-workload's) are written below; a method's own knobs are declared by its spec
-(`MethodSpec.knobs`, in its package) and made fields of the same dataclass when it is
-defined (`with_method_knobs`), so `config.ngram_min`, `DecodeConfig(ngram_min=2)` and
-`dataclasses.replace` read as they always did; their names and types are restated in the
-class under `TYPE_CHECKING` (types only, checked against the specs by a test) so that
-type checkers and readers see all 41 fields, while defaults, bounds and help stay in the
-method's package. `validate` checks the shared knobs and asks the methods for the rest (their
-bounds, `check`, `check_every_config`): it names no method.
+Every knob is a field written out below, with its type, default and metadata (`knob`:
+kind, owner, doc, bounds): the knobs every method shares (`method`, `k`, the exit
+policy's, the tree's, the workload's) and each method's own (`own_knob`: owned by the
+method that reads it, its package's checks beside its drafter), so that a type checker
+and a reader see all 41 fields where they are declared, as vLLM's speculative config
+writes its own out. `validate` checks the shared knobs and asks the methods for the rest
+(their scalar keys' bounds, `check`, `check_every_config`): it names no method.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Mapping
 
 import yaml
 
@@ -35,28 +33,19 @@ from autotune.schema.knobs import (
     KNOB_METADATA_KEY,
     SCALAR_KINDS,
     SHAPE,
-    VALUE_TYPES,
     WORKLOAD,
     Knob,
-    MethodKnob,
     check_bounds,
     check_exit_order,
-    check_knobs,
     knob,
-    method_owner,
+    own_knob,
     policy_owner,
 )
-from autotune.schema.methods import (
-    BUILTIN_METHODS,
-    MethodSpec,
-    all_methods,
-    get_method,
-    tree_method_names,
-)
+from autotune.schema.methods import MethodSpec, all_methods, get_method, tree_method_names
 from autotune.schema.shape import DraftShape
 
 __all__ = ["DRAFTER_NAME", "EXIT_POLICIES", "VERIFY_RULES", "GENERAL_DRAFTER", "KNOBS", "MAX_TREE_NODES",
-           "ROUTED_DRAFTER", "DecodeConfig", "check_choices", "check_exit_order",
+           "ROUTED_DRAFTER", "DecodeConfig", "check_choices", "check_exit_order", "check_knobs",
            "config_from_mapping", "load_config_file", "method_keys", "own_keys",
            "parse_assignments", "shape_of_mapping"]
 
@@ -73,107 +62,37 @@ GENERAL_DRAFTER, ROUTED_DRAFTER = "all", "routed"
 MAX_TREE_NODES = 255
 
 
-def method_knobs(methods: Sequence[MethodSpec]) -> list[tuple[MethodKnob, str]]:
-    """The methods' own knobs with their owner (`method:NAME[,READER...]`), in the order
-    the config lists them: by the method's `knob_order` (else its `order`), then as its
-    spec declares them. A name declared twice, or read but never declared, is the
-    method packages' mistake and stops the import."""
-    specs = sorted(methods, key=lambda spec: (spec.order if spec.knob_order is None
-                                              else spec.knob_order, spec.name))
-    declared: dict[str, str] = {}
-    for spec in specs:
-        for knob_ in spec.knobs:
-            if knob_.name in declared:
-                raise ValueError(f"config key {knob_.name!r} is declared by both "
-                                 f"{declared[knob_.name]} and {spec.name}")
-            declared[knob_.name] = spec.name
-    readers: dict[str, list[str]] = {name: [] for name in declared}
-    for spec in methods:                             # readers in the methods' order
-        for key in spec.reads:
-            if key not in readers:
-                raise ValueError(f"method {spec.name} reads {key!r}, which no method "
-                                 "declares")
-            readers[key].append(spec.name)
-    return [(knob_, method_owner(",".join([spec.name, *readers[knob_.name]])))
-            for spec in specs for knob_ in spec.knobs]
-
-
-def with_method_knobs(lists_after: str, scalars_after: str,
-                      methods: Sequence[MethodSpec] | None = None) -> Callable[[type], type]:
-    """A class decorator, applied before `@dataclass`: the own knobs of `methods` (None:
-    the built-in ones) become fields of the class, list-valued ones (skip sets, exits,
-    thresholds) after the field `lists_after`, scalar ones after `scalars_after` (the
-    order best.json's `params` and the docs' key table have always had)."""
-    def insert(cls: type) -> type:
-        specs = methods if methods is not None else [get_method(n) for n in BUILTIN_METHODS]
-        shared: dict[str, Any] = dict(cls.__dict__.get("__annotations__", {}))
-        slots: dict[str, list[tuple[MethodKnob, str]]] = {lists_after: [], scalars_after: []}
-        for knob_, owner in method_knobs(specs):
-            if knob_.name in shared:
-                raise ValueError(f"config key {knob_.name!r} is a shared knob and a "
-                                 "method's own")
-            slots[scalars_after if knob_.kind in SCALAR_KINDS else lists_after].append(
-                (knob_, owner))
-        annotations: dict[str, Any] = {}
-        for name, annotation in shared.items():
-            annotations[name] = annotation
-            for knob_, owner in slots.get(name, ()):
-                annotations[knob_.name] = VALUE_TYPES[knob_.kind]
-                setattr(cls, knob_.name, field(default=knob_.default,
-                                               metadata=knob_.metadata(owner)))
-        cls.__annotations__ = annotations
-        return cls
-    return insert
-
-
 @dataclass(frozen=True)
-@with_method_knobs(lists_after="k", scalars_after="beta2")
 class DecodeConfig:
     """One candidate: every knob of the decoder, with canonical names.
 
     Knobs a method does not use are ignored by it (e.g. `exits` under `layer_skip`), so
     one flat record serves every method. The adaptive-rule defaults (γ0 0.6, α 0.85,
     ε 0.01, β1 0.5, β2 0.9) are our starting point, not values a paper prescribes.
-    Besides the fields below, every built-in method's own knobs are fields (declared in
-    its package's `knobs.py`): the list-valued ones after `k`, the others after `beta2`.
+    A method's own knobs (`own_knob`) sit where best.json's `params` and the docs' key
+    table have always had them: the list-valued ones after `k`, the others after `beta2`.
     """
-
-    if TYPE_CHECKING:
-        # The built-in methods' own knobs, made fields when the class is made
-        # (`with_method_knobs`, from each method package's `knobs.py`: default, bounds,
-        # owner). Restated here, types only, so that type checkers and readers see every
-        # field; tests/test_method_knobs.py fails when this list and the methods'
-        # declarations differ (a new method adds its lines here).
-        attn_skip: tuple[int, ...]
-        mlp_skip: tuple[int, ...]
-        exits: tuple[int, ...]
-        thresholds: tuple[float, ...]
-        ngram_min: int
-        ngram_max: int
-        ngram_pool: str
-        suffix_max_tree_depth: int
-        suffix_max_cached_requests: int
-        suffix_max_spec_factor: float
-        suffix_min_token_prob: float
-        sa_max_matching_ngram_size: int
-        sglang_ngram_max_trie_depth: int
-        sglang_ngram_min_bfs_breadth: int
-        sglang_ngram_max_bfs_breadth: int
-        sglang_ngram_match_type: str
-        sglang_ngram_capacity: int
-        llama_spec_type: str
-        llama_ngram_size_n: int
-        llama_ngram_min_hits: int
-        llama_ngram_mod_n_match: int
-        llama_ngram_mod_n_min: int
-        llama_draft_n_min: int
-        llama_draft_p_min: float
 
     method: str = field(default="none", metadata=knob(
         "str", ALL, "`none` (the AR baseline) or a registered drafting method"))
     k: int = field(default=4, metadata=knob(
         "int", DRAFTING, "most draft tokens per round (start value for `heuristic`)", low=1))
-    # <- the methods' list-valued knobs (attn_skip, mlp_skip, exits, thresholds)
+    # layer_skip: the layers its draft skips.
+    attn_skip: tuple[int, ...] = own_knob(
+        "layer_skip", "int_set", (),
+        "layers whose attention the `layer_skip` draft skips, e.g. `12,17`", low=0)
+    mlp_skip: tuple[int, ...] = own_knob(
+        "layer_skip", "int_set", (), "layers whose MLP the `layer_skip` draft skips", low=0)
+    # sorted_exit (and llama_draft, which reads `exits`): the exits of the draft stack.
+    exits: tuple[int, ...] = own_knob(
+        ("sorted_exit", "llama_draft"), "int_list", (),
+        "`sorted_exit`: exit depths n1<…<nm over the draft stack (the target, or `--draft`); "
+        "`llama_draft`: the one depth its GGUF draft keeps (none: the whole `--draft`)",
+        low=1)
+    thresholds: tuple[float, ...] = own_knob(
+        "sorted_exit", "float_list", (),
+        "`sorted_exit`: top-1 threshold per exit; the deepest exit always emits",
+        low=0.0, high=1.0)
     exit_policy: str = field(default="fixed", metadata=knob(
         "str", DRAFTING, "`fixed`, `confidence` (stop when top-1 < `gamma`), `adaptive` "
         "(Draft & Verify), `heuristic` (HF: +2 if all accepted, else −1)",
@@ -191,7 +110,73 @@ class DecodeConfig:
         low=0.0, high=1.0))
     beta2: float = field(default=0.9, metadata=knob(
         "float", policy_owner("adaptive"), "β2: smoothing of γ", low=0.0, high=1.0))
-    # <- the methods' scalar knobs (ngram_min ... llama_draft_p_min)
+    # ngram: prompt lookup's n-gram sizes and TensorRT-LLM's pool.
+    ngram_min: int = own_knob("ngram", "int", 1, "shortest prompt-lookup n-gram", low=1)
+    ngram_max: int = own_knob("ngram", "int", 3, "longest prompt-lookup n-gram", low=1)
+    ngram_pool: str = own_knob(
+        "ngram", "str", "private",
+        "TensorRT-LLM's n-gram pool (`engine=trtllm`): this request's own (`private`) or one "
+        "shared by every request (`public`; is_public_pool)", choices=("private", "public"))
+    # suffix: vLLM's suffix decoding.
+    suffix_max_tree_depth: int = own_knob(
+        "suffix", "int", 24, "suffix trees' depth: the longest match plus draft "
+        "(vLLM suffix_decoding_max_tree_depth)", low=1)
+    suffix_max_cached_requests: int = own_knob(
+        "suffix", "int", 10000, "earlier requests' outputs kept for drafting, FIFO "
+        "(0 = this request's own tokens only; vLLM suffix_decoding_max_cached_requests)",
+        low=0)
+    suffix_max_spec_factor: float = own_knob(
+        "suffix", "float", 1.0, "draft at most factor × match length tokens "
+        "(vLLM suffix_decoding_max_spec_factor)", low=0.0)
+    suffix_min_token_prob: float = own_knob(
+        "suffix", "float", 0.1, "draft only tokens whose frequency estimate is "
+        "at least this (vLLM suffix_decoding_min_token_prob)", low=0.0, high=1.0)
+    # sa: TensorRT-LLM's suffix automaton.
+    sa_max_matching_ngram_size: int = own_knob(
+        "sa", "int", -1,
+        "`sa`: the longest suffix matched (-1 = the longest repeated suffix; TensorRT-LLM "
+        "max_matching_ngram_size)", low=-1)
+    # sglang_ngram: SGLang's n-gram trie.
+    sglang_ngram_max_trie_depth: int = own_knob(
+        "sglang_ngram", "int", 18, "suffixes matched and inserted, up to this "
+        "many tokens (SGLang speculative_ngram_max_trie_depth)", low=2)
+    sglang_ngram_min_bfs_breadth: int = own_knob(
+        "sglang_ngram", "int", 1, "BFS children taken per node at the longest "
+        "match (SGLang speculative_ngram_min_bfs_breadth)", low=1)
+    sglang_ngram_max_bfs_breadth: int = own_knob(
+        "sglang_ngram", "int", 10, "BFS children per node at a one-token match; "
+        "PROB: children weighed per node (SGLang speculative_ngram_max_bfs_breadth)", low=1)
+    sglang_ngram_match_type: str = own_knob(
+        "sglang_ngram", "str", "BFS", "draft tree by recency (BFS) or by frequency "
+        "(PROB) (SGLang speculative_ngram_match_type)", choices=("BFS", "PROB"))
+    sglang_ngram_capacity: int = own_knob(
+        "sglang_ngram", "int", 10_000_000, "trie nodes kept, least recently used evicted "
+        "(SGLang speculative_ngram_capacity)", low=2)
+    # llama_ngram: llama-server's n-gram drafters.
+    llama_spec_type: str = own_knob(
+        "llama_ngram", "str", "ngram-simple", "llama-server --spec-type: one of "
+        "ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, or a comma "
+        "chain (the server tries them in its fixed order)")
+    llama_ngram_size_n: int = own_knob(
+        "llama_ngram", "int", 12, "n-gram looked up by ngram-simple / -map-k / "
+        "-map-k4v (--spec-ngram-*-size-n)", low=1)
+    llama_ngram_min_hits: int = own_knob(
+        "llama_ngram", "int", 1, "ngram-map-k4v: lookups of a key before it "
+        "drafts (--spec-ngram-map-k4v-min-hits)", low=1)
+    llama_ngram_mod_n_match: int = own_knob(
+        "llama_ngram", "int", 24, "ngram-mod: tokens hashed per lookup "
+        "(--spec-ngram-mod-n-match)", low=1)
+    llama_ngram_mod_n_min: int = own_knob(
+        "llama_ngram", "int", 48, "ngram-mod: a draft shorter than this is "
+        "dropped (--spec-ngram-mod-n-min)", low=0)
+    # llama_draft: llama-server's draft-simple over a GGUF draft.
+    llama_draft_n_min: int = own_knob(
+        "llama_draft", "int", 0, "draft-simple: a draft shorter than this is "
+        "dropped (--spec-draft-n-min)", low=0)
+    llama_draft_p_min: float = own_knob(
+        "llama_draft", "float", 0.0, "draft-simple: drafting stops at a token whose "
+        "draft probability (over the draft's top 10) is below this (--spec-draft-p-min)",
+        low=0.0, high=1.0)
     verify: str = field(default="token", metadata=knob(
         "str", DRAFTING, "how a sampled chain is verified: `token` (token-by-token "
         "rejection sampling) or `block` (block verification, Sun et al. 2024: vLLM "
@@ -226,10 +211,6 @@ class DecodeConfig:
         "(0 = all)", low=0))
     tree_choices: tuple[tuple[int, ...], ...] = field(default=(), metadata=knob(
         "paths", SHAPE, "a static tree as paths of child ranks, e.g. `0;1;0,0`", low=0))
-
-    if TYPE_CHECKING:
-        # The methods' own knobs are fields made at import: a type checker reads them here.
-        def __getattr__(self, name: str) -> Any: ...
 
     @property
     def is_tree(self) -> bool:
@@ -312,7 +293,9 @@ class DecodeConfig:
 
     def _check_method(self, spec: MethodSpec, n_layers: int | None) -> None:
         """This config's method's own keys: its scalars' bounds and choices, its rules."""
-        check_knobs(self, *(k for k in spec.knobs if k.kind in SCALAR_KINDS))
+        check_knobs(self, *(name for name, knob_ in KNOBS.items()
+                            if knob_.methods[:1] == (spec.name,)
+                            and knob_.kind in SCALAR_KINDS))
         if spec.check is not None:
             spec.check(self, n_layers)
 
@@ -431,6 +414,17 @@ _EXPECTED = {
     "float_list": "a comma-separated list of numbers",
     "paths": "a list of paths like [[0], [0, 0], [1]] or 0;0,0;1",
 }
+
+
+def check_knobs(config: DecodeConfig, *names: str) -> None:
+    """The bounds and choices of `config`'s values of these scalar knobs, in order (a
+    method's checks call it for keys it checks whatever a config's method is)."""
+    for name in names:
+        knob_, value = KNOBS[name], getattr(config, name)
+        if knob_.choices is not None and value not in knob_.choices:
+            raise AutotuneError(f"{name}={value!r} is not one of {', '.join(knob_.choices)}")
+        if knob_.kind in ("int", "float"):
+            check_bounds(name, value, knob_.low, knob_.high)
 
 
 def own_keys(method: MethodSpec | str) -> tuple[str, ...]:

@@ -6,17 +6,16 @@ values, the frozen schema's `params` (checked against it by a test), the space's
 types, the exporters' and the report's key lists and the README's knob table all read it,
 so a new knob is one field.
 
-A method's own keys are not written in `config.py`: its spec declares them
-(`MethodKnob`, in `MethodSpec.knobs`, in the method's package) and `config.py` makes
-them fields. The checks they share (`check_bounds`, `check_exit_order`) live here, so a
-method's checks need nothing of `config.py` (which imports the method packages).
+A method's own keys are fields too (`own_knob`: the knob owned by the method that reads
+it), written out in `config.py` beside the shared ones. The checks every knob shares
+(`check_bounds`, `check_exit_order`) live here.
 
 Torch-free; imports nothing of autotune but its error class.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from autotune.common.errors import AutotuneError
@@ -41,8 +40,10 @@ DRAFT = "draft"              # which member of a per-category --draft folder dra
                              # method that drafts with --draft; no method's own key)
 
 
-def method_owner(name: str) -> str:
-    return f"method:{name}"
+def method_owner(*names: str) -> str:
+    """The owner of a method's own key: the method that declares it, then any other
+    that reads it too (`exits`: sorted_exit, llama_draft)."""
+    return "method:" + ",".join(names)
 
 
 def policy_owner(*names: str) -> str:
@@ -90,46 +91,18 @@ def knob(kind: str, owner: str, doc: str, **bounds: Any) -> dict[str, Knob]:
     return {KNOB_METADATA_KEY: Knob(kind, owner, doc, **bounds)}
 
 
-# The Python type each kind's values have in DecodeConfig (its fields' annotations).
-VALUE_TYPES: dict[str, str] = {
-    "int": "int",
-    "float": "float",
-    "str": "str",
-    "int_set": "tuple[int, ...]",
-    "int_list": "tuple[int, ...]",
-    "float_list": "tuple[float, ...]",
-    "paths": "tuple[tuple[int, ...], ...]",
-}
+def own_knob(methods: str | tuple[str, ...], kind: str, default: Any, doc: str,
+             **bounds: Any) -> Any:
+    """A method's own key as a DecodeConfig field: `ngram_min: int = own_knob("ngram",
+    "int", 1, "shortest prompt-lookup n-gram", low=1)`. `methods`: the method whose key
+    it is, or (it, and the others that read it too). A scalar key's bounds and choices
+    are checked for every config of its method (`DecodeConfig.validate`)."""
+    owners = (methods,) if isinstance(methods, str) else methods
+    return field(default=default, metadata=knob(kind, method_owner(*owners), doc, **bounds))
+
+
 # Kinds whose value is one number or string (a list kind's bounds bind each item).
 SCALAR_KINDS = frozenset({"int", "float", "str"})
-
-
-@dataclass(frozen=True)
-class MethodKnob:
-    """A config key one method declares in its spec (`MethodSpec.knobs`): DecodeConfig
-    gets a field `name` with this default and a `Knob` whose owner is the method (and
-    any method that `reads` it too). kind, doc, low, high, choices and default_doc mean
-    what they mean on `Knob`; the bounds (and choices) of a scalar key are checked for
-    every config of its method, so a plain range needs no check of its own."""
-
-    name: str
-    kind: str
-    default: Any
-    doc: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] | None = None
-    default_doc: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in SPACE_TYPES:
-            raise ValueError(f"knob {self.name}: unknown kind {self.kind!r}")
-
-    def metadata(self, owner: str) -> dict[str, Knob]:
-        """The dataclass field metadata of this key, owned by `owner`."""
-        return {KNOB_METADATA_KEY: Knob(self.kind, owner, self.doc, low=self.low,
-                                        high=self.high, choices=self.choices,
-                                        default_doc=self.default_doc)}
 
 
 def within(low: float | None, high: float | None, value: float) -> bool:
@@ -148,17 +121,6 @@ def check_bounds(name: str, value: Any, low: float | None, high: float | None) -
         raise AutotuneError(f"{name}={value} must be <= {high:g}")
     raise AutotuneError(f"{name}={value} must be >= {low:g}" if low == 0
                         else f"{name}={value} must be at least {low:g}")
-
-
-def check_knobs(config: Any, *knobs: MethodKnob) -> None:
-    """The bounds and choices of `config`'s values of these scalar `knobs`, in order."""
-    for knob_ in knobs:
-        value = getattr(config, knob_.name)
-        if knob_.choices is not None and value not in knob_.choices:
-            raise AutotuneError(f"{knob_.name}={value!r} is not one of "
-                                f"{', '.join(knob_.choices)}")
-        if knob_.kind in ("int", "float"):
-            check_bounds(knob_.name, value, knob_.low, knob_.high)
 
 
 def check_exit_order(depths: Sequence[int], named: str, low: float | None = None) -> None:

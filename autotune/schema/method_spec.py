@@ -17,10 +17,9 @@ from typing import Any, Callable, Mapping
 
 from autotune.common.errors import AutotuneError
 from autotune.common.packages import installed
-from autotune.schema.knobs import MethodKnob
 
 __all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "DerivedKnob", "Factory", "KnobCheck",
-           "MethodKnob", "MethodSpec", "Preset"]
+           "MethodSpec", "Preset"]
 
 # Where a method's layer-indexed knobs (skip sets, exits) point.
 TARGET_STACK = "target"                  # the target's layers (layer_skip)
@@ -68,19 +67,9 @@ class MethodSpec:
     name: the `method` value in configs, spaces and frozen configs.
     label / color: legend name and colour on every report figure.
     about: one line saying what the method is (the README's methods table).
-    order: where the method sits in the registry's lists (the frozen schema's enum,
-        error messages, legends, the README's table): built-ins in their documented
-        order, lower first; a method registered at run time comes after them.
-    knobs: the config keys the method declares (`MethodKnob`: name, kind, default,
-        doc, bounds): `DecodeConfig` makes each a field, the frozen schema, the space,
-        the docs' key table and the exporters read them as every other knob
-        (`decoding.config.KNOBS`, `own_keys`, `method_keys`).
-    reads: keys another method declares that this one reads too (llama_draft reads
-        sorted_exit's `exits`); they count among its own keys.
-    knob_order: where its keys sit among the config's keys (the order of best.json's
-        `params` and of the docs' key table); None: its `order`.
     check: its rules on a config of this method, `(config, n_layers) -> None`, beyond
-        the bounds and choices of its scalar keys (checked for it): a rule between keys,
+        the bounds and choices of its scalar keys (its own knobs are `DecodeConfig`
+        fields, `own_knob`, whose bounds are checked for it): a rule between keys,
         a list's items, another knob it needs (`exit_policy=fixed`).
     check_every_config: rules on its keys that hold whatever a config's method is (a
         layer index inside the model, a range checked for every config as it always
@@ -132,7 +121,6 @@ class MethodSpec:
     color: str
     drafter: Factory
     about: str = ""
-    order: int = 1000
     drafts: bool = True
     needs_draft: bool = False
     uses_draft: bool = False
@@ -148,9 +136,6 @@ class MethodSpec:
     replay: Factory | None = None
     draft_cost: Factory | None = None
     derived: tuple[DerivedKnob, ...] = ()
-    knobs: tuple[MethodKnob, ...] = ()
-    reads: tuple[str, ...] = ()
-    knob_order: int | None = None
     check: KnobCheck | None = None
     check_every_config: KnobCheck | None = None
     summary: Callable[[Mapping[str, Any]], str] | None = None

@@ -8,13 +8,14 @@ decoder (which drafter to build), the agreement proxy (which scorer), the replay
 the report's key lists, the report's labels and colours, the search's documented
 presets, the README's methods table (`autotune.methods.table`).
 
-Built-in methods: every package under `autotune/methods/` is one, found by listing that
-folder (no list of names here). Its `__init__` defines `SPEC` (a `MethodSpec`, presets
-and labels included) and names the rest of the method by "module:attribute" strings:
-its drafter (`drafter.py`), agreement scorer (`agreement.py`), replay source and draft
-cost (`replay.py`), imported on first use. A new built-in is one such package plus its
-space YAML. A method from elsewhere (a plug-in, a test's toy drafter) calls
-`register_method` with the objects themselves or their "module:attribute" names.
+Built-in methods: `autotune/methods/__init__.py` lists them (`BUILTINS`, one import per
+method package, in their documented order) and registers them here
+(`register_builtins`); the package root imports that list, so every entry point (the
+`autotune` command, `import autotune`, a subprocess) finds them registered before it
+reads the registry. This module imports no method package: the packages sit above the
+decoding machinery their drafters use, and the registry sits below everything that
+reads it. A method from elsewhere (a plug-in, a test's toy drafter) calls
+`register_method`.
 
 This module imports no torch: `autotune --help`, `validate`, the report and the
 exporters read the registry without loading a model library (a method package's
@@ -23,9 +24,7 @@ exporters read the registry without loading a model library (a method package's
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
@@ -35,67 +34,56 @@ from autotune.schema.method_spec import (
     DerivedKnob,
     Factory,
     KnobCheck,
-    MethodKnob,
     MethodSpec,
     Preset,
 )
 
-__all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "BUILTIN_METHODS", "DerivedKnob",
-           "Factory", "KnobCheck", "MethodKnob", "MethodSpec", "Preset", "all_methods",
-           "find_method", "get_method", "method_names", "register_method",
+__all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "DerivedKnob", "Factory", "KnobCheck",
+           "MethodSpec", "Preset", "all_methods", "builtin_methods", "find_method",
+           "get_method", "method_names", "register_builtins", "register_method",
            "tree_method_names", "unregister_method"]
 
-# The package whose subpackages are the built-in methods.
-METHODS_PACKAGE = "autotune.methods"
+_REGISTRY: dict[str, MethodSpec] = {}
+_BUILTINS: list[str] = []
 
 
-def _builtin_specs() -> list[MethodSpec]:
-    """The `SPEC` of every subpackage of `autotune.methods`, in their `order`.
-
-    Loaded by name (`importlib`), not by a static import: the method packages sit above
-    the decoding machinery (their drafters, scorers and replay sources import decoding,
-    models, measure and replay), so the registry reaches them as it reaches any plug-in's
-    "module:attribute" string, and the import layers stay one way. Only each package's
-    `__init__` is imported here, and it imports no torch.
-    """
-    package = importlib.import_module(METHODS_PACKAGE)
-    specs = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if not info.ispkg:                   # e.g. methods/table.py: not a method
-            continue
-        module = importlib.import_module(f"{METHODS_PACKAGE}.{info.name}")
-        spec = getattr(module, "SPEC", None)
-        if not isinstance(spec, MethodSpec) or spec.name != info.name:
-            raise AutotuneError(f"{module.__name__} must define SPEC = MethodSpec("
-                                f"{info.name!r}, ...)")
-        specs.append(spec)
-    return sorted(specs, key=lambda spec: (spec.order, spec.name))
+def register_builtins(specs: Iterable[MethodSpec]) -> None:
+    """Register the built-in methods (`autotune.methods.BUILTINS`), in the order given,
+    ahead of any method registered at run time. Once: a second call with other specs
+    is a mistake of the caller."""
+    specs = tuple(specs)
+    if _BUILTINS:
+        if [spec.name for spec in specs] != _BUILTINS:
+            raise AutotuneError("the built-in methods are registered already")
+        return
+    others = dict(_REGISTRY)
+    _REGISTRY.clear()
+    for spec in specs:
+        if spec.name in _REGISTRY:
+            raise AutotuneError(f"built-in method {spec.name!r} is listed twice")
+        _REGISTRY[spec.name] = spec
+        _BUILTINS.append(spec.name)
+    _REGISTRY.update({name: spec for name, spec in others.items() if name not in _REGISTRY})
 
 
-_REGISTRY: dict[str, MethodSpec] = {spec.name: spec for spec in _builtin_specs()}
-
-BUILTIN_METHODS: tuple[str, ...] = tuple(_REGISTRY)
+def builtin_methods() -> tuple[str, ...]:
+    """The built-in methods' names, in their documented order (the baseline first)."""
+    return tuple(_BUILTINS)
 
 
 def register_method(spec: MethodSpec, replace: bool = False) -> MethodSpec:
     """Add a method (a test's toy drafter, a plug-in). Refuses a second spec of the same
-    name unless `replace`, and config keys of its own: `DecodeConfig`'s fields are made
-    from the built-in specs when it is defined, so a key declared later would have no
-    field (its rules, `check`, are welcome)."""
+    name unless `replace`. Its config keys are those of `DecodeConfig` (a method's own
+    keys are fields written there); its rules on them (`check`) are welcome."""
     if spec.name in _REGISTRY and not replace:
         raise AutotuneError(f"method {spec.name!r} is already registered")
-    builtin = _REGISTRY.get(spec.name) if spec.name in BUILTIN_METHODS else None
-    if (spec.knobs, spec.reads) != ((builtin.knobs, builtin.reads) if builtin else ((), ())):
-        raise AutotuneError(f"method {spec.name!r}: a method registered at run time "
-                            "declares no config keys (knobs, reads); a built-in "
-                            "method's package declares them")
     _REGISTRY[spec.name] = spec
     return spec
 
 
 def unregister_method(name: str) -> None:
     """Remove a method registered by `register_method` (tests clean up after a toy)."""
-    if name in BUILTIN_METHODS:
+    if name in _BUILTINS:
         raise AutotuneError(f"method {name!r} is built in")
     _REGISTRY.pop(name, None)
 

@@ -52,9 +52,8 @@ def _draft_cost() -> type[DraftCost]:
 
 
 SPEC = MethodSpec(
-    "draft_model", label="draft_model", color="#E69F00", order=10, needs_draft=True,
+    "draft_model", label="draft_model", color="#E69F00", needs_draft=True,
     uses_draft=True, can_tree=True,
     about="a separate, smaller draft model with the target's vocabulary",
-    drafter=_drafter, scorer=_scorer,
-    replay=_replay, draft_cost=_draft_cost,
+    drafter=_drafter, scorer=_scorer, replay=_replay, draft_cost=_draft_cost,
     presets=_presets)

@@ -46,9 +46,8 @@ def _draft_cost() -> type[DraftCost]:
 
 
 SPEC = MethodSpec(
-    "eagle", label="eagle", color="#D55E00", order=50, needs_draft=True, uses_draft=True,
+    "eagle", label="eagle", color="#D55E00", needs_draft=True, uses_draft=True,
     can_tree=True, reads_target_features=True,
     about="an EAGLE-1 head over the target's features (`autotune train-draft --kind eagle`)",
-    drafter=_drafter, scorer=_scorer,
-    replay=_replay, draft_cost=_draft_cost,
+    drafter=_drafter, scorer=_scorer, replay=_replay, draft_cost=_draft_cost,
     presets=_presets)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import TARGET_STACK, DerivedKnob, MethodSpec, Preset
-from autotune.methods.layer_skip import knobs
 
 if TYPE_CHECKING:
     from autotune.decoding.drafters.base import Drafter
@@ -65,12 +64,10 @@ def _draft_cost() -> type[DraftCost]:
 
 
 SPEC = MethodSpec(
-    "layer_skip", label="layer_skip", color="#009E73", order=20, layer_stack=TARGET_STACK,
+    "layer_skip", label="layer_skip", color="#009E73", layer_stack=TARGET_STACK,
     can_tree=True,
     about="Draft & Verify: the target drafts with some attention / MLP sublayers skipped",
-    drafter=_drafter, scorer=_scorer,
-    replay=_replay, draft_cost=_draft_cost,
+    drafter=_drafter, scorer=_scorer, replay=_replay, draft_cost=_draft_cost,
     derived=(DerivedKnob("n_attn_skipped", "attention layers skipped", "attn_skip"),
              DerivedKnob("n_mlp_skipped", "MLP layers skipped", "mlp_skip")),
-    knobs=knobs.KNOBS,
     summary=_summary, presets=_presets)

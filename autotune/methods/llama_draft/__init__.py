@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import DRAFT_OR_TARGET_STACK, MethodSpec, Preset
-from autotune.methods.llama_draft import knobs
+from autotune.methods.llama_draft import checks
 
 if TYPE_CHECKING:
     from autotune.decoding.drafters.base import Drafter
@@ -52,10 +52,9 @@ def _scorer() -> Callable[..., Any]:
 
 
 SPEC = MethodSpec(
-    "llama_draft", label="llama.cpp draft", color="#661100", order=49, uses_draft=True,
+    "llama_draft", label="llama.cpp draft", color="#661100", uses_draft=True,
     layer_stack=DRAFT_OR_TARGET_STACK,
     about="llama-server's draft-simple: a GGUF draft (the target's first layers, or "
           "--draft FILE.gguf), measured in the server",
-    drafter=_drafter, scorer=_scorer,
-    knobs=knobs.KNOBS, reads=knobs.READS, check=knobs.check, summary=_summary,
+    drafter=_drafter, scorer=_scorer, check=checks.check, summary=_summary,
     presets=_presets)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import MethodSpec, Preset
-from autotune.methods.llama_ngram import knobs
+from autotune.methods.llama_ngram import checks
 
 if TYPE_CHECKING:
     from autotune.decoding.drafters.base import Drafter
@@ -66,10 +66,9 @@ def _draft_cost() -> type[DraftCost]:
 
 
 SPEC = MethodSpec(
-    "llama_ngram", label="llama.cpp n-gram", color="#999933", order=48, model_free=True,
+    "llama_ngram", label="llama.cpp n-gram", color="#999933", model_free=True,
     confident_drafts=True,
     about="llama-server's model-free drafters (ngram-simple, -map-k, -map-k4v, -mod, "
           "-cache); ngram-simple decoded here, the others measured in the server",
-    drafter=_drafter, scorer=_scorer,
-    replay=_replay, draft_cost=_draft_cost,
-    knobs=knobs.KNOBS, check=knobs.check, summary=_summary, presets=_presets)
+    drafter=_drafter, scorer=_scorer, replay=_replay, draft_cost=_draft_cost,
+    check=checks.check, summary=_summary, presets=_presets)

@@ -41,9 +41,8 @@ def _draft_cost() -> type[DraftCost]:
 
 
 SPEC = MethodSpec(
-    "medusa", label="medusa", color="#56B4E9", order=60, needs_draft=True, uses_draft=True,
+    "medusa", label="medusa", color="#56B4E9", needs_draft=True, uses_draft=True,
     can_tree=True, reads_target_features=True,
     about="Medusa heads over the target's features (`autotune train-draft --kind medusa`)",
-    drafter=_drafter, scorer=_scorer,
-    replay=_replay, draft_cost=_draft_cost,
+    drafter=_drafter, scorer=_scorer, replay=_replay, draft_cost=_draft_cost,
     presets=_presets)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import MethodSpec, Preset
-from autotune.methods.ngram import knobs
+from autotune.methods.ngram import checks
 
 if TYPE_CHECKING:
     from autotune.decoding.drafters.base import Drafter
@@ -69,10 +69,8 @@ def _shared_state() -> Callable[..., Any]:
 
 
 SPEC = MethodSpec(
-    "ngram", label="ngram", color="#0072B2", order=40, confident_drafts=True, model_free=True,
+    "ngram", label="ngram", color="#0072B2", confident_drafts=True, model_free=True,
     about="prompt lookup: drafts what followed an earlier occurrence of the last n tokens",
-    drafter=_drafter, scorer=_scorer,
-    replay=_replay, draft_cost=_draft_cost,
-    shared_state=_shared_state,
-    knobs=knobs.KNOBS, check=knobs.check, check_every_config=knobs.check_every_config,
-    summary=_summary, presets=_presets)
+    drafter=_drafter, scorer=_scorer, replay=_replay, draft_cost=_draft_cost,
+    shared_state=_shared_state, check=checks.check,
+    check_every_config=checks.check_every_config, summary=_summary, presets=_presets)

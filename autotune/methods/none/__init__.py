@@ -25,6 +25,6 @@ def _replay() -> Callable[..., Any]:
 
 
 SPEC = MethodSpec(
-    "none", label="AR baseline", color="#7f7f7f", order=0, drafts=False,
+    "none", label="AR baseline", color="#7f7f7f", drafts=False,
     about="the AR baseline: plain decoding, no draft",
     drafter=_drafter, replay=_replay)

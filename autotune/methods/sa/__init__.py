@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import MethodSpec
-from autotune.methods.sa import knobs
+from autotune.methods.sa import checks
 
 if TYPE_CHECKING:
     from autotune.decoding.drafters.base import Drafter
@@ -52,11 +52,10 @@ def _shared_state() -> Callable[..., Any]:
 
 
 SPEC = MethodSpec(
-    "sa", label="suffix automaton", color="#882255", order=47, model_free=True,
+    "sa", label="suffix automaton", color="#882255", model_free=True,
     confident_drafts=True,
     about="TensorRT-LLM's suffix automaton: drafts what followed the first occurrence of "
           "the longest repeated suffix",
-    drafter=_drafter, scorer=_scorer,
-    replay=_replay,
-    draft_cost=_draft_cost, shared_state=_shared_state,
-    knobs=knobs.KNOBS, check_every_config=knobs.check_every_config, summary=_summary)
+    drafter=_drafter, scorer=_scorer, replay=_replay, draft_cost=_draft_cost,
+    shared_state=_shared_state, check_every_config=checks.check_every_config,
+    summary=_summary)

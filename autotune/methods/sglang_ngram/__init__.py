@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import MethodSpec, Preset
-from autotune.methods.sglang_ngram import knobs
+from autotune.methods.sglang_ngram import checks
 
 if TYPE_CHECKING:
     from autotune.decoding.drafters.base import Drafter
@@ -63,12 +63,9 @@ def _shared_state() -> Callable[..., Any]:
 
 
 SPEC = MethodSpec(
-    "sglang_ngram", label="SGLang n-gram trie", color="#44AA99", order=49, model_free=True,
+    "sglang_ngram", label="SGLang n-gram trie", color="#44AA99", model_free=True,
     confident_drafts=True, own_trees=True,
     about="SGLang's NGRAM: a trie of suffixes shared by all requests drafts a tree "
           "(BFS by recency or PROB by frequency)",
-    drafter=_drafter, scorer=_scorer,
-    replay=_replay, draft_cost=_draft_cost,
-    shared_state=_shared_state, summary=_summary, presets=_presets,
-    # Its keys sit before llama-server's in the config (they were added first).
-    knobs=knobs.KNOBS, knob_order=47, check=knobs.check)
+    drafter=_drafter, scorer=_scorer, replay=_replay, draft_cost=_draft_cost,
+    shared_state=_shared_state, check=checks.check, summary=_summary, presets=_presets)

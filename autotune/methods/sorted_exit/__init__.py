@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import DRAFT_OR_TARGET_STACK, DerivedKnob, MethodSpec
-from autotune.methods.sorted_exit import knobs
+from autotune.methods.sorted_exit import checks
 
 if TYPE_CHECKING:
     from autotune.decoding.drafters.base import Drafter
@@ -43,11 +43,10 @@ def _draft_cost() -> type[DraftCost]:
 
 
 SPEC = MethodSpec(
-    "sorted_exit", label="sorted_exit", color="#CC79A7", order=30, uses_draft=True,
+    "sorted_exit", label="sorted_exit", color="#CC79A7", uses_draft=True,
     layer_stack=DRAFT_OR_TARGET_STACK, can_tree=True,
     about=("S2D: the target (or the draft) drafts from early exits, each with a confidence "
            "threshold"),
-    drafter=_drafter, scorer=_scorer,
-    replay=_replay, draft_cost=_draft_cost,
-    derived=(DerivedKnob("n_exits", "number of exits", "exits"),), summary=_summary,
-    knobs=knobs.KNOBS, check=knobs.check)
+    drafter=_drafter, scorer=_scorer, replay=_replay, draft_cost=_draft_cost,
+    derived=(DerivedKnob("n_exits", "number of exits", "exits"),), check=checks.check,
+    summary=_summary)

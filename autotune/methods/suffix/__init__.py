@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from autotune.schema.method_spec import MethodSpec, Preset
-from autotune.methods.suffix import knobs
+from autotune.methods.suffix import checks
 
 if TYPE_CHECKING:
     from autotune.decoding.drafters.base import Drafter
@@ -79,10 +79,8 @@ def _shared_state() -> Callable[..., Any]:
 
 
 SPEC = MethodSpec(
-    "suffix", label="suffix", color="#CC79A7", order=45, model_free=True,
+    "suffix", label="suffix", color="#CC79A7", model_free=True,
     about="suffix decoding: drafts from suffix trees over the prompt and earlier outputs",
-    drafter=_drafter, scorer=_scorer,
-    replay=_replay, draft_cost=_draft_cost,
-    shared_state=_shared_state,
-    requires=("arctic_inference", INSTALL), knobs=knobs.KNOBS,
-    check_every_config=knobs.check_every_config, summary=_summary, presets=_presets)
+    drafter=_drafter, scorer=_scorer, replay=_replay, draft_cost=_draft_cost,
+    shared_state=_shared_state, requires=("arctic_inference", INSTALL),
+    check_every_config=checks.check_every_config, summary=_summary, presets=_presets)
