@@ -471,3 +471,31 @@ def test_start_ups_are_recorded_per_engine_and_reused_by_the_next_plan(
     (tmp_path / "engine_startup.json").write_text("not json")
     assert engine_cost("vllm", "default").start_s is None           # unreadable: ignored
 
+
+
+def test_a_short_race_keeps_autotune_own_two_then_each_engine_best() -> None:
+    """A budget cuts breadth before the least a decision needs: with room for few arms
+    the race keeps autotune's own two best finalists, then each engine's best, then the
+    documented defaults; with none to spare it still keeps autotune's two."""
+    from autotune.search.finalists import Finalist
+
+    def finalist(trial: int, role: str, engine: str = "autotune") -> Finalist:
+        return Finalist(trial=trial, label=f"c{trial}", role=role, preset=None, params={},
+                        search={}, engine=engine)
+    chosen = [finalist(1, "search #1"), finalist(2, "search #2"),
+              finalist(3, "default ngram"), finalist(4, "vllm #1", "vllm"),
+              finalist(5, "default vllm_ngram", "vllm"), finalist(6, "hf #1", "hf")]
+    clock = FakeClock()
+    budget = Budget(600.0, started=clock.now, clock=clock)
+    budget.plan(CAPS, SHAPE, 0.0266)
+    per_arm = budget_module.race_seconds(budget.counts.measured, 1, SHAPE, SHAPE.race_cost,
+                                         0.0266)
+    # Time for six arms (AR and five finalists): the engines' defaults go last.
+    clock.advance(budget.left() - 6.5 * per_arm)
+    kept, unfit = fitting.race_arms(budget, chosen)
+    assert [f.trial for f in kept] == [1, 2, 3, 4, 6] and [f.trial for f in unfit] == [5]
+    # Time for one arm: autotune's own two stay (the floor), nothing else.
+    clock.advance(budget.left() - 1.0 * per_arm)
+    kept, unfit = fitting.race_arms(budget, chosen)
+    assert [f.trial for f in kept] == [1, 2]
+    assert fitting.race_arms(None, chosen) == (chosen, [])

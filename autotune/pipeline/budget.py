@@ -337,6 +337,19 @@ class Budget:
         self.caps = replace(self.caps or caps, pool=pool_cap, measured=measured_cap)
         return pool, measured
 
+    def race_arms(self, least: int) -> int:
+        """The most arms (the AR baseline included) the race can measure on its sample
+        in the time left now, at the pace kept, the engines' races after it set aside;
+        never fewer than `least` (the floor a decision needs is kept, and overruns)."""
+        assert self.ar_s is not None and self.counts is not None and self.shape is not None
+        ar_s = self.ar_s * self.pace()
+        later = stage_seconds(self.counts, self.shape, ar_s)["engine_races"]
+        per_arm = race_seconds(self.counts.measured, 1, self.shape, self.shape.race_cost,
+                               ar_s)
+        if per_arm <= 0:
+            return max(least, self.shape.arms)
+        return max(least, int((self.left() - later) // per_arm))
+
     def admit_engine_races(self, caps: Counts, shape: Shape, ar_s: float,
                            engines: dict[str, EngineCost]) -> list[str]:
         """The engines whose races in themselves this budget holds, cheapest first,

@@ -10,10 +10,11 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from autotune.backends import EngineCost, engine_cost
-from autotune.pipeline.budget import Budget, Counts, Shape
+from autotune.pipeline.budget import SPECULATIVE_FLOOR, Budget, Counts, Shape
 from autotune.pipeline.plan import SearchPlan
 from autotune.pipeline.progress import note
 from autotune.search.engine_screens import ENGINE_FINALISTS, engine_screen_budget
+from autotune.search.finalists import OWN_ENGINE, Finalist
 from autotune.workloads.split import resized
 
 if TYPE_CHECKING:
@@ -214,3 +215,37 @@ def engine_race_seconds(plan: SearchPlan, budget: Budget | None, deadline: float
         tuple(engine_cost(e, plan.model) for e in later if e not in budget.dropped))
     given = plan.validation_budget_s
     return seconds if given is None or seconds <= 0 else min(given, seconds)
+
+
+def race_arms(budget: Budget | None, chosen: list[Finalist]) -> tuple[list[Finalist],
+                                                                     list[Finalist]]:
+    """`chosen` cut to the arms the race's time holds (kept, left out), in their order:
+    a budget cuts breadth before the least a decision needs. Kept first: autotune's own
+    two best (its floor: always kept), then each engine's best, then autotune's
+    documented default, then the engines' defaults, then the rest. Without a budget,
+    all of them."""
+    if budget is None or budget.counts is None or not chosen:
+        return chosen, []
+    own_floor = [f for f in chosen if f.engine == OWN_ENGINE
+                 and not f.role.startswith("default")][:SPECULATIVE_FLOOR]
+    # The AR baseline is an arm too.
+    room = budget.race_arms(len(own_floor) + 1) - 1
+    ranked = sorted(chosen, key=_arm_priority)
+    kept = {f.arm for f in own_floor}
+    for f in ranked:
+        if len(kept) >= room:
+            break
+        kept.add(f.arm)
+    return ([f for f in chosen if f.arm in kept], [f for f in chosen if f.arm not in kept])
+
+
+def _arm_priority(finalist: Finalist) -> tuple[int, int]:
+    """Which finalists a short race keeps first (smaller first)."""
+    own = finalist.engine == OWN_ENGINE
+    default = finalist.role.startswith("default")
+    rank = int(finalist.role.rsplit("#", 1)[1]) if "#" in finalist.role else 0
+    if own and not default:
+        return (0 if rank <= SPECULATIVE_FLOOR else 4, rank)
+    if not default:
+        return (1, rank)
+    return (2, 0) if own else (3, 0)
