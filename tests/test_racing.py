@@ -35,6 +35,18 @@ def test_looks_and_error_spending_keep_the_total_at_ten_percent() -> None:
     assert levels[0] == pytest.approx(1 - 0.0125) and levels[-1] == pytest.approx(1 - 0.0578125)
 
 
+def test_a_looks_error_is_shared_by_the_arms_racing_in_each_group() -> None:
+    """Bonferroni within each group (issue 59): three arms of autotune's own share a
+    look's 3%, the one vLLM arm keeps its group's 3% whole; an arm in no group is in
+    the group ""."""
+    levels = racing.arm_levels(0.97, ["trial1", "trial2", "trial3", "vllm.trial4"],
+                               {"trial1": "autotune", "trial2": "autotune",
+                                "trial3": "autotune", "vllm.trial4": "vllm"})
+    assert levels == pytest.approx({"trial1": 0.99, "trial2": 0.99, "trial3": 0.99,
+                                    "vllm.trial4": 0.97})
+    assert racing.arm_levels(0.9, ["a", "b"], {}) == pytest.approx({"a": 0.95, "b": 0.95})
+
+
 def test_a_finalist_clearly_behind_is_dropped_and_one_left_above_one_decides() -> None:
     look = racing.next_look({"a": (1.2, 1.4), "b": (0.8, 1.1), "c": (1.1, 1.3)},
                             last=False, min_gain=0.05)

@@ -6,9 +6,8 @@ look the prompts measured so far are themselves a simple random sample of the po
 the prediction-powered estimate is valid at every look. Looking repeatedly would break a
 plain 90% interval (each look is another chance to be fooled), so the error is **spent
 over the looks** (Lan and DeMets' alpha-spending, with the power family
-`alpha * t**3`, t the share of the planned sample measured): look k's intervals are
-taken at level `1 - (spent(t_k) - spent(t_{k-1}))`, and by Bonferroni over the looks
-every interval the race ever showed holds at once with probability at least 90%. Early
+`alpha * t**3`, t the share of the planned sample measured): look k spends
+`spent(t_k) - spent(t_{k-1})` (`look_level`: the look's level, one minus that). Early
 looks spend little (they stop a race only on a clear result); the last one spends the
 most. A rerun that resumes a race spends only what is left.
 
@@ -18,8 +17,9 @@ running in a group): with m arms, each interval at look k is taken at level
 `1 - share_k / m`. By Bonferroni over the looks and the arms, every interval a group
 ever showed holds at once with probability at least 90%, so a group whose every arm is
 no faster than the baseline answers "speculate" at most 5% of the time (the intervals
-are two-sided). Each engine's group answers for itself (`next_look_by_group`), so the
-error is controlled within each group.
+are two-sided), as far as each interval holds its level (docs/statistics.md has the
+figures, `tests/test_race_fwer.py` the test). Each engine's group answers for itself
+(`next_look_by_group`), so the error is controlled within each group.
 
 At each look (F-race style, Birattari et al. 2002, with intervals in place of its rank
 test): a finalist whose upper bound lies below the leader's lower bound (the leader: the
