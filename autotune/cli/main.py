@@ -2,17 +2,16 @@
 `autotune.cli.parsers` and run by its own module in `autotune.cli`.
 
 Every bad input ends in one line on stderr and exit code 2; no traceback reaches the
-user for anything they can fix. A subcommand names its runner as "module:function",
-imported only when that command runs, so `--help` and argument errors load neither
-torch nor optuna.
+user for anything they can fix. A subcommand's parser sets its runner (`args.run`), a
+function whose import of the command's module happens only when that command runs, so
+`--help` and argument errors load neither torch nor optuna.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 from autotune.cli.parsers import COMMANDS
 
@@ -22,11 +21,10 @@ from autotune.cli.parsers.options import BACKENDS as _BACKENDS
 from autotune.cli.parsers.options import FORMATS as _FORMATS
 from autotune.cli.parsers.options import SAMPLERS as _SAMPLERS
 from autotune.cli.parsers.options import TARGETS as _TARGETS
-from autotune.common.errors import AutotuneError
+from autotune.common.errors import EXIT_USAGE, AutotuneError
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "build_parser", "main"]
 
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
@@ -48,16 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _runner(name: str) -> Callable[[argparse.Namespace], int]:
-    """The function a subcommand's "module:function" names, imported now."""
-    module, _, function = name.partition(":")
-    return getattr(importlib.import_module(module), function)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return _runner(args.run)(args)
+        return args.run(args)
     except AutotuneError as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

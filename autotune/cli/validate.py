@@ -7,8 +7,7 @@ import argparse
 import sys
 
 from autotune.cli.file_check import validate_file
-from autotune.cli.main import EXIT_USAGE
-from autotune.common.errors import AutotuneError
+from autotune.common.errors import EXIT_USAGE, AutotuneError
 
 
 def run_validate_command(args: argparse.Namespace) -> int:

@@ -117,7 +117,8 @@ class DecodeConfig:
         "ngram", "str", "private",
         "TensorRT-LLM's n-gram pool (`engine=trtllm`): this request's own (`private`) or one "
         "shared by every request (`public`; is_public_pool)", choices=("private", "public"))
-    # suffix: vLLM's suffix decoding.
+    # suffix: vLLM's suffix_decoding_* fields, named and defaulted as SpeculativeConfig in
+    # PROVENANCE["vllm"].version (vllm/config/speculative.py L537-556).
     suffix_max_tree_depth: int = own_knob(
         "suffix", "int", 24, "suffix trees' depth: the longest match plus draft "
         "(vLLM suffix_decoding_max_tree_depth)", low=1)
@@ -131,12 +132,13 @@ class DecodeConfig:
     suffix_min_token_prob: float = own_knob(
         "suffix", "float", 0.1, "draft only tokens whose frequency estimate is "
         "at least this (vLLM suffix_decoding_min_token_prob)", low=0.0, high=1.0)
-    # sa: TensorRT-LLM's suffix automaton.
+    # sa: TensorRT-LLM's SADecodingConfig.max_matching_ngram_size.
     sa_max_matching_ngram_size: int = own_knob(
         "sa", "int", -1,
         "`sa`: the longest suffix matched (-1 = the longest repeated suffix; TensorRT-LLM "
         "max_matching_ngram_size)", low=-1)
-    # sglang_ngram: SGLang's n-gram trie.
+    # sglang_ngram: SGLang's speculative_ngram_* fields (python/sglang/srt/arg_groups/
+    # fields/spec.py L252-275, PROVENANCE["sglang"]); its `k` is num_draft_tokens - 1.
     sglang_ngram_max_trie_depth: int = own_knob(
         "sglang_ngram", "int", 18, "suffixes matched and inserted, up to this "
         "many tokens (SGLang speculative_ngram_max_trie_depth)", low=2)
@@ -152,7 +154,8 @@ class DecodeConfig:
     sglang_ngram_capacity: int = own_knob(
         "sglang_ngram", "int", 10_000_000, "trie nodes kept, least recently used evicted "
         "(SGLang speculative_ngram_capacity)", low=2)
-    # llama_ngram: llama-server's n-gram drafters.
+    # llama_ngram: llama-server's model-free drafters (common/common.h L357-368,
+    # common/arg.cpp L4283-4405, PROVENANCE["llama_server"]); `k` is each type's draft cap.
     llama_spec_type: str = own_knob(
         "llama_ngram", "str", "ngram-simple", "llama-server --spec-type: one of "
         "ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, or a comma "
@@ -169,7 +172,8 @@ class DecodeConfig:
     llama_ngram_mod_n_min: int = own_knob(
         "llama_ngram", "int", 48, "ngram-mod: a draft shorter than this is "
         "dropped (--spec-ngram-mod-n-min)", low=0)
-    # llama_draft: llama-server's draft-simple over a GGUF draft.
+    # llama_draft: llama-server's draft-simple (common/arg.cpp L4150-4213, common/common.h
+    # L328-333); `k` is --spec-draft-n-max.
     llama_draft_n_min: int = own_knob(
         "llama_draft", "int", 0, "draft-simple: a draft shorter than this is "
         "dropped (--spec-draft-n-min)", low=0)

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from autotune.cli.parsers.options import FORMATS, engine_name
 
 if TYPE_CHECKING:
+    import argparse
+
     from autotune.cli.parsers.options import Subparsers
 
 
@@ -24,4 +26,11 @@ def add_parser(sub: Subparsers) -> None:
                         "instead of failing")
     e.add_argument("--draft-tp", type=int, default=None, metavar="N",
                    help="vllm: draft_tensor_parallel_size")
-    e.set_defaults(run="autotune.cli.export:run_export_command")
+    e.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command: its module is imported only now, so `--help` and an argument
+    error load none of what it needs."""
+    from autotune.cli.export import run_export_command
+    return run_export_command(args)

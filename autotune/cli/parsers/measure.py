@@ -15,6 +15,8 @@ from autotune.cli.parsers.options import (
 )
 
 if TYPE_CHECKING:
+    import argparse
+
     from autotune.cli.parsers.options import Subparsers
 
 
@@ -47,4 +49,11 @@ def add_parser(sub: Subparsers) -> None:
     m.add_argument("--batch-size", type=int, default=None, metavar="B",
                    help="decode B prompts together (autotune's batched decoder) and "
                         "report output tokens/s against batched AR at the same B")
-    m.set_defaults(run="autotune.cli.measure:run_measure_command")
+    m.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command: its module is imported only now, so `--help` and an argument
+    error load none of what it needs."""
+    from autotune.cli.measure import run_measure_command
+    return run_measure_command(args)

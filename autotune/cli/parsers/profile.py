@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from autotune.cli.parsers.options import add_model_args
 
 if TYPE_CHECKING:
+    import argparse
+
     from autotune.cli.parsers.options import Subparsers
 
 
@@ -33,4 +35,11 @@ def add_parser(sub: Subparsers) -> None:
     pr.add_argument("-o", "--output", default=None, metavar="FILE",
                     help="also write the profile as JSON (with --batch-sizes, under "
                          "\"batch\" as a search stores it)")
-    pr.set_defaults(run="autotune.cli.profile:run_profile_command")
+    pr.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command: its module is imported only now, so `--help` and an argument
+    error load none of what it needs."""
+    from autotune.cli.profile import run_profile_command
+    return run_profile_command(args)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import argparse
+
     from autotune.cli.parsers.options import Subparsers
 
 
@@ -15,4 +17,11 @@ def add_parser(sub: Subparsers) -> None:
     r.add_argument("-o", "--output", default=None, help="default: RUN_DIR/report.html")
     r.add_argument("--storage", default=None,
                    help="the study's storage URL when it is not RUN_DIR/study.journal")
-    r.set_defaults(run="autotune.cli.report:run_report_command")
+    r.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command: its module is imported only now, so `--help` and an argument
+    error load none of what it needs."""
+    from autotune.cli.report import run_report_command
+    return run_report_command(args)

@@ -35,7 +35,7 @@ def add_parser(sub: Subparsers) -> None:
     _add_budget_args(s)
     _add_schedule_args(s)
     _add_study_args(s)
-    s.set_defaults(run="autotune.cli.search:run_search_command")
+    s.set_defaults(run=_run)
 
 
 def _add_target_args(s: argparse.ArgumentParser) -> None:
@@ -145,3 +145,10 @@ def _add_study_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--out", default=None, help="run folder (default: reports/<study>/)")
     s.add_argument("--enqueue", default=None, metavar="FILE",
                    help="JSON/YAML config (or list of configs) to try first")
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command: its module is imported only now, so `--help` and an argument
+    error load none of what it needs."""
+    from autotune.cli.search import run_search_command
+    return run_search_command(args)

@@ -8,6 +8,8 @@ from autotune.cli.parsers.options import add_model_args, add_workload_args
 from autotune.models.drafter_folder import KINDS
 
 if TYPE_CHECKING:
+    import argparse
+
     from autotune.cli.parsers.options import Subparsers
 
 
@@ -51,4 +53,11 @@ def add_parser(sub: Subparsers) -> None:
     t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
     t.add_argument("--checkpoint-every", type=float, default=30.0, metavar="SECONDS",
                    help="write a resumable checkpoint this often (default 30)")
-    t.set_defaults(run="autotune.cli.train:run_train_command")
+    t.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command: its module is imported only now, so `--help` and an argument
+    error load none of what it needs."""
+    from autotune.cli.train import run_train_command
+    return run_train_command(args)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import argparse
+
     from autotune.cli.parsers.options import Subparsers
 
 
@@ -14,4 +16,11 @@ def add_parser(sub: Subparsers) -> None:
     v.add_argument("files", nargs="+", metavar="FILE")
     v.add_argument("--layers", type=int, default=32,
                    help="layer count a space is checked against (default 32)")
-    v.set_defaults(run="autotune.cli.validate:run_validate_command")
+    v.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command: its module is imported only now, so `--help` and an argument
+    error load none of what it needs."""
+    from autotune.cli.validate import run_validate_command
+    return run_validate_command(args)
