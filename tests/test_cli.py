@@ -222,29 +222,44 @@ def categorised(tmp_path):
     return str(path)
 
 
-def test_measure_json_has_the_interval_and_the_categories(tmp_path, categorised, capsys):
+@pytest.fixture
+def categorised_five(tmp_path):
+    """Five prompts, four of one category: an interval needs four prompts
+    (`paired.MIN_INTERVAL_PROMPTS`, issue 59), overall and in the category."""
+    path = tmp_path / "five.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in [
+        {"id": "a", "category": "code", "prompt": "t1 t2 t3 t4 t1 t2"},
+        {"id": "b", "category": "code", "prompt": "t5 t6 t7 t5 t6"},
+        {"id": "d", "category": "code", "prompt": "t3 t4 t3 t4 t3"},
+        {"id": "e", "category": "code", "prompt": "t6 t7 t1 t6 t7"},
+        {"id": "c", "category": "chat", "prompt": "t9 t8 t9 t8"}]) + "\n")
+    return str(path)
+
+
+def test_measure_json_has_the_interval_and_the_categories(tmp_path, categorised_five,
+                                                          capsys):
     model = save_tiny(llama_model(seed=1), tmp_path / "llama")
-    code = main(["measure", "--model", str(model), "--device", "cpu", "--workload", categorised,
-                 "--max-new-tokens", "6", "--json", "--set", "method=ngram"])
+    code = main(["measure", "--model", str(model), "--device", "cpu", "--workload",
+                 categorised_five, "--max-new-tokens", "6", "--json", "--set", "method=ngram"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     summary = json.loads(captured.out)
     low, high = summary["speedup_ci90"]
     assert low <= summary["speedup"] <= high
-    assert summary["prompts"] == 3 and summary["runs"] == 3
+    assert summary["prompts"] == 5 and summary["runs"] == 5
     assert list(summary["by_category"]) == ["code", "chat"]
     code_row, chat_row = summary["by_category"]["code"], summary["by_category"]["chat"]
     assert set(code_row) == {"speedup", "ci90", "mean_accepted_tokens", "prompts"}
-    assert code_row["prompts"] == 2 and len(code_row["ci90"]) == 2
+    assert code_row["prompts"] == 4 and len(code_row["ci90"]) == 2
     assert chat_row["prompts"] == 1 and chat_row["ci90"] is None   # one prompt: no spread
     assert chat_row["speedup"] > 0 and chat_row["mean_accepted_tokens"] >= 1
 
 
-def test_measure_text_shows_the_interval_and_a_table_per_category(tmp_path, categorised,
+def test_measure_text_shows_the_interval_and_a_table_per_category(tmp_path, categorised_five,
                                                                    capsys):
     model = save_tiny(llama_model(seed=1), tmp_path / "llama")
-    code = main(["measure", "--model", str(model), "--device", "cpu", "--workload", categorised,
-                 "--max-new-tokens", "6", "--set", "method=ngram"])
+    code = main(["measure", "--model", str(model), "--device", "cpu", "--workload",
+                 categorised_five, "--max-new-tokens", "6", "--set", "method=ngram"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     lines = captured.out.splitlines()
@@ -253,7 +268,7 @@ def test_measure_text_shows_the_interval_and_a_table_per_category(tmp_path, cate
     head = lines.index(next(line for line in lines if line.startswith("category")))
     assert lines[head].split() == ["category", "speedup", "[90%", "CI]", "tau", "prompts"]
     rows = [line.split() for line in lines[head + 1:]]
-    assert [(r[0], r[-1]) for r in rows] == [("code", "2"), ("chat", "1")]
+    assert [(r[0], r[-1]) for r in rows] == [("code", "4"), ("chat", "1")]
     assert re.fullmatch(r"\d+\.\d{3}x \[\d+\.\d{3}, \d+\.\d{3}\] \d+\.\d{3}",
                         " ".join(rows[0][1:-1]))
     assert re.fullmatch(r"\d+\.\d{3}x \d+\.\d{3}", " ".join(rows[1][1:-1]))   # no interval
