@@ -21,6 +21,7 @@ from autotune.common.files import write_atomically
 from autotune.common.interval import Interval
 from autotune.frozen.document import frozen_config
 from autotune.frozen.record import (
+    AnswerBasis,
     CategoryFigures,
     DecoderPrediction,
     FrozenConfig,
@@ -318,6 +319,26 @@ def validation_table(study: optuna.Study, objective: Objective,
              **({"near-ties": len(f.figures.near_tie_prompts)} if tied else {}),
              "chosen": "*" if f.trial == record.winner else ""}
             for f in record.finalists]
+    table = (pd.DataFrame(rows).to_string(index=False, na_rep="-",
+                                          float_format=lambda v: f"{v:.3f}")
+             if rows else "no finalist")
+    lines = [_validation_head(record, predicted, basis), table, ""]
+    if record.decision == DO_NOT_SPECULATE:
+        lines.append(f"answer: do not speculate: {record.reason}")
+        return "\n".join(lines)
+    if record.decision == UNDECIDED:
+        lines.append(f"answer: undecided: {record.reason}; nothing is recommended "
+                     "or exported")
+        return "\n".join(lines)
+    lines.append(f"answer: {record.reason}")
+    return "\n".join(lines + _category_lines(record))
+
+
+def _validation_head(record: ValidationRecord, predicted: ValidationRecord | None,
+                     basis: AnswerBasis | None) -> str:
+    """The lines above the finalists' table: where and how they were measured, what
+    our decoder predicted beside an engine's race, warnings, the race's course and the
+    prediction-powered estimate."""
     head = (f"finalists on {record.prompts} held-out prompts x {record.repeats} "
             f"pass(es) ({record.source}); AR {_ms(record)} ms/token")
     if record.measured_by not in (None, "autotune"):
@@ -350,37 +371,30 @@ def validation_table(study: optuna.Study, objective: Objective,
                  f"{race.measured} of {record.planned_prompts} prompts "
                  f"({_STOPPED.get(race.stopped, race.stopped)})"
                  + (f"; dropped: {', '.join(dropped)}" if dropped else ""))
-    if pooled:
+    if record.pooled:
         head += (f"\nprediction-powered (ppi++): the replay tier's predictions on all "
                  f"{record.pool_prompts} held-out prompts, corrected by the "
                  f"{record.prompts} measured (weight: how much the predictions count, "
                  "0 to 1)")
-    table = (pd.DataFrame(rows).to_string(index=False, na_rep="-",
-                                          float_format=lambda v: f"{v:.3f}")
-             if rows else "no finalist")
-    lines = [head, table, ""]
-    if record.decision == DO_NOT_SPECULATE:
-        lines.append(f"answer: do not speculate: {record.reason}")
-        return "\n".join(lines)
-    if record.decision == UNDECIDED:
-        lines.append(f"answer: undecided: {record.reason}; nothing is recommended "
-                     "or exported")
-        return "\n".join(lines)
-    lines.append(f"answer: {record.reason}")
+    return head
+
+
+def _category_lines(record: ValidationRecord) -> list[str]:
+    """The answer's speedup per category on the held-out prompts (none: no lines)."""
     winner = record.winning_entry()
-    if winner is not None and winner.figures.by_category:
-        categories = {c: CategoryFigures.model_validate(v)
-                      for c, v in winner.figures.by_category.items()}
-        per = [{"category": c, "prompts": v.prompts,
-                **({"measured": v.measured_prompts} if pooled else {}),
-                "speedup": v.speedup,
-                "90% interval": _category_interval(v),
-                "tau": v.mean_accepted_tokens}
-               for c, v in categories.items()]
-        lines += ["", "by category (the answer, held-out prompts):",
-                  pd.DataFrame(per).to_string(index=False, na_rep="-",
-                                              float_format=lambda v: f"{v:.3f}")]
-    return "\n".join(lines)
+    if winner is None or not winner.figures.by_category:
+        return []
+    categories = {c: CategoryFigures.model_validate(v)
+                  for c, v in winner.figures.by_category.items()}
+    per = [{"category": c, "prompts": v.prompts,
+            **({"measured": v.measured_prompts} if record.pooled else {}),
+            "speedup": v.speedup,
+            "90% interval": _category_interval(v),
+            "tau": v.mean_accepted_tokens}
+           for c, v in categories.items()]
+    return ["", "by category (the answer, held-out prompts):",
+            pd.DataFrame(per).to_string(index=False, na_rep="-",
+                                        float_format=lambda v: f"{v:.3f}")]
 
 
 _STOPPED = {"decided": "decided", "sample": "the whole sample measured",
