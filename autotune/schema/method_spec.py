@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 from autotune.common.errors import AutotuneError
 from autotune.common.packages import installed
 
-__all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "DerivedKnob", "Factory", "KnobCheck",
+__all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "DerivedKnob", "KnobCheck", "Loader",
            "MethodSpec", "Preset"]
 
 # Where a method's layer-indexed knobs (skip sets, exits) point.
@@ -27,7 +27,7 @@ DRAFT_OR_TARGET_STACK = "draft_or_target"  # the --draft's layers if given, else
 
 # A loader: a zero-argument function that imports a class or function of the method's
 # package and returns it (`def _drafter(): from .drafter import X; return X`).
-Factory = Callable[[], Any]
+Loader = Callable[[], Any]
 # A method's rules on a config's values: (config, n_layers or None) -> None, raising one
 # AutotuneError line on the first value it refuses.
 KnobCheck = Callable[[Any, "int | None"], None]
@@ -119,7 +119,7 @@ class MethodSpec:
     name: str
     label: str
     color: str
-    drafter: Factory
+    drafter: Loader
     about: str = ""
     drafts: bool = True
     needs_draft: bool = False
@@ -130,11 +130,11 @@ class MethodSpec:
     confident_drafts: bool = False
     reads_target_features: bool = False
     model_free: bool = False
-    shared_state: Factory | None = None
+    shared_state: Loader | None = None
     requires: tuple[str, str] | None = None
-    scorer: Factory | None = None
-    replay: Factory | None = None
-    draft_cost: Factory | None = None
+    scorer: Loader | None = None
+    replay: Loader | None = None
+    draft_cost: Loader | None = None
     derived: tuple[DerivedKnob, ...] = ()
     check: KnobCheck | None = None
     check_every_config: KnobCheck | None = None

@@ -32,13 +32,13 @@ from autotune.schema.method_spec import (
     DRAFT_OR_TARGET_STACK,
     TARGET_STACK,
     DerivedKnob,
-    Factory,
     KnobCheck,
+    Loader,
     MethodSpec,
     Preset,
 )
 
-__all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "DerivedKnob", "Factory", "KnobCheck",
+__all__ = ["DRAFT_OR_TARGET_STACK", "TARGET_STACK", "DerivedKnob", "KnobCheck", "Loader",
            "MethodSpec", "Preset", "all_methods", "builtin_methods", "find_method",
            "get_method", "method_names", "register_builtins", "register_method",
            "tree_method_names", "unregister_method"]
