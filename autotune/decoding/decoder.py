@@ -7,7 +7,10 @@ verifies with a tree mask before the accepted path's cache entries are compacted
 (tree.py). Both return the same `RoundResult`, which the loop appends and traces.
 
 The method's drafter comes from the registry (`get_method(name).drafter_class()
-.build(context)`), so the decoder names no method. The same loop runs the AR baseline
+.build(context)`), so the decoder names no method. What a config must satisfy on these
+models is checked before anything is built, by `decoding/compatibility.py` (which the
+replay tier and the agreement proxy call alone); the prefill shared between the arms of
+a measurement is `decoding/prefill.PrefillMemo`. The same loop runs the AR baseline
 (`NoDraft` proposes nothing, so every round is one target step) and every speculative
 method, so the baseline pays exactly the loop's own overhead and nothing else. The loop
 does not time itself: it reads a clock handed in by `autotune.measure.measurement`, the one module
