@@ -153,6 +153,9 @@ class Shape:
     # (its finalists and its AR).
     engine_races: tuple[EngineCost, ...] = ()
     engine_race_arms: int = 0
+    # The engines' cost profiles still to measure here before their screens, in seconds
+    # (issue 60, `search.engine_prices.profile_seconds`; 0 where the cache holds them).
+    engine_profiles_s: float = 0.0
 
 
 def stage_seconds(counts: Counts, shape: Shape, ar_s: float) -> dict[str, float]:
@@ -171,6 +174,7 @@ def stage_seconds(counts: Counts, shape: Shape, ar_s: float) -> dict[str, float]
                             for cost in shape.engine_races),
     }
     seconds = {stage: value * ar_s for stage, value in tokens.items()}
+    seconds["engines"] += shape.engine_profiles_s
     # The races' engines start in seconds measured where known, not in tokens.
     seconds["race"] += shape.arms * _start_s(shape.race_cost, ar_s)
     seconds["engine_races"] += sum(shape.engine_race_arms * _start_s(cost, ar_s)

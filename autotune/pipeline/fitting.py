@@ -120,18 +120,49 @@ def size(plan: SearchPlan, budget: Budget, ar_s: float, engines: int,
                   engine_race_arms=ENGINE_FINALISTS + 2)
     budget.full_shape = shape
     if "engine_races" in shape.stages:
-        admitted = budget.admit_engine_races(caps, shape, ar_s, races)
+        # As many finalists per engine as lets every race fit (issue 60: at least 3
+        # where they fit, down to one), then the races that fit at one.
+        for finalists in range(ENGINE_FINALISTS, 0, -1):
+            budget.dropped.clear()
+            shape = dataclasses.replace(shape, engine_race_arms=finalists + 2)
+            admitted = budget.admit_engine_races(caps, shape, ar_s, races)
+            if len(admitted) == len(races):
+                break
         for reason in budget.dropped.values():
             note(f"dropped at planning: {reason}")
         shape = dataclasses.replace(
             shape, engine_races=tuple(races[e] for e in admitted),
-            stages=shape.stages if admitted else shape.stages - {"engine_races"})
+            stages=shape.stages if admitted else shape.stages - {"engine_races"},
+            engine_profiles_s=_profiles_seconds(plan, admitted, ar_s))
     counts = budget.plan(caps, shape, ar_s)
     cuts = budget.cuts()
     left = budget.left()
     note(f"{left:.0f} s of the budget left for the search"
          + (f"; cut to fit: {', '.join(cuts)}" if cuts else "; nothing cut to fit"))
     return dataclasses.replace(plan, screen=counts.screen, trials=counts.trials)
+
+
+def _profiles_seconds(plan: SearchPlan, engines: list[str], ar_s: float) -> float:
+    """The engines' cost profiles not in the cache yet, estimated (issue 60): measured in
+    the engines before their screens, in the `engines` stage."""
+    from autotune.search.engine_prices import cached_engine, profile_seconds
+    return sum(profile_seconds(e, engine_cost(e, plan.model), ar_s, plan.max_new_tokens)
+               for e in engines if not cached_engine(e, plan.model))
+
+
+def engine_finalist_count(budget: Budget | None) -> int:
+    """The finalists each engine's screen gives (besides its default): what the races
+    in the engines hold (`size`), ENGINE_FINALISTS without a budget."""
+    if budget is None or budget.shape is None or budget.shape.engine_race_arms < 3:
+        return ENGINE_FINALISTS
+    return budget.shape.engine_race_arms - 2
+
+
+def profiled_engines(plan: SearchPlan, budget: Budget | None) -> list[str]:
+    """The engines whose costs are profiled in themselves before their screens: those
+    raced in themselves, less those the budget dropped at planning."""
+    dropped = budget.dropped if budget is not None else {}
+    return [e for e in plan.engine_races if e not in dropped]
 
 
 def engine_screen(plan: SearchPlan, budget: Budget | None) -> int:
@@ -240,12 +271,14 @@ def race_arms(budget: Budget | None, chosen: list[Finalist]) -> tuple[list[Final
 
 
 def _arm_priority(finalist: Finalist) -> tuple[int, int]:
-    """Which finalists a short race keeps first (smaller first)."""
+    """Which finalists a short race keeps first (smaller first): autotune's floor, each
+    engine's best, autotune's default, each engine's default, then each engine's next
+    finalists (issue 60: its race in itself decides among them), then autotune's."""
     own = finalist.engine == OWN_ENGINE
     default = finalist.role.startswith("default")
     rank = int(finalist.role.rsplit("#", 1)[1]) if "#" in finalist.role else 0
     if own and not default:
         return (0 if rank <= SPECULATIVE_FLOOR else 4, rank)
     if not default:
-        return (1, rank)
+        return (1, rank) if rank <= 1 else (3, rank)
     return (2, 0) if own else (3, 0)

@@ -27,7 +27,9 @@ from autotune.schema.methods import get_method
 from autotune.measure.results import Measurement, PromptRun
 from autotune.models.loading import LoadedModel
 from autotune.replay import replay_refusal
+from autotune.backends.profile import EngineProfile
 from autotune.replay.costs import CostModel, CostParts
+from autotune.replay.engine_prices import EngineCostModel, price_note, prices_for
 from autotune.replay.parts import load_or_measure_parts
 from autotune.replay.effort import FULL, PartsEffort
 from autotune.replay.reference import Reference, reference_set
@@ -39,7 +41,7 @@ FIDELITY = "replay"
 
 
 def _check_draft_cost(config: DecodeConfig, r: ReplayRound, draft_s: float,
-                      cost: CostModel) -> None:
+                      cost: CostModel | EngineCostModel) -> None:
     """The replay tier's guard: a round's predicted drafting may not cost less than the
     target's measured passes over the layers its draft passes run (a draft through every
     layer costs a target pass). A prediction below it is impossible on any hardware and
@@ -69,6 +71,9 @@ class Replayer:
         self.parts: CostParts = parts if parts is not None else load_or_measure_parts(
             parts_path, target, draft, self.references, max_new_tokens, parts_effort)
         self._sources: dict[tuple[str, str | None], ReplaySource] = {}
+        # Engines' own cost profiles, measured in them (`backends.profile`): a config
+        # for an engine with one is priced at that engine's costs, its baseline too.
+        self.engine_profiles: dict[str, EngineProfile] = {}
 
     def can_replay(self, config: DecodeConfig) -> str | None:
         """None, or why `config` cannot be replayed (one line)."""
@@ -102,9 +107,14 @@ class Replayer:
         # layer indices inside the stack, a tree-capable forward.
         check_decodable(self.target, config, self.draft)
         self._prepare(config)
-        cost = CostModel(self.parts, config, self.target.n_layers)
+        cost: CostModel | EngineCostModel = CostModel(self.parts, config,
+                                                      self.target.n_layers)
         baseline_cost = CostModel(self.parts, DecodeConfig(), self.target.n_layers)
         ar_round = baseline_cost.ar_round_seconds()
+        profile = prices_for(self.engine_profiles, config)
+        if profile is not None:
+            cost = EngineCostModel(profile, config, baseline_cost)
+            ar_round = cost.ar_round_seconds()
         runs = [self._predicted_run(config, ref, cost, ar_round) for ref in self.references]
         # A screen replays hundreds of configs: what each one's tables and passes freed
         # goes back to the OS, or RSS grows with the configs screened (issue 51).
@@ -122,7 +132,8 @@ class Replayer:
         for source, refs in by_source.values():
             source.prepare(config, refs)
 
-    def _predicted_run(self, config: DecodeConfig, ref: Reference, cost: CostModel,
+    def _predicted_run(self, config: DecodeConfig, ref: Reference,
+                       cost: CostModel | EngineCostModel,
                        ar_round: tuple[float, float]) -> PromptRun:
         """`ref`'s simulated rounds priced by the cost model, paired with the AR
         baseline's (one target step per reference token after the first)."""
@@ -162,6 +173,9 @@ class Replayer:
         (whether τ is exact for this config) and `replay_notes` (what is approximate)."""
         out = self.replay(config).summary()
         exact, notes = self._source(config).fidelity(config)
+        priced = price_note(self.engine_profiles, config)
+        if priced is not None:
+            notes = [*notes, priced]
         out.update(fidelity=FIDELITY, replay_exact=exact, replay_notes=notes,
                    lossless=None, mismatched_prompts=[])
         return out

@@ -1,0 +1,232 @@
+"""Measuring an engine's cost profile (`backends/profile.EngineProfile`) in the engine.
+
+Through the engine's own backend (the runners a race measures with), on one prompt at
+the workload's context made of a piece of a search prompt repeated, so that the engine's
+n-gram lookup finds a draft at every step and the model, continuing the repetition,
+accepts it: each step then verifies about k + 1 tokens. Decoded at several k (the
+engine's space's range) and once without speculation, each decode gives a point (the
+tokens a step verified on average, the ms a step took), counted by the engine itself:
+its rounds where it reports them (transformers' `update_candidate_strategy` calls,
+vLLM's per-step draft counts), else its totals (llama-server's `timings.draft_n` and
+`draft_n_accepted`: steps = tokens decoded - tokens accepted). A step's time is the
+decode time the race measures (the client's clock) over the steps.
+
+From the points: the AR step (`ar_ms`); a line through the speculative points, whose
+value at one verified token less the AR step is what a speculative step costs beyond its
+pass (drafting and bookkeeping); the verify curve, each point's step less that, the AR
+step at one token, made monotone. Where the engine lets the lookup be timed apart
+(transformers: its `PromptLookupCandidateGenerator.get_candidates`), that is
+`draft_ms` and the rest `spec_overhead_ms`; elsewhere the lookup runs inside the
+engine's step (vLLM's proposer, llama.cpp's `common_speculative_gen_draft`) and is in
+`spec_overhead_ms`, which the profile's notes say.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from autotune.backends.profile import (FORMAT, EngineProfile, ProfileKey, ProfilePoint,
+                                       drafter_of)
+
+if TYPE_CHECKING:
+    from autotune.backends.base import Backend
+    from autotune.decoding.decoder import Generation
+    from autotune.schema.config import DecodeConfig
+
+__all__ = ["PROFILE_KS", "fit_profile", "measure_profile", "profile_config", "profile_runs",
+           "repeated_prompt"]
+
+# The drafts per step profiled, per engine: its space's range of k (engine_<name>.yaml),
+# few for vLLM, whose every k is an engine started (28 s eager, 66-97 s compiled).
+PROFILE_KS: dict[str, tuple[int, ...]] = {
+    "hf": (1, 3, 6, 10),
+    "vllm": (2, 5, 10),
+    "llama_server": (2, 4, 8, 16, 32, 64),
+}
+# Tokens decoded per profiled config: at least this, and three steps' worth at k.
+LEAST_TOKENS = 32
+STEPS_PER_POINT = 3
+# A repeated piece is at least this long and longer than the largest k (a draft copies
+# the tokens after the match: the piece holds them).
+LEAST_PIECE = 24
+
+
+def profile_config(engine: str, k: int) -> "DecodeConfig":
+    """The n-gram config profiled at `k` in `engine` (its default lookup, k drafts)."""
+    from autotune.schema.config import config_from_mapping
+
+    values: dict[str, Any] = {
+        "hf": {"method": "ngram", "ngram_min": 1, "ngram_max": 2, "exit_policy": "fixed"},
+        "vllm": {"method": "ngram", "ngram_min": 2, "ngram_max": 2},
+        "llama_server": {"method": "llama_ngram", "llama_spec_type": "ngram-simple",
+                         "llama_ngram_size_n": 3},
+    }.get(engine, {"method": "ngram", "ngram_min": 1, "ngram_max": 2})
+    return config_from_mapping({**values, "engine": engine, "k": k}).validate()
+
+
+def profile_runs(engine: str) -> int:
+    """Configs a profile of `engine` decodes (each an engine instance started)."""
+    return 1 + len(PROFILE_KS.get(engine, (1, 4, 10)))
+
+
+def repeated_prompt(ids: Sequence[int], context: int, k_max: int) -> list[int]:
+    """`context` tokens (at least two pieces) made of the first tokens of `ids`
+    repeated: a piece longer than `k_max` drafts and at least LEAST_PIECE."""
+    piece = list(ids[: max(LEAST_PIECE, k_max + 8)])
+    if not piece:
+        raise ValueError("no prompt tokens to profile the engine on")
+    length = max(context, 2 * len(piece))
+    return (piece * (length // len(piece) + 1))[:length]
+
+
+def _steps(generation: "Generation") -> tuple[int, float]:
+    """(steps, tokens verified in all) of a decode, as the engine counted them."""
+    decoded = generation.decoded
+    rounds = list(generation.rounds)
+    # An engine whose first pass also verified a draft (transformers) reports that
+    # round too: it is the prefill's, not a decode step.
+    while rounds and sum(r.emitted for r in rounds) > decoded:
+        rounds = rounds[1:]
+    if rounds:
+        steps = len(rounds)
+        return steps, float(sum(r.verified for r in rounds))
+    if generation.draft_totals is not None:
+        drafted, accepted = generation.draft_totals
+        steps = max(decoded - accepted, 1)
+        return steps, float(steps + drafted)
+    return max(decoded, 1), float(max(decoded, 1))
+
+
+@contextlib.contextmanager
+def _lookup_timer(engine: str) -> Iterator[list[float]]:
+    """Seconds of each n-gram lookup the engine runs while inside, where it can be timed
+    apart (transformers' prompt lookup); nothing recorded elsewhere."""
+    seen: list[float] = []
+    if engine != "hf":
+        yield seen
+        return
+    from transformers.generation import candidate_generator as hf_candidates
+    cls = hf_candidates.PromptLookupCandidateGenerator
+    original = cls.get_candidates
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            seen.append(time.perf_counter() - began)
+
+    cls.get_candidates = timed                      # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        cls.get_candidates = original               # type: ignore[method-assign]
+
+
+def _point(backend: "Backend", config: "DecodeConfig", prompt: list[int], k: int,
+           repeats: int) -> tuple[ProfilePoint, float]:
+    """One config's point (the median step over `repeats` decodes after a warm-up) and
+    the accepted share of its drafts."""
+    tokens = max(LEAST_TOKENS, STEPS_PER_POINT * (k + 1))
+    runner = backend.runner(config)
+    try:
+        runner.generate(prompt, min(8, tokens), time.perf_counter)        # warm-up
+        steps: list[int] = []
+        per_step: list[float] = []
+        verified: list[float] = []
+        for _ in range(repeats):
+            generation = runner.generate(prompt, tokens, time.perf_counter)
+            n, v = _steps(generation)
+            steps.append(n)
+            verified.append(v / n)
+            per_step.append(1000 * generation.decode_s / n)
+    finally:
+        runner.close()
+    mean_verified = statistics.median(verified)
+    accepted = ((mean_verified - 1) / k) if k else 1.0
+    return (ProfilePoint(k=k, steps=int(statistics.median(steps)), verified=mean_verified,
+                         step_ms=statistics.median(per_step)), accepted)
+
+
+def _line_at_one(points: list[ProfilePoint]) -> float:
+    """The least-squares line of step ms on tokens verified, at one token."""
+    xs = [p.verified for p in points]
+    ys = [p.step_ms for p in points]
+    if len(points) < 2 or max(xs) - min(xs) < 1e-9:
+        return min(ys)
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+             / sum((x - mx) ** 2 for x in xs))
+    return my + slope * (1.0 - mx)
+
+
+def _monotone(values: list[float]) -> list[float]:
+    """The closest non-decreasing sequence (pool adjacent violators)."""
+    blocks: list[list[float]] = []
+    for v in values:
+        blocks.append([v, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    return [s / c for s, c in blocks for _ in range(int(c))]
+
+
+def fit_profile(key: ProfileKey, ar: ProfilePoint, spec: list[ProfilePoint],
+                drafter: str, lookup_ms: float | None, measured_s: float,
+                notes: Sequence[str] = ()) -> EngineProfile:
+    """The profile from its measured points (see the module docstring); `lookup_ms`:
+    the drafter's lookup per step where timed apart, else None."""
+    beyond = max(_line_at_one(spec) - ar.step_ms, 0.0) if spec else 0.0
+    ordered = sorted(spec, key=lambda p: p.verified)
+    raw = [ar.step_ms] + [max(p.step_ms - beyond, 0.0) for p in ordered]
+    curve = [[1.0, ar.step_ms]] + [[p.verified, ms] for p, ms in
+                                   zip(ordered, _monotone(raw)[1:])]
+    draft = min(lookup_ms, beyond) if lookup_ms is not None else 0.0
+    out = list(notes)
+    if lookup_ms is None:
+        out.append("the lookup runs inside the engine's step: its cost is in "
+                   "spec_overhead_ms")
+    return EngineProfile(format=FORMAT, key=key, ar_ms=ar.step_ms, verify_curve=curve,
+                         draft_ms={drafter: draft}, spec_overhead_ms=beyond - draft,
+                         measured_s=measured_s, points=[ar, *spec], notes=out)
+
+
+def measure_profile(backend: "Backend", key: ProfileKey, ids: Sequence[int],
+                    repeats: int = 2, log: Callable[[str], None] | None = None
+                    ) -> EngineProfile:
+    """`key.engine`'s profile measured now through `backend` on a prompt of
+    `key.context` tokens made of `ids` repeated: a search prompt's text as token ids,
+    without its chat template (a template's end of turn would end the decode)."""
+    from autotune.schema.config import DecodeConfig
+
+    began = time.perf_counter()
+    engine = key.engine
+    ks = PROFILE_KS.get(engine, (1, 4, 10))
+    prompt = repeated_prompt(ids, key.context, max(ks))
+    ar, _ = _point(backend, DecodeConfig(engine=engine), prompt, 0, repeats)
+    spec: list[ProfilePoint] = []
+    notes: list[str] = []
+    lookups: list[float] = []
+    low = []
+    for k in ks:
+        config = profile_config(engine, k)
+        with _lookup_timer(engine) as seen:
+            point, accepted = _point(backend, config, prompt, k, repeats)
+        lookups += seen
+        spec.append(point)
+        if accepted < 0.5:
+            low.append(f"k={k}: {accepted:.0%}")
+        if log is not None:
+            log(f"{engine} k={k}: {point.step_ms:.2f} ms/step verifying "
+                f"{point.verified:.2f} tokens ({accepted:.0%} of drafts accepted)")
+    if low:
+        notes.append("drafts accepted less than half the time on the repeated prompt ("
+                     + ", ".join(low) + "): those points verify fewer tokens than k + 1")
+    drafter = drafter_of(profile_config(engine, ks[0]))
+    lookup_ms = 1000 * statistics.median(lookups) if lookups else None
+    return fit_profile(key, ar, spec, drafter, lookup_ms, time.perf_counter() - began, notes)

@@ -1,0 +1,153 @@
+"""Each engine's candidates priced at that engine's own costs (issue 60).
+
+The replay tier's rounds are exact for the engines' model-free drafters; a round's price
+was our decoder's, whatever the engine (vLLM's CPU step is about 2x ours and mostly fixed
+per step). A profile measured in the engine (`backends.profile.EngineProfile`) now prices
+a config for that engine and its baseline. A tiny random-weight Llama drafts here; the
+costs are synthetic, so nothing depends on this machine's speed.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tiny import tiny_llama
+
+from autotune.backends.profile import FORMAT as PROFILE_FORMAT
+from autotune.backends.profile import (EngineProfile, ProfileKey, ProfilePoint, load_profile,
+                                       store_profile)
+from autotune.backends.profiling import fit_profile
+from autotune.replay.costs import FORMAT, CostParts, LayerParts
+from autotune.replay.run import Replayer
+from autotune.schema.config import DecodeConfig
+from autotune.workloads.prompts import Prompt
+
+LAYERS = 4
+# Our decoder's prices: a pass costs in proportion to the tokens it verifies, so a wide
+# verify step that is mostly rejected loses.
+STEEP = [[1, 10.0], [2, 20.0], [4, 40.0], [8, 80.0], [16, 160.0]]
+PROMPTS = [Prompt("t1 t2 t3 t1 t2 t3 t1", "rep", "p0"), Prompt("t7 t8 t9 t7 t8", "mix", "p1"),
+           Prompt("t4 t5 t6 t4", "other", "p2")]
+KEY = ProfileKey("vllm", "0.32.0", "eager", 2, "cpu", "tiny", 16)
+# vLLM-like: a large fixed cost per step (scheduler, input preparation, sampler) that a
+# wide verify step pays once.
+FIXED = EngineProfile(PROFILE_FORMAT, KEY, ar_ms=50.0, verify_curve=[[1, 50.0], [16, 53.0]],
+                      draft_ms={"ngram": 0.1}, spec_overhead_ms=0.5)
+KS = (1, 2, 4, 8)
+
+
+def _parts() -> CostParts:
+    bare = LayerParts(layers=LAYERS, base=1.0, attn=0.15, mlp=0.35, kv=0.4, head=0.8,
+                      choose=0.3)
+    return CostParts(FORMAT, {}, STEEP, ar_other=0.5, spec_other=0.5, ngram_lookup=0.05,
+                     tree_node=0.0, tree_other=0.0, tree_verify_factor=1.0,
+                     target_layers=bare, draft_curve=None, draft_layers=None, draft_factor={})
+
+
+@pytest.fixture
+def replayer(tmp_path) -> Replayer:
+    target = tiny_llama(seed=1, layers=LAYERS, scale=4.0)
+    return Replayer(target, None, PROMPTS, 24, tmp_path / "unused.json", tmp_path,
+                    parts=_parts())
+
+
+def _ranking(replayer: Replayer, engine: str) -> list[int]:
+    """The k of each n-gram config, best predicted speedup first."""
+    speedups = {k: replayer.summary(DecodeConfig(method="ngram", engine=engine, k=k,
+                                                 ngram_min=1, ngram_max=2))["speedup"]
+                for k in KS}
+    return sorted(KS, key=speedups.__getitem__, reverse=True)
+
+
+def test_an_engine_profile_with_a_large_fixed_step_cost_ranks_a_long_draft_first(replayer):
+    # At our decoder's prices the shortest draft wins...
+    assert _ranking(replayer, "vllm")[0] == 1
+    replayer.engine_profiles["vllm"] = FIXED
+    # ...at the engine's own, where a step costs about the same however wide, the longest.
+    assert _ranking(replayer, "vllm")[0] == 8
+    summary = replayer.summary(DecodeConfig(method="ngram", engine="vllm", k=8, ngram_min=1,
+                                            ngram_max=2))
+    assert any("priced at vllm's own costs" in note for note in summary["replay_notes"])
+    # The baseline is the engine's AR step: every AR round costs its 50 ms.
+    base = replayer.replay(DecodeConfig(method="ngram", engine="vllm", k=8, ngram_min=1,
+                                        ngram_max=2)).runs[0].baseline
+    assert all(r.verify_s == pytest.approx(0.050) for r in base.rounds)
+
+
+def test_an_engine_without_a_profile_keeps_our_prices_and_says_so(replayer):
+    replayer.engine_profiles["vllm"] = FIXED
+    # Another engine (a GPU one, say) is unaffected by vLLM's profile, and says whose
+    # prices it has.
+    assert _ranking(replayer, "sglang")[0] == 1
+    summary = replayer.summary(DecodeConfig(method="ngram", engine="sglang", k=2,
+                                            ngram_min=1, ngram_max=2))
+    assert any("no profile of sglang" in note for note in summary["replay_notes"])
+    # Autotune's own configs keep our decoder's prices, with no note.
+    own = replayer.summary(DecodeConfig(method="ngram", k=2, ngram_min=1, ngram_max=2))
+    assert not any("priced" in note for note in own["replay_notes"])
+
+
+def test_a_profile_is_fitted_from_points_the_engine_counted():
+    """Points on a line: the AR step, then steps at 1.2 ms per verified token above a
+    2 ms speculative overhead; the fit gives the overhead, and the verify curve, the
+    AR step at one token."""
+    ar = ProfilePoint(k=0, steps=32, verified=1.0, step_ms=10.0)
+    spec = [ProfilePoint(k=k, steps=10, verified=k + 1.0, step_ms=12.0 + 1.2 * k)
+            for k in (1, 3, 7)]
+    profile = fit_profile(KEY, ar, spec, "ngram", None, 1.0)
+    assert profile.spec_overhead_ms == pytest.approx(2.0)
+    assert profile.verify_ms(1) == pytest.approx(10.0)
+    assert profile.verify_ms(8) == pytest.approx(10.0 + 1.2 * 7)
+    assert profile.step_ms(8, "ngram") == pytest.approx(12.0 + 1.2 * 7)
+    assert any("inside the engine's step" in note for note in profile.notes)
+
+
+def test_a_profile_is_kept_under_its_key(tmp_path):
+    paths = [tmp_path / "run" / "engine_profiles.json", tmp_path / "cache.json"]
+    store_profile(FIXED, paths)
+    assert load_profile(KEY, paths) == FIXED
+    assert load_profile(KEY, paths[1:]) == FIXED
+    # Another context, release or thread count is another profile.
+    for other in (dataclass_replace(KEY, context=17), dataclass_replace(KEY, version="0.33"),
+                  dataclass_replace(KEY, threads=4)):
+        assert load_profile(other, paths) is None
+    paths[1].write_text("{not json")
+    assert load_profile(KEY, paths[1:]) is None
+
+
+def dataclass_replace(key: ProfileKey, **changes) -> ProfileKey:
+    import dataclasses
+    return dataclasses.replace(key, **changes)
+
+
+def test_a_profile_measured_in_the_engine_is_reused_on_a_rerun(tmp_path, monkeypatch):
+    """HF `generate()` on the tiny model is profiled once; a rerun (another search, the
+    same engine, model, machine and context) loads it from the cache folder and measures
+    nothing, and the search's replayer prices HF's configs with it."""
+    from autotune.search import engine_prices
+    from autotune.search.objectives import EvalContext
+
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    target = tiny_llama(seed=1, layers=LAYERS, scale=4.0)
+
+    def context() -> EvalContext:
+        ctx = EvalContext(target=target, draft=None, prompts=list(PROMPTS), max_new_tokens=8)
+        ctx.memo["replayer"] = Replayer(target, None, PROMPTS, 8, tmp_path / "unused.json",
+                                        tmp_path / "refs", parts=_parts())
+        return ctx
+
+    first = engine_prices.price_engines(context(), ["hf"], "tiny", None, tmp_path / "run1")
+    assert first is not None and set(first.profiles) == {"hf"}
+    measured = first.profiles["hf"]
+    assert measured.ar_ms > 0 and measured.points[0].k == 0 and len(measured.points) > 2
+    assert (tmp_path / "run1" / "engine_profiles.json").is_file()
+
+    def measure_again(*args, **kwargs):
+        raise AssertionError("the profile was measured again")
+
+    monkeypatch.setattr(engine_prices, "_measure", measure_again)
+    ctx = context()
+    again = engine_prices.price_engines(ctx, ["hf"], "tiny", None, tmp_path / "run2")
+    assert again is not None and again.profiles["hf"] == measured
+    assert (tmp_path / "run2" / "engine_profiles.json").is_file()
+    assert ctx.memo["replayer"].engine_profiles["hf"] == measured
+    assert engine_prices.cached_engine("hf", "tiny")
