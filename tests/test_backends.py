@@ -147,9 +147,11 @@ def test_vllm_keeps_started_engines_idle_for_the_next_measurement(monkeypatch, t
             self.stopped = True
 
     monkeypatch.setattr(vllm_backend, "EngineProcess", FakeEngine)
+    # Memory for every engine (the machine's own is read in the test below).
+    monkeypatch.setattr(vllm_backend, "engines_that_fit", lambda size, most: most)
     backend = vllm_backend.VllmBackend(str(tmp_path), python=tmp_path / "python")
     assert backend.idle_engines == vllm_backend.IDLE_ENGINES
-    backend.idle_engines = 2
+    backend.most_idle = 2
     ngram = [DecodeConfig(method="ngram", k=k, ngram_min=2, ngram_max=3) for k in (2, 3, 4)]
 
     first = backend.runner(ngram[0])
@@ -181,3 +183,18 @@ def test_the_retired_llama_cpp_backend_names_its_replacement(tiny: LoadedModel) 
     with pytest.raises(BackendUnavailable) as caught:
         open_backend("llama_cpp", tiny)
     assert str(caught.value) == line
+
+
+def test_vllm_keeps_idle_only_the_engines_the_available_memory_holds(monkeypatch, tmp_path
+                                                                     ) -> None:
+    """Issue 59: each idle vLLM engine holds about 2.9 GB; the number kept idle follows
+    the memory available (leaving room for one more start), not a fixed count."""
+    from autotune.backends import vllm as vllm_backend
+    from autotune.common import memory
+
+    gib = 1024**3
+    backend = vllm_backend.VllmBackend(str(tmp_path), python=tmp_path / "python")
+    backend.engine_bytes = 3 * gib
+    for free, kept in ((40 * gib, 4), (14 * gib, 3), (8 * gib, 1), (4 * gib, 0)):
+        monkeypatch.setattr(memory, "available_bytes", lambda free=free: free)
+        assert backend.idle_engines == kept, free

@@ -26,7 +26,6 @@ from autotune.search.study import (
     counted_trials,
     presets,
 )
-from autotune.search.trial_record import TrialRecord
 from autotune.space import load_space
 from autotune.workloads.prompts import Prompt
 
@@ -483,21 +482,3 @@ def test_a_distinct_study_screens_each_config_once_and_stops_when_covered(tmp_pa
              if t.user_attrs.get(REPEAT_ATTR) is not None]
     assert len(after) >= len(repeats) + COVERED_AFTER
 
-
-@pytest.mark.parametrize("trials", [3, 2])
-def test_a_deadline_never_stops_the_study_below_its_speculative_floor(tmp_path, target,
-                                                                     trials):
-    # Issue 59: at 83 ms/token the trials' share held the AR baseline alone; the one
-    # speculative trial never started and autotune's own group had no finalist. With a
-    # floor, a deadline already passed still lets two speculative configs complete
-    # (past the trial count where it is smaller: a spare trial).
-    passed = _runner(tmp_path / "floor", target, space="ngram", trials=trials,
-                     stop_at=0.0, clock=lambda: 100.0, min_speculative=2)
-    passed.run()
-    complete = passed.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    assert sum(TrialRecord.of(t).speculates for t in complete) >= 2
-    # Without it, the passed deadline starts nothing.
-    plain = _runner(tmp_path / "plain", target, space="ngram", trials=trials,
-                    stop_at=0.0, clock=lambda: 100.0)
-    assert plain.run() == "deadline"
-    assert not plain.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

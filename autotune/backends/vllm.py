@@ -183,8 +183,10 @@ class VllmBackend(BackendBase):
         threads per engine, unbound (None: vLLM's own binding)."""
         self.python = python or find_python()
         self.threads = threads
-        # One engine's memory with its workers (PSS), as the latest start measured it.
+        # One engine's memory with its workers (PSS), as the latest start measured it,
+        # and the most engines kept idle whatever the memory holds.
         self.engine_bytes = ENGINE_BYTES
+        self.most_idle = IDLE_ENGINES
         self.model_dir = model_dir
         self.dtype = dtype
         self.context = context
@@ -234,19 +236,20 @@ class VllmBackend(BackendBase):
         if self.startup_key is not None:
             # What the next run's time budget prices this engine's start-up at.
             record_startup(self.startup_key, time.monotonic() - began)
-        self.engine_bytes = tree_bytes(engine.process.pid) or self.engine_bytes
+        pid = getattr(engine.process, "pid", None)
+        self.engine_bytes = (tree_bytes(pid) if pid else 0) or self.engine_bytes
         engine.key = key
         self.saw(engine)
         return engine
 
     @property
     def idle_engines(self) -> int:
-        """Started engines kept idle: at most IDLE_ENGINES, and only as many as the
+        """Started engines kept idle: at most `most_idle`, and only as many as the
         machine's available memory holds beside those already idle (each measured as
         its latest start was) while leaving room to start one more: keeping engines
         never starves the next start."""
-        room = engines_that_fit(self.engine_bytes, IDLE_ENGINES + 1)
-        return max(0, min(IDLE_ENGINES, len(self._idle) + room - 1))
+        room = engines_that_fit(self.engine_bytes, self.most_idle + 1)
+        return max(0, min(self.most_idle, len(self._idle) + room - 1))
 
     def release(self, engine: EngineProcess) -> None:
         """Keep `engine` idle for its settings' next runner; stop the oldest idle ones

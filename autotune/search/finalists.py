@@ -135,8 +135,13 @@ def pick_finalists(study: optuna.Study, objective: ranking.Directions,
     """The `n` best distinct speculative configs by `autotune.search.ranking` (a point measured
     twice is one finalist), plus the best-ranked documented default (a queued preset)
     when it is not among them. The AR baseline is the reference, never a finalist."""
-    order = [record for record in map(TrialRecord.of, ranking.ranked(study, objective))
-             if record.speculates and not record.is_baseline]
+    records = [record for record in map(TrialRecord.of, ranking.ranked(study, objective))
+               if record.speculates and not record.is_baseline]
+    # Measured trials first: a screen's copy (`search.screen_finalists`, its figures
+    # predicted) comes after them, and gives way to a trial that measured its config.
+    measured = {_config_key(r.config_json) for r in records if not r.from_screen}
+    order = [r for r in records if not r.from_screen] + [
+        r for r in records if r.from_screen and _config_key(r.config_json) not in measured]
     chosen: list[Finalist] = []
     seen: set[str] = set()
     for record in order:

@@ -76,9 +76,6 @@ RECORDED_SINCE = {"bit_params": "integer"}
 # screen found fewer distinct configs): a rerun of the same command resumes to the same
 # budget, a rerun with a larger --trials measures more.
 SCREENED_ATTR = "screened_queued"
-# Trials run beyond the budget's count to reach `SearchSettings.min_speculative` (a config
-# rejected as lossy or failed does not count toward it).
-FLOOR_SPARE = 2
 TRIALS_ASKED_ATTR = "trials_asked"
 BUDGET_ATTR = "trial_budget"
 # Refused repeats in a row (each after a random draw) that say a `distinct` study has
@@ -126,11 +123,6 @@ class SearchSettings:
     # and what it finished stays counted. None: no deadline (`timeout_s` still applies).
     stop_at: float | None = None
     clock: Callable[[], float] = time.monotonic
-    # The least speculative configs the study completes before `stop_at` may stop it (a
-    # time budget's floor: autotune's own group races them as its finalists). Below it
-    # the deadline is not read and, with the trials used up, up to FLOOR_SPARE more
-    # trials are run (a config the lossless check rejects, a failure).
-    min_speculative: int = 0
 
 
 @dataclass
@@ -145,14 +137,15 @@ class TrialEvent:
 
 
 def counted_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """Trials that count toward the budget: finished, feasible, not interrupted, and not
-    superseded by a retry (ours after a dead worker, or Optuna's after a stale heartbeat)."""
+    """Trials that count toward the budget: finished, feasible, not interrupted, not
+    superseded by a retry (ours after a dead worker, or Optuna's after a stale heartbeat),
+    and measured (a screen's finalist copied in is not: `search.screen_finalists`)."""
     records = [TrialRecord.of(t) for t in trials]
     retried = {r.retry_of for r in records}
     retried |= {t.system_attrs.get("failed_trial") for t in trials}
     return [r.trial for r in records
             if r.trial.state.is_finished() and not r.interrupted and not r.infeasible
-            and r.repeat_of is None and r.number not in retried]
+            and r.repeat_of is None and r.number not in retried and not r.from_screen]
 
 
 class TrialTimeout(Exception):
@@ -409,22 +402,16 @@ class StudyRunner:
         took: list[float] = []          # this run's trials, seconds each (the deadline's)
         self._on_start = on_start
         self._repeats_in_a_row = 0
-        spare = FLOOR_SPARE
         while True:
             done, running, infeasible = self.progress()
-            below = self._below_floor()
             if done + running >= self.settings.trials:
-                if not below or spare <= 0 or running:
-                    return "budget"
-                # The floor's trials: one more, within the spare attempts.
-                spare -= 1
-                self.settings.trials += 1
+                return "budget"
             if self._repeats_in_a_row >= COVERED_AFTER:
                 return "covered"
             if (self.settings.timeout_s is not None
                     and time.monotonic() - started >= self.settings.timeout_s):
                 return "timeout"
-            if not below and past_deadline(self.settings.stop_at, self.settings.clock(), took):
+            if past_deadline(self.settings.stop_at, self.settings.clock(), took):
                 return "deadline"
             if infeasible > MAX_INFEASIBLE_PER_TRIAL * max(self.settings.trials, 1):
                 return "infeasible"
@@ -451,14 +438,6 @@ class StudyRunner:
                     if TrialRecord.of(trial).worker == self.worker:
                         self._interrupt(trial, "stopped by the user (Ctrl-C)")
                 return "interrupted"
-
-    def _below_floor(self) -> bool:
-        """Fewer speculative configs completed than `min_speculative`."""
-        floor = self.settings.min_speculative
-        if floor <= 0:
-            return False
-        complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        return sum(TrialRecord.of(t).speculates for t in complete) < floor
 
     def _last_own_trial(self) -> FrozenTrial | None:
         own = [t for t in self.study.get_trials(deepcopy=False)

@@ -29,7 +29,7 @@ from autotune.schema.config import DecodeConfig, config_from_mapping
 from autotune.space.entries import ParamValue
 
 __all__ = ["BASELINE", "BASELINE_ATTR", "CONFIG_ATTR", "METRICS_ATTR", "REPEAT_ATTR",
-           "SCREEN_ATTR", "UNPRUNED_ATTR", "QueuedTrial", "ScreenNote", "TrialRecord"]
+           "SCREEN_ATTR", "SCREEN_FINALIST_ATTR", "UNPRUNED_ATTR", "QueuedTrial", "ScreenNote", "TrialRecord"]
 
 # The user attributes a trial carries (their keys in the storage).
 CONFIG_ATTR = "config"             # the resolved config (`DecodeConfig.to_dict()`)
@@ -44,6 +44,9 @@ WORKER_ATTR = "worker"             # the process that ran it (host:pid)
 ERROR_ATTR = "error"               # a failed trial's one-line reason
 INFEASIBLE_ATTR = "infeasible"     # why the sampler's point is not a config
 INTERRUPTED_ATTR = "interrupted"   # stopped by Ctrl-C or a dead worker: not counted
+# A config the replay screen chose, copied into the measured study as a finalist where
+# its trials could not run enough (`search.screen_finalists`): its figures are replay's.
+SCREEN_FINALIST_ATTR = "screen_finalist"
 
 
 class ScreenNote(JsonRecord):
@@ -94,6 +97,8 @@ class TrialRecord:
     retry_of: int | None
     repeat_of: int | None
     unpruned: bool
+    # Copied from the replay screen as a finalist, never measured in the search.
+    from_screen: bool = False
 
     @classmethod
     def of(cls, trial: FrozenTrial) -> TrialRecord:
@@ -116,7 +121,8 @@ class TrialRecord:
             interrupted=bool(attrs.get(INTERRUPTED_ATTR)),
             retry_of=_number(attrs.get(RETRY_ATTR)),
             repeat_of=_number(attrs.get(REPEAT_ATTR)),
-            unpruned=bool(attrs.get(UNPRUNED_ATTR)))
+            unpruned=bool(attrs.get(UNPRUNED_ATTR)),
+            from_screen=bool(attrs.get(SCREEN_FINALIST_ATTR)))
 
     @property
     def number(self) -> int:
