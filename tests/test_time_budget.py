@@ -100,7 +100,7 @@ def test_counts_are_cut_to_the_time_the_search_held_out_last() -> None:
         assert all(getattr(small, f) <= getattr(large, f) for f in CAPS.__dict__)
     # Nothing left: every count at its floor (a flag's smaller value stands).
     least = size_counts(CAPS, SHAPE, 0.054, 0.0)
-    assert least == Counts(screen=30, trials=3, engine_screen=20, pool=16, measured=8)
+    assert least == Counts(screen=30, trials=2, engine_screen=20, pool=16, measured=8)
     small = Counts(screen=10, trials=1, engine_screen=5, pool=6, measured=3)
     assert size_counts(small, SHAPE, 1.0, 0.0) == small
 
@@ -420,7 +420,7 @@ def test_engine_races_are_admitted_after_autotune_own_floors_cheapest_first() ->
     clock = FakeClock()
     budget = Budget(900.0, started=clock.now, clock=clock)
     clock.advance(60.0)                          # loading, profile, the screen's setup
-    # At 83 ms/token autotune's own floors take about 500 s of the 828 left: HF's race
+    # At 83 ms/token autotune's own floors take about 450 s of the 822 left: HF's race
     # (about 120 s) fits, vLLM's (three 95 s start-ups and its prompts) does not.
     admitted = budget.admit_engine_races(CAPS, shape, 0.083, {"vllm": vllm, "hf": hf})
     assert admitted == ["hf"]
@@ -428,7 +428,7 @@ def test_engine_races_are_admitted_after_autotune_own_floors_cheapest_first() ->
     reason = budget.dropped["vllm"]
     assert "needs about" in reason and "95 s each, measured here" in reason
     # A budget that cannot hold even autotune's own floors admits none.
-    short = Budget(600.0, started=clock.now, clock=clock)
+    short = Budget(480.0, started=clock.now, clock=clock)
     assert short.admit_engine_races(CAPS, shape, 0.083, {"vllm": vllm, "hf": hf}) == []
     # On a machine three times faster both fit.
     fast = Budget(900.0, started=clock.now, clock=clock)
@@ -444,12 +444,12 @@ def test_engine_races_are_admitted_after_autotune_own_floors_cheapest_first() ->
 
 
 def test_the_floors_hold_what_a_decision_needs() -> None:
-    """However little time is left, the counts keep two speculative trials beside AR and
-    a measured sample of the race's first look (the least an interval holds its level
-    on), from a pool larger than it."""
+    """However little time is left, the counts keep AR and one measured config, and a
+    measured sample of the race's first look (the cross-fitted estimate's least), from
+    a pool larger than it."""
     from autotune.search.racing import FIRST_LOOK
     tight = size_counts(CAPS, SHAPE, 0.083, 1.0)
-    assert tight.trials == 3 and budget_module.SPECULATIVE_FLOOR == 2
+    assert tight.trials == 2 and budget_module.SPECULATIVE_FLOOR == 2
     assert tight.measured == FIRST_LOOK and tight.pool > tight.measured
 
 

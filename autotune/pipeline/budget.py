@@ -70,14 +70,14 @@ RACE_TOKENS = 1.1             # per measured prompt x arm x repeat x new token
 
 # The least each count is cut to (a flag's own smaller value stands), the floors a
 # decision needs (issue 59): a screen of 30 holds the documented defaults and a first
-# random sweep; 3 trials, AR and two speculative configs (autotune's own group races at
-# least two finalists; `SearchSettings.min_speculative` keeps the trials' deadline from
-# stopping below them); a measured sample of the race's first look (8 prompts: fewer
-# give no interval that holds its level), from a pool twice its size.
-FLOORS = {"screen": 30, "trials": 3, "engine_screen": 20, "pool": 2 * FIRST_LOOK,
+# random sweep; 2 trials, AR and one config (autotune's own group races at least
+# SPECULATIVE_FLOOR finalists: where the trials could not run them, the screen's best,
+# `search.screen_finalists`); a measured sample of the race's first look (8 prompts: the
+# cross-fitted estimate's least), from a pool twice its size.
+FLOORS = {"screen": 30, "trials": 2, "engine_screen": 20, "pool": 2 * FIRST_LOOK,
           "measured": FIRST_LOOK}
-# Speculative trials the measured study completes before a deadline may stop it.
-SPECULATIVE_FLOOR = FLOORS["trials"] - 1
+# Autotune's own finalists a race always measures.
+SPECULATIVE_FLOOR = 2
 
 # What the run folder, report and exports are left at the end: at least this, or this
 # share of the budget.

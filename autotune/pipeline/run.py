@@ -69,11 +69,13 @@ from autotune.search.engine_races import (EngineRaceSetup, note_unraced,
                                           raced_finalists, stale_races)
 from autotune.search.pool_prediction import predict_pool
 from autotune.search.schedule_stage import run_schedule
+from autotune.search.screen_finalists import screen_finalists
 from autotune.search.screening import (
     next_screened,
     params_key,
     run_screen,
     screen_failure,
+    screen_study_name,
     screened_queue,
     write_screen_csv,
 )
@@ -372,9 +374,6 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: FrozenContext,
     if time_budget is not None:
         runner.settings.clock = time_budget.clock
         runner.settings.stop_at = time_budget.stop_at("trials")
-        # The floor a decision needs: autotune's own group races at least two
-        # speculative finalists, whatever the trials' share of the budget held.
-        runner.settings.min_speculative = min(SPECULATIVE_FLOOR, max(budget - 1, 0))
 
     def finished(event: TrialEvent) -> None:
         run_folder.write_run_files(run_dir, runner.study, objective, context)
@@ -483,7 +482,8 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
         note(f"{running} trial(s) still running in other workers; the last "
              "worker to finish validates the finalists")
         return
-    chosen = [*finalists.pick_finalists(study, plan.objective, plan.finalists),
+    own = finalists.pick_finalists(study, plan.objective, plan.finalists)
+    chosen = [*own, *_from_screen(plan, runner, SPECULATIVE_FLOOR - len(own)),
               *engines_chosen]
     predicted = (predict_pool(runner.context, chosen, held.pool)
                  if len(held.pool) > len(held.held_out) else {})
@@ -531,6 +531,25 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
                                   f"{len(held.held_out)} held-out prompts")
         record = fitting.undecided_if_cut(record, budget)
     finalists.store_record(study, record)
+
+
+def _from_screen(plan: SearchPlan, runner: StudyRunner, need: int) -> list[finalists.Finalist]:
+    """Autotune's own finalists from its replay screen where its measured trials gave
+    fewer than the two a decision needs (`search.screen_finalists`), said in one line."""
+    if need <= 0 or plan.fidelity != "multi":
+        return []
+    try:
+        screen = optuna.load_study(study_name=screen_study_name(plan.study_name),
+                                   storage=runner.storage)
+    except KeyError:                    # no screen ran (the budget left it out)
+        return []
+    taken = screen_finalists(runner.study, screen, plan.objective, need)
+    if taken:
+        note(f"autotune's own finalists: the measured trials gave {SPECULATIVE_FLOOR - need} "
+             f"of the {SPECULATIVE_FLOOR} a decision needs; racing the screen's "
+             + ", ".join(f"{f.label} ({f.role})" for f in taken)
+             + " too (their search figures are replay's predictions)")
+    return taken
 
 
 def _race_in_engines(plan: SearchPlan, runner: StudyRunner, budget: Budget | None) -> None:
