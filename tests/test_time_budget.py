@@ -499,3 +499,18 @@ def test_a_short_race_keeps_autotune_own_two_then_each_engine_best() -> None:
     kept, unfit = fitting.race_arms(budget, chosen)
     assert [f.trial for f in kept] == [1, 2]
     assert fitting.race_arms(None, chosen) == (chosen, [])
+
+
+def test_a_search_whose_trials_held_ar_alone_races_the_screen_two_best(
+        tiny_dir, tmp_path, capsys) -> None:
+    """Issue 59: where the measured trials ran no speculative config (here --trials 1: the
+    AR baseline; on a slow machine, the trials' share of the budget), autotune's own group
+    still races two finalists, the screen's best, and answers from them."""
+    args = _args(tiny_dir, tmp_path / "run", "none")
+    args[args.index("--trials") + 1] = "1"
+    assert main(args) == 0
+    _, err = capsys.readouterr()
+    assert "racing the screen's" in err
+    best = json.loads((tmp_path / "run" / "best.json").read_text())
+    roles = [f["role"] for f in best["validation"]["finalists"]]
+    assert roles[:2] == ["screen #1", "screen #2"], roles
