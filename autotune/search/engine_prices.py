@@ -31,6 +31,7 @@ from autotune.backends.profiling import (LEAST_TOKENS, PROFILE_KS, STEPS_PER_POI
                                          measure_profile, profile_runs)
 from autotune.backends.startup import machine_threads
 from autotune.common.errors import AutotuneError
+from autotune.schema.engines import rules_for
 
 if TYPE_CHECKING:
     from autotune.measure.paired import PromptPair
@@ -114,9 +115,10 @@ def _note(text: str) -> None:
 def price_engines(ctx: "EvalContext", engines: Sequence[str], model_spec: str,
                   draft_spec: str | None, run_dir: Path | None) -> EnginePrices | None:
     """Each of `engines`' profile (loaded, or measured in the engine now), kept in
-    `run_dir` and the cache folder, and installed on the search's replayer: its configs
-    are priced at its own costs from now on. An engine that cannot be profiled here
-    keeps our decoder's prices (one line says why). None without engines."""
+    `run_dir` and the cache folder, and installed on the search's replayer under the
+    rules its configs carry (`rules_for`): they are priced at its own costs from now
+    on. An engine that cannot be profiled here keeps our decoder's prices (one line
+    says why). None without engines."""
     from autotune.search.evaluation import replayer
 
     if not engines:
@@ -137,7 +139,8 @@ def price_engines(ctx: "EvalContext", engines: Sequence[str], model_spec: str,
                       "screen prices at autotune's decoder's costs")
                 continue
         store_profile(profile, paths)
-        profiles[engine] = profile
+        # Under the rules its configs are screened by (vLLM on a CPU: `vllm_v1`).
+        profiles[rules_for(engine, ctx.target.device.type)] = profile
         widest = int(profile.verify_curve[-1][0])
         drafter = next(iter(profile.draft_ms), "")
         _note(f"{engine}'s own costs (measured in {engine}): AR {profile.ar_ms:.1f} "
