@@ -150,12 +150,15 @@ def _profiles_seconds(plan: SearchPlan, engines: list[str], ar_s: float) -> floa
                for e in engines if not cached_engine(e, plan.model))
 
 
-def engine_finalist_count(budget: Budget | None) -> int:
-    """The finalists each engine's screen gives (besides its default): what the races
-    in the engines hold (`size`), ENGINE_FINALISTS without a budget."""
-    if budget is None or budget.shape is None or budget.shape.engine_race_arms < 3:
-        return ENGINE_FINALISTS
-    return budget.shape.engine_race_arms - 2
+def engine_finalist_counts(plan: SearchPlan, budget: Budget | None) -> dict[str, int]:
+    """The finalists each engine raced in itself takes from its screen (besides its
+    default): what the races in the engines hold (`size`), ENGINE_FINALISTS without a
+    budget. An engine not raced in itself (absent: one) races in our decoder alone,
+    where more of its finalists would only lengthen the main race."""
+    count = ENGINE_FINALISTS
+    if budget is not None and budget.shape is not None and budget.shape.engine_race_arms >= 3:
+        count = budget.shape.engine_race_arms - 2
+    return {engine: count for engine in profiled_engines(plan, budget)}
 
 
 def profiled_engines(plan: SearchPlan, budget: Budget | None) -> list[str]:

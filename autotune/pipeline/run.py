@@ -459,7 +459,7 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
     record = finalists.current_record(study)
     resume = None
     engines_chosen = engine_finalists(screens, plan.objective,
-                                      fitting.engine_finalist_count(budget))
+                                      fitting.engine_finalist_counts(plan, budget))
     if (record is not None
             and (record.sample_sha256 or record.workload_sha256)
             == workload_digest(held.held_out)

@@ -20,7 +20,7 @@ prices (`engine_pool_predictions`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from autotune.measure import paired
 from autotune.measure.paired import PromptPair
@@ -81,15 +81,16 @@ def screen_engines(settings: SearchSettings, spaces: dict[str, BoundSpace],
 
 
 def engine_finalists(screens: dict[str, StudyRunner], objective: Objective,
-                     n: int = ENGINE_FINALISTS) -> list[Finalist]:
+                     n: int | Mapping[str, int] = ENGINE_FINALISTS) -> list[Finalist]:
     """Per engine: its `n` best distinct screened configs (configs replay saw decode alike
-    count once) and its best-screened documented default when not among them, each
-    carrying its replay prediction as its search figures."""
+    count once; `n` per engine, one for an engine it does not name) and its
+    best-screened documented default when not among them, each carrying its replay
+    prediction as its search figures."""
     chosen: list[Finalist] = []
     for engine, screen in screens.items():
         _, order = ranked_candidates(screen, objective)
         distinct = distinct_trials(order)
-        best = distinct[:n]
+        best = distinct[:n if isinstance(n, int) else n.get(engine, 1)]
         default = next((t for t in distinct
                         if t.user_attrs.get(BASELINE_ATTR) not in (None, BASELINE)), None)
         roles = [(t, f"{engine} #{i + 1}") for i, t in enumerate(best)]
