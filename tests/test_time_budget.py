@@ -514,3 +514,12 @@ def test_a_search_whose_trials_held_ar_alone_races_the_screen_two_best(
     best = json.loads((tmp_path / "run" / "best.json").read_text())
     roles = [f["role"] for f in best["validation"]["finalists"]]
     assert roles[:2] == ["screen #1", "screen #2"], roles
+
+
+def test_the_hardware_profile_is_left_out_of_a_budget_it_would_take_much_of() -> None:
+    # 230 s of a 240 s budget went to the profile on a machine at 1.1 s/token.
+    clock = FakeClock()
+    assert Budget(600.0, started=clock.now, clock=clock).profile_fits(0.0266)
+    slow = Budget(240.0, started=clock.now, clock=clock)
+    assert not slow.profile_fits(1.14)
+    assert slow.stopped and slow.stopped[0].startswith("the hardware profile before it began")

@@ -58,8 +58,8 @@ def print_summary(outcome: SearchOutcome) -> None:
                                             in zip(outcome.stages, peaks))
               + f" (total {sum(seconds for _, seconds in outcome.stages):.0f} s"
               + (f"; peak RSS {gb(max(outcome.peak_rss))}" if outcome.peak_rss else "")
-              + (f"; with its engines {gb(max(outcome.peak_tree))} (PSS of the "
-                 "process tree, sampled each second)" if any(outcome.peak_tree) else "")
+              + (f"; with its engines {gb(max(outcome.peak_tree))} (its RSS and its "
+                 "children's PSS, sampled each second)" if any(outcome.peak_tree) else "")
               + ")")
     for line in outcome.budget_lines:
         print(line)

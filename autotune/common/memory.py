@@ -121,8 +121,9 @@ class TrimEvery:
 # Engines run as children (vLLM's engine processes and their workers, llama-server): a
 # run's own peak leaves them out, though they hold as much as it does (about 2.9 GB per
 # idle vLLM engine). Their memory is read as PSS (proportional set size, from
-# /proc/<pid>/smaps_rollup), so pages the processes share (a model file mapped by
-# several) count once, not once per process as a sum of RSS would.
+# /proc/<pid>/smaps_rollup), so pages the children share (a model file mapped by
+# several) count once, not once per process as a sum of RSS would; this process's own
+# part is its RSS, as its own peak is reported.
 
 def _children() -> dict[int, list[int]]:
     """Parent pid -> its children's pids, from /proc/<pid>/stat."""
@@ -162,11 +163,14 @@ def pss_bytes(pid: int) -> int:
 
 
 def tree_bytes(pid: int | None = None) -> int:
-    """The memory of `pid` (this process) and every process below it, PSS summed."""
+    """The memory of `pid` (None: this process, read as its RSS, the figure its own peak
+    is reported in) and every process below it (PSS summed)."""
     import os
 
-    root = os.getpid() if pid is None else pid
-    return sum(pss_bytes(p) for p in (root, *descendants(root)))
+    if pid is None:
+        own = current_rss_bytes() or 0
+        return own + sum(pss_bytes(p) for p in descendants(os.getpid()))
+    return sum(pss_bytes(p) for p in (pid, *descendants(pid)))
 
 
 class TreePeaks:

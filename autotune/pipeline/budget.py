@@ -79,6 +79,13 @@ FLOORS = {"screen": 30, "trials": 2, "engine_screen": 20, "pool": 2 * FIRST_LOOK
 # Autotune's own finalists a race always measures.
 SPECULATIVE_FLOOR = 2
 
+# The hardware profile (the report's forward cost for 1..128 tokens, measured once per
+# run folder before the study): about 270 AR tokens (7 s at 25.9 ms/token, the README's
+# run). It is left out of a budget it would take more than PROFILE_SHARE of (230 s of a
+# 240 s budget on a machine loaded to 1.1 s/token): `autotune profile` takes it alone.
+PROFILE_TOKENS = 270.0
+PROFILE_SHARE = 0.05
+
 # What the run folder, report and exports are left at the end: at least this, or this
 # share of the budget.
 RESERVE_S = 10.0
@@ -278,6 +285,16 @@ class Budget:
                                 f"parts need about {need:.0f} s of the {left:.0f} s left)")
             return None
         return effort
+
+    def profile_fits(self, ar_s: float) -> bool:
+        """Whether the hardware profile's estimate fits PROFILE_SHARE of the budget
+        (else it is left out, said in `stopped`)."""
+        need = PROFILE_TOKENS * ar_s
+        if need <= PROFILE_SHARE * self.seconds:
+            return True
+        self.stopped.append(f"the hardware profile before it began (it needs about "
+                            f"{need:.0f} s; `autotune profile` takes it alone)")
+        return False
 
     def parts_measured_at(self, effort: PartsEffort) -> None:
         """The screen's cost parts were measured at `effort` (said when not full)."""

@@ -60,6 +60,20 @@ def measure_speed(budget: Budget | None, target: LoadedModel,
     return seconds
 
 
+def profile_fits(plan: SearchPlan, budget: Budget | None, ar_s: float | None) -> bool:
+    """Whether to take the hardware profile now: always without a budget or where the
+    run folder holds one already; with a budget, only where its estimate fits a small
+    share of it (`Budget.profile_fits`; one line says when it is left out)."""
+    from autotune.measure.profile import PROFILE_FILE
+
+    if budget is None or ar_s is None or (plan.run_dir / PROFILE_FILE).is_file():
+        return True
+    if budget.profile_fits(ar_s):
+        return True
+    note(f"{budget.stopped[-1]}: left out of this --time-budget")
+    return False
+
+
 def prepare_screen(plan: SearchPlan, budget: Budget | None, ar_s: float | None,
                    screening: EvalContext) -> bool:
     """With a budget, before the sizing: the screen's references decoded and its cost

@@ -174,8 +174,9 @@ def _run_search(plan: SearchPlan, clock: _Stages) -> SearchOutcome:
     # Not for an engine that decodes in its own process (llama-server): our forward's
     # cost would describe another engine than the one every trial is measured in.
     in_own_process = engine_rules(plan.target).measures_in_engine
-    profile, fresh = (None, False) if in_own_process else run_profile(plan.run_dir,
-                                                                      models.target)
+    profile, fresh = ((None, False) if in_own_process
+                      or not fitting.profile_fits(plan, budget, speed)
+                      else run_profile(plan.run_dir, models.target))
     settings = SearchSettings(
         study_name=plan.study_name, storage=plan.storage, trials=plan.trials,
         sampler=plan.sampler, seed=plan.seed, timeout_s=plan.timeout_s,
