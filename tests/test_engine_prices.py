@@ -151,3 +151,62 @@ def test_a_profile_measured_in_the_engine_is_reused_on_a_rerun(tmp_path, monkeyp
     assert (tmp_path / "run2" / "engine_profiles.json").is_file()
     assert ctx.memo["replayer"].engine_profiles["hf"] == measured
     assert engine_prices.cached_engine("hf", "tiny")
+
+
+def test_a_short_race_keeps_each_engine_best_and_default_before_its_next_finalists():
+    """Each engine raced in itself brings up to ENGINE_FINALISTS of its screen (issue 60
+    item 3); a race cut to its time keeps autotune's two, each engine's best, the
+    defaults, and only then the engines' next finalists."""
+    from test_time_budget import CAPS, SHAPE, FakeClock
+
+    from autotune.pipeline import budget as budget_module
+    from autotune.pipeline import fitting
+    from autotune.pipeline.budget import Budget
+    from autotune.search.engine_screens import ENGINE_FINALISTS
+    from autotune.search.finalists import Finalist
+
+    assert ENGINE_FINALISTS >= 3
+
+    def finalist(trial: int, role: str, engine: str = "autotune") -> Finalist:
+        return Finalist(trial=trial, label=f"c{trial}", role=role, preset=None, params={},
+                        search={}, engine=engine)
+    chosen = [finalist(1, "search #1"), finalist(2, "search #2"),
+              finalist(3, "default ngram"), finalist(4, "vllm #1", "vllm"),
+              finalist(5, "vllm #2", "vllm"), finalist(6, "vllm #3", "vllm"),
+              finalist(7, "default vllm_ngram", "vllm"), finalist(8, "hf #1", "hf")]
+    clock = FakeClock()
+    budget = Budget(600.0, started=clock.now, clock=clock)
+    budget.plan(CAPS, SHAPE, 0.0266)
+    per_arm = budget_module.race_seconds(budget.counts.measured, 1, SHAPE, SHAPE.race_cost,
+                                         0.0266)
+    # Time for AR and seven finalists: all but the engine's third.
+    clock.advance(budget.left() - 8.5 * per_arm)
+    kept, unfit = fitting.race_arms(budget, chosen)
+    assert [f.trial for f in kept] == [1, 2, 3, 4, 5, 7, 8] and [f.trial for f in unfit] == [6]
+    # Time for AR and five: each engine's best and autotune's default, not the engines'
+    # default nor their next ones.
+    clock.advance(budget.left() - 6.5 * per_arm)
+    kept, unfit = fitting.race_arms(budget, chosen)
+    assert [f.trial for f in kept] == [1, 2, 3, 4, 8]
+    assert [f.trial for f in unfit] == [5, 6, 7]
+
+
+def test_a_profile_still_to_measure_is_counted_in_the_engines_stage():
+    """The budget counts a profile's cost: each profiled k an engine started (at its
+    measured start-up) and its decodes, in the engines' screens' stage."""
+    import dataclasses
+
+    from test_time_budget import CAPS, SHAPE
+
+    from autotune.backends import EngineCost
+    from autotune.backends.profiling import profile_runs
+    from autotune.pipeline.budget import stage_seconds
+    from autotune.search.engine_prices import profile_seconds
+
+    vllm = profile_seconds("vllm", EngineCost(3100.0, 2.0, start_s=30.0), 0.03, 32)
+    assert vllm > profile_runs("vllm") * 30.0
+    assert profile_seconds("hf", EngineCost(0.0, 1.7), 0.03, 32) < vllm
+    shape = dataclasses.replace(SHAPE, stages=SHAPE.stages | {"engines"})
+    plain = stage_seconds(CAPS, shape, 0.03)["engines"]
+    priced = stage_seconds(CAPS, dataclasses.replace(shape, engine_profiles_s=vllm), 0.03)
+    assert priced["engines"] == pytest.approx(plain + vllm)

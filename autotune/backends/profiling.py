@@ -130,7 +130,7 @@ def _lookup_timer(engine: str) -> Iterator[list[float]]:
 def _point(backend: "Backend", config: "DecodeConfig", prompt: list[int], k: int,
            repeats: int) -> tuple[ProfilePoint, float]:
     """One config's point (the median step over `repeats` decodes after a warm-up) and
-    the accepted share of its drafts."""
+    the accepted share of its drafts (1 without any)."""
     tokens = max(LEAST_TOKENS, STEPS_PER_POINT * (k + 1))
     runner = backend.runner(config)
     try:
@@ -138,18 +138,29 @@ def _point(backend: "Backend", config: "DecodeConfig", prompt: list[int], k: int
         steps: list[int] = []
         per_step: list[float] = []
         verified: list[float] = []
+        drafted = accepted = 0
         for _ in range(repeats):
             generation = runner.generate(prompt, tokens, time.perf_counter)
             n, v = _steps(generation)
             steps.append(n)
             verified.append(v / n)
             per_step.append(1000 * generation.decode_s / n)
+            d, a = _drafts(generation)
+            drafted, accepted = drafted + d, accepted + a
     finally:
         runner.close()
-    mean_verified = statistics.median(verified)
-    accepted = ((mean_verified - 1) / k) if k else 1.0
-    return (ProfilePoint(k=k, steps=int(statistics.median(steps)), verified=mean_verified,
-                         step_ms=statistics.median(per_step)), accepted)
+    return (ProfilePoint(k=k, steps=int(statistics.median(steps)),
+                         verified=statistics.median(verified),
+                         step_ms=statistics.median(per_step)),
+            accepted / drafted if drafted else 1.0)
+
+
+def _drafts(generation: "Generation") -> tuple[int, int]:
+    """(drafted, accepted) draft tokens of a decode, as the engine counted them."""
+    if generation.draft_totals is not None:
+        return generation.draft_totals
+    return (sum(r.drafted for r in generation.rounds),
+            sum(r.accepted for r in generation.rounds))
 
 
 def _line_at_one(points: list[ProfilePoint]) -> float:
@@ -222,11 +233,12 @@ def measure_profile(backend: "Backend", key: ProfileKey, ids: Sequence[int],
         if accepted < 0.5:
             low.append(f"k={k}: {accepted:.0%}")
         if log is not None:
-            log(f"{engine} k={k}: {point.step_ms:.2f} ms/step verifying "
-                f"{point.verified:.2f} tokens ({accepted:.0%} of drafts accepted)")
+            log(f"{engine} k={k}: {point.step_ms:.2f} ms a step verifying "
+                f"{point.verified:.2f} tokens on average ({accepted:.0%} of drafts "
+                "accepted)")
     if low:
         notes.append("drafts accepted less than half the time on the repeated prompt ("
-                     + ", ".join(low) + "): those points verify fewer tokens than k + 1")
+                     + ", ".join(low) + ")")
     drafter = drafter_of(profile_config(engine, ks[0]))
     lookup_ms = 1000 * statistics.median(lookups) if lookups else None
     return fit_profile(key, ar, spec, drafter, lookup_ms, time.perf_counter() - began, notes)

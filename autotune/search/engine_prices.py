@@ -164,7 +164,7 @@ def _measure(ctx: "EvalContext", engine: str, key: ProfileKey, ids: list[int],
     except BackendUnavailable as exc:
         raise AutotuneError(str(exc)) from None
     try:
-        return measure_profile(backend, key, ids)
+        return measure_profile(backend, key, ids, log=_note)
     finally:
         backend.close()
 
