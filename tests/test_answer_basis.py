@@ -25,7 +25,7 @@ from autotune.report import panels as P
 from autotune.runs.engine_exports import answers_table, write_engine_exports
 from autotune.runs.folder import engine_config
 from autotune.search.finalists import SPECULATE, VALIDATION_ATTR, current_record
-from autotune.search.validation_record import ValidationRecord
+from autotune.records.validation import ValidationRecord
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

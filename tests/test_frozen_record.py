@@ -25,7 +25,7 @@ from autotune.frozen.record import (
 )
 from autotune.frozen.schema import READABLE, SCHEMA
 from autotune.runs.folder import best_document
-from autotune.search.validation_record import ValidationRecord
+from autotune.records.validation import ValidationRecord
 
 
 def _validated_doc() -> dict[str, Any]:

@@ -24,7 +24,7 @@ from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import SpeculativeDecoder
 from autotune.decoding.prefill import PrefillMemo
 from autotune.measure import paired
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.measure.measurement import WARMUP_TOKENS, measure, measure_arms
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt
@@ -143,7 +143,7 @@ def test_prefill_is_reported_apart_and_kept_out_of_per_token_latency(monkeypatch
     monkeypatch.setattr(target.forward, "forward", slow_prefill)
     result = measure(target, DecodeConfig(method="ngram", k=3), PROMPTS, MAX_NEW)
     summary = result.summary()
-    # Every key the JSON of `autotune measure` writes is declared (measure/summary.py).
+    # Every key the JSON of `autotune measure` writes is declared (records/summary.py).
     declared = {field.alias or name for name, field in MeasurementSummary.model_fields.items()}
     assert set(summary) <= declared, set(summary) - declared
     # The record reads back what it wrote, and writes it again key for key.

@@ -261,7 +261,7 @@ def test_batched_rows_record_and_judge_in_bf16(target) -> None:
 
 
 def test_trial_metrics_keep_the_near_tie_counts_where_they_apply() -> None:
-    from autotune.measure.summary import MeasurementSummary
+    from autotune.records.summary import MeasurementSummary
     counts = {"exact": 5, "near_tie": 2, "real": 0}
     kept = MeasurementSummary.from_json(
         {"lossless": True, "lossless_tier": "near-tie (bfloat16)", "divergences": counts,
@@ -291,7 +291,7 @@ def test_measure_text_names_the_tier_and_the_near_tie_prompts() -> None:
 def test_the_report_facts_name_the_near_ties() -> None:
     from autotune.report.panels.finalists import finalist_rows
     from autotune.report.verdict import _finalist_line
-    from autotune.search.validation_record import ValidationRecord
+    from autotune.records.validation import ValidationRecord
     tied = {"trial": 3, "label": "ngram", "role": "search #1", "speedup": 1.3,
             "lossless": True, "near_tie_prompts": ["a", "b"], "mismatched_prompts": []}
     record = ValidationRecord.from_json(

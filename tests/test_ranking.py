@@ -12,7 +12,7 @@ from test_report_data import add, config
 
 from autotune.report import collect
 from autotune.runs.folder import best_document, best_trial, ranked_documents, top_table
-from autotune.search import ranking
+from autotune.records import ranking
 from autotune.search.objectives import Objective, load_objective
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -20,7 +20,7 @@ from autotune.report import panels as P
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.style import method_color
 from autotune.search.finalists import VALIDATION_ATTR, Finalist, judge
-from autotune.search.validation_record import FinalistEntry
+from autotune.records.validation import FinalistEntry
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

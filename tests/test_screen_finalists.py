@@ -14,7 +14,7 @@ from autotune.search.objectives import load_objective
 from autotune.search.samplers import BASELINE, BASELINE_ATTR
 from autotune.search.screen_finalists import screen_finalists
 from autotune.search.study import counted_trials
-from autotune.search.trial_record import TrialRecord
+from autotune.records.trial import TrialRecord
 
 SPEEDUP = load_objective("speedup")
 NAMES = ["baseline", "k2", "k3", "k4", "k5"]

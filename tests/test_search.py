@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from tiny import one_thread, tiny_llama  # noqa: F401  (autouse fixture)
 
 from autotune.common.errors import AutotuneError
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig
 from autotune.search import evaluation
 from autotune.runs.folder import best_document, top_table, trials_frame, write_run_files

@@ -257,7 +257,7 @@ def test_a_budgeted_search_is_cut_to_fit_and_a_larger_budget_extends_it(
 
 def test_a_search_the_budget_cut_before_any_config_is_undecided_not_a_no() -> None:
     from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED
-    from autotune.search.validation_record import FinalistEntry, Judgement, ValidationRecord
+    from autotune.records.validation import FinalistEntry, Judgement, ValidationRecord
 
     no = Judgement(DO_NOT_SPECULATE, None, "no speculative config completed in the search")
     measured_no = Judgement(DO_NOT_SPECULATE, None, "below 1.05")

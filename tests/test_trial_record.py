@@ -1,5 +1,5 @@
-"""The typed trial reader (search/trial_record.py) and the measurement summary record
-(measure/summary.py): what a trial stores reads back typed, and writes back as stored."""
+"""The typed trial reader (records/trial.py) and the measurement summary record
+(records/summary.py): what a trial stores reads back typed, and writes back as stored."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import optuna
 import pytest
 
 from autotune.common.interval import Interval
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig
 from autotune.search.objectives import Constraint
-from autotune.search.trial_record import BASELINE, TrialRecord
+from autotune.records.trial import BASELINE, TrialRecord
 
 # A measured trial's user attributes as a study of this release stores them.
 CONFIG = DecodeConfig(method="ngram", k=3).to_dict()

@@ -33,7 +33,7 @@ from autotune.search.finalists import (
     rejudged,
 )
 from autotune.search.objectives import load_objective
-from autotune.search.validation_record import (
+from autotune.records.validation import (
     VERSION,
     FinalistEntry,
     Judgement,
@@ -322,7 +322,7 @@ def test_a_speedup_above_its_tau_is_flagged_as_timing_interference() -> None:
     cores, as a vLLM race beside running tests showed: 1.55x at τ 1.31) is flagged, one
     within the noise is not."""
     from autotune.common.interval import Interval
-    from autotune.search.validation_record import FinalistFigures
+    from autotune.records.validation import FinalistFigures
 
     def entry(trial: int, speedup: float, tau: float) -> FinalistEntry:
         return FinalistEntry(trial=trial, label=f"ngram k={trial}", role=None, preset=None,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from autotune.common.errors import AutotuneError
-from autotune.search.validation_record import VERSION, ValidationRecord, upgrade
+from autotune.records.validation import VERSION, ValidationRecord, upgrade
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -35,7 +35,7 @@ from autotune.frozen.environment import (
     hardware_record,
     model_record,
 )
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.search.evaluation import evaluate
 from autotune.search.objectives import EvalContext, available_objectives, load_objective
 from autotune.workloads.prompts import load_workload, workload_digest

@@ -27,7 +27,7 @@ from autotune.schema.config import DecodeConfig
 from autotune.measure import paired
 from autotune.measure.measurement import WARMUP_TOKENS, Clock
 from autotune.measure.results import PromptRun, lossless_verdicts
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.models.loading import LoadedModel
 from autotune.workloads.prompts import Prompt, encode_prompt
 

@@ -24,17 +24,15 @@ from typing import TYPE_CHECKING, Any, Sequence
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
 from autotune.measure.timing import Clock, forward_times, median_ms, time_points
+# The profile's file and what is read off it live below measuring, for the report.
+from autotune.records.profile import FREE_FACTOR, PROFILE_FILE, free_tokens
 
 if TYPE_CHECKING:
     from autotune.models.loading import LoadedModel
 
-PROFILE_FILE = "hardware_profile.json"
 DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
 DEFAULT_CONTEXT = 128
 DEFAULT_REPEATS = 3
-# The "free" band of `free_tokens` (and of the report's hardware panel): verifying n
-# tokens within this factor of one token's cost.
-FREE_FACTOR = 1.10
 
 
 def check_sizes(sizes: Sequence[Any]) -> tuple[int, ...]:
@@ -212,20 +210,6 @@ def batch_forward_profile(target: LoadedModel, batch_sizes: Sequence[int] = DEFA
                           "ms": median_ms(times[(b, n)]),
                           "ms_min": 1000 * min(times[(b, n)])} for b, n in points],
     }
-
-
-def free_tokens(profile: dict[str, Any], factor: float = FREE_FACTOR) -> int | None:
-    """The most tokens whose median forward costs at most `factor` x the smallest
-    size's (one token's, with the default sizes): how far verifying stays nearly free."""
-    points = profile.get("points") or []
-    if not points:
-        return None
-    base = points[0]["ms"]
-    best = None
-    for point in points:
-        if point["ms"] <= factor * base:
-            best = point["tokens"]
-    return best
 
 
 def format_profile(profile: dict[str, Any]) -> str:

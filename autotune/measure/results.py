@@ -18,7 +18,7 @@ from autotune.schema.config import DecodeConfig
 from autotune.decoding.decoder import Generation
 from autotune.measure import divergence, paired
 from autotune.measure.near_tie_baseline import far_above
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 
 __all__ = ["LosslessVerdicts", "Measurement", "PromptRun", "depth_acceptance",
            "lossless_tier", "lossless_verdicts", "position_acceptance"]

@@ -20,11 +20,11 @@ from optuna.storages.journal import JournalFileBackend
 
 from autotune.common.errors import AutotuneError
 from autotune.common.files import write_atomically
-from autotune.measure.profile import PROFILE_FILE
+from autotune.records.profile import PROFILE_FILE
 from autotune.report.documents import RunFacts
 from autotune.report.page import ReportData, collect, render_report
 from autotune.report.panels import OPTIONAL_PANEL_IDS, PANEL_IDS, PANELS
-from autotune.search.storage import JOURNAL_NAME, storage_url_shown, storage_from_url
+from autotune.records.storage import JOURNAL_NAME, storage_url_shown, storage_from_url
 
 __all__ = ["PANELS", "PANEL_IDS", "OPTIONAL_PANEL_IDS", "ReportData", "build_report", "collect", "render_report",
            "write_report", "REPORT_FILE", "JOURNAL_FILE"]

@@ -9,7 +9,7 @@ import optuna
 
 from autotune.frozen.record import FrozenConfig
 from autotune.report.documents import RunFacts
-from autotune.search import ranking
+from autotune.records import ranking
 
 # Display units of metrics the report names on axes (objectives.METRICS says "x").
 _UNITS = {
@@ -69,7 +69,7 @@ def objective_info(study: optuna.Study, run: RunFacts | None = None,
 def _preset_metrics(name_or_path: str | None) -> list[str] | None:
     if not name_or_path:
         return None
-    from autotune.search.objectives import load_objective
+    from autotune.records.objective import load_objective
     try:
         return list(load_objective(name_or_path).metrics)
     except Exception:   # a moved or edited file: fall back to the study's names

@@ -1,6 +1,6 @@
 """What the panels read off a trial: its config, metrics, method, label and draft shape,
-the knob counts derived from them, which trials rank best in the search (`autotune.search.ranking`)
-and which config the run recommends (`autotune.search.finalists.answer`, the rule `best.json`
+the knob counts derived from them, which trials rank best in the search (`autotune.records.ranking`)
+and which config the run recommends (`autotune.records.answer.answer`, the rule `best.json`
 follows, so the report and the run folder never disagree).
 
 Conventions shared by every panel:
@@ -25,15 +25,15 @@ from optuna.trial import FrozenTrial
 from pydantic import JsonValue
 
 from autotune.common.errors import AutotuneError
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig, shape_of_mapping
 from autotune.schema.label import describe
 from autotune.schema.methods import all_methods, find_method
 from autotune.schema.shape import DYNAMIC, DraftShape
 from autotune.report.objective import ObjectiveInfo
-from autotune.search import ranking
-from autotune.search.finalists import answer
-from autotune.search.trial_record import TrialRecord
+from autotune.records import ranking
+from autotune.records.answer import answer
+from autotune.records.trial import TrialRecord
 
 # A config without `method` is DecodeConfig's default: the AR baseline.
 DEFAULT_METHOD: str = DecodeConfig().method
@@ -202,7 +202,7 @@ def pareto_numbers(study: optuna.Study, objective: ObjectiveInfo) -> set[int]:
 
 
 def ranked(study: optuna.Study, objective: ObjectiveInfo) -> list[FrozenTrial]:
-    """Complete trials best first, as `autotune.search.ranking` orders them."""
+    """Complete trials best first, as `autotune.records.ranking` orders them."""
     return ranking.ranked(study, objective)
 
 
@@ -210,7 +210,7 @@ def best_trial(study: optuna.Study, objective: ObjectiveInfo) -> FrozenTrial | N
     """The config the run recommends, the one best.json holds (`validation.answer`): the
     validated winner, the AR baseline's trial when validation said "do not speculate"
     (None when the study has no baseline trial), else the search's best by
-    `autotune.search.ranking`. None when no trial has completed."""
+    `autotune.records.ranking`. None when no trial has completed."""
     return answer(study, objective).trial
 
 

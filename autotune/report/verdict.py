@@ -1,6 +1,6 @@
 """What the run recommends, in words: the header's headline and the finalists' evidence.
 
-`autotune.search.finalists.answer` decides (the one rule `best.json` and the exports follow);
+`autotune.records.answer.answer` decides (the one rule `best.json` and the exports follow);
 this module only says it. Four cases:
 - validated: the winner's validated speedup with its 90% interval on the held-out
   prompts, beside the search's own figure for the same config;
@@ -25,9 +25,9 @@ from autotune.common.interval import Interval
 from autotune.report.documents import RunFacts
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.trials import finite, metrics_of
-from autotune.search import ranking
-from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED, answer, stored_record
-from autotune.search.validation_record import (
+from autotune.records import ranking
+from autotune.records.answer import DO_NOT_SPECULATE, UNDECIDED, answer, stored_record
+from autotune.records.validation import (
     FinalistEntry,
     FinalistFigures,
     ValidationRecord,

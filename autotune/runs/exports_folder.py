@@ -170,7 +170,7 @@ def refusal_reason(doc: FrozenConfig | Mapping[str, Any]) -> str | None:
     figures are replay predictions, or its search speedup is not above 1.0 (no measured
     speedup: nothing to hold against it)."""
     from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED
-    from autotune.search.validation_record import FinalistFigures
+    from autotune.records.validation import FinalistFigures
     doc = FrozenConfig.of(doc)
     validation = doc.validation
     if validation is not None and validation.decision == DO_NOT_SPECULATE:

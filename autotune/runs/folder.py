@@ -34,7 +34,7 @@ from autotune.frozen.record import (
     Validation,
     write_frozen,
 )
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.schema.label import describe
 from autotune.search.finalists import (
     DO_NOT_SPECULATE,
@@ -47,10 +47,10 @@ from autotune.search.finalists import (
     engine_record,
     shown_faster,
 )
-from autotune.search.ranking import best_trial, pareto_numbers, ranked
+from autotune.records.ranking import best_trial, pareto_numbers, ranked
 from autotune.search.schedule import current_schedule
-from autotune.search.trial_record import TrialRecord
-from autotune.search.validation_record import ValidationRecord
+from autotune.records.trial import TrialRecord
+from autotune.records.validation import ValidationRecord
 
 if TYPE_CHECKING:      # objectives imports the measuring code (torch); the files need none
     from autotune.search.objectives import Objective
@@ -132,7 +132,7 @@ def best_config(study: optuna.Study, objective: Objective,
     """What `best.json` holds: a FrozenConfig of what the run recommends by
     `autotune.search.finalists.answer` (+ the Pareto front for several objectives). Validated:
     the winner, or for "do not speculate" the AR baseline, with the validation under
-    `validation`; not (yet) validated: the search's best by `autotune.search.ranking`.
+    `validation`; not (yet) validated: the search's best by `autotune.records.ranking`.
     `context`: the run's `FrozenContext` (or run.json's `frozen` entry): model, draft,
     hardware, workload and the run's provenance."""
     run = FrozenContext.of(context)
@@ -221,7 +221,7 @@ def ranked_configs(study: optuna.Study, objective: Objective,
                    ) -> list[FrozenConfig]:
     """The exports' fallback configs, best first. Validated: the finalists shown faster
     than the AR baseline (`validation.shown_faster`), by validated speedup, each with its
-    own validated figures; otherwise every complete trial in `autotune.search.ranking` order."""
+    own validated figures; otherwise every complete trial in `autotune.records.ranking` order."""
     run = FrozenContext.of(context)
     record = current_record(study)
     if record is None:
@@ -259,7 +259,7 @@ def _interval(ci: Interval | None) -> str:
 
 
 def top_table(study: optuna.Study, objective: Objective, n: int = 10) -> str:
-    """The top `n` complete trials in `autotune.search.ranking` order (the Pareto front first for
+    """The top `n` complete trials in `autotune.records.ranking` order (the Pareto front first for
     several objectives), with the validated speedup and its interval for finalists."""
     order, front = ranked(study, objective), pareto_numbers(study, objective)
     if not order:

@@ -18,7 +18,7 @@ from autotune.decoding.reference import reference_continuations
 from autotune.measure.agreement import teacher_forced_agreement
 from autotune.measure.measurement import measure_arms
 from autotune.measure.results import Measurement, PromptRun
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.search.objectives import EvalContext, Objective, Report, is_defined
 from autotune.workloads.prompts import encode_prompt
 

@@ -17,7 +17,7 @@ from autotune.common.interval import CI_KEY, Interval
 from autotune.measure import paired, ppi
 from autotune.measure.divergence import Kind
 from autotune.measure.paired import PromptPair
-from autotune.search.validation_record import POOLED_FIGURES, FinalistFigures
+from autotune.records.validation import POOLED_FIGURES, FinalistFigures
 
 if TYPE_CHECKING:
     from autotune.measure.results import PromptRun

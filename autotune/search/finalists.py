@@ -29,9 +29,11 @@ gives one engine's part in the single-engine shape every reader knows.
 
 The record (`VALIDATION_ATTR`, a study user attribute, so the storage alone rebuilds
 `best.json`, the report and the exports) holds every finalist's figures; `answer()` is
-the one rule that `best.json`, the report and the exports follow. A record judges the
-trials complete when it was made: a resumed search that adds trials makes it stale until
-the finalists are measured again.
+the one rule that `best.json`, the report and the exports follow. Both live in
+`autotune.records.answer`, below the search, so those readers need none of this module
+(its names stay importable from here). A record judges the trials complete when it was
+made: a resumed search that adds trials makes it stale until the finalists are measured
+again.
 
 Torch-free but for `measure_finalists`, which imports the measuring code when called.
 """
@@ -52,11 +54,24 @@ from pydantic import JsonValue
 
 from autotune.schema.label import describe
 from autotune.measure import paired
-from autotune.measure.summary import MeasurementSummary
-from autotune.search import ranking
-from autotune.search.samplers import BASELINE, is_baseline
-from autotune.search.trial_record import TrialRecord
-from autotune.search.validation_record import (
+from autotune.records.summary import MeasurementSummary
+from autotune.records import ranking
+from autotune.records.trial import BASELINE, TrialRecord
+from autotune.records.answer import (
+    DO_NOT_SPECULATE,
+    OWN_ENGINE,
+    SPECULATE,
+    UNDECIDED,
+    VALIDATION_ATTR,
+    Answer,
+    answer,
+    current_record,
+    engine_names,
+    engine_record,
+    store_record,
+    stored_record,
+)
+from autotune.records.validation import (
     Baseline,
     FinalistEntry,
     FinalistFigures,
@@ -79,12 +94,6 @@ __all__ = ["DEFAULT_MIN_GAIN", "DO_NOT_SPECULATE", "OWN_ENGINE", "SPECULATE", "U
            "resumable",
            "pick_finalists", "shown_faster", "store_record", "stored_record"]
 
-VALIDATION_ATTR = "validation"
-# The finalists of autotune's own search (its decoder, its rules): the record's top level.
-OWN_ENGINE = "autotune"
-SPECULATE = "speculate"
-DO_NOT_SPECULATE = "do_not_speculate"
-UNDECIDED = "undecided"
 # The gain below which speculating is not worth having (`--min-gain`): 5%.
 DEFAULT_MIN_GAIN = 0.05
 STATISTIC = ("AR / candidate decode time per generated token, summed over the held-out "
@@ -132,7 +141,7 @@ def finalist_of(trial: FrozenTrial, role: str, engine: str = OWN_ENGINE) -> Fina
 
 def pick_finalists(study: optuna.Study, objective: ranking.Directions,
                    n: int) -> list[Finalist]:
-    """The `n` best distinct speculative configs by `autotune.search.ranking` (a point measured
+    """The `n` best distinct speculative configs by `autotune.records.ranking` (a point measured
     twice is one finalist), plus the best-ranked documented default (a queued preset)
     when it is not among them. The AR baseline is the reference, never a finalist."""
     records = [record for record in map(TrialRecord.of, ranking.ranked(study, objective))
@@ -556,74 +565,8 @@ def rejudged(record: ValidationRecord, min_gain: float) -> ValidationRecord:
                       for name, race in record.engine_races.items()})
 
 
-def engine_names(record: ValidationRecord | None) -> list[str]:
-    """The engines `record` answers for besides autotune's own (none: a single-engine
-    search's record)."""
-    return record.engine_names() if record is not None else []
-
-
-def engine_record(record: ValidationRecord, engine: str) -> ValidationRecord | None:
-    """`engine`'s part of `record` in the single-engine shape (its finalists and
-    judgement at the top, the race's shared facts as they are), or None when `record`
-    has no answer for it. `OWN_ENGINE`: the record's own part (without the engines')."""
-    return record.for_engine(None if engine == OWN_ENGINE else engine)
-
-
 def _counts(values: Any) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in values:
         out[v] = out.get(v, 0) + 1
     return out
-
-
-def current_record(study: optuna.Study) -> ValidationRecord | None:
-    """The study's validation record while it still judges the study's complete trials
-    (a resumed search that completed more makes it stale: None)."""
-    record = stored_record(study)
-    if record is None or record.complete_trials != len(ranking.complete(study)):
-        return None
-    return record
-
-
-def stored_record(study: optuna.Study) -> ValidationRecord | None:
-    """The study's validation record, current or stale (None: it has none)."""
-    record = study.user_attrs.get(VALIDATION_ATTR)
-    return ValidationRecord.from_json(record) if isinstance(record, dict) else None
-
-
-def store_record(study: optuna.Study, record: ValidationRecord) -> None:
-    """Keep `record` in the study (`VALIDATION_ATTR`, as JSON): what `current_record`
-    reads back."""
-    study.set_user_attr(VALIDATION_ATTR, record.to_json())
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What a run recommends. `trial` is the config's trial (the AR baseline's trial, or
-    None when there is none, for "do not speculate"); `record` the validation behind it
-    (None: not validated, the search's own best by `autotune.search.ranking`)."""
-
-    trial: FrozenTrial | None
-    record: ValidationRecord | None
-
-    @property
-    def validated(self) -> bool:
-        return self.record is not None
-
-    @property
-    def speculate(self) -> bool:
-        return self.record is None or self.record.decision == SPECULATE
-
-
-def answer(study: optuna.Study, objective: ranking.Directions) -> Answer:
-    """The one rule behind `best.json`, the report's headline and the exports: the
-    validated winner when the study has a current validation record, "do not speculate"
-    (the AR baseline) when that record says so, else the search's best."""
-    record = current_record(study)
-    if record is None:
-        return Answer(ranking.best_trial(study, objective), None)
-    trials = {t.number: t for t in ranking.complete(study)}
-    if record.decision == SPECULATE and record.winner in trials:
-        return Answer(trials[record.winner], record)
-    baseline = next((t for t in trials.values() if is_baseline(t)), None)
-    return Answer(baseline, record)

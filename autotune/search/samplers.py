@@ -38,8 +38,8 @@ from autotune.common.errors import AutotuneError
 from autotune.common.yaml_source import did_you_mean
 from autotune.space.entries import ParamValue
 # Named in trial_record (the trial's attributes); here too for the modules that read them.
-from autotune.search.trial_record import BASELINE as BASELINE
-from autotune.search.trial_record import BASELINE_ATTR as BASELINE_ATTR
+from autotune.records.trial import BASELINE as BASELINE
+from autotune.records.trial import BASELINE_ATTR as BASELINE_ATTR
 
 SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid", "qmc", "nsga2", "bayes_opt")
 MAX_REPEATS = 2                   # measurements of one point before a sampler must move on

@@ -34,9 +34,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from autotune.common.errors import AutotuneError
 from autotune.common.interval import CI_KEY
 from autotune.frozen.record import ScheduleDocument, SchedulePoint, ScheduleRangeRecord
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig
-from autotune.search import ranking
+from autotune.records import ranking
 
 SCHEDULE_ATTR = "schedule"
 OBJECTIVE = "throughput"

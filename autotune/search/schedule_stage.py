@@ -12,14 +12,14 @@ from typing import Any, Sequence
 
 import optuna
 
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig
 from autotune.schema.methods import get_method
-from autotune.search import ranking
+from autotune.records import ranking
 from autotune.search.finalists import answer
 from autotune.search.objectives import EvalContext
 from autotune.search.samplers import is_baseline
-from autotune.search.trial_record import TrialRecord
+from autotune.records.trial import TrialRecord
 from autotune.frozen.record import ScheduleDocument
 from autotune.search.schedule import (
     OBJECTIVE,

@@ -26,13 +26,13 @@ import json
 import optuna
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from autotune.search import ranking
+from autotune.records import ranking
 from autotune.search.finalists import Finalist, finalist_of
 from autotune.search.screening import PREDICTED_KEYS, distinct_trials
-from autotune.search.trial_record import (BASELINE_ATTR, CONFIG_ATTR, METRICS_ATTR,
+from autotune.records.trial import (BASELINE_ATTR, CONFIG_ATTR, METRICS_ATTR,
                                           SCREEN_ATTR, SCREEN_FINALIST_ATTR, ScreenNote,
                                           TrialRecord)
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 
 __all__ = ["screen_finalists"]
 

@@ -26,8 +26,8 @@ from typing import Any, Collection, Mapping
 from optuna.trial import FrozenTrial
 
 from autotune.common.files import write_atomically
-from autotune.measure.summary import MeasurementSummary
-from autotune.search import ranking
+from autotune.records.summary import MeasurementSummary
+from autotune.records import ranking
 from autotune.search.objectives import EvalContext, Objective
 from autotune.search.study import SearchSettings, StudyRunner, TrialEvent
 from autotune.search.trial_record import (

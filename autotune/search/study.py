@@ -40,7 +40,7 @@ from autotune.schema.config import DecodeConfig
 from autotune.schema.engines import engine_rules
 from autotune.schema.methods import Preset, all_methods
 from autotune.search.objectives import EvalContext, Objective
-from autotune.search.ranking import best_trial
+from autotune.records.ranking import best_trial
 from autotune.search.samplers import GuardedSampler, make_sampler
 from autotune.search.storage import (
     storage_url_shown,

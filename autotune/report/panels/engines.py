@@ -27,8 +27,8 @@ from autotune.report.panels.base import Panel
 from autotune.report.style import esc, figure, layout, num, parity_line, section
 from autotune.report.trials import finite
 from autotune.report.whiskers import clip, clip_markers, readable_range
-from autotune.search.validation_record import FinalistEntry, ValidationRecord
-from autotune.search.finalists import (
+from autotune.records.validation import FinalistEntry, ValidationRecord
+from autotune.records.answer import (
     OWN_ENGINE,
     SPECULATE,
     current_record,

@@ -25,8 +25,8 @@ from autotune.report.style import esc, figure, layout, note, num, parity_line, s
 from autotune.report.trials import finite
 from autotune.report.verdict import plural, search_speedup, stale_reason
 from autotune.report.whiskers import clip, clip_markers, readable_range
-from autotune.search.finalists import current_record
-from autotune.search.validation_record import FinalistEntry, ValidationRecord
+from autotune.records.answer import current_record
+from autotune.records.validation import FinalistEntry, ValidationRecord
 
 ALL = "all"
 # One colour per finalist, in the record's order (Okabe-Ito, colour-blind safe): two

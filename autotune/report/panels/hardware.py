@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from autotune.measure.profile import FREE_FACTOR, PROFILE_FILE, free_tokens
+from autotune.records.profile import FREE_FACTOR, PROFILE_FILE, free_tokens
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import (

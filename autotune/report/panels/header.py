@@ -16,7 +16,7 @@ from pydantic import JsonValue
 
 from autotune.common.records import JsonRecord
 from autotune.frozen.record import FrozenConfig
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.schema.config import KNOBS, DecodeConfig, method_keys
 from autotune.schema.engines import ENGINES
 from autotune.schema.knobs import WORKLOAD
@@ -45,7 +45,7 @@ from autotune.report.trials import (
     trial_preset,
 )
 from autotune.report.verdict import NOT_SPECULATING, Verdict, verdict
-from autotune.search.samplers import BASELINE
+from autotune.records.trial import BASELINE
 
 # The keys a tree's shape is given by, in the header's order (replacing k and the policy).
 _DYNAMIC_KEYS = ("tree_width", "tree_depth", "tree_tokens")

@@ -23,7 +23,7 @@ from autotune.report.trials import (
     trial_method,
     trial_preset,
 )
-from autotune.search.samplers import BASELINE
+from autotune.records.trial import BASELINE
 
 _DASHES = ("dash", "dot", "dashdot", "longdash", "longdashdot")
 

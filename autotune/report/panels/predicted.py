@@ -25,7 +25,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial
 
-from autotune.measure.summary import MeasurementSummary
+from autotune.records.summary import MeasurementSummary
 from autotune.report.objective import ObjectiveInfo
 from autotune.report.panels.base import Panel
 from autotune.report.style import (
@@ -45,9 +45,9 @@ from autotune.report.trials import (
     trial_label,
     trial_method,
 )
-from autotune.search.finalists import current_record
-from autotune.search.trial_record import TrialRecord
-from autotune.search.validation_record import FinalistFigures
+from autotune.records.answer import current_record
+from autotune.records.trial import TrialRecord
+from autotune.records.validation import FinalistFigures
 
 # `autotune.replay.run.FIDELITY`, spelled out: importing the replay tier loads torch.
 REPLAY = "replay"

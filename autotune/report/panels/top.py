@@ -1,4 +1,4 @@
-"""The top trials as a table: the ten best complete trials in `autotune.search.ranking` order,
+"""The top trials as a table: the ten best complete trials in `autotune.records.ranking` order,
 their objective values and the metrics a reader compares (no plotly). When the run was
 validated, the finalists are marked (and listed even when they rank below ten) with their
 validated speedup and its 90% interval beside the search's figure; the highlighted row is
@@ -23,7 +23,7 @@ from autotune.report.trials import (
     trial_label,
     trial_preset,
 )
-from autotune.search.finalists import answer
+from autotune.records.answer import answer
 
 TOP_METRICS = ("speedup", "latency_ms_per_token", "baseline_latency_ms_per_token",
                "mean_accepted_tokens", "mean_verified_tokens", "acceptance_rate", "lossless",
