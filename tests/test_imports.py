@@ -62,11 +62,13 @@ def test_the_public_api_resolves_on_first_use():
     assert "torch" in names                     # the decoder itself does need it
 
 
-@pytest.mark.parametrize("package", ["autotune.schema", "autotune.report", "autotune.exports"])
+@pytest.mark.parametrize("package", ["autotune.schema", "autotune.records", "autotune.report",
+                                     "autotune.exports"])
 def test_the_schema_report_and_exporters_load_no_model_library(package):
-    """Every module of the schema, the report and the exporters, with the method registry
-    filled (each method package's `__init__`): reading a config, drawing a report or
-    writing an engine's file needs no model library (issue 54)."""
+    """Every module of the schema, the run's records, the report and the exporters, with
+    the method registry filled (each method package's `__init__`): reading a config or a
+    run's records, drawing a report or writing an engine's file needs no model library
+    (issues 54, 62)."""
     code = ("import importlib, pkgutil; "
             f"package = importlib.import_module({package!r}); "
             "[importlib.import_module(m.name) for m in "

@@ -130,7 +130,7 @@ def _trial_point(t: FrozenTrial, objective: Objective) -> ParetoPoint:
 def best_config(study: optuna.Study, objective: Objective,
                 context: FrozenContext | Mapping[str, Any] | None = None) -> FrozenConfig | None:
     """What `best.json` holds: a FrozenConfig of what the run recommends by
-    `autotune.search.finalists.answer` (+ the Pareto front for several objectives). Validated:
+    `autotune.records.answer.answer` (+ the Pareto front for several objectives). Validated:
     the winner, or for "do not speculate" the AR baseline, with the validation under
     `validation`; not (yet) validated: the search's best by `autotune.records.ranking`.
     `context`: the run's `FrozenContext` (or run.json's `frozen` entry): model, draft,
