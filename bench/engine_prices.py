@@ -19,7 +19,8 @@ interval) and, per basis of prices, the median |predicted / measured - 1|, the w
 Spearman's rho over the arms.
 
 Usage: python bench/engine_prices.py [--engines hf,llama_server,vllm] [--search 12]
-       [--held-out 8] [--max-new-tokens 32] [--arms 6] [--eager] [--seed 0] [--csv FILE]
+       [--held-out 8] [--measured N] [--max-new-tokens 32] [--arms 6] [--eager]
+       [--seed 0] [--csv FILE]
 """
 
 from __future__ import annotations
@@ -156,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--held-out", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--arms", type=int, default=6)
+    parser.add_argument("--measured", type=int, default=0,
+                        help="measure and predict on the first N held-out prompts only "
+                             "(0: all of them; the split, hence the caches, unchanged)")
     parser.add_argument("--eager", action="store_true", help="vLLM without torch.compile")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--csv")
@@ -164,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     target = load_model("default", device="cpu", dtype="float32")
     prompts = round_robin(load_workload("spec_bench"), args.search + args.held_out)
     seen, held_out = split_workload(prompts, args.held_out / len(prompts), args.seed)
-    _log(f"{len(seen)} search prompts, {len(held_out)} held-out")
+    if args.measured:
+        held_out = held_out[:args.measured]
+    _log(f"{len(seen)} search prompts, {len(held_out)} held-out measured")
     parts_path = cache_dir() / PARTS_FILE
     screen = Replayer(target, None, seen, args.max_new_tokens, parts_path)
     held = Replayer(target, None, held_out, args.max_new_tokens, parts_path,

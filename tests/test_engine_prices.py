@@ -210,3 +210,16 @@ def test_a_profile_still_to_measure_is_counted_in_the_engines_stage():
     plain = stage_seconds(CAPS, shape, 0.03)["engines"]
     priced = stage_seconds(CAPS, dataclasses.replace(shape, engine_profiles_s=vllm), 0.03)
     assert priced["engines"] == pytest.approx(plain + vllm)
+
+
+def test_a_noisy_profile_never_prices_a_wide_step_below_the_ar_step():
+    """On a loaded machine the points scatter: the fitted overhead is at most the least
+    excess of a speculative step over the AR step, and the verify curve never falls
+    below the AR step."""
+    ar = ProfilePoint(k=0, steps=31, verified=1.0, step_ms=547.8)
+    spec = [ProfilePoint(1, 23, 1.61, 1323.0), ProfilePoint(3, 19, 2.47, 540.1),
+            ProfilePoint(6, 17, 3.53, 205.5), ProfilePoint(10, 18, 5.5, 232.0)]
+    profile = fit_profile(KEY, ar, spec, "ngram", 0.25, 1.0)
+    assert profile.spec_overhead_ms >= 0.0
+    values = [ms for _, ms in profile.verify_curve]
+    assert values[0] == pytest.approx(547.8) and values == sorted(values)

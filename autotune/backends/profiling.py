@@ -192,11 +192,16 @@ def fit_profile(key: ProfileKey, ar: ProfilePoint, spec: list[ProfilePoint],
                 notes: Sequence[str] = ()) -> EngineProfile:
     """The profile from its measured points (see the module docstring); `lookup_ms`:
     the drafter's lookup per step where timed apart, else None."""
-    beyond = max(_line_at_one(spec) - ar.step_ms, 0.0) if spec else 0.0
+    # A step verifying more tokens never costs less than the AR step, so what a
+    # speculative step adds is at most its least excess over the AR step (noise on a
+    # loaded machine can tilt the line).
+    least = min((p.step_ms - ar.step_ms for p in spec), default=0.0)
+    beyond = (min(max(_line_at_one(spec) - ar.step_ms, 0.0), max(least, 0.0))
+              if spec else 0.0)
     ordered = sorted(spec, key=lambda p: p.verified)
-    raw = [ar.step_ms] + [max(p.step_ms - beyond, 0.0) for p in ordered]
-    curve = [[1.0, ar.step_ms]] + [[p.verified, ms] for p, ms in
-                                   zip(ordered, _monotone(raw)[1:])]
+    raw = [ar.step_ms] + [max(p.step_ms - beyond, ar.step_ms) for p in ordered]
+    curve = [[1.0, ms] if i == 0 else [ordered[i - 1].verified, ms]
+             for i, ms in enumerate(_monotone(raw))]
     draft = min(lookup_ms, beyond) if lookup_ms is not None else 0.0
     out = list(notes)
     if lookup_ms is None:
@@ -208,7 +213,7 @@ def fit_profile(key: ProfileKey, ar: ProfilePoint, spec: list[ProfilePoint],
 
 
 def measure_profile(backend: "Backend", key: ProfileKey, ids: Sequence[int],
-                    repeats: int = 2, log: Callable[[str], None] | None = None
+                    repeats: int = 3, log: Callable[[str], None] | None = None
                     ) -> EngineProfile:
     """`key.engine`'s profile measured now through `backend` on a prompt of
     `key.context` tokens made of `ids` repeated: a search prompt's text as token ids,

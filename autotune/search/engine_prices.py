@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ENGINE_PRICES", "EnginePrices", "cached_engine", "engine_pool_predictions", "price_engines", "profile_key", "profile_seconds"]
 
-# Decodes per profiled config: a warm-up and two timed ones.
-_DECODES = 3
+# Decodes per profiled config: a warm-up and three timed ones.
+_DECODES = 4
 # Where a search keeps its `EnginePrices` (its context's memo).
 ENGINE_PRICES = "engine_prices"
 
