@@ -33,7 +33,7 @@ def test_importing_the_cli_loads_no_model_library():
 
 @pytest.mark.parametrize("path,kind", [("autotune/space/presets/joint.yaml", "search space"),
                                        ("autotune/space/presets/tree.yaml", "search space"),
-                                       ("autotune/search/objective_presets/latency_memory.yaml", "objective")])
+                                       ("autotune/records/objective_presets/latency_memory.yaml", "objective")])
 def test_validating_a_space_or_objective_loads_no_model_library(path, kind):
     names, done = _imported("import sys; from autotune.cli.main import main; "
                             f"sys.exit(main(['validate', {str(ROOT / path)!r}]))")

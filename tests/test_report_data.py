@@ -383,6 +383,11 @@ def test_objective_info_sources() -> None:
         "latency_ms_per_token",)
     info = objective_info(study, RunFacts(), None)
     assert info.metrics == ("objective",) and info.directions == ("minimize",)
+    # A run made before the presets moved (issue 62) names its preset's file under
+    # search/, gone from this install: the preset is read by its name instead.
+    moved = RunFacts(objective="latency",
+                     objective_file="/opt/autotune/search/objective_presets/latency.yaml")
+    assert objective_info(study, moved, None).metrics == ("latency_ms_per_token",)
 
 
 def test_a_layer_bit_is_two_categories_or_in_an_older_study_an_integer_0_to_1():

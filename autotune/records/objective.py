@@ -1,6 +1,6 @@
 """Objectives are data: which metrics a search optimises, under which constraints.
 
-An objective is a YAML file (presets in `autotune/search/objective_presets/`, shipped as
+An objective is a YAML file (presets in `autotune/records/objective_presets/`, shipped as
 package data; or any path) naming one metric (a plain study) or several
 (a Pareto study) from the registry `METRICS`, constraints a candidate must meet (e.g.
 greedy output identical to the baseline's), how often to repeat a measurement, and the
@@ -34,7 +34,7 @@ from autotune.common.yaml_source import (
 from autotune.records.summary import MeasurementSummary
 from autotune.schema.config import DecodeConfig
 
-PRESETS = "autotune.search.objective_presets"
+PRESETS = "autotune.records.objective_presets"
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,7 @@ class Objective:
 
 # ------------------------------------------------------------------ loading
 def available_objectives() -> list[str]:
-    """Names of the shipped presets (file stems in `autotune.search.objective_presets`)."""
+    """Names of the shipped presets (file stems in `autotune.records.objective_presets`)."""
     return sorted(p.name[: -len(".yaml")] for p in files(PRESETS).iterdir()
                   if p.name.endswith(".yaml"))
 

@@ -57,7 +57,9 @@ def objective_info(study: optuna.Study, run: RunFacts | None = None,
     name = str((recorded.name if recorded is not None else None) or run.objective or "objective")
     metrics: Sequence[str] | None = recorded.metrics if recorded is not None else None
     if not (metrics is not None and len(metrics) == len(directions)):
-        metrics = _preset_metrics(run.objective_file or run.objective)
+        # The file run.json names, else the preset by name (a run made before the
+        # presets moved to records/ names them under search/).
+        metrics = _preset_metrics(run.objective_file) or _preset_metrics(run.objective)
     if not (isinstance(metrics, (list, tuple)) and len(metrics) == len(directions)):
         metrics = study.metric_names
     if not (isinstance(metrics, (list, tuple)) and len(metrics) == len(directions)):

@@ -1,0 +1,1 @@
+"""Objective presets (*.yaml), shipped as the package data `autotune.records.objective_presets`."""
