@@ -12,6 +12,7 @@ draft_cost.py  what a method's draft cost gives (`MethodSpec.draft_cost`)
 costs.py       the cost model from measured parts (`CostParts`, `CostModel`)
 parts.py       measuring those parts, and their file in the cache
 run.py         `Replayer`: configs -> predicted measurements (`"fidelity": "replay"`)
+kept.py        what sources keep between configs, one byte limit per kind for the process
 
 Each method's own source and draft cost live in its package
 (autotune/methods/<name>/replay.py); no module here branches on a method's name.

@@ -10,6 +10,7 @@ without replay) has no predictions and is judged on its measured sample alone.
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,7 @@ def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
     """Per finalist arm that the replay tier can predict: one predicted pair (its own
     and the AR baseline's decode times and tokens) per pool prompt."""
     from autotune.schema.config import config_from_mapping
-    from autotune.replay import PARTS_FILE, replay_refusal
+    from autotune.replay import PARTS_FILE, kept, replay_refusal
     from autotune.replay.costs import CostParts, parts_key, stored_parts
     from autotune.replay.reference import cache_dir
     from autotune.replay.run import Replayer
@@ -51,6 +52,11 @@ def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
     print(f"autotune: predicting {len(replayable)} finalists on the {len(pool)} held-out "
           "prompts by replay (their reference continuations are decoded once, then "
           "cached)", file=sys.stderr, flush=True)
+    # The screen's kept keys/values and hidden states (its Replayer lives on in the
+    # search's memo) serve no pool prompt: they go before the pool's references are
+    # decoded, and their pages with them (issue 59, item 6).
+    kept.forget_all()
+    release_freed_memory()
     predicted = _predicted_pairs(Replayer(ctx.target, ctx.draft, pool, ctx.max_new_tokens,
                                           parts_path, parts=parts), replayable)
     # The replayer (the pool's references, its sources' tables and caches) is gone:
@@ -62,12 +68,28 @@ def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
 def _predicted_pairs(replayer: Replayer, configs: dict[str, DecodeConfig]
                      ) -> dict[str, list[PromptPair]]:
     """Per arm, its predicted pair per pool prompt (only the pairs are kept, not the
-    measurements' rounds)."""
-    predicted: dict[str, list[PromptPair]] = {}
+    measurements' rounds), in `configs`' order.
+
+    What replay sources keep between configs (`replay.kept`: a prompt's keys/values, its
+    hidden states) serves only later configs of the same method over the same prompts.
+    So the arms are replayed a method at a time, and what was kept is dropped after each
+    method (`predict_pool` drops the screen's first): the stage holds one method's kept
+    state at a time, never the screen's beside the pool's.
+    A method with a single finalist keeps nothing (nothing would read it); its tables
+    cost the same passes either way."""
+    from autotune.replay import kept
+
+    by_method: dict[str, list[str]] = {}
     for arm, config in configs.items():
-        try:
-            predicted[arm] = [run.pair() for run in replayer.replay(config).runs]
-        except AutotuneError as exc:
-            print(f"autotune: {arm} is judged on its measured prompts alone ({exc})",
-                  file=sys.stderr, flush=True)
-    return predicted
+        by_method.setdefault(config.method, []).append(arm)
+    predicted: dict[str, list[PromptPair]] = {}
+    for arms in by_method.values():
+        with kept.suspended() if len(arms) == 1 else nullcontext():
+            for arm in arms:
+                try:
+                    predicted[arm] = [run.pair() for run in replayer.replay(configs[arm]).runs]
+                except AutotuneError as exc:
+                    print(f"autotune: {arm} is judged on its measured prompts alone ({exc})",
+                          file=sys.stderr, flush=True)
+        kept.forget_all()
+    return {arm: predicted[arm] for arm in configs if arm in predicted}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from autotune.common.memory import TrimEvery
+from autotune.replay import kept
 from autotune.schema.config import DecodeConfig
 from autotune.replay.draft_cost import PassDraftCost
 from autotune.replay.reference import Reference
@@ -40,7 +41,10 @@ if TYPE_CHECKING:
 # pass over the whole prompt, not only over its continuation's rows. The main job's 24
 # screen prompts take 0.23 GB on the default model. Past it a prompt's are made for its
 # group's pass and dropped: the held-out pool's 80 prompts held 1.0 GB (issue 51).
+# One limit for every source of the process (`replay.kept`): the screen's Replayer
+# and the pool's no longer keep one each (issue 59, item 6).
 KEPT_CACHE_BYTES = 384 * 2**20
+KEPT_KIND = "layer_skip.full"
 # One skipping pass runs a group of prompts' rows: its logits are rows x vocabulary
 # (80 prompts' took 0.5 GB at once) and it makes the caches not kept for them.
 GROUP_ROWS = 256
@@ -75,16 +79,24 @@ class LayerSkipSource(TableSource):
         if cached is not None:
             if cached[0] == ref.sequence:
                 self._full[ref.prompt_id] = cached
+                kept.touch(KEPT_KIND, self, ref.prompt_id)
                 return cached[1]
             self._kept_bytes -= cached[1].nbytes()
+            kept.discard(KEPT_KIND, self, ref.prompt_id)
         forward = self.target.forward
         ids = reference_ids(self.target, ref)
         cache = forward.new_cache(1, ids.shape[1])
         forward.forward(ids, cache, last_only=True)
-        if self._kept_bytes + cache.nbytes() <= KEPT_CACHE_BYTES:
+        if kept.admit(KEPT_KIND, self, ref.prompt_id, cache.nbytes(), KEPT_CACHE_BYTES):
             self._full[ref.prompt_id] = (ref.sequence, cache)
             self._kept_bytes += cache.nbytes()
         return cache
+
+    def forget_kept(self, key: Any) -> None:
+        """The process's limit dropped prompt `key`'s keys/values (`replay.kept`)."""
+        cached = self._full.pop(key, None)
+        if cached is not None:
+            self._kept_bytes -= cached[1].nbytes()
 
     def _made_bytes(self, ref: Reference) -> int:
         """Bytes `_full_cache` makes for `ref` (0 where they are kept)."""

@@ -22,6 +22,7 @@ from autotune.common.memory import TrimEvery, release_freed_memory
 from autotune.schema.config import DecodeConfig
 from autotune.models.loading import draft_model
 from autotune.models.trained import exit_adapters
+from autotune.replay import kept
 from autotune.replay.draft_cost import PassDraftCost
 from autotune.replay.reference import Reference
 from autotune.replay.sources import TableSourceAdapter
@@ -41,8 +42,10 @@ if TYPE_CHECKING:
 # A prompt's hidden states after every layer are kept between configs while the kept
 # ones fit in this (a screen replays many exit sets over the same prompts, each a pass
 # over the whole prompt without them); past it they are made for the prompt's table and
-# dropped, so a pool of any size holds at most this (issue 51).
+# dropped, so a pool of any size holds at most this (issue 51). One limit for every
+# source of the process (`replay.kept`), not one per Replayer alive (issue 59, item 6).
 KEPT_HIDDEN_BYTES = 256 * 2**20
+KEPT_KIND = "sorted_exit.hidden"
 # The exit tables' logits (and log-probabilities) made before freed pages go back.
 TRIM_EVERY_BYTES = 128 * 2**20
 
@@ -74,6 +77,7 @@ class SortedExitSource(TableSource):
             states = self._hidden.pop(ref.prompt_id, None)
             if states is not None:
                 self._kept_bytes -= sum(s.nbytes for s in states.values())
+                kept.discard(KEPT_KIND, self, ref.prompt_id)
             self._layer_tables = {k: v for k, v in self._layer_tables.items()
                                   if k[0] != ref.prompt_id}
         self._sequences[ref.prompt_id] = ref.sequence
@@ -81,9 +85,10 @@ class SortedExitSource(TableSource):
     def _hidden_states(self, ref: Reference) -> dict[int, torch.Tensor]:
         """The stack's hidden states of `ref`'s rows after each layer: kept ones, else
         one pass now (kept while they fit in KEPT_HIDDEN_BYTES)."""
-        kept = self._hidden.get(ref.prompt_id)
-        if kept is not None:
-            return kept
+        states = self._hidden.get(ref.prompt_id)
+        if states is not None:
+            kept.touch(KEPT_KIND, self, ref.prompt_id)
+            return states
         forward = self.stack.forward
         ids = reference_ids(self.stack, ref)
         step = forward.begin(ids, forward.new_cache(1, ids.shape[1]))
@@ -98,10 +103,17 @@ class SortedExitSource(TableSource):
         # prompts on the default model) unless handed back.
         release_freed_memory()
         size = sum(s.nbytes for s in states.values())
-        if self._kept_bytes + size <= KEPT_HIDDEN_BYTES:
+        if kept.admit(KEPT_KIND, self, ref.prompt_id, size, KEPT_HIDDEN_BYTES):
             self._hidden[ref.prompt_id] = states
             self._kept_bytes += size
         return states
+
+    def forget_kept(self, key: Any) -> None:
+        """The process's limit dropped prompt `key`'s hidden states (`replay.kept`); its
+        exit tables, small, stay."""
+        states = self._hidden.pop(key, None)
+        if states is not None:
+            self._kept_bytes -= sum(s.nbytes for s in states.values())
 
     def _exit_tables(self, ref: Reference, exits: tuple[int, ...], width: int
                      ) -> list[Table]:
