@@ -3,13 +3,16 @@
 Through the engine's own backend (the runners a race measures with), on one prompt at
 the workload's context made of a piece of a search prompt repeated, so that the engine's
 n-gram lookup finds a draft at every step and the model, continuing the repetition,
-accepts it: each step then verifies about k + 1 tokens. Decoded at several k (the
+accepts it: each step then verifies up to k + 1 tokens. Decoded at several k (the
 engine's space's range) and once without speculation, each decode gives a point (the
 tokens a step verified on average, the ms a step took), counted by the engine itself:
 its rounds where it reports them (transformers' `update_candidate_strategy` calls,
 vLLM's per-step draft counts), else its totals (llama-server's `timings.draft_n` and
 `draft_n_accepted`: steps = tokens decoded - tokens accepted). A step's time is the
-decode time the race measures (the client's clock) over the steps.
+decode time the race measures (the client's clock) over the steps. The configs are
+decoded interleaved, as a measurement interleaves its arms (all started, then rounds
+that decode each once), and each speculative step is priced against the AR step of its
+own round, so a machine whose speed drifts during the profile shifts both alike.
 
 From the points: the AR step (`ar_ms`); a line through the speculative points, whose
 value at one verified token less the AR step is what a speculative step costs beyond its
@@ -27,6 +30,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.backends.profile import (FORMAT, EngineProfile, ProfileKey, ProfilePoint,
@@ -127,32 +131,64 @@ def _lookup_timer(engine: str) -> Iterator[list[float]]:
         cls.get_candidates = original               # type: ignore[method-assign]
 
 
-def _point(backend: "Backend", config: "DecodeConfig", prompt: list[int], k: int,
-           repeats: int) -> tuple[ProfilePoint, float]:
-    """One config's point (the median step over `repeats` decodes after a warm-up) and
-    the accepted share of its drafts (1 without any)."""
-    tokens = max(LEAST_TOKENS, STEPS_PER_POINT * (k + 1))
-    runner = backend.runner(config)
+@dataclass
+class _Runs:
+    """One profiled config's timed decodes: per decode its steps, tokens verified per
+    step, ms per step; and its drafts in all."""
+
+    k: int
+    steps: list[int] = field(default_factory=list)
+    verified: list[float] = field(default_factory=list)
+    per_step: list[float] = field(default_factory=list)
+    drafted: int = 0
+    accepted: int = 0
+
+    def add(self, generation: "Generation") -> None:
+        n, v = _steps(generation)
+        self.steps.append(n)
+        self.verified.append(v / n)
+        self.per_step.append(1000 * generation.decode_s / n)
+        d, a = _drafts(generation)
+        self.drafted, self.accepted = self.drafted + d, self.accepted + a
+
+    def point(self, ar: "_Runs") -> ProfilePoint:
+        """Its step priced against the AR decodes of the same rounds: the median of its
+        step over the round's AR step, times the median AR step (a machine whose speed
+        drifts during the profile shifts both alike)."""
+        ratio = statistics.median(s / a for s, a in zip(self.per_step, ar.per_step))
+        return ProfilePoint(k=self.k, steps=int(statistics.median(self.steps)),
+                            verified=statistics.median(self.verified),
+                            step_ms=ratio * statistics.median(ar.per_step))
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 1.0
+
+
+def _interleaved(backend: "Backend", configs: list[tuple[int, "DecodeConfig"]],
+                 prompt: list[int], repeats: int, engine: str
+                 ) -> tuple[list[_Runs], list[float]]:
+    """Every config's decodes, interleaved: all runners started, each warmed up, then
+    `repeats` rounds each decoding every config once (the AR config first), as a
+    measurement interleaves its arms; and the lookups timed apart (`_lookup_timer`)."""
+    runners = []
     try:
-        runner.generate(prompt, min(8, tokens), time.perf_counter)        # warm-up
-        steps: list[int] = []
-        per_step: list[float] = []
-        verified: list[float] = []
-        drafted = accepted = 0
+        for _, config in configs:
+            runners.append(backend.runner(config))
+        runs = [_Runs(k) for k, _ in configs]
+        lookups: list[float] = []
+        for runner, (k, _) in zip(runners, configs):
+            runner.generate(prompt, 8, time.perf_counter)               # warm-up
         for _ in range(repeats):
-            generation = runner.generate(prompt, tokens, time.perf_counter)
-            n, v = _steps(generation)
-            steps.append(n)
-            verified.append(v / n)
-            per_step.append(1000 * generation.decode_s / n)
-            d, a = _drafts(generation)
-            drafted, accepted = drafted + d, accepted + a
+            for runner, (k, _), record in zip(runners, configs, runs):
+                tokens = max(LEAST_TOKENS, STEPS_PER_POINT * (k + 1))
+                with _lookup_timer(engine if k else "") as seen:
+                    record.add(runner.generate(prompt, tokens, time.perf_counter))
+                lookups += seen
+        return runs, lookups
     finally:
-        runner.close()
-    return (ProfilePoint(k=k, steps=int(statistics.median(steps)),
-                         verified=statistics.median(verified),
-                         step_ms=statistics.median(per_step)),
-            accepted / drafted if drafted else 1.0)
+        for runner in runners:
+            runner.close()
 
 
 def _drafts(generation: "Generation") -> tuple[int, int]:
@@ -224,23 +260,18 @@ def measure_profile(backend: "Backend", key: ProfileKey, ids: Sequence[int],
     engine = key.engine
     ks = PROFILE_KS.get(engine, (1, 4, 10))
     prompt = repeated_prompt(ids, key.context, max(ks))
-    ar, _ = _point(backend, DecodeConfig(engine=engine), prompt, 0, repeats)
-    spec: list[ProfilePoint] = []
+    configs = [(0, DecodeConfig(engine=engine))] + [(k, profile_config(engine, k))
+                                                    for k in ks]
+    runs, lookups = _interleaved(backend, configs, prompt, repeats, engine)
+    ar = runs[0].point(runs[0])
+    spec = [r.point(runs[0]) for r in runs[1:]]
+    low = [f"k={r.k}: {r.acceptance:.0%}" for r in runs[1:] if r.acceptance < 0.5]
+    if log is not None:
+        for r, point in zip(runs[1:], spec):
+            log(f"{engine} k={r.k}: {point.step_ms:.2f} ms a step verifying "
+                f"{point.verified:.2f} tokens on average ({r.acceptance:.0%} of drafts "
+                f"accepted; AR {ar.step_ms:.2f} ms)")
     notes: list[str] = []
-    lookups: list[float] = []
-    low = []
-    for k in ks:
-        config = profile_config(engine, k)
-        with _lookup_timer(engine) as seen:
-            point, accepted = _point(backend, config, prompt, k, repeats)
-        lookups += seen
-        spec.append(point)
-        if accepted < 0.5:
-            low.append(f"k={k}: {accepted:.0%}")
-        if log is not None:
-            log(f"{engine} k={k}: {point.step_ms:.2f} ms a step verifying "
-                f"{point.verified:.2f} tokens on average ({accepted:.0%} of drafts "
-                "accepted)")
     if low:
         notes.append("drafts accepted less than half the time on the repeated prompt ("
                      + ", ".join(low) + ")")
