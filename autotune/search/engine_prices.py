@@ -101,11 +101,14 @@ def profile_seconds(engine: str, cost: EngineCost, ar_s: float, max_new_tokens: 
 
 
 def _context(ctx: "EvalContext") -> int:
-    """Tokens cached when a typical step runs: a search prompt's median length (chat
-    template included) and half the tokens decoded."""
+    """Tokens cached when a typical step runs (a search prompt's median length, chat
+    template included, and half the tokens decoded), rounded up to a power of two (at
+    least 64): a step's cost grows slowly with it, and another workload of about the
+    same lengths reuses the profile."""
     from autotune.workloads.prompts import encode_prompt
     lengths = [len(encode_prompt(ctx.target.tokenizer, p)) for p in ctx.prompts]
-    return int(statistics.median(lengths)) + ctx.max_new_tokens // 2 if lengths else 128
+    typical = int(statistics.median(lengths)) + ctx.max_new_tokens // 2 if lengths else 128
+    return max(64, 1 << max(typical - 1, 1).bit_length())
 
 
 def _note(text: str) -> None:
