@@ -10,7 +10,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from autotune.backends import EngineCost, engine_cost
-from autotune.pipeline.budget import SPECULATIVE_FLOOR, Budget, Counts, Shape
+from autotune.pipeline.budget import (SPECULATIVE_FLOOR, Budget, Counts, Shape,
+                                      stage_seconds)
 from autotune.pipeline.plan import SearchPlan
 from autotune.pipeline.progress import note
 from autotune.search.engine_screens import ENGINE_FINALISTS, engine_screen_budget
@@ -172,14 +173,41 @@ def engine_finalist_counts(plan: SearchPlan, budget: Budget | None) -> dict[str,
     count = ENGINE_FINALISTS
     if budget is not None and budget.shape is not None and budget.shape.engine_race_arms >= 3:
         count = budget.shape.engine_race_arms - 2
-    return {engine: count for engine in profiled_engines(plan, budget)}
+    return {engine: count for engine in _raced(plan, budget)}
+
+
+def _raced(plan: SearchPlan, budget: Budget | None) -> list[str]:
+    """The engines raced in themselves: those planned, less those dropped at planning."""
+    dropped = budget.dropped if budget is not None else {}
+    return [e for e in plan.engine_races if e not in dropped]
 
 
 def profiled_engines(plan: SearchPlan, budget: Budget | None) -> list[str]:
-    """The engines whose costs are profiled in themselves before their screens: those
-    raced in themselves, less those the budget dropped at planning."""
-    dropped = budget.dropped if budget is not None else {}
-    return [e for e in plan.engine_races if e not in dropped]
+    """The engines whose costs are profiled in themselves before their screens, asked
+    as the engines' stage starts: those raced in themselves whose profile is cached or
+    fits the time the stages after the screens leave (the cheapest first); one that
+    does not fit keeps our decoder's prices, said in one line."""
+    from autotune.search.engine_prices import cached_engine, profile_seconds
+    engines = _raced(plan, budget)
+    if budget is None or budget.counts is None or budget.shape is None or budget.ar_s is None:
+        return engines
+    ar_s = budget.ar_s * budget.pace()
+    later = stage_seconds(budget.counts,
+                          dataclasses.replace(budget.shape, engine_profiles_s=0.0), ar_s)
+    room = budget.left() - sum(later[s] for s in ("engines", "pool", "race", "engine_races"))
+    costs = {e: 0.0 if cached_engine(e, plan.model)
+             else profile_seconds(e, engine_cost(e, plan.model), ar_s, plan.max_new_tokens)
+             for e in engines}
+    chosen = []
+    for engine in sorted(engines, key=costs.__getitem__):
+        if costs[engine] <= room:
+            chosen.append(engine)
+            room -= costs[engine]
+        else:
+            note(f"{engine}: its own costs are not profiled (about {costs[engine]:.0f} s, "
+                 f"{max(room, 0.0):.0f} s left beside the stages after the screens); its "
+                 "screen prices at autotune's decoder's costs")
+    return [e for e in engines if e in chosen]
 
 
 def engine_screen(plan: SearchPlan, budget: Budget | None) -> int:
