@@ -52,9 +52,10 @@ def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
     print(f"autotune: predicting {len(replayable)} finalists on the {len(pool)} held-out "
           "prompts by replay (their reference continuations are decoded once, then "
           "cached)", file=sys.stderr, flush=True)
-    # The screen's kept keys/values and hidden states (its Replayer lives on in the
-    # search's memo) serve no pool prompt: they go before the pool's references are
-    # decoded, and their pages with them (issue 59, item 6).
+    # The screens' kept keys/values and hidden states (their Replayer lives on in their
+    # context's memo, which this stage cannot see) serve no pool prompt: every source's
+    # go before the pool's references are decoded, and their pages with them (issue 59,
+    # item 6). A later use of the screens' Replayer makes them again where it needs them.
     kept.forget_all()
     release_freed_memory()
     predicted = _predicted_pairs(Replayer(ctx.target, ctx.draft, pool, ctx.max_new_tokens,
