@@ -183,3 +183,16 @@ def test_a_race_starts_the_engines_its_backend_keeps_before_its_clock() -> None:
     Keeping.idle_engines = 0
     assert finalists._start_engines(Keeping(), configs) == 0.0 and started == []
     assert finalists._start_engines(None, configs) == 0.0
+
+
+def test_a_short_last_look_is_taken_when_the_time_holds_its_prompts():
+    # Issue 59: 8 of 11 prompts measured in 92 s of a 109 s race: a look "as long as the
+    # first" (92 s) would overrun, the 3 prompts left (about 35 s) do not. The old rule
+    # stopped there and left the time unused.
+    from autotune.search.racing import overruns
+    assert not overruns(92.0, 8, 3, 109.0 + 35.0)
+    assert overruns(92.0, 8, 3, 109.0)            # 92 + 34.5 > 109: still refused
+    assert not overruns(92.0, 8, 3, 130.0)
+    assert overruns(92.0, 8, 8, 130.0)            # a full look would pass it
+    assert not overruns(0.0, 0, 8, 10.0) and overruns(11.0, 0, 8, 10.0)
+    assert not overruns(1e9, 8, 8, None)

@@ -327,3 +327,16 @@ def _arm_priority(finalist: Finalist) -> tuple[int, int]:
     if not default:
         return (1, rank) if rank <= 1 else (3, rank)
     return (2, 0) if own else (3, 0)
+
+
+# The least time worth resuming a race in (a prompt or two of the default model's).
+RESUME_LEAST_S = 10.0
+
+
+def left_for_race(budget: Budget | None) -> float | None:
+    """The time the stages after the main race left over, for resuming it (None: no
+    budget, or too little to measure anything in)."""
+    if budget is None or budget.counts is None:
+        return None
+    left = budget.left()
+    return left if left >= RESUME_LEAST_S else None

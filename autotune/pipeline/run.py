@@ -411,7 +411,7 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: FrozenContext,
         def validate() -> None:
             nonlocal plan           # sized to the held-out share of the budget
             plan = fitting.held_out(plan, time_budget, runner.study)
-            _validate(plan, runner, screens, clock, time_budget)
+            raced = _validate(plan, runner, screens, clock, time_budget)
             # Every answered engine not raced in itself: why its answer is predicted.
             note_unraced(runner.study, plan.engine_races, plan.model, plan.draft,
                          runner.context.target.device.type)
@@ -419,6 +419,7 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: FrozenContext,
                 clock.lap("racing the finalists")
                 _race_in_engines(plan, runner, time_budget)
                 clock.lap("racing in the engines themselves")
+            _race_on(plan, runner, raced, time_budget)
         stops.run("validation", validate)
     clock.lap("racing the finalists")
     if stops.going and plan.batch_sizes:
@@ -449,9 +450,18 @@ def _engines_stop(budget: Budget | None) -> tuple[float, Callable[[], float]] | 
     return None if budget is None else (budget.stop_at("engines"), budget.clock)
 
 
+@dataclass(frozen=True)
+class _Raced:
+    """What the main race ran with: its finalists and their pool predictions (a race
+    resumed in the same run takes them as they were)."""
+
+    chosen: list[finalists.Finalist]
+    predicted: dict[str, Any]
+
+
 def _validate(plan: SearchPlan, runner: StudyRunner,
               screens: dict[str, StudyRunner], clock: _Stages | None = None,
-              budget: Budget | None = None) -> None:
+              budget: Budget | None = None) -> _Raced | None:
     """Race the finalists on the held-out prompts and store the record in the study,
     unless a current record of these prompts and repeats is there already (a rerun of
     a finished search loses nothing and re-measures nothing); a race its budget
@@ -532,6 +542,30 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
                                   f"{len(held.held_out)} held-out prompts")
         record = fitting.undecided_if_cut(record, budget)
     finalists.store_record(study, record)
+    return _Raced(chosen, predicted)
+
+
+def _race_on(plan: SearchPlan, runner: StudyRunner, raced: _Raced | None,
+             budget: Budget | None) -> None:
+    """The main race resumed where its share of the budget stopped it, in the time the
+    later stages left over (the engines' races ran shorter than estimated): time left
+    goes to the race, not unused (issue 59: 77 s of 600 were)."""
+    study = runner.study
+    record = finalists.current_record(study)
+    seconds = fitting.left_for_race(budget)
+    if (raced is None or record is None or seconds is None or record.race is None
+            or not finalists.resumable(record)):
+        return
+    note(f"resuming the race after {record.race.measured} of {len(plan.held_out)} "
+         f"held-out prompts: {seconds:.0f} s of the budget are left")
+    resumed = finalists.measure_finalists(
+        runner.context, raced.chosen, plan.held_out, plan.validation_repeats,
+        len(ranking.complete(study)), plan.split.source, on_prompt=held_out_prompt,
+        min_gain=plan.min_gain, pool=plan.pool, predicted=raced.predicted,
+        budget_s=seconds, resume=record)
+    resumed = resumed.model_copy(update={"engine_races": record.engine_races,
+                                         "engine_bases": record.engine_bases})
+    finalists.store_record(study, fitting.undecided_if_cut(resumed, budget))
 
 
 def _from_screen(plan: SearchPlan, runner: StudyRunner, need: int) -> list[finalists.Finalist]:

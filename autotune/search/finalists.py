@@ -349,6 +349,7 @@ class _RaceState:
     stopped: str | None                # None while it runs, else racing's reason
     began: float                       # time.monotonic() when this run took it up
     looks_this_run: int = 0            # what the time budget counts
+    prompts_this_run: int = 0          # sample prompts this run measured (their pace)
     # Earlier looks' outputs, for a warm history (methods with cross-request state).
     responses: dict[str, list[int]] = field(default_factory=dict)
 
@@ -389,8 +390,8 @@ def _run_race(setup: _RaceSetup, race: _RaceState) -> None:
     for size in racing.look_sizes(len(setup.prompts)):
         if size <= race.measured or race.stopped is not None or not race.active:
             continue
-        if racing.overruns(time.monotonic() - race.began, race.looks_this_run,
-                           setup.budget_s):
+        if racing.overruns(time.monotonic() - race.began, race.prompts_this_run,
+                           size - race.measured, setup.budget_s):
             race.stopped = "budget"
             break
         _measure_look(setup, race, size)
@@ -448,6 +449,7 @@ def _measure_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
         race.rows[arm] += [row_of(run) for run in measurement.runs]
         race.facts = _Facts(measurement.measured_by, measurement.measured_by_label,
                             measurement.token_exact, lossless_tier(measurement.runs))
+    race.prompts_this_run += size - race.measured
     race.measured, race.looks_this_run = size, race.looks_this_run + 1
 
 
