@@ -494,6 +494,11 @@ def test_a_short_race_keeps_autotune_own_two_then_each_engine_best() -> None:
     clock.advance(budget.left() - 6.5 * per_arm)
     kept, unfit = fitting.race_arms(budget, chosen)
     assert [f.trial for f in kept] == [1, 2, 3, 4, 6] and [f.trial for f in unfit] == [5]
+    # Room for three: an engine raced in itself after this race keeps its best first
+    # (its race there takes its finalists from this one).
+    clock.advance(budget.left() - 4.5 * per_arm)
+    kept, _ = fitting.race_arms(budget, chosen, raced_here=("hf",))
+    assert [f.trial for f in kept] == [1, 2, 6]
     # Time for one arm: autotune's own two stay (the floor), nothing else.
     clock.advance(budget.left() - 1.0 * per_arm)
     kept, unfit = fitting.race_arms(budget, chosen)

@@ -293,20 +293,21 @@ def engine_race_seconds(plan: SearchPlan, budget: Budget | None, deadline: float
     return seconds if given is None or seconds <= 0 else min(given, seconds)
 
 
-def race_arms(budget: Budget | None, chosen: list[Finalist]) -> tuple[list[Finalist],
-                                                                     list[Finalist]]:
+def race_arms(budget: Budget | None, chosen: list[Finalist],
+              raced_here: tuple[str, ...] = ()) -> tuple[list[Finalist], list[Finalist]]:
     """`chosen` cut to the arms the race's time holds (kept, left out), in their order:
     a budget cuts breadth before the least a decision needs. Kept first: autotune's own
-    two best (its floor: always kept), then each engine's best, then autotune's
-    documented default, then the engines' defaults, then the rest. Without a budget,
-    all of them."""
+    two best (its floor: always kept), then each engine's best (those `raced_here`, in
+    the engine itself after this race, before the others: their race there needs a
+    finalist from this one), then autotune's documented default, then the engines'
+    defaults, then the rest. Without a budget, all of them."""
     if budget is None or budget.counts is None or not chosen:
         return chosen, []
     own_floor = [f for f in chosen if f.engine == OWN_ENGINE
                  and not f.role.startswith("default")][:SPECULATIVE_FLOOR]
     # The AR baseline is an arm too.
     room = budget.race_arms(len(own_floor) + 1) - 1
-    ranked = sorted(chosen, key=_arm_priority)
+    ranked = sorted(chosen, key=lambda f: (*_arm_priority(f), f.engine not in raced_here))
     kept = {f.arm for f in own_floor}
     for f in ranked:
         if len(kept) >= room:

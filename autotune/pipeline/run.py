@@ -510,7 +510,7 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
              f"{PREDICTED_MARGIN:.0%} behind their engine's best on the held-out pool: "
              + ", ".join(f"{f.engine} {f.label} ({f.role})" for f in behind))
         chosen = [f for f in chosen if f not in behind]
-    chosen, unfit = fitting.race_arms(budget, chosen)
+    chosen, unfit = fitting.race_arms(budget, chosen, plan.engine_races)
     if unfit:
         note(f"not raced, the time left holds {len(chosen)} finalists beside the AR "
              "baseline (autotune's own two first, then each engine's best): "
