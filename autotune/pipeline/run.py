@@ -420,6 +420,7 @@ def _run_study(plan: SearchPlan, runner: StudyRunner, context: FrozenContext,
                 _race_in_engines(plan, runner, time_budget)
                 clock.lap("racing in the engines themselves")
             _race_on(plan, runner, raced, time_budget)
+            clock.lap("resuming the race")
         stops.run("validation", validate)
     clock.lap("racing the finalists")
     if stops.going and plan.batch_sizes:
@@ -565,6 +566,13 @@ def _race_on(plan: SearchPlan, runner: StudyRunner, raced: _Raced | None,
         budget_s=seconds, resume=record)
     resumed = resumed.model_copy(update={"engine_races": record.engine_races,
                                          "engine_bases": record.engine_bases})
+    if budget is not None and resumed.race is not None:
+        # The summary says where the race stopped in the end, not where its share did.
+        budget.stopped = [line for line in budget.stopped
+                          if not line.startswith("the race after ")]
+        if resumed.race.stopped == "budget":
+            budget.stopped.append(f"the race after {resumed.race.measured} of "
+                                  f"{len(plan.held_out)} held-out prompts")
     finalists.store_record(study, fitting.undecided_if_cut(resumed, budget))
 
 
