@@ -41,16 +41,17 @@ if TYPE_CHECKING:
     from autotune.decoding.decoder import Generation
     from autotune.schema.config import DecodeConfig
 
-__all__ = ["PROFILE_KS", "fit_profile", "measure_profile", "profile_config", "profile_runs",
-           "repeated_prompt"]
+__all__ = ["fit_profile", "measure_profile", "profile_config", "profile_runs",
+           "profile_ks", "repeated_prompt"]
 
-# The drafts per step profiled, per engine: its space's range of k (engine_<name>.yaml),
-# few for vLLM, whose every k is an engine started (28 s eager, 66-97 s compiled).
-PROFILE_KS: dict[str, tuple[int, ...]] = {
-    "hf": (1, 3, 6, 10),
-    "vllm": (2, 5, 10),
-    "llama_server": (2, 4, 8, 16, 32, 64),
-}
+def profile_ks(engine: str) -> tuple[int, ...]:
+    """The drafts per step profiled in `engine` (its registry record's)."""
+    from autotune.backends.registry import BACKEND_RECORDS
+
+    record = BACKEND_RECORDS.get(engine)
+    return record.profile_ks if record is not None else (1, 4, 10)
+
+
 # Tokens decoded per profiled config: at least this, and three steps' worth at k.
 LEAST_TOKENS = 32
 STEPS_PER_POINT = 3
@@ -63,18 +64,17 @@ def profile_config(engine: str, k: int) -> "DecodeConfig":
     """The n-gram config profiled at `k` in `engine` (its default lookup, k drafts)."""
     from autotune.schema.config import config_from_mapping
 
-    values: dict[str, Any] = {
-        "hf": {"method": "ngram", "ngram_min": 1, "ngram_max": 2, "exit_policy": "fixed"},
-        "vllm": {"method": "ngram", "ngram_min": 2, "ngram_max": 2},
-        "llama_server": {"method": "llama_ngram", "llama_spec_type": "ngram-simple",
-                         "llama_ngram_size_n": 3},
-    }.get(engine, {"method": "ngram", "ngram_min": 1, "ngram_max": 2})
+    from autotune.backends.registry import BACKEND_RECORDS
+
+    record = BACKEND_RECORDS.get(engine)
+    values: dict[str, Any] = (dict(record.profile_lookup) if record is not None
+                              else {"method": "ngram", "ngram_min": 1, "ngram_max": 2})
     return config_from_mapping({**values, "engine": engine, "k": k}).validate()
 
 
 def profile_runs(engine: str) -> int:
     """Configs a profile of `engine` decodes (each an engine instance started)."""
-    return 1 + len(PROFILE_KS.get(engine, (1, 4, 10)))
+    return 1 + len(profile_ks(engine))
 
 
 def repeated_prompt(ids: Sequence[int], context: int, k_max: int) -> list[int]:
@@ -258,7 +258,7 @@ def measure_profile(backend: "Backend", key: ProfileKey, ids: Sequence[int],
 
     began = time.perf_counter()
     engine = key.engine
-    ks = PROFILE_KS.get(engine, (1, 4, 10))
+    ks = profile_ks(engine)
     prompt = repeated_prompt(ids, key.context, max(ks))
     configs = [(0, DecodeConfig(engine=engine))] + [(k, profile_config(engine, k))
                                                     for k in ks]

@@ -95,6 +95,12 @@ class EngineBackend:
     on_cpu: bool = False
     # What its start-ups are recorded under for a model spec (None: it starts nothing).
     startup: Callable[[str], StartupKey] | None = None
+    # How its own costs are profiled (issue 60, `backends.profiling`): the drafts per
+    # step timed (its space's range of k: few for vLLM, whose every k is an engine
+    # started) and the n-gram lookup it drafts with there (its default).
+    profile_ks: tuple[int, ...] = (1, 4, 10)
+    profile_lookup: tuple[tuple[str, object], ...] = (
+        ("method", "ngram"), ("ngram_min", 1), ("ngram_max", 2))
 
 
 # ---------------------------------------------------------------- our decoder
@@ -194,14 +200,23 @@ def _sglang_missing(model_spec: str, draft_spec: str | None) -> str | None:
 # cache warm).
 BACKEND_RECORDS: dict[str, EngineBackend] = {record.engine: record for record in (
     EngineBackend("autotune", _open_embedded, on_cpu=True),
-    EngineBackend("hf", _open_hf, cost=EngineCost(0.0, 1.7), on_cpu=True),
+    EngineBackend("hf", _open_hf, cost=EngineCost(0.0, 1.7), on_cpu=True,
+                  profile_ks=(1, 3, 6, 10),
+                  profile_lookup=(("method", "ngram"), ("ngram_min", 1), ("ngram_max", 2),
+                                  ("exit_policy", "fixed"))),
     EngineBackend("llama_server", _open_llama_server, unavailable=_llama_server_missing,
                   input_error=_llama_server_input_error, cost=EngineCost(150.0, 0.2),
-                  on_cpu=True, startup=_llama_server_startup),
+                  on_cpu=True, startup=_llama_server_startup,
+                  profile_ks=(2, 4, 8, 16, 32, 64),
+                  profile_lookup=(("method", "llama_ngram"),
+                                  ("llama_spec_type", "ngram-simple"),
+                                  ("llama_ngram_size_n", 3))),
     # The methods checked in vLLM's CPU build (n-gram lookup: backends/vllm.METHODS).
     EngineBackend("vllm", _open_vllm, unavailable=_vllm_missing,
                   cost=EngineCost(3100.0, 2.0), cost_setting=_vllm_eager_cost,
-                  methods=VLLM_METHODS, on_cpu=True, startup=_vllm_startup),
+                  methods=VLLM_METHODS, on_cpu=True, startup=_vllm_startup,
+                  profile_ks=(2, 5, 10),
+                  profile_lookup=(("method", "ngram"), ("ngram_min", 2), ("ngram_max", 2))),
     # Its backend refuses in one line (autotune/backends/gpu_engines.py): it never ran.
     EngineBackend("sglang", _open_sglang, unavailable=_sglang_missing),
     # No backend: a --target trtllm search measures in our decoder under its rules.

@@ -27,7 +27,7 @@ from autotune.backends import BACKEND_RECORDS, BackendUnavailable, EngineCost, o
 from autotune.backends.profile import (PROFILES_FILE, EngineProfile, ProfileKey,
                                        load_profile, profile_file, store_profile,
                                        stored_keys)
-from autotune.backends.profiling import (LEAST_TOKENS, PROFILE_KS, STEPS_PER_POINT,
+from autotune.backends.profiling import (LEAST_TOKENS, STEPS_PER_POINT, profile_ks,
                                          measure_profile, profile_runs)
 from autotune.backends.startup import machine_threads
 from autotune.common.errors import AutotuneError
@@ -93,7 +93,7 @@ def cached_engine(engine: str, model_spec: str) -> bool:
 def profile_seconds(engine: str, cost: EngineCost, ar_s: float, max_new_tokens: int) -> float:
     """A profile of `engine` measured now, estimated: each config's engine started and
     its decodes (tokens at the engine's cost per token over our AR token)."""
-    ks = PROFILE_KS.get(engine, (1, 4, 10))
+    ks = profile_ks(engine)
     tokens = sum(_DECODES * max(LEAST_TOKENS, STEPS_PER_POINT * (k + 1)) for k in (0, *ks))
     del max_new_tokens        # the profile decodes its own lengths
     return (profile_runs(engine) * cost.start_seconds(ar_s)
@@ -157,7 +157,7 @@ def price_engines(ctx: "EvalContext", engines: Sequence[str], model_spec: str,
 def _measure(ctx: "EvalContext", engine: str, key: ProfileKey, ids: list[int],
              model_spec: str, draft_spec: str | None) -> EngineProfile:
     """`engine`'s profile measured now through its own backend."""
-    ks = PROFILE_KS.get(engine, (1, 4, 10))
+    ks = profile_ks(engine)
     _note(f"measuring {engine}'s own step costs at context {key.context} "
           f"({profile_runs(engine)} configs, k up to {max(ks)})")
     try:
