@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.common.monotone import isotonic
 from autotune.backends.profile import (FORMAT, EngineProfile, ProfileKey, ProfilePoint,
                                        drafter_of)
 
@@ -211,18 +212,6 @@ def _line_at_one(points: list[ProfilePoint]) -> float:
     return my + slope * (1.0 - mx)
 
 
-def _monotone(values: list[float]) -> list[float]:
-    """The closest non-decreasing sequence (pool adjacent violators)."""
-    blocks: list[list[float]] = []
-    for v in values:
-        blocks.append([v, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            s, c = blocks.pop()
-            blocks[-1][0] += s
-            blocks[-1][1] += c
-    return [s / c for s, c in blocks for _ in range(int(c))]
-
-
 def fit_profile(key: ProfileKey, ar: ProfilePoint, spec: list[ProfilePoint],
                 drafter: str, lookup_ms: float | None, measured_s: float,
                 notes: Sequence[str] = ()) -> EngineProfile:
@@ -237,7 +226,7 @@ def fit_profile(key: ProfileKey, ar: ProfilePoint, spec: list[ProfilePoint],
     ordered = sorted(spec, key=lambda p: p.verified)
     raw = [ar.step_ms] + [max(p.step_ms - beyond, ar.step_ms) for p in ordered]
     curve = [[1.0, ms] if i == 0 else [ordered[i - 1].verified, ms]
-             for i, ms in enumerate(_monotone(raw))]
+             for i, ms in enumerate(isotonic(raw))]
     draft = min(lookup_ms, beyond) if lookup_ms is not None else 0.0
     out = list(notes)
     if lookup_ms is None:

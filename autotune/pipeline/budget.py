@@ -183,28 +183,23 @@ def stage_seconds(counts: Counts, shape: Shape, ar_s: float) -> dict[str, float]
     seconds = {stage: value * ar_s for stage, value in tokens.items()}
     seconds["engines"] += shape.engine_profiles_s
     # The races' engines start in seconds measured where known, not in tokens.
-    seconds["race"] += shape.arms * _start_s(shape.race_cost, ar_s)
-    seconds["engine_races"] += sum(shape.engine_race_arms * _start_s(cost, ar_s)
+    seconds["race"] += shape.arms * shape.race_cost.start_seconds(ar_s)
+    seconds["engine_races"] += sum(shape.engine_race_arms * cost.start_seconds(ar_s)
                                    for cost in shape.engine_races)
     return {stage: (seconds[stage] if stage in shape.stages else 0.0) for stage in STAGES}
 
 
 def _race_tokens(measured: int, arms: int, shape: Shape, cost: EngineCost) -> float:
     """A race's decoding in AR tokens: its prompts decoded in each arm at the engine's
-    cost per token (its engines' start-up apart: `_start_s`)."""
+    cost per token (its engines' start-up apart: `EngineCost.start_seconds`)."""
     return arms * measured * shape.repeats * shape.max_new_tokens * RACE_TOKENS * cost.token_ratio
-
-
-def _start_s(cost: EngineCost, ar_s: float) -> float:
-    """One engine's start-up in seconds: as measured on this machine, else the prior."""
-    return cost.start_seconds(ar_s)
 
 
 def race_seconds(measured: int, arms: int, shape: Shape, cost: EngineCost,
                  ar_s: float) -> float:
     """A race's estimated seconds: its `arms` engines started, then `measured` prompts
     decoded in each."""
-    return arms * _start_s(cost, ar_s) + _race_tokens(measured, arms, shape, cost) * ar_s
+    return arms * cost.start_seconds(ar_s) + _race_tokens(measured, arms, shape, cost) * ar_s
 
 
 def _scaled(caps: Counts, f: float) -> Counts:

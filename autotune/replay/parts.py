@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from autotune.common.monotone import isotonic
 from autotune.common.files import write_atomically
 from autotune.schema.methods import all_methods, find_method
 from autotune.measure.timing import Clock, forward_times, median_ms, time_call, time_points
@@ -134,22 +135,6 @@ def _decoder_rounds(target: "LoadedModel", config: "DecodeConfig", refs: list["R
     """The real decoder's rounds of `config` on the references' prompts (after a warm-up)."""
     return [r for g in _decoder_generations(target, config, refs, max_new, clock, draft)
             for r in g.rounds]
-
-
-def isotonic(values: list[float]) -> list[float]:
-    """The closest non-decreasing sequence (pool adjacent violators): a pass over more
-    tokens never costs less, so a dip in a noisy curve is noise."""
-    blocks: list[list[float]] = []           # [sum, count]
-    for v in values:
-        blocks.append([v, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            s, c = blocks.pop()
-            blocks[-1][0] += s
-            blocks[-1][1] += c
-    out: list[float] = []
-    for s, c in blocks:
-        out += [s / c] * int(c)
-    return out
 
 
 def _monotone_curve(times: dict[int, list[float]]) -> list[list[float]]:
