@@ -63,6 +63,8 @@ def test_the_process_tree_peak_counts_an_engine_child(tmp_path):
                               "time.sleep(30)\n"])
     try:
         while not ready.exists():
+            # A child that died before it was ready fails the test, not hangs it.
+            assert child.poll() is None, "the child holding memory exited early"
             time.sleep(0.05)
         assert child.pid in descendants(__import__("os").getpid())
         assert tree_bytes(child.pid) > 250 * 2**20
