@@ -495,8 +495,9 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
              "worker to finish validates the finalists")
         return
     own = finalists.pick_finalists(study, plan.objective, plan.finalists)
-    chosen = [*own, *_from_screen(plan, runner, SPECULATIVE_FLOOR - len(own)),
-              *engines_chosen]
+    # The floor yields to a smaller --finalists: the user's own count stands.
+    floor = min(SPECULATIVE_FLOOR, plan.finalists)
+    chosen = [*own, *_from_screen(plan, runner, floor, floor - len(own)), *engines_chosen]
     predicted = (predict_pool(runner.context, chosen, held.pool)
                  if len(held.pool) > len(held.held_out) else {})
     if clock is not None:
@@ -576,7 +577,8 @@ def _race_on(plan: SearchPlan, runner: StudyRunner, raced: _Raced | None,
     finalists.store_record(study, fitting.undecided_if_cut(resumed, budget))
 
 
-def _from_screen(plan: SearchPlan, runner: StudyRunner, need: int) -> list[finalists.Finalist]:
+def _from_screen(plan: SearchPlan, runner: StudyRunner, floor: int,
+                 need: int) -> list[finalists.Finalist]:
     """Autotune's own finalists from its replay screen where its measured trials gave
     fewer than the two a decision needs (`search.screen_finalists`), said in one line."""
     if need <= 0 or plan.fidelity != "multi":
@@ -588,8 +590,8 @@ def _from_screen(plan: SearchPlan, runner: StudyRunner, need: int) -> list[final
         return []
     taken = screen_finalists(runner.study, screen, plan.objective, need)
     if taken:
-        note(f"autotune's own finalists: the measured trials gave {SPECULATIVE_FLOOR - need} "
-             f"of the {SPECULATIVE_FLOOR} a decision needs; racing the screen's "
+        note(f"autotune's own finalists: the measured trials gave {floor - need} "
+             f"of the {floor} a decision needs; racing the screen's "
              + ", ".join(f"{f.label} ({f.role})" for f in taken)
              + " too (their search figures are replay's predictions)")
     return taken
