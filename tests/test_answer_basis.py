@@ -349,3 +349,34 @@ def test_a_race_the_budget_cannot_start_is_recorded_with_what_it_needed_and_had(
     # Dropped at planning: the budget's own line says what it needed and had.
     assert (record.basis("llama_server").why, record.basis("llama_server").detail) == (
         "budget", dropped)
+
+
+def test_an_engine_whose_finalists_the_race_cut_answers_undecided_with_its_basis(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Issue 59: a short race that cut every finalist of an engine (sglang's here, the
+    vLLM run's sglang and trtllm) still gives that engine a row: undecided, not raced
+    for time, with its basis; without the cut it would vanish from the answer."""
+    from autotune.pipeline.fitting import with_cut_engines
+    from autotune.search.finalists import UNDECIDED, Finalist
+
+    record = _record(monkeypatch)
+    record = record.model_copy(update={
+        "engines": {k: v for k, v in record.engines.items() if k != "sglang"},
+        "engine_finalists": {k: v for k, v in record.engine_finalists.items()
+                             if k != "sglang"},
+        "engine_bases": {k: v for k, v in record.engine_bases.items() if k != "sglang"}})
+    cut = Finalist(trial=9, label="sglang k=4", role="sglang #1", preset=None,
+                   params=PARAMS["sglang"], search={}, engine="sglang")
+    raced = [Finalist(trial=7, label="hf k=4", role="hf #1", preset=None,
+                      params=PARAMS["hf"], search={}, engine="hf")]
+    noted = with_cut_engines(record, [cut], raced)
+    assert with_cut_engines(record, [], raced) is record
+    assert noted.engines["sglang"].decision == UNDECIDED
+    assert "not raced: the time left held 1 finalists" in noted.engines["sglang"].reason
+    assert noted.engine_finalists["sglang"] == []
+    noted = engine_races.unraced(noted, ("hf",), "org/tiny", None, "cuda")
+    assert noted.basis("sglang").why == "not_installed"
+    path = _best(noted, tmp_path)
+    best = json.loads(path.read_text())
+    assert best["engines"]["sglang"]["validation"]["decision"] == UNDECIDED
+    assert "sglang" in answers_table(load_frozen_config(path))

@@ -61,23 +61,29 @@ def _rows(rng: np.random.Generator, arms: int) -> dict[str, list[list[Any]]]:
     return rows
 
 
-def race(rows: dict[str, list[list[Any]]], min_gain: float = finalists.DEFAULT_MIN_GAIN
-         ) -> str:
+def race(rows: dict[str, list[list[Any]]], min_gain: float = finalists.DEFAULT_MIN_GAIN,
+         first_plan: int = PLANNED) -> str:
     """One race over `rows`, look by look as `finalists._run_race` runs it (a look
-    measures the sample's next prompts), judged as `finalists._record` judges it."""
+    measures the sample's next prompts), judged as `finalists._record` judges it. A
+    `first_plan` below PLANNED is a sample grown, at the end of its first plan, to
+    PLANNED (`racing.grown_sample`: the time left held more)."""
     arms = list(rows)
     setup = SimpleNamespace(prompts=[None] * PLANNED, repeats=1, min_gain=min_gain,
                             alpha=0.1, predicted={}, groups={arm: "autotune" for arm in arms},
                             configs={arm: SimpleNamespace(greedy=True) for arm in arms})
     state = SimpleNamespace(rows={arm: [] for arm in arms}, looks=[], active=list(arms),
-                            measured=0, alpha_spent=0.0, shown={}, facts=None,
-                            stopped=None)
-    for size in racing.look_sizes(PLANNED):
-        if state.stopped is not None or not state.active:
+                            measured=0, planned=first_plan, alpha_spent=0.0, shown={},
+                            facts=None, stopped=None)
+    while state.stopped is None and state.active:
+        size = next((s for s in racing.look_sizes(state.planned) if s > state.measured),
+                    None)
+        if size is None:
             break
         for arm in state.active:
             state.rows[arm] = rows[arm][:size]
         state.measured = size
+        if size == state.planned:
+            state.planned = PLANNED
         finalists._take_look(setup, state, size)
     entries = [FinalistEntry(trial=int(arm.removeprefix("trial")), label=arm, role="search",
                              preset=None, params={}, search={},
@@ -90,6 +96,16 @@ def test_no_arm_faster_means_speculate_at_most_five_percent_of_races(arms: int) 
     rng = np.random.default_rng(59_000 + arms)
     false = sum(race(_rows(rng, arms)) == finalists.SPECULATE for _ in range(RACES))
     assert false / RACES <= 0.05, f"{arms} arms: false speculate in {false}/{RACES} races"
+
+
+def test_a_sample_grown_after_its_first_look_keeps_the_rate() -> None:
+    """A race planned on 8 prompts and grown to 16 after measuring them (the time left
+    held more: `racing.grown_sample`) spends its error over the grown plan: no more
+    false "speculate" than the races planned on 16 from the start."""
+    rng = np.random.default_rng(59_100)
+    false = sum(race(_rows(rng, 2), first_plan=8) == finalists.SPECULATE
+                for _ in range(RACES))
+    assert false / RACES <= 0.05, f"grown samples: false speculate in {false}/{RACES}"
 
 
 def test_an_arm_truly_faster_is_still_found() -> None:

@@ -106,7 +106,8 @@ class _Bench:
 
 
 def _race(monkeypatch: pytest.MonkeyPatch, bench: _Bench, budget: float | None = None,
-          resume: dict[str, Any] | None = None, sample: int = 16) -> dict[str, Any]:
+          resume: dict[str, Any] | None = None, sample: int = 16,
+          reserve: int = 0) -> dict[str, Any]:
     import autotune.measure.measurement as measurement
 
     monkeypatch.setattr(measurement, "measure_arms", bench.measure_arms)
@@ -117,7 +118,8 @@ def _race(monkeypatch: pytest.MonkeyPatch, bench: _Bench, budget: float | None =
                           final_backend=None)
     earlier = finalists.ValidationRecord.from_json(resume) if resume is not None else None
     record = finalists.measure_finalists(ctx, chosen, PROMPTS[:sample], 1, 5, "test",
-                                         budget_s=budget, resume=earlier)
+                                         budget_s=budget, resume=earlier,
+                                         reserve=PROMPTS[sample:sample + reserve])
     return record.to_json()         # the record as the study stores it
 
 
@@ -196,3 +198,38 @@ def test_a_short_last_look_is_taken_when_the_time_holds_its_prompts():
     assert overruns(92.0, 8, 8, 130.0)            # a full look would pass it
     assert not overruns(0.0, 0, 8, 10.0) and overruns(11.0, 0, 8, 10.0)
     assert not overruns(1e9, 8, 8, None)
+
+
+def test_a_sample_ended_with_time_left_grows_into_the_pool_and_spends_alpha_once(
+        monkeypatch) -> None:
+    """Issue 59: a race that ends its sample with time left grows it into the pool's
+    next prompts (10 s a prompt on the fake clock: 8 prompts in 80 s of 200 leave room
+    for 10 more at the 85% margin), the look that ended the old plan becomes an interim
+    one, and the whole race still spends exactly alpha."""
+    bench = _Bench({1: 1.04, 2: 1.03}, noise=0.15)
+    record = _race(monkeypatch, bench, budget=200.0, sample=8, reserve=16)
+    race = record["race"]
+    assert record["planned_prompts"] == 18 and race["measured"] in (12, 16, 18)
+    assert bench.measured == [p.prompt_id for p in PROMPTS[:race["measured"]]]
+    assert race["looks"][0]["level"] == pytest.approx(1 - 0.1 * (8 / 18) ** 3)
+    if race["stopped"] != "decided":
+        assert race["measured"] == 18 and race["alpha_spent"] == pytest.approx(0.1)
+    assert race["alpha_spent"] <= 0.1 + 1e-12
+    # A rerun of the same plan finds the record by the sample as drawn.
+    from autotune.workloads.prompts import workload_digest
+    assert record["sample_sha256"] == workload_digest(PROMPTS[:8])
+    # Without a budget, or with no time to spare, the sample stays as planned.
+    assert _race(monkeypatch, _Bench({1: 1.04, 2: 1.03}, noise=0.15), sample=8,
+                 reserve=16)["planned_prompts"] == 8
+    assert _race(monkeypatch, _Bench({1: 1.04, 2: 1.03}, noise=0.15), budget=110.0,
+                 sample=8, reserve=16)["planned_prompts"] == 8
+
+
+def test_grown_sample_grows_only_at_the_plans_end_by_what_the_time_holds() -> None:
+    grown = racing.grown_sample
+    assert grown(8, 8, 16, 80.0, 8, 200.0) == 16            # 10 fit, the pool holds 8
+    assert grown(8, 8, 24, 80.0, 8, 200.0) == 18
+    assert grown(16, 12, 24, 80.0, 12, 400.0) == 16         # not at the plan's end
+    assert grown(8, 8, 24, 80.0, 8, 120.0) == 8             # 3 fit: less than a look
+    assert grown(8, 8, 24, 80.0, 8, None) == 8 and grown(8, 8, 8, 80.0, 8, 900.0) == 8
+    assert grown(8, 8, 24, 0.0, 0, 900.0) == 8              # no pace yet

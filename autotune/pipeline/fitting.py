@@ -316,6 +316,26 @@ def race_arms(budget: Budget | None, chosen: list[Finalist],
     return ([f for f in chosen if f.arm in kept], [f for f in chosen if f.arm not in kept])
 
 
+def with_cut_engines(record: ValidationRecord, unfit: list[Finalist],
+                     raced: list[Finalist]) -> ValidationRecord:
+    """`record` with an "undecided" answer for each engine whose every finalist the
+    race's time cut (`race_arms`): an engine the race left out still gets its row, and
+    says why it has no figure, rather than vanishing from the answer."""
+    from autotune.search.finalists import UNDECIDED
+    from autotune.search.validation_record import Judgement
+
+    cut = sorted({f.engine for f in unfit} - {f.engine for f in raced} - {OWN_ENGINE}
+                 - set(record.engines))
+    if not cut:
+        return record
+    why = Judgement(UNDECIDED, None, f"not raced: the time left held {len(raced)} "
+                    "finalists beside the AR baseline, and this engine's ranked below "
+                    "them: rerun with a larger --time-budget")
+    return record.model_copy(update={
+        "engines": {**record.engines, **{engine: why for engine in cut}},
+        "engine_finalists": {**record.engine_finalists, **{engine: [] for engine in cut}}})
+
+
 def _arm_priority(finalist: Finalist) -> tuple[int, int]:
     """Which finalists a short race keeps first (smaller first): autotune's floor, each
     engine's best, autotune's default, each engine's default, then each engine's next

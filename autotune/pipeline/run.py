@@ -88,6 +88,7 @@ from autotune.search.study import (
     TrialEvent,
 )
 from autotune.workloads.prompts import workload_digest
+from autotune.workloads.split import sample_reserve
 
 @dataclass(frozen=True)
 class SearchOutcome:
@@ -536,7 +537,9 @@ def _validate(plan: SearchPlan, runner: StudyRunner,
                                          on_prompt=held_out_prompt, min_gain=plan.min_gain,
                                          pool=held.pool, predicted=predicted,
                                          budget_s=fitting.race_seconds(plan, budget),
-                                         resume=resume)
+                                         resume=resume,
+                                         reserve=sample_reserve(held, plan.seed))
+    record = fitting.with_cut_engines(record, unfit, chosen)
     if budget is not None:
         budget.done("race")
         if record.race is not None and record.race.stopped == "budget":
@@ -564,9 +567,13 @@ def _race_on(plan: SearchPlan, runner: StudyRunner, raced: _Raced | None,
         runner.context, raced.chosen, plan.held_out, plan.validation_repeats,
         len(ranking.complete(study)), plan.split.source, on_prompt=held_out_prompt,
         min_gain=plan.min_gain, pool=plan.pool, predicted=raced.predicted,
-        budget_s=seconds, resume=record)
-    resumed = resumed.model_copy(update={"engine_races": record.engine_races,
-                                         "engine_bases": record.engine_bases})
+        budget_s=seconds, resume=record, reserve=sample_reserve(plan.split, plan.seed))
+    # What the resumed race does not race stays as it was: the engines' races in
+    # themselves, the answers' bases, the engines the race's time cut.
+    resumed = resumed.model_copy(update={
+        "engine_races": record.engine_races, "engine_bases": record.engine_bases,
+        "engines": {**record.engines, **resumed.engines},
+        "engine_finalists": {**record.engine_finalists, **resumed.engine_finalists}})
     if budget is not None and resumed.race is not None:
         # The summary says where the race stopped in the end, not where its share did.
         budget.stopped = [line for line in budget.stopped

@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -243,8 +244,8 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
                       on_prompt: Callable[[int, int], None] | None = None,
                       min_gain: float = DEFAULT_MIN_GAIN, pool: list[Prompt] | None = None,
                       predicted: dict[str, list[paired.PromptPair]] | None = None,
-                      budget_s: float | None = None, resume: ValidationRecord | None = None
-                      ) -> ValidationRecord:
+                      budget_s: float | None = None, resume: ValidationRecord | None = None,
+                      reserve: Sequence[Prompt] = ()) -> ValidationRecord:
     """Race `finalists` against the AR baseline over `prompts` (`repeats` pooled) and
     judge them: the record stored as the study's `VALIDATION_ATTR`.
 
@@ -256,6 +257,9 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
     them gets prediction-powered figures (`autotune.measure.ppi`), one without the
     measured prompts' alone. `resume`: a record of this race stopped by its budget,
     continued from where it stopped (its measured runs kept, its error spent).
+    `reserve`: the pool's prompts after `prompts` in the pool's sampling order, which a
+    race under `budget_s` grows its sample into where the time left holds them
+    (`racing.grown_sample`).
 
     `complete_trials` is how many trials the study had complete (the record is current
     while that holds); `source` says where the prompts came from, for the record.
@@ -266,7 +270,7 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
 
     pool = list(pool) if pool is not None else list(prompts)
     setup = _RaceSetup(
-        ctx=ctx, prompts=prompts, repeats=repeats, min_gain=min_gain, budget_s=budget_s,
+        ctx=ctx, prompts=[*prompts, *reserve], sample=len(prompts), repeats=repeats, min_gain=min_gain, budget_s=budget_s,
         configs={f.arm: config_from_mapping(f.params).validate() for f in finalists},
         groups={f.arm: f.engine for f in finalists},
         predicted={arm: pairs for arm, pairs in (predicted or {}).items()
@@ -277,7 +281,8 @@ def measure_finalists(ctx: EvalContext, finalists: list[Finalist], prompts: list
     if budget_s is not None and started_s:
         # The engines' start-up is the race's time too, spent before its first look.
         setup = dataclasses.replace(setup, budget_s=max(budget_s - started_s, 1e-3))
-    race = _RaceState.resumed(finalists, len(prompts), resume)
+    planned = max(len(prompts), resume.planned_prompts or 0 if resume is not None else 0)
+    race = _RaceState.resumed(finalists, min(planned, len(setup.prompts)), resume)
     _run_race(setup, race)
     return _record(setup, race, pool, complete_trials, source, finalists)
 
@@ -303,7 +308,8 @@ class _RaceSetup:
     """What a race is run with and does not change while it runs."""
 
     ctx: EvalContext
-    prompts: list[Prompt]          # the measured sample, in order
+    prompts: list[Prompt]          # the measured sample, in order, then its reserve
+    sample: int                    # the sample's prompts before any growth
     repeats: int
     min_gain: float
     budget_s: float | None
@@ -342,6 +348,7 @@ class _RaceState:
     looks: list[Look]
     active: list[str]                  # arms still racing
     measured: int                      # prompts of the sample measured so far
+    planned: int                       # the sample's size (`racing.grown_sample`)
     alpha_spent: float
     # What each finalist showed at its last look (a dropped one's stays as it was).
     shown: dict[str, FinalistFigures]
@@ -354,7 +361,7 @@ class _RaceState:
     responses: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
-    def resumed(cls, finalists: list[Finalist], sample: int,
+    def resumed(cls, finalists: list[Finalist], planned: int,
                 earlier: ValidationRecord | None) -> _RaceState:
         """A fresh race (`earlier` None), or the one `earlier`'s record stopped."""
         race = earlier.race if earlier is not None else None
@@ -370,10 +377,11 @@ class _RaceState:
             rows={f.arm: list(earlier.rows.get(f.arm, []) if earlier is not None else [])
                   for f in finalists},
             looks=looks, active=[f.arm for f in finalists if f.arm not in dropped],
-            measured=measured, alpha_spent=race.alpha_spent if race is not None else 0.0,
+            measured=measured, planned=planned,
+            alpha_spent=race.alpha_spent if race is not None else 0.0,
             shown={entry.arm: entry.figures
                    for entry in (earlier.all_entries() if earlier is not None else [])},
-            facts=facts, stopped="sample" if measured >= sample else None,
+            facts=facts, stopped="sample" if measured >= planned else None,
             began=time.monotonic())
 
 
@@ -384,17 +392,21 @@ def record_arms(record: ValidationRecord) -> list[str]:
 
 def _run_race(setup: _RaceSetup, race: _RaceState) -> None:
     """Look after look until the race is decided, its sample measured, or a look would
-    pass the time budget."""
+    pass the time budget; a look that ends the sample with time left grows it first."""
     from autotune.search import racing
 
-    for size in racing.look_sizes(len(setup.prompts)):
-        if size <= race.measured or race.stopped is not None or not race.active:
-            continue
+    while race.stopped is None and race.active:
+        size = next((s for s in racing.look_sizes(race.planned) if s > race.measured), None)
+        if size is None:
+            break
         if racing.overruns(time.monotonic() - race.began, race.prompts_this_run,
                            size - race.measured, setup.budget_s):
             race.stopped = "budget"
             break
         _measure_look(setup, race, size)
+        race.planned = racing.grown_sample(
+            race.planned, race.measured, len(setup.prompts), time.monotonic() - race.began,
+            race.prompts_this_run, setup.budget_s)
         _take_look(setup, race, size)
 
 
@@ -424,11 +436,11 @@ def _measure_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
     from autotune.search.finalist_figures import row_of
 
     ctx, prompts, offset = setup.ctx, setup.prompts, race.measured
-    total = len(prompts) * setup.repeats
+    total = race.planned * setup.repeats
 
     def each(index: int, repeat: int, runs: Any, so_far: Any) -> None:
         if setup.on_prompt is not None:
-            setup.on_prompt(repeat * len(prompts) + offset + index + 1, total)
+            setup.on_prompt(repeat * race.planned + offset + index + 1, total)
 
     # A method with cross-request state serves the sample in its order: a look's
     # prompts come after the earlier looks' (their outputs filed untimed first).
@@ -461,7 +473,7 @@ def _take_look(setup: _RaceSetup, race: _RaceState, size: int) -> None:
     from autotune.search import racing
     from autotune.search.finalist_figures import figures
 
-    n = len(setup.prompts)
+    n = race.planned
     level = racing.look_level(setup.alpha, race.alpha_spent, size, n)
     race.alpha_spent += 1.0 - level
     token_exact = race.facts.token_exact if race.facts is not None else True
@@ -515,7 +527,7 @@ def _record(setup: _RaceSetup, race: _RaceState, pool: list[Prompt], complete_tr
             verdict = verdict._replace(reason=verdict.reason + (
                 f"; the race's {setup.budget_s:.0f} s (--validation-budget, or its "
                 f"share of --time-budget) ran out after {race.measured} of "
-                f"{len(setup.prompts)} prompts: rerun with a larger one to resume where "
+                f"{race.planned} prompts: rerun with a larger one to resume where "
                 "it stopped"))
         return verdict
 
@@ -530,7 +542,9 @@ def _record(setup: _RaceSetup, race: _RaceState, pool: list[Prompt], complete_tr
         prompts=len(measured_prompts), prompt_ids=measured_ids,
         categories=_counts(p.category for p in measured_prompts),
         workload_sha256=workload_digest(measured_prompts),
-        planned_prompts=len(prompts), sample_sha256=workload_digest(prompts),
+        # The sample as drawn (a rerun of the same plan finds this record by it), its
+        # size as the race grew it.
+        planned_prompts=race.planned, sample_sha256=workload_digest(prompts[:setup.sample]),
         repeats=setup.repeats, max_new_tokens=setup.ctx.max_new_tokens,
         complete_trials=complete_trials, min_gain=setup.min_gain,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -28,6 +28,15 @@ interval lies above 1 (speculate, or do not speculate when it cannot reach
 1 + min_gain), when every finalist's interval lies below 1 + min_gain (nothing worth
 having), when the sample is measured, or when the next look would overrun the budget.
 
+A race under a time budget may grow its sample (`grown_sample`): after measuring the
+look that would be its last, and before judging it, the pace measured so far says how
+many more of the pool's prompts the time left holds; where that is a look's worth, the
+planned sample grows to them (the pool's sampling order extends a prefix), the look just
+measured becomes an interim one, and the spending follows the new plan (a look spends
+only what the new plan's share leaves, never more than alpha in all). The decision
+rests on time alone, never on the figures, so the error control stands (issue 59: a
+race that ended its sample with 80 s of the budget left).
+
 Torch-free.
 """
 
@@ -35,7 +44,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FIRST_LOOK", "LOOK_PROMPTS", "SPENDING", "Look", "arm_levels", "look_level",
+__all__ = ["FIRST_LOOK", "LOOK_PROMPTS", "SPENDING", "Look", "arm_levels", "grown_sample",
+           "look_level",
            "look_sizes", "next_look", "next_look_by_group", "overruns", "spent"]
 
 SPENDING = ("alpha * t^3 over the looks (Lan-DeMets power family; Bonferroni across looks "
@@ -151,3 +161,23 @@ def overruns(elapsed_s: float, prompts_done: int, next_prompts: int,
     if prompts_done == 0:
         return elapsed_s >= budget_s
     return elapsed_s + elapsed_s / prompts_done * next_prompts > budget_s
+
+
+# The share of the time left a grown sample is planned to fill: the pace of the looks so
+# far (the first one's warm-up included) is an estimate, and a plan that overruns is
+# cut before its last look, which then spends less than alpha.
+GROWTH_MARGIN = 0.85
+
+
+def grown_sample(planned: int, measured: int, available: int, elapsed_s: float,
+                 prompts_done: int, budget_s: float | None) -> int:
+    """The planned sample after a look that measured `measured` prompts: `planned`, or
+    more (up to `available`, the pool) where the time left of `budget_s`, at the pace of
+    the `prompts_done` this run measured in `elapsed_s`, holds at least LOOK_PROMPTS
+    prompts beyond the plan. Only a look that reached the plan's end grows it."""
+    if budget_s is None or prompts_done == 0 or measured < planned or available <= planned:
+        return planned
+    fits = int(GROWTH_MARGIN * (budget_s - elapsed_s) / (elapsed_s / prompts_done))
+    if fits < LOOK_PROMPTS:
+        return planned
+    return min(available, measured + fits)

@@ -133,6 +133,16 @@ def resized(split: PromptSplit, pool: int, measured: int, seed: int, why: str
                                  f"{len(sample)} measured, {why}")
 
 
+def sample_reserve(split: PromptSplit, seed: int) -> list[Prompt]:
+    """The held-out pool's prompts after the measured sample, in the order `_sample`
+    draws them (`seed` the split's): what a race under a time budget grows its sample
+    into, each prefix of sample + reserve still a random sample of the pool."""
+    order = _sample(split.pool, None, seed)
+    if order[:len(split.held_out)] != split.held_out:
+        return []                    # a sample drawn otherwise: nothing extends it
+    return order[len(split.held_out):]
+
+
 def _sample(pool: list[Prompt], wanted: int | None, seed: int) -> list[Prompt]:
     """The first `wanted` prompts (all for None) of a seeded random order of `pool` that
     is balanced by category: each category's prompts are shuffled and spread evenly
