@@ -269,7 +269,7 @@ def test_an_answer_faster_than_its_tau_allows_is_suspect(tmp_path: Path,
     assert "(the answer's figure)" in facts["suspect"]
 
 
-# ---- the wiring: `pipeline.run._race_in_engines` records why a race did not stand ----
+# ---- the wiring: `pipeline.races_in_engines` records why a race did not stand ----
 
 def _raced_study(engines: tuple[str, ...]) -> optuna.Study:
     """A validated study whose record answers for `engines`, none raced in itself yet."""
@@ -285,13 +285,13 @@ def _raced_study(engines: tuple[str, ...]) -> optuna.Study:
 def _race(study: optuna.Study, engines: tuple[str, ...], budget: Any = None) -> ValidationRecord:
     from types import SimpleNamespace
 
-    import autotune.pipeline.run as run
+    import autotune.pipeline.races_in_engines as run
     plan = SimpleNamespace(engine_races=engines, held_out=[], pool=[], validation_repeats=1,
                            min_gain=0.0, split=SimpleNamespace(source="test"),
                            model="org/tiny", draft=None, max_new_tokens=8,
                            validation_budget_s=None)
     runner = SimpleNamespace(study=study, context=SimpleNamespace(target=None, draft=None))
-    run._race_in_engines(plan, runner, budget)   # type: ignore[arg-type]
+    run.run_engine_races(plan, runner, budget)   # type: ignore[arg-type]
     record = current_record(study)
     assert record is not None
     return record
@@ -299,7 +299,7 @@ def _race(study: optuna.Study, engines: tuple[str, ...], budget: Any = None) -> 
 
 def test_a_race_that_fails_to_start_or_midway_is_recorded_failed(
         monkeypatch: pytest.MonkeyPatch):
-    import autotune.pipeline.run as run
+    import autotune.pipeline.races_in_engines as run
     from autotune.backends import BackendUnavailable
     from autotune.common.errors import AutotuneError
 
@@ -331,15 +331,17 @@ def test_a_race_the_budget_cannot_start_is_recorded_with_what_it_needed_and_had(
         monkeypatch: pytest.MonkeyPatch):
     from types import SimpleNamespace
 
-    import autotune.pipeline.run as run
+    import autotune.pipeline.races_in_engines as run
     from autotune.backends import engine_cost
 
     monkeypatch.setattr(run.fitting, "engine_races_stop", lambda budget: 100.0)
     monkeypatch.setattr(run.fitting, "engine_race_seconds", lambda *args: 0.0)
     dropped = ("llama_server's race in itself needs about 420 s (...), 35 s are left after "
                "autotune's own stages at their floors")
-    budget = SimpleNamespace(stopped=[], ar_s=0.01, pace=lambda: 2.0, clock=lambda: 70.0,
-                             done=lambda stage: None, dropped={"llama_server": dropped})
+    stopped: list[str] = []
+    budget = SimpleNamespace(stopped=stopped, stopped_at=stopped.append, ar_s=0.01,
+                             pace=lambda: 2.0, clock=lambda: 70.0, done=lambda stage: None,
+                             dropped={"llama_server": dropped})
     record = _race(_raced_study(("vllm", "llama_server")), ("vllm", "llama_server"), budget)
     basis = record.basis("vllm")
     # Two engines (the finalist and its baseline), each started at the pace kept.

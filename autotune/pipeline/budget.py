@@ -44,14 +44,15 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Literal, Union
 
 from autotune.backends.base import EngineCost
 from autotune.common.errors import AutotuneError
 from autotune.replay.effort import FULL, PartsEffort, parts_effort
 from autotune.search.racing import FIRST_LOOK
 
-__all__ = ["DEFAULT_TIME_BUDGET", "Budget", "Counts", "Shape", "parse_duration",
-           "size_counts", "stage_seconds"]
+__all__ = ["DEFAULT_TIME_BUDGET", "Budget", "Counts", "NoBudget", "Shape", "TimeBudget",
+           "parse_duration", "size_counts", "stage_seconds"]
 
 # The main job's default budget (README command 1 promises it).
 DEFAULT_TIME_BUDGET = "10m"
@@ -336,6 +337,16 @@ class Budget:
         if stage in self._open:
             self._took[stage] = self.clock() - self._open.pop(stage)
 
+    def stopped_at(self, line: str) -> None:
+        """A stage stopped at its share of the budget; `line` says where, for the
+        summary ("the screen after 80 of 95 configs")."""
+        self.stopped.append(line)
+
+    def forget_stops(self, prefix: str) -> None:
+        """Drop the summary's stop lines that start with `prefix`: a stage resumed in
+        the time left says where it stopped in the end, not where its share did."""
+        self.stopped = [line for line in self.stopped if not line.startswith(prefix)]
+
     def size_held_out(self, pool_cap: int, measured_cap: int,
                       at_least: tuple[int, int] = (0, 0)) -> tuple[int, int]:
         """(pool, measured) for the validation starting now: the largest within the
@@ -468,6 +479,40 @@ class Budget:
         else:
             lines.append("nothing was cut to fit")
         return lines
+
+
+class NoBudget:
+    """The budget of a run without `--time-budget`: nothing is sized, no stage has a
+    deadline, nothing is said. It stands where a `Budget` would, so the pipeline's stages
+    never ask whether there is one; it is falsy, so `if budget:` reads "with a
+    --time-budget" where the sizing (`pipeline.fitting`) must tell them apart."""
+
+    def __init__(self) -> None:
+        self.clock: Callable[[], float] = time.monotonic
+
+    def __bool__(self) -> Literal[False]:
+        return False
+
+    def stop_at(self, stage: str) -> None:
+        """No deadline (a study's or screen's `stop_at` left as None)."""
+        return None
+
+    def done(self, stage: str) -> None:
+        """Nothing to learn a pace for."""
+
+    def stopped_at(self, line: str) -> None:
+        """No stage stops at a share of a budget."""
+
+    def forget_stops(self, prefix: str) -> None:
+        """No stop lines to forget."""
+
+    def summary(self) -> list[str]:
+        """No budget lines in the summary."""
+        return []
+
+
+# What a run holds: its `--time-budget`, or the stand-in without one.
+TimeBudget = Union[Budget, NoBudget]
 
 
 def _duration(seconds: float, up: bool = False) -> str:

@@ -2,16 +2,18 @@
 the budget started with the process, the machine's speed measured after loading, the
 screen's references and cost parts made after the profile (fixed time, the parts at an
 effort the budget holds), the plan's counts sized from what is left after them, the held-out sample sized when validation starts.
-`run_search` calls these at those points; without a budget each is a no-op."""
+`run_search` calls these at those points; without a budget (`NoBudget`, or None) each is
+a no-op."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from autotune.backends import EngineCost, engine_cost
-from autotune.pipeline.budget import (SPECULATIVE_FLOOR, Budget, Counts, Shape,
-                                      stage_seconds)
+from autotune.pipeline.budget import (SPECULATIVE_FLOOR, Budget, Counts, NoBudget, Shape,
+                                      TimeBudget, stage_seconds)
 from autotune.pipeline.plan import SearchPlan
 from autotune.pipeline.progress import note
 from autotune.search.engine_screens import ENGINE_FINALISTS, engine_screen_budget
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
     from autotune.models.loading import LoadedModel
     from autotune.search.objectives import EvalContext
-    from autotune.search.validation_record import ValidationRecord
+    from autotune.records.validation import ValidationRecord
     from autotune.workloads.prompts import Prompt
 
 # The study attribute that keeps the held-out sizes a budgeted run validated on: a
@@ -31,21 +33,21 @@ if TYPE_CHECKING:
 HELD_OUT_ATTR = "time_budget_held_out"
 
 
-def start(plan: SearchPlan) -> Budget | None:
+def start(plan: SearchPlan) -> TimeBudget:
     """The plan's budget, its clock started when the search did (`plan.budget_started`);
-    None without one."""
+    `NoBudget` without one."""
     if plan.time_budget_s is None:
-        return None
+        return NoBudget()
     return Budget(plan.time_budget_s, plan.budget_started)
 
 
-def measure_speed(budget: Budget | None, target: LoadedModel,
+def measure_speed(budget: TimeBudget | None, target: LoadedModel,
                   prompt: Prompt | None = None) -> float | None:
     """Seconds per AR token on this machine now, as a search pays it (what every
     stage's cost scales with): a short greedy AR decode of `prompt` (the first search
     prompt) through the decoder, its loop included; the one-token forward where that
     decode stops too soon. None without a budget."""
-    if budget is None:
+    if not budget:
         return None
     from autotune.measure.profile import ar_decode_seconds_per_token, ar_seconds_per_token
     from autotune.workloads.prompts import encode_prompt
@@ -61,13 +63,13 @@ def measure_speed(budget: Budget | None, target: LoadedModel,
     return seconds
 
 
-def profile_fits(plan: SearchPlan, budget: Budget | None, ar_s: float | None) -> bool:
+def profile_fits(plan: SearchPlan, budget: TimeBudget | None, ar_s: float | None) -> bool:
     """Whether to take the hardware profile now: always without a budget or where the
     run folder holds one already; with a budget, only where its estimate fits a small
     share of it (`Budget.profile_fits`; one line says when it is left out)."""
     from autotune.measure.profile import PROFILE_FILE
 
-    if budget is None or ar_s is None or (plan.run_dir / PROFILE_FILE).is_file():
+    if not budget or ar_s is None or (plan.run_dir / PROFILE_FILE).is_file():
         return True
     if budget.profile_fits(ar_s):
         return True
@@ -75,14 +77,14 @@ def profile_fits(plan: SearchPlan, budget: Budget | None, ar_s: float | None) ->
     return False
 
 
-def prepare_screen(plan: SearchPlan, budget: Budget | None, ar_s: float | None,
+def prepare_screen(plan: SearchPlan, budget: TimeBudget | None, ar_s: float | None,
                    screening: EvalContext) -> bool:
     """With a budget, before the sizing: the screen's references decoded and its cost
     parts measured (or loaded) into `screening`'s memo, at the effort the budget holds,
     so that what they took is counted before any stage is sized. False when the budget
     leaves the screens out (too little time for even their setup); True otherwise, and
     without a budget or a screen (nothing done here then)."""
-    if budget is None or ar_s is None or plan.fidelity != "multi":
+    if not budget or ar_s is None or plan.fidelity != "multi":
         return True
     from autotune.replay.effort import EFFORTS
     from autotune.search.evaluation import replayer
@@ -110,14 +112,17 @@ def _stages(plan: SearchPlan, engines: int, screened: bool) -> frozenset[str]:
     return frozenset(stages)
 
 
-def size(plan: SearchPlan, budget: Budget, ar_s: float, engines: int,
+def size(plan: SearchPlan, budget: TimeBudget, ar_s: float | None, engines: int,
          screened: bool = True) -> SearchPlan:
     """`plan` with its screen and trials sized to the time left (`Budget.plan`), the
     screen's setup done (`prepare_screen`; `screened` False: the screens left out); the
     engines' screens and the held-out sizes are the budget's (`engine_screen`,
     `held_out`). The engines' races in themselves are admitted first, each only where
     it fits beside autotune's own stages at their floors (`Budget.admit_engine_races`);
-    a dropped one is one line now and races nothing later. One line says what was cut."""
+    a dropped one is one line now and races nothing later. One line says what was cut.
+    Without a budget (or its speed), `plan` as it is."""
+    if not budget or ar_s is None:
+        return plan
     caps = Counts(screen=plan.screen, trials=plan.trials,
                   engine_screen=engine_screen_budget(plan.screen), pool=len(plan.pool),
                   measured=len(plan.held_out))
@@ -165,31 +170,31 @@ def _profiles_seconds(plan: SearchPlan, engines: list[str], ar_s: float) -> floa
                for e in engines if not cached_engine(e, plan.model))
 
 
-def engine_finalist_counts(plan: SearchPlan, budget: Budget | None) -> dict[str, int]:
+def engine_finalist_counts(plan: SearchPlan, budget: TimeBudget | None) -> dict[str, int]:
     """The finalists each engine raced in itself takes from its screen (besides its
     default): what the races in the engines hold (`size`), ENGINE_FINALISTS without a
     budget. An engine not raced in itself (absent: one) races in our decoder alone,
     where more of its finalists would only lengthen the main race."""
     count = ENGINE_FINALISTS
-    if budget is not None and budget.shape is not None and budget.shape.engine_race_arms >= 3:
+    if budget and budget.shape is not None and budget.shape.engine_race_arms >= 3:
         count = budget.shape.engine_race_arms - 2
     return {engine: count for engine in _raced(plan, budget)}
 
 
-def _raced(plan: SearchPlan, budget: Budget | None) -> list[str]:
+def _raced(plan: SearchPlan, budget: TimeBudget | None) -> list[str]:
     """The engines raced in themselves: those planned, less those dropped at planning."""
-    dropped = budget.dropped if budget is not None else {}
+    dropped = budget.dropped if budget else {}
     return [e for e in plan.engine_races if e not in dropped]
 
 
-def profiled_engines(plan: SearchPlan, budget: Budget | None) -> list[str]:
+def profiled_engines(plan: SearchPlan, budget: TimeBudget | None) -> list[str]:
     """The engines whose costs are profiled in themselves before their screens, asked
     as the engines' stage starts: those raced in themselves whose profile is cached or
     fits the time the stages after the screens leave (the cheapest first); one that
     does not fit keeps our decoder's prices, said in one line."""
     from autotune.search.engine_prices import cached_engine, profile_seconds
     engines = _raced(plan, budget)
-    if budget is None or budget.counts is None or budget.shape is None or budget.ar_s is None:
+    if not budget or budget.counts is None or budget.shape is None or budget.ar_s is None:
         return engines
     ar_s = budget.ar_s * budget.pace()
     later = stage_seconds(budget.counts,
@@ -210,20 +215,20 @@ def profiled_engines(plan: SearchPlan, budget: Budget | None) -> list[str]:
     return [e for e in engines if e in chosen]
 
 
-def engine_screen(plan: SearchPlan, budget: Budget | None) -> int:
+def engine_screen(plan: SearchPlan, budget: TimeBudget | None) -> int:
     """Configs each engine's screen replays."""
-    if budget is None or budget.counts is None:
+    if not budget or budget.counts is None:
         return engine_screen_budget(plan.screen)
     if budget.shape is not None and "engines" not in budget.shape.stages:
         return 0                            # the budget left the screens out
     return budget.counts.engine_screen
 
 
-def held_out(plan: SearchPlan, budget: Budget | None, study: optuna.Study) -> SearchPlan:
+def held_out(plan: SearchPlan, budget: TimeBudget | None, study: optuna.Study) -> SearchPlan:
     """`plan` with the held-out pool and its measured sample sized to the time left
     (never below what this study validated on before under a budget), the sizes kept
     in the study for a rerun."""
-    if budget is None or budget.counts is None or not plan.held_out:
+    if not budget or budget.counts is None or not plan.held_out:
         return plan
     earlier: Any = study.user_attrs.get(HELD_OUT_ATTR)
     least = ((int(earlier[0]), int(earlier[1]))
@@ -238,9 +243,9 @@ def held_out(plan: SearchPlan, budget: Budget | None, study: optuna.Study) -> Se
     return dataclasses.replace(plan, split=split)
 
 
-def race_seconds(plan: SearchPlan, budget: Budget | None) -> float | None:
+def race_seconds(plan: SearchPlan, budget: TimeBudget | None) -> float | None:
     """The race's time: what is left of the budget (and of --validation-budget)."""
-    if budget is None:
+    if not budget:
         return plan.validation_budget_s
     budget.done("pool")
     left = max(budget.stop_at("race") - budget.clock(), 1e-3)
@@ -248,14 +253,14 @@ def race_seconds(plan: SearchPlan, budget: Budget | None) -> float | None:
     return left if given is None else min(given, left)
 
 
-def undecided_if_cut(record: ValidationRecord, budget: Budget | None) -> ValidationRecord:
+def undecided_if_cut(record: ValidationRecord, budget: TimeBudget | None) -> ValidationRecord:
     """`record` with every "do not speculate" that rests on no
     measured finalist made "undecided" when the budget stopped a stage: the time ran out
     before a config was measured, which says nothing about speculating."""
     from autotune.search.finalists import DO_NOT_SPECULATE, UNDECIDED
-    from autotune.search.validation_record import FinalistEntry, Judgement
+    from autotune.records.validation import FinalistEntry, Judgement
 
-    if budget is None or not budget.stopped:
+    if not budget or not budget.stopped:
         return record
     why = Judgement(UNDECIDED, None, "the time budget ran out before a speculative config "
                                      "was measured: rerun with a larger --time-budget")
@@ -268,21 +273,27 @@ def undecided_if_cut(record: ValidationRecord, budget: Budget | None) -> Validat
     return record.judged_again(fixed(record.judgement, record.finalists), engines=engines)
 
 
-def engine_races_stop(budget: Budget | None) -> float | None:
+def engine_races_stop(budget: TimeBudget | None) -> float | None:
     """The engines' races in themselves start now: their stage's deadline (None:
     without a budget)."""
-    if budget is None or budget.counts is None:
+    if not budget or budget.counts is None:
         return None
     budget.done("race")
     return budget.stop_at("engine_races")
 
 
-def engine_race_seconds(plan: SearchPlan, budget: Budget | None, deadline: float | None,
+def engines_stop(budget: TimeBudget) -> tuple[float, Callable[[], float]] | None:
+    """The engines' screens start now: their deadline and its clock (None without a
+    budget)."""
+    return (budget.stop_at("engines"), budget.clock) if budget else None
+
+
+def engine_race_seconds(plan: SearchPlan, budget: TimeBudget | None, deadline: float | None,
                         engine: str, later: tuple[str, ...], arms: int) -> float | None:
     """One engine's race in itself, starting now: its share of the stage against the
     engines still to race after it (`later`), 0 when it was dropped at planning or
     cannot start its engines in it (skipped); without a budget, --validation-budget."""
-    if budget is None or deadline is None:
+    if not budget or deadline is None:
         return plan.validation_budget_s
     if engine in budget.dropped:
         return 0.0
@@ -293,7 +304,22 @@ def engine_race_seconds(plan: SearchPlan, budget: Budget | None, deadline: float
     return seconds if given is None or seconds <= 0 else min(given, seconds)
 
 
-def race_arms(budget: Budget | None, chosen: list[Finalist],
+def start_up_fit(budget: TimeBudget | None, deadline: float | None, engine: str,
+                 arms: int, model: str) -> tuple[str, float | None, float | None]:
+    """A race in an engine the budget skipped, for its record: (why, the seconds its
+    `arms` engines' start-up needed, the seconds the engines' races had left), at the
+    pace kept; one dropped at planning, the budget's line (what it needs, what was
+    left)."""
+    if not budget or deadline is None or budget.ar_s is None:
+        return "its start-up does not fit its share", None, None
+    if engine in budget.dropped:
+        return budget.dropped[engine], None, None
+    needed = arms * engine_cost(engine, model).start_seconds(budget.ar_s * budget.pace())
+    return (f"its {arms} engines' start-up does not fit its share of the engines' races",
+            needed, max(deadline - budget.clock(), 0.0))
+
+
+def race_arms(budget: TimeBudget | None, chosen: list[Finalist],
               raced_here: tuple[str, ...] = ()) -> tuple[list[Finalist], list[Finalist]]:
     """`chosen` cut to the arms the race's time holds (kept, left out), in their order:
     a budget cuts breadth before the least a decision needs. Kept first: autotune's own
@@ -301,7 +327,7 @@ def race_arms(budget: Budget | None, chosen: list[Finalist],
     the engine itself after this race, before the others: their race there needs a
     finalist from this one), then autotune's documented default, then the engines'
     defaults, then the rest. Without a budget, all of them."""
-    if budget is None or budget.counts is None or not chosen:
+    if not budget or budget.counts is None or not chosen:
         return chosen, []
     own_floor = [f for f in chosen if f.engine == OWN_ENGINE
                  and not f.role.startswith("default")][:SPECULATIVE_FLOOR]
@@ -322,7 +348,7 @@ def with_cut_engines(record: ValidationRecord, unfit: list[Finalist],
     race's time cut (`race_arms`): an engine the race left out still gets its row, and
     says why it has no figure, rather than vanishing from the answer."""
     from autotune.search.finalists import UNDECIDED
-    from autotune.search.validation_record import Judgement
+    from autotune.records.validation import Judgement
 
     cut = sorted({f.engine for f in unfit} - {f.engine for f in raced} - {OWN_ENGINE}
                  - set(record.engines))
@@ -354,10 +380,10 @@ def _arm_priority(finalist: Finalist) -> tuple[int, int]:
 RESUME_LEAST_S = 10.0
 
 
-def left_for_race(budget: Budget | None) -> float | None:
+def left_for_race(budget: TimeBudget | None) -> float | None:
     """The time the stages after the main race left over, for resuming it (None: no
     budget, or too little to measure anything in)."""
-    if budget is None or budget.counts is None:
+    if not budget or budget.counts is None:
         return None
     left = budget.left()
     return left if left >= RESUME_LEAST_S else None
