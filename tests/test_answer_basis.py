@@ -341,11 +341,16 @@ def test_a_race_the_budget_cannot_start_is_recorded_with_what_it_needed_and_had(
     stopped: list[str] = []
     budget = SimpleNamespace(stopped=stopped, stopped_at=stopped.append, ar_s=0.01,
                              pace=lambda: 2.0, clock=lambda: 70.0, done=lambda stage: None,
-                             dropped={"llama_server": dropped})
+                             dropped={"llama_server": dropped},
+                             # Its engines started and its first look, at the pace kept
+                             # (`Budget.first_look_seconds`, test_time_budget).
+                             first_look_seconds=lambda cost, arms: arms * cost.start_seconds(
+                                 0.01 * 2.0) + 12.5)
     record = _race(_raced_study(("vllm", "llama_server")), ("vllm", "llama_server"), budget)
     basis = record.basis("vllm")
-    # Two engines (the finalist and its baseline), each started at the pace kept.
-    needed = 2 * engine_cost("vllm", "org/tiny").start_seconds(0.01 * 2.0)
+    # Two engines (the finalist and its baseline), each started at the pace kept, and
+    # the first look.
+    needed = 2 * engine_cost("vllm", "org/tiny").start_seconds(0.01 * 2.0) + 12.5
     assert (basis.why, basis.needed_s, basis.had_s) == ("budget", round(needed, 1), 30.0)
     assert budget.stopped and "vllm" in budget.stopped[0]
     # Dropped at planning: the budget's own line says what it needed and had.

@@ -394,6 +394,13 @@ def test_engines_raced_in_themselves_are_planned_with_their_start_up() -> None:
     # Skipped where its share cannot hold its start-up (3 x 3100 tokens at 26.6 ms: 247 s).
     assert budget.engine_race_seconds(clock.now + 200.0, vllm, 3) == 0.0
     assert budget.engine_race_seconds(clock.now + 260.0, vllm, 3, (hf,)) == 0.0
+    # Nor where it holds the start-up (247 s) but not its first look beside it (8
+    # prompts x 32 tokens x 3 arms at vLLM's cost: 45 s more): a first look always runs
+    # once begun, and overran a 600 s budget by 28 s (issue 59).
+    first = 3 * (3100 + min(8, cut.measured) * 32 * 1.1 * 2.0) * 0.0266
+    assert budget.first_look_seconds(vllm, 3) == pytest.approx(first)
+    assert budget.engine_race_seconds(clock.now + 280.0, vllm, 3) == 0.0
+    assert budget.engine_race_seconds(clock.now + first + 1.0, vllm, 3) > 0.0
 
 
 def test_a_measured_start_up_prices_an_engine_race_in_seconds() -> None:

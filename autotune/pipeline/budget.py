@@ -413,7 +413,9 @@ class Budget:
         ends at `deadline`: its share of what is left, in proportion to its estimate
         against the engines after it (`later`; a vLLM race, its engines' start-up
         counted, takes more than an HF one), or 0 (skipped) when that share cannot hold
-        its `arms` engines' start-up at the pace kept so far."""
+        its `arms` engines' start-up and its first look at the pace kept so far (a race's
+        first look always runs once begun: one that did not fit overran a 600 s budget
+        by 28 s, issue 59)."""
         assert self.ar_s is not None and self.counts is not None and self.shape is not None
         ar_s, shape, measured = self.ar_s, self.shape, self.counts.measured
         total = (race_seconds(measured, arms, shape, cost, ar_s)
@@ -421,8 +423,14 @@ class Budget:
         own = race_seconds(measured, arms, shape, cost, ar_s)
         share = max(deadline - self.clock(), 0.0) * (own / total if total > 0
                                                       else 1.0 / (1 + len(later)))
-        start = arms * cost.start_seconds(ar_s * self.pace())
-        return share if share > start else 0.0
+        return share if share > self.first_look_seconds(cost, arms) else 0.0
+
+    def first_look_seconds(self, cost: EngineCost, arms: int) -> float:
+        """A race's `arms` engines started and its first look measured, at the pace
+        kept: the least a race in an engine needs once begun."""
+        assert self.ar_s is not None and self.counts is not None and self.shape is not None
+        return race_seconds(min(FIRST_LOOK, self.counts.measured), arms, self.shape, cost,
+                            self.ar_s * self.pace())
 
     def full_seconds(self) -> float:
         """The budget every count in full would take here, at the pace kept."""

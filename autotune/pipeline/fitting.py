@@ -307,16 +307,17 @@ def engine_race_seconds(plan: SearchPlan, budget: TimeBudget | None, deadline: f
 def start_up_fit(budget: TimeBudget | None, deadline: float | None, engine: str,
                  arms: int, model: str) -> tuple[str, float | None, float | None]:
     """A race in an engine the budget skipped, for its record: (why, the seconds its
-    `arms` engines' start-up needed, the seconds the engines' races had left), at the
+    `arms` engines' start-up and first look needed, the seconds the engines' races had
+    left), at the
     pace kept; one dropped at planning, the budget's line (what it needs, what was
     left)."""
     if not budget or deadline is None or budget.ar_s is None:
         return "its start-up does not fit its share", None, None
     if engine in budget.dropped:
         return budget.dropped[engine], None, None
-    needed = arms * engine_cost(engine, model).start_seconds(budget.ar_s * budget.pace())
-    return (f"its {arms} engines' start-up does not fit its share of the engines' races",
-            needed, max(deadline - budget.clock(), 0.0))
+    needed = budget.first_look_seconds(engine_cost(engine, model), arms)
+    return (f"its {arms} engines' start-up and first look do not fit its share of the "
+            "engines' races", needed, max(deadline - budget.clock(), 0.0))
 
 
 def race_arms(budget: TimeBudget | None, chosen: list[Finalist],

@@ -42,7 +42,7 @@ def run_engine_races(plan: SearchPlan, runner: StudyRunner, budget: TimeBudget) 
         if arms < 2 or (seconds is not None and seconds <= 0):
             if arms >= 2:
                 budget.stopped_at(f"{engine}'s race in itself before it began (its "
-                                  f"{arms} engines' start-up does not fit its share)")
+                                  f"{arms} engines' start-up and first look do not fit its share)")
             record = (predicted_because(record, engine, "no_finalist") if arms < 2 else
                       predicted_because(record, engine, "budget",
                                         *fitting.start_up_fit(budget, deadline, engine,

@@ -398,7 +398,7 @@ def _category_lines(record: ValidationRecord) -> list[str]:
 
 
 _STOPPED = {"decided": "decided", "sample": "the whole sample measured",
-            "budget": "the --validation-budget ran out"}
+            "budget": "its time ran out: --validation-budget, or its share of --time-budget"}
 
 
 # The pooled (ppi++) figures of a finalist, as the validation table heads them.
