@@ -535,3 +535,29 @@ def test_the_hardware_profile_is_left_out_of_a_budget_it_would_take_much_of() ->
     slow = Budget(240.0, started=clock.now, clock=clock)
     assert not slow.profile_fits(1.14)
     assert slow.stopped and slow.stopped[0].startswith("the hardware profile before it began")
+
+
+def test_a_race_grows_only_back_up_to_the_validation_prompts_asked_for() -> None:
+    """Issue 59: a race grows its sample into the pool only where --time-budget cut it,
+    and never past --validation-prompts (caps.measured): a run without a budget, or
+    one whose sample was not cut, keeps the sample it asked for."""
+    from types import SimpleNamespace
+
+    from autotune.pipeline.budget import NoBudget
+    from autotune.workloads.prompts import Prompt
+    from autotune.workloads.split import PromptSplit, _sample
+
+    pool = [Prompt(f"p{i}", f"c{i % 3}", f"id{i}") for i in range(24)]
+    split = PromptSplit([], _sample(pool, 12, 7), "test", pool)
+    plan = SimpleNamespace(split=split, held_out=split.held_out, seed=7)
+    clock = FakeClock()
+    budget = Budget(600.0, started=clock.now, clock=clock)
+    budget.plan(CAPS, SHAPE, 0.0266)
+    assert budget.caps.measured == 16
+    reserve = fitting.race_reserve(plan, budget)
+    assert reserve == _sample(pool, None, 7)[12:16]
+    assert fitting.race_reserve(plan, NoBudget()) == []
+    assert fitting.race_reserve(plan, None) == []
+    whole = PromptSplit([], _sample(pool, 16, 7), "test", pool)
+    assert fitting.race_reserve(SimpleNamespace(split=whole, held_out=whole.held_out,
+                                                seed=7), budget) == []

@@ -18,7 +18,7 @@ from autotune.pipeline.plan import SearchPlan
 from autotune.pipeline.progress import note
 from autotune.search.engine_screens import ENGINE_FINALISTS, engine_screen_budget
 from autotune.search.finalists import OWN_ENGINE, Finalist
-from autotune.workloads.split import resized
+from autotune.workloads.split import resized, sample_reserve
 
 if TYPE_CHECKING:
     import optuna
@@ -241,6 +241,16 @@ def held_out(plan: SearchPlan, budget: TimeBudget | None, study: optuna.Study) -
         note(f"validating on a held-out pool of {pool} (of {len(plan.pool)}), "
              f"{measured} measured (of {len(plan.held_out)}): what the time left holds")
     return dataclasses.replace(plan, split=split)
+
+
+def race_reserve(plan: SearchPlan, budget: TimeBudget | None) -> list[Prompt]:
+    """The held-out pool's prompts a race may grow its sample into where its time holds
+    more (`racing.grown_sample`): only where --time-budget cut the sample, and only back
+    up to the --validation-prompts asked for (a flag's own count stands)."""
+    if not budget or budget.caps is None:
+        return []
+    room = budget.caps.measured - len(plan.held_out)
+    return sample_reserve(plan.split, plan.seed)[:room] if room > 0 else []
 
 
 def race_seconds(plan: SearchPlan, budget: TimeBudget | None) -> float | None:

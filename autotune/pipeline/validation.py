@@ -29,7 +29,6 @@ from autotune.search.screen_finalists import screen_finalists
 from autotune.search.screening import screen_study_name
 from autotune.search.study import StudyRunner
 from autotune.workloads.prompts import workload_digest
-from autotune.workloads.split import sample_reserve
 
 __all__ = ["Race", "Raced", "choose", "race", "race_on"]
 
@@ -127,7 +126,7 @@ def race(plan: SearchPlan, runner: StudyRunner, planned: Race, budget: TimeBudge
                                          pool=held.pool, predicted=planned.predicted,
                                          budget_s=fitting.race_seconds(plan, budget),
                                          resume=resume,
-                                         reserve=sample_reserve(held, plan.seed))
+                                         reserve=fitting.race_reserve(plan, budget))
     record = fitting.with_cut_engines(record, unfit, arms)
     _say_race_stop(budget, record.race, len(held.held_out))
     finalists.store_record(study, fitting.undecided_if_cut(record, budget))
@@ -167,7 +166,7 @@ def race_on(plan: SearchPlan, runner: StudyRunner, raced: Raced | None,
         runner.context, raced.chosen, plan.held_out, plan.validation_repeats,
         len(ranking.complete(study)), plan.split.source, on_prompt=held_out_prompt,
         min_gain=plan.min_gain, pool=plan.pool, predicted=raced.predicted,
-        budget_s=seconds, resume=record, reserve=sample_reserve(plan.split, plan.seed))
+        budget_s=seconds, resume=record, reserve=fitting.race_reserve(plan, budget))
     # What the resumed race does not race stays as it was: the engines' races in
     # themselves, the answers' bases, the engines the race's time cut.
     resumed = resumed.model_copy(update={
