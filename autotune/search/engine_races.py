@@ -33,7 +33,7 @@ from autotune.schema.engines import ENGINE_RECORDS, engine_rules
 from autotune.search.finalists import (OWN_ENGINE, Finalist, current_record,
                                        measure_finalists, resumable, store_record)
 from autotune.search.objectives import EvalContext
-from autotune.search.validation_record import FinalistEntry, ValidationRecord
+from autotune.records.validation import FinalistEntry, ValidationRecord
 from autotune.workloads.prompts import Prompt, workload_digest
 
 __all__ = ["EngineRaceSetup", "note_unraced", "predicted_because", "race_filed",
