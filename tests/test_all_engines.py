@@ -48,6 +48,9 @@ def all_run(tmp_path_factory) -> tuple[Path, str, int]:
     # The engines that run here race in themselves (conftest leaves that out elsewhere).
     with contextlib.redirect_stdout(out), pytest.MonkeyPatch.context() as patch:
         patch.setenv("AUTOTUNE_ENGINE_RACES", "1")
+        # A cache of its own: the engines' profiles of this tiny model stay out of the
+        # machine's cache (they were written there, one per pytest folder).
+        patch.setenv("AUTOTUNE_CACHE", str(folder / "cache"))
         code = main(args)
     return run, out.getvalue(), code
 
@@ -202,6 +205,7 @@ def test_a_rerun_remeasures_nothing(all_run, tmp_path):
             "all", "--no-prune"]
     with contextlib.redirect_stdout(io.StringIO()), pytest.MonkeyPatch.context() as patch:
         patch.setenv("AUTOTUNE_ENGINE_RACES", "1")     # the engine races are kept too
+        patch.setenv("AUTOTUNE_CACHE", str(run.parent / "cache"))
         assert main(args) == 0
     assert json.dumps(_record(run).to_json(), sort_keys=True) == before
     # The typed record writes back exactly what the study stores (keys and order).
