@@ -161,8 +161,10 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def stored_keys(path: Path) -> list[str]:
-    """The keys (`ProfileKey.text`) of the profiles stored at `path`."""
-    return list(_read(path))
+    """The keys (`ProfileKey.text`) of the profiles stored at `path` in this format (an
+    older one is measured again, and its cost counted)."""
+    return [key for key, doc in _read(path).items()
+            if isinstance(doc, dict) and doc.get("format") == FORMAT]
 
 
 def load_profile(key: ProfileKey, paths: list[Path]) -> EngineProfile | None:
