@@ -223,3 +223,36 @@ def test_a_noisy_profile_never_prices_a_wide_step_below_the_ar_step():
     assert profile.spec_overhead_ms >= 0.0
     values = [ms for _, ms in profile.verify_curve]
     assert values[0] == pytest.approx(547.8) and values == sorted(values)
+
+
+def test_an_engine_that_pays_its_overhead_only_where_it_drafted_prices_a_miss_at_its_ar_step():
+    """Issue 60: HF's prompt lookup pays its speculative overhead on the steps that drafted;
+    a step whose lookup missed costs about its AR step (8 Spec-Bench prompts: priced with
+    the overhead on every step, 16-26% above measured). Its registry record says so, the
+    profile carries it, and the replay prices a miss without it; vLLM's keeps it."""
+    from autotune.backends.registry import BACKEND_RECORDS
+    from autotune.replay.engine_prices import EngineCostModel
+    from autotune.replay.simulate import ReplayRound
+
+    assert not BACKEND_RECORDS["hf"].spec_overhead_on_misses
+    assert BACKEND_RECORDS["vllm"].spec_overhead_on_misses
+    config = DecodeConfig(method="ngram", k=4, engine="vllm").validate()
+    miss = ReplayRound(drafted=0, accepted=0, emitted=1, verified=1, depth=0, confidences=[])
+    hit = ReplayRound(drafted=4, accepted=2, emitted=3, verified=5, depth=4, confidences=[])
+    pays = EngineCostModel(FIXED, config, None)
+    spared = EngineCostModel(dataclass_replace_profile(FIXED, overhead_on_misses=False),
+                             config, None)
+    assert pays.round_seconds(miss)[2] == pytest.approx(0.0005)
+    assert spared.round_seconds(miss)[2] == 0.0
+    assert spared.round_seconds(hit) == pays.round_seconds(hit)
+    # fit_profile carries the record's word into the profile.
+    ar = ProfilePoint(k=0, steps=32, verified=1.0, step_ms=10.0)
+    spec = [ProfilePoint(k=k, steps=10, verified=k + 1.0, step_ms=12.0 + 1.2 * k)
+            for k in (1, 3, 7)]
+    assert not fit_profile(KEY, ar, spec, "ngram", None, 1.0,
+                           overhead_on_misses=False).overhead_on_misses
+
+
+def dataclass_replace_profile(profile: EngineProfile, **changes) -> EngineProfile:
+    import dataclasses
+    return dataclasses.replace(profile, **changes)

@@ -45,7 +45,8 @@ __all__ = ["FORMAT", "PROFILES_FILE", "EngineProfile", "ProfileKey", "drafter_of
            "interpolate", "load_profile", "profile_file", "store_profile",
            "stored_keys"]
 
-FORMAT = "autotune.engine-profile/v1"
+# v2: `overhead_on_misses` (a v1 profile is measured again).
+FORMAT = "autotune.engine-profile/v2"
 PROFILES_FILE = "engine_profiles.json"
 
 
@@ -103,6 +104,9 @@ class EngineProfile:
     # What it was measured from: the decodes behind it, and what is approximate.
     points: list[ProfilePoint] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Whether `spec_overhead_ms` is paid on a step whose lookup found no draft too (the
+    # engine's registry record says; HF's loop pays it only where it drafted).
+    overhead_on_misses: bool = True
 
     def verify_ms(self, tokens: int) -> float:
         """A step verifying `tokens` tokens (drafting and bookkeeping apart)."""

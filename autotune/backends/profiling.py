@@ -214,7 +214,8 @@ def _line_at_one(points: list[ProfilePoint]) -> float:
 
 def fit_profile(key: ProfileKey, ar: ProfilePoint, spec: list[ProfilePoint],
                 drafter: str, lookup_ms: float | None, measured_s: float,
-                notes: Sequence[str] = ()) -> EngineProfile:
+                notes: Sequence[str] = (), overhead_on_misses: bool = True
+                ) -> EngineProfile:
     """The profile from its measured points (see the module docstring); `lookup_ms`:
     the drafter's lookup per step where timed apart, else None."""
     # A step verifying more tokens never costs less than the AR step, so what a
@@ -234,7 +235,8 @@ def fit_profile(key: ProfileKey, ar: ProfilePoint, spec: list[ProfilePoint],
                    "spec_overhead_ms")
     return EngineProfile(format=FORMAT, key=key, ar_ms=ar.step_ms, verify_curve=curve,
                          draft_ms={drafter: draft}, spec_overhead_ms=beyond - draft,
-                         measured_s=measured_s, points=[ar, *spec], notes=out)
+                         measured_s=measured_s, points=[ar, *spec], notes=out,
+                         overhead_on_misses=overhead_on_misses)
 
 
 def measure_profile(backend: "Backend", key: ProfileKey, ids: Sequence[int],
@@ -266,4 +268,8 @@ def measure_profile(backend: "Backend", key: ProfileKey, ids: Sequence[int],
                      + ", ".join(low) + ")")
     drafter = drafter_of(profile_config(engine, ks[0]))
     lookup_ms = 1000 * statistics.median(lookups) if lookups else None
-    return fit_profile(key, ar, spec, drafter, lookup_ms, time.perf_counter() - began, notes)
+    from autotune.backends.registry import BACKEND_RECORDS
+
+    record = BACKEND_RECORDS.get(engine)
+    return fit_profile(key, ar, spec, drafter, lookup_ms, time.perf_counter() - began, notes,
+                       overhead_on_misses=record is None or record.spec_overhead_on_misses)

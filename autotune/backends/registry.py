@@ -101,6 +101,10 @@ class EngineBackend:
     profile_ks: tuple[int, ...] = (1, 4, 10)
     profile_lookup: tuple[tuple[str, object], ...] = (
         ("method", "ngram"), ("ngram_min", 1), ("ngram_max", 2))
+    # Whether a step whose lookup found no draft pays the speculative overhead the
+    # profile measures on steps that drafted (`EngineProfile.overhead_on_misses`). Kept
+    # (True) where not measured otherwise.
+    spec_overhead_on_misses: bool = True
 
 
 # ---------------------------------------------------------------- our decoder
@@ -203,7 +207,12 @@ BACKEND_RECORDS: dict[str, EngineBackend] = {record.engine: record for record in
     EngineBackend("hf", _open_hf, cost=EngineCost(0.0, 1.7), on_cpu=True,
                   profile_ks=(1, 3, 6, 10),
                   profile_lookup=(("method", "ngram"), ("ngram_min", 1), ("ngram_max", 2),
-                                  ("exit_policy", "fixed"))),
+                                  ("exit_policy", "fixed")),
+                  # transformers 5.24 `generate()` with prompt lookup, 8 Spec-Bench
+                  # prompts at k=10 (a third of the steps drafted): a step costs 80-90
+                  # ms against its AR step's 64; priced with the overhead (25 ms) on
+                  # every step 97-108 ms, on the drafting steps only 80-97 (issue 60).
+                  spec_overhead_on_misses=False),
     EngineBackend("llama_server", _open_llama_server, unavailable=_llama_server_missing,
                   input_error=_llama_server_input_error, cost=EngineCost(150.0, 0.2),
                   on_cpu=True, startup=_llama_server_startup,

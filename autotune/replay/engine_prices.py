@@ -64,10 +64,12 @@ class EngineCostModel:
 
     def round_seconds(self, r: ReplayRound) -> tuple[float, float, float]:
         """(draft, verify, other) seconds of one round in the engine: its lookup every
-        round (a miss verifies one token), its verify step, its overhead."""
+        round (a miss verifies one token), its verify step, its overhead (on a miss only
+        where the engine pays it there: `EngineProfile.overhead_on_misses`)."""
         p = self.profile
+        overhead = p.spec_overhead_ms if r.drafted > 0 or p.overhead_on_misses else 0.0
         return (p.draft_ms.get(self.drafter, 0.0) / 1000,
-                p.verify_ms(max(r.verified, 1)) / 1000, p.spec_overhead_ms / 1000)
+                p.verify_ms(max(r.verified, 1)) / 1000, overhead / 1000)
 
     def draft_floor_seconds(self, r: ReplayRound) -> float:
         """A model-free lookup runs none of the target's layers."""
