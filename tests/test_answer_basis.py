@@ -387,3 +387,9 @@ def test_an_engine_whose_finalists_the_race_cut_answers_undecided_with_its_basis
     best = json.loads(path.read_text())
     assert best["engines"]["sglang"]["validation"]["decision"] == UNDECIDED
     assert "sglang" in answers_table(load_frozen_config(path))
+    # An engine whose screen finished no config in its share of the budget: its row
+    # says so (a run whose HF profile ate the screens' share answered no engine).
+    noted = with_cut_engines(record, [], raced, ("hf", "sglang"))
+    assert noted.engines["sglang"].decision == UNDECIDED
+    assert "its screen finished no config" in noted.engines["sglang"].reason
+    assert noted.engines["hf"] == record.engines["hf"]

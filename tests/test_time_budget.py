@@ -561,3 +561,21 @@ def test_a_race_grows_only_back_up_to_the_validation_prompts_asked_for() -> None
     whole = PromptSplit([], _sample(pool, 16, 7), "test", pool)
     assert fitting.race_reserve(SimpleNamespace(split=whole, held_out=whole.held_out,
                                                 seed=7), budget) == []
+
+
+def test_the_engines_screens_deadline_is_set_once_their_profiles_are_measured() -> None:
+    """Issue 60: the engines' profiles are measured before their screens; the screens'
+    deadline is set after them, on the screens' own estimate, so a profile slower than
+    its estimate no longer leaves the screens nothing (a run answered no engine)."""
+    import dataclasses
+
+    clock = FakeClock()
+    budget = Budget(600.0, started=clock.now, clock=clock)
+    budget.plan(CAPS, dataclasses.replace(SHAPE, engine_profiles_s=60.0), 0.0266)
+    with_profiles = budget_module.stage_seconds(budget.counts, budget.shape, 0.0266)
+    deadline, _ = fitting.engines_stop(budget)
+    assert budget.shape.engine_profiles_s == 0.0
+    screens_alone = budget_module.stage_seconds(budget.counts, budget.shape, 0.0266)
+    assert screens_alone["engines"] == pytest.approx(with_profiles["engines"] - 60.0)
+    assert deadline > clock.now
+    assert fitting.engines_stop(budget_module.NoBudget()) is None

@@ -8,7 +8,7 @@ a no-op."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.backends import EngineCost, engine_cost
@@ -293,9 +293,14 @@ def engine_races_stop(budget: TimeBudget | None) -> float | None:
 
 
 def engines_stop(budget: TimeBudget) -> tuple[float, Callable[[], float]] | None:
-    """The engines' screens start now: their deadline and its clock (None without a
-    budget)."""
-    return (budget.stop_at("engines"), budget.clock) if budget else None
+    """The engines' screens start now, their profiles measured: their deadline and its
+    clock (None without a budget). The profiles' time is spent, so the stage's estimate
+    holds the screens alone from here."""
+    if not budget:
+        return None
+    if budget.shape is not None:
+        budget.shape = dataclasses.replace(budget.shape, engine_profiles_s=0.0)
+    return budget.stop_at("engines"), budget.clock
 
 
 def engine_race_seconds(plan: SearchPlan, budget: TimeBudget | None, deadline: float | None,
@@ -354,23 +359,31 @@ def race_arms(budget: TimeBudget | None, chosen: list[Finalist],
 
 
 def with_cut_engines(record: ValidationRecord, unfit: list[Finalist],
-                     raced: list[Finalist]) -> ValidationRecord:
+                     raced: list[Finalist], screened: Sequence[str] = ()
+                     ) -> ValidationRecord:
     """`record` with an "undecided" answer for each engine whose every finalist the
-    race's time cut (`race_arms`): an engine the race left out still gets its row, and
-    says why it has no figure, rather than vanishing from the answer."""
+    race's time cut (`race_arms`), and for each engine `screened` whose screen gave no
+    finalist (it finished no config in its share of the budget): an engine left out
+    still gets its row, and says why it has no figure, rather than vanishing from the
+    answer."""
     from autotune.search.finalists import UNDECIDED
     from autotune.records.validation import Judgement
 
-    cut = sorted({f.engine for f in unfit} - {f.engine for f in raced} - {OWN_ENGINE}
-                 - set(record.engines))
-    if not cut:
+    answered = {f.engine for f in raced} | {OWN_ENGINE} | set(record.engines)
+    cut = sorted({f.engine for f in unfit} - answered)
+    unscreened = sorted(set(screened) - answered - set(cut))
+    if not cut and not unscreened:
         return record
-    why = Judgement(UNDECIDED, None, f"not raced: the time left held {len(raced)} "
-                    "finalists beside the AR baseline, and this engine's ranked below "
-                    "them: rerun with a larger --time-budget")
+    why = {engine: Judgement(UNDECIDED, None, f"not raced: the time left held {len(raced)} "
+                             "finalists beside the AR baseline, and this engine's ranked "
+                             "below them: rerun with a larger --time-budget")
+           for engine in cut}
+    why.update({engine: Judgement(UNDECIDED, None, "not raced: its screen finished no "
+                                  "config in its share of the time budget: rerun with a "
+                                  "larger --time-budget") for engine in unscreened})
     return record.model_copy(update={
-        "engines": {**record.engines, **{engine: why for engine in cut}},
-        "engine_finalists": {**record.engine_finalists, **{engine: [] for engine in cut}}})
+        "engines": {**record.engines, **why},
+        "engine_finalists": {**record.engine_finalists, **{engine: [] for engine in why}}})
 
 
 def _arm_priority(finalist: Finalist) -> tuple[int, int]:

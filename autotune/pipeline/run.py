@@ -301,10 +301,13 @@ class _Run:
         """The other engines' spaces screened by replay (`--target all`), each priced at
         its own costs where it runs here (issue 60)."""
         plan, runner, spaces = self.plan, self.runner, self.models.engine_spaces
-        stop = fitting.engines_stop(self.budget)
         runner.context.memo[ENGINE_PRICES] = price_engines(
             self.screening, [e for e in fitting.profiled_engines(plan, self.budget)
                              if e in spaces], plan.model, plan.draft, plan.run_dir)
+        # The screens' deadline once the profiles are measured: a profile that took
+        # longer than its estimate left the screens one config each (issue 60, a run
+        # whose HF profile was measured afresh answered no engine).
+        stop = fitting.engines_stop(self.budget)
         self.engine_screens = screen_engines(
             on_screen_prompts(runner.settings, plan), spaces, plan.objective,
             self.screening, fitting.engine_screen(plan, self.budget), stop)

@@ -127,7 +127,7 @@ def race(plan: SearchPlan, runner: StudyRunner, planned: Race, budget: TimeBudge
                                          budget_s=fitting.race_seconds(plan, budget),
                                          resume=resume,
                                          reserve=fitting.race_reserve(plan, budget))
-    record = fitting.with_cut_engines(record, unfit, arms)
+    record = fitting.with_cut_engines(record, unfit, arms, planned.engines)
     _say_race_stop(budget, record.race, len(held.held_out))
     finalists.store_record(study, fitting.undecided_if_cut(record, budget))
     return Raced(arms, planned.predicted)
