@@ -233,3 +233,6 @@ def test_grown_sample_grows_only_at_the_plans_end_by_what_the_time_holds() -> No
     assert grown(8, 8, 24, 80.0, 8, 120.0) == 8             # 3 fit: less than a look
     assert grown(8, 8, 24, 80.0, 8, None) == 8 and grown(8, 8, 8, 80.0, 8, 900.0) == 8
     assert grown(8, 8, 24, 0.0, 0, 900.0) == 8              # no pace yet
+    # Two prompts left in the pool (a sample cut 16 -> 14): two fit, the plan takes them.
+    assert grown(14, 14, 16, 140.0, 14, 170.0) == 16
+    assert grown(14, 14, 16, 140.0, 14, 150.0) == 14        # not even one fits

@@ -174,10 +174,11 @@ def grown_sample(planned: int, measured: int, available: int, elapsed_s: float,
     """The planned sample after a look that measured `measured` prompts: `planned`, or
     more (up to `available`, the pool) where the time left of `budget_s`, at the pace of
     the `prompts_done` this run measured in `elapsed_s`, holds at least LOOK_PROMPTS
-    prompts beyond the plan. Only a look that reached the plan's end grows it."""
+    prompts beyond the plan, or all the pool has left where that is fewer. Only a look
+    that reached the plan's end grows it."""
     if budget_s is None or prompts_done == 0 or measured < planned or available <= planned:
         return planned
     fits = int(GROWTH_MARGIN * (budget_s - elapsed_s) / (elapsed_s / prompts_done))
-    if fits < LOOK_PROMPTS:
+    if fits < min(LOOK_PROMPTS, available - planned):
         return planned
     return min(available, measured + fits)
