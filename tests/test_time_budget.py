@@ -579,3 +579,26 @@ def test_the_engines_screens_deadline_is_set_once_their_profiles_are_measured() 
     assert screens_alone["engines"] == pytest.approx(with_profiles["engines"] - 60.0)
     assert deadline > clock.now
     assert fitting.engines_stop(budget_module.NoBudget()) is None
+
+
+def test_a_race_resumes_only_where_the_time_left_holds_its_next_look() -> None:
+    """Issue 59: a race resumed in the time the later stages left runs its next look
+    whole once begun; a run resumed with 26 s left took 64 s and passed its budget by
+    27. It resumes now only where the time left holds that look at the race's pace."""
+    from types import SimpleNamespace
+
+    clock = FakeClock()
+    budget = Budget(600.0, started=clock.now, clock=clock)
+    budget.plan(CAPS, SHAPE, 0.0266)
+    budget.stop_at("race")
+    clock.advance(80.0)                      # 8 prompts in 80 s: 10 s a prompt
+    budget.done("race")
+    assert budget.took("race") == pytest.approx(80.0)
+    record = SimpleNamespace(race=SimpleNamespace(measured=8), planned_prompts=11)
+    clock.advance(budget.left() - 26.0)
+    assert fitting.left_for_race(budget, record) is None        # its 3 prompts need 30 s
+    clock.now -= 14.0                                           # 40 s left
+    assert fitting.left_for_race(budget, record) == pytest.approx(40.0)
+    done = SimpleNamespace(race=SimpleNamespace(measured=11), planned_prompts=11)
+    assert fitting.left_for_race(budget, done) is None          # nothing left to measure
+    assert fitting.left_for_race(budget_module.NoBudget(), record) is None

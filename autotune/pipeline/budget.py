@@ -337,6 +337,10 @@ class Budget:
         if stage in self._open:
             self._took[stage] = self.clock() - self._open.pop(stage)
 
+    def took(self, stage: str) -> float | None:
+        """The seconds `stage` took, once it has ended (None before)."""
+        return self._took.get(stage)
+
     def stopped_at(self, line: str) -> None:
         """A stage stopped at its share of the budget; `line` says where, for the
         summary ("the screen after 80 of 95 configs")."""

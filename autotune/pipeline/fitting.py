@@ -404,10 +404,21 @@ def _arm_priority(finalist: Finalist) -> tuple[int, int]:
 RESUME_LEAST_S = 10.0
 
 
-def left_for_race(budget: TimeBudget | None) -> float | None:
-    """The time the stages after the main race left over, for resuming it (None: no
-    budget, or too little to measure anything in)."""
-    if not budget or budget.counts is None:
+def left_for_race(budget: TimeBudget | None, record: ValidationRecord) -> float | None:
+    """The time the stages after the main race left over, for resuming `record`'s race
+    (None: no budget, or too little for its next look at the pace the race kept: a
+    resumed race's first look always runs, and one resumed with 26 s left took 64,
+    issue 59)."""
+    from autotune.search.racing import look_sizes
+
+    if not budget or budget.counts is None or record.race is None:
         return None
+    measured = record.race.measured
+    planned = record.planned_prompts or measured
+    next_size = next((size for size in look_sizes(planned) if size > measured), None)
+    if next_size is None:
+        return None
+    took = budget.took("race")
+    need = took / measured * (next_size - measured) if took and measured else 0.0
     left = budget.left()
-    return left if left >= RESUME_LEAST_S else None
+    return left if left >= max(need, RESUME_LEAST_S) else None

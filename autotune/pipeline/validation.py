@@ -156,9 +156,10 @@ def race_on(plan: SearchPlan, runner: StudyRunner, raced: Raced | None,
     goes to the race, not unused (issue 59: 77 s of 600 were)."""
     study = runner.study
     record = finalists.current_record(study)
-    seconds = fitting.left_for_race(budget)
-    if (raced is None or record is None or seconds is None or record.race is None
-            or not finalists.resumable(record)):
+    if raced is None or record is None or not finalists.resumable(record):
+        return
+    seconds = fitting.left_for_race(budget, record)
+    if seconds is None:
         return
     note(f"resuming the race after {record.race.measured} of {len(plan.held_out)} "
          f"held-out prompts: {seconds:.0f} s of the budget are left")
