@@ -337,6 +337,12 @@ class Budget:
         if stage in self._open:
             self._took[stage] = self.clock() - self._open.pop(stage)
 
+    def profiles_measured(self) -> None:
+        """The engines' profiles are measured: the `engines` stage's estimate holds its
+        screens alone from here (their time is spent, not still to come)."""
+        if self.shape is not None:
+            self.shape = replace(self.shape, engine_profiles_s=0.0)
+
     def took(self, stage: str) -> float | None:
         """The seconds `stage` took, once it has ended (None before)."""
         return self._took.get(stage)

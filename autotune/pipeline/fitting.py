@@ -298,8 +298,7 @@ def engines_stop(budget: TimeBudget) -> tuple[float, Callable[[], float]] | None
     holds the screens alone from here."""
     if not budget:
         return None
-    if budget.shape is not None:
-        budget.shape = dataclasses.replace(budget.shape, engine_profiles_s=0.0)
+    budget.profiles_measured()
     return budget.stop_at("engines"), budget.clock
 
 
@@ -323,9 +322,8 @@ def start_up_fit(budget: TimeBudget | None, deadline: float | None, engine: str,
                  arms: int, model: str) -> tuple[str, float | None, float | None]:
     """A race in an engine the budget skipped, for its record: (why, the seconds its
     `arms` engines' start-up and first look needed, the seconds the engines' races had
-    left), at the
-    pace kept; one dropped at planning, the budget's line (what it needs, what was
-    left)."""
+    left), at the pace kept; one dropped at planning, the budget's line (what it needs,
+    what was left)."""
     if not budget or deadline is None or budget.ar_s is None:
         return "its start-up does not fit its share", None, None
     if engine in budget.dropped:
