@@ -256,3 +256,55 @@ def test_an_engine_that_pays_its_overhead_only_where_it_drafted_prices_a_miss_at
 def dataclass_replace_profile(profile: EngineProfile, **changes) -> EngineProfile:
     import dataclasses
     return dataclasses.replace(profile, **changes)
+
+
+def test_a_target_engine_prices_its_own_screen_where_its_profile_fits_the_budget(
+        tmp_path, monkeypatch):
+    """`--target ENGINE` that measures here (issue 60: `--target vllm` answered 0.79 of the
+    best fixed config in vLLM, its screen ranked at our decoder's prices): its cost
+    profile prices its own screen before the sizing; one not cached is measured only
+    where its estimate fits its share of the time left, else the screen keeps our
+    prices and the budget's cuts say so. Another target, or no screen, prices nothing."""
+    import types
+
+    from test_time_budget import FakeClock
+
+    from autotune.pipeline import fitting
+    from autotune.pipeline.budget import Budget
+    from autotune.search import engine_prices
+    from autotune.search.objectives import EvalContext
+
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    target = tiny_llama(seed=1, layers=LAYERS, scale=4.0)
+    ctx = EvalContext(target=target, draft=None, prompts=list(PROMPTS), max_new_tokens=8)
+    ctx.memo["replayer"] = Replayer(target, None, PROMPTS, 8, tmp_path / "unused.json",
+                                    tmp_path / "refs", parts=_parts())
+    plan = types.SimpleNamespace(in_engine=True, fidelity="multi", target="hf",
+                                 model="tiny", draft=None, max_new_tokens=8,
+                                 run_dir=tmp_path / "run")
+    clock = FakeClock()
+    # 60 s left: HF's profile (tens of seconds at 1 s/token) does not fit a quarter.
+    short = Budget(60.0, started=clock.now, clock=clock)
+    assert fitting.price_target(plan, short, 1.0, ctx) is None
+    assert any("hf's own cost profile" in cut for cut in short.trimmed)
+    assert not ctx.memo["replayer"].engine_profiles
+    # Not the engine's to measure, or no screen: nothing priced, nothing measured.
+    monkeypatch.setattr(engine_prices, "_measure", _never)
+    for other in ({"in_engine": False}, {"fidelity": "measure"}):
+        assert fitting.price_target(types.SimpleNamespace(**{**vars(plan), **other}),
+                                    None, None, ctx) is None
+    monkeypatch.undo()
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    # Without a budget it is measured, kept in the run folder, and prices the screen.
+    prices = fitting.price_target(plan, None, None, ctx)
+    assert prices is not None and set(prices.profiles) == {"hf"}
+    assert ctx.memo["replayer"].engine_profiles["hf"] == prices.profiles["hf"]
+    assert (tmp_path / "run" / "engine_profiles.json").is_file()
+    # Cached now: the short budget takes it at no cost.
+    again = Budget(60.0, started=clock.now, clock=clock)
+    assert fitting.price_target(plan, again, 1.0, ctx) is not None
+    assert not again.trimmed
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("a profile was measured")

@@ -71,3 +71,29 @@ def test_measured_trials_come_first_and_a_measured_config_supersedes_its_copy():
     # With a measured config beside it, the screen gives the next distinct one.
     again = screen_finalists(measured, screen, SPEEDUP, 1)
     assert [f.params["k"] for f in again] == [3]
+
+
+def test_a_screen_ranked_at_the_target_engines_prices_gives_the_finalists_over_measured():
+    """`--target ENGINE` priced at the engine's own costs (issue 60): the race's finalists
+    are the screen's best in its order, whatever autotune's decoder measured. A config a
+    trial measured is that trial, not a copy; the documented default follows."""
+    from autotune.search.finalists import default_finalist
+    from autotune.search.screen_finalists import screen_ranked_finalists
+
+    measured, screen = _studies()
+    # The decoder timed k5 (the screen's last) fastest, and the screen's first, k3, slow.
+    _add(measured, "k5", {"method": "ngram", "k": 5}, 1.30)
+    _add(measured, "k3", {"method": "ngram", "k": 3}, 0.95)
+    assert [f.params["k"] for f in pick_finalists(measured, SPEEDUP, 2)] == [5, 3]
+    chosen = screen_ranked_finalists(measured, screen, SPEEDUP, 2)
+    assert [f.params["k"] for f in chosen] == [3, 4]
+    assert [f.role for f in chosen] == ["screen #1", "screen #2"]
+    records = [TrialRecord.of(measured.trials[f.trial]) for f in chosen]
+    assert [r.from_screen for r in records] == [False, True]    # k3 measured, k4 a copy
+    # A rerun takes the same trials and copies nothing more.
+    count = len(measured.trials)
+    assert [f.trial for f in screen_ranked_finalists(measured, screen, SPEEDUP, 2)] == [
+        f.trial for f in chosen]
+    assert len(measured.trials) == count
+    # No documented default measured: none added.
+    assert default_finalist(measured, SPEEDUP, chosen) == []

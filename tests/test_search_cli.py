@@ -400,6 +400,30 @@ def test_hf_target_validates_its_finalists_in_transformers_generate(tmp_path, ti
     assert "HF transformers" in (out / "report.html").read_text()
 
 
+def test_hf_target_screen_ranks_at_hf_own_costs_and_races_its_picks(tmp_path, tiny_dir,
+                                                                     capsys, monkeypatch):
+    """`--target hf` with its replay screen (issue 60): HF's cost profile is measured in
+    `generate()` before the sizing and prices the screen; the race in HF takes the
+    screen's picks at those prices, not the measured trials' ranking (timed in our
+    decoder), and the profile is kept in the run folder."""
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    workload = tmp_path / "prompts.txt"
+    workload.write_text(WORKLOAD * 2)
+    args = ["search", "--model", str(tiny_dir / "model"), "--target", "hf",
+            "--workload", str(workload), "--validation", "0.5", "--screen", "6",
+            "--trials", "3", "--max-new-tokens", "8", "--out", str(out), "--no-prune"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "hf's own costs (measured in hf)" in err
+    assert "autotune's own finalists: the screen's best at hf's own costs" in err
+    assert (out / "engine_profiles.json").is_file()
+    validation = json.loads((out / "best.json").read_text())["validation"]
+    assert validation["measured_by"] == "hf"
+    roles = [f["role"] for f in validation["finalists"]]
+    assert roles and all(r.startswith(("screen #", "default ")) for r in roles), roles
+
+
 def test_llama_server_target_searches_in_the_server(tmp_path, capsys):
     """`--target llama_server` on the default model, end to end: every trial and the
     finalists run in llama-server processes (its default fidelity is engine), the

@@ -98,6 +98,12 @@ RESERVE_SHARE = 0.02
 PARTS_SHARE = 0.2
 SCREEN_SETUP_MAX = 0.5
 
+# `--target ENGINE` that runs here: its cost profile, measured in the engine before the
+# sizing when the cache has none (issue 60: its screen then ranks at the engine's own
+# prices), may take this share of the time left (vLLM's CPU build: about 100 s at 34
+# ms/token, its engines started four times); else the screen keeps our decoder's prices.
+TARGET_PRICES_SHARE = 0.25
+
 # The stages the budget shares out, in the order they run: the last, the engines'
 # races in themselves (`autotune.search.engine_races`).
 STAGES = ("screen", "trials", "engines", "pool", "race", "engine_races")
@@ -290,6 +296,17 @@ class Budget:
             return True
         self.stopped.append(f"the hardware profile before it began (it needs about "
                             f"{need:.0f} s; `autotune profile` takes it alone)")
+        return False
+
+    def target_prices_fit(self, engine: str, need_s: float) -> bool:
+        """Whether the --target engine's cost profile, estimated at `need_s`, fits
+        TARGET_PRICES_SHARE of the time left (else said in `trimmed`)."""
+        left = max(self.left(), 0.0)
+        if need_s <= TARGET_PRICES_SHARE * left:
+            return True
+        self.trimmed.append(f"{engine}'s own cost profile (about {need_s:.0f} s of the "
+                            f"{left:.0f} s left; its screen priced at autotune's "
+                            "decoder's costs)")
         return False
 
     def parts_measured_at(self, effort: PartsEffort) -> None:

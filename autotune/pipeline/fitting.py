@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.models.loading import LoadedModel
+    from autotune.search.engine_prices import EnginePrices
     from autotune.search.objectives import EvalContext
     from autotune.records.validation import ValidationRecord
     from autotune.workloads.prompts import Prompt
@@ -97,6 +98,29 @@ def prepare_screen(plan: SearchPlan, budget: TimeBudget | None, ar_s: float | No
     # Parts stored by an earlier run at a higher effort are kept as they were.
     budget.parts_measured_at(next((e for e in EFFORTS if e.name == parts.effort), effort))
     return True
+
+
+def price_target(plan: SearchPlan, budget: TimeBudget | None, ar_s: float | None,
+                 screening: "EvalContext") -> "EnginePrices | None":
+    """`--target ENGINE` that measures here, with a replay screen: the engine's cost
+    profile (cached, or measured in it now where its estimate fits the budget,
+    `Budget.target_prices_fit`) installed on `screening`'s replayer, so its screen ranks
+    at the engine's own prices (issue 60: at our decoder's, `--target vllm` answered
+    0.79 of the best of four fixed configs measured in vLLM). None where the screen
+    keeps our decoder's prices (another target, no screen, no room, or no profile;
+    each of the last two said in one line)."""
+    from autotune.search.engine_prices import cached_engine, price_engines, profile_seconds
+
+    if not plan.in_engine or plan.fidelity != "multi":
+        return None
+    if budget and ar_s is not None and not cached_engine(plan.target, plan.model):
+        need = profile_seconds(plan.target, engine_cost(plan.target, plan.model), ar_s,
+                               plan.max_new_tokens)
+        if not budget.target_prices_fit(plan.target, need):
+            note(f"left out of this --time-budget: {budget.trimmed[-1]}")
+            return None
+    prices = price_engines(screening, [plan.target], plan.model, plan.draft, plan.run_dir)
+    return prices if prices is not None and prices.profiles else None
 
 
 def _stages(plan: SearchPlan, engines: int, screened: bool) -> frozenset[str]:

@@ -53,7 +53,7 @@ from autotune.replay import PARTS_FILE
 from autotune.runs import folder as run_folder
 from autotune.runs.folder import BEST_FILE, RUN_FILE, TRIALS_FILE
 from autotune.schema.engines import engine_rules
-from autotune.search.engine_prices import ENGINE_PRICES, price_engines
+from autotune.search.engine_prices import ENGINE_PRICES, EnginePrices, price_engines
 from autotune.search.engine_races import note_unraced
 from autotune.search.engine_screens import screen_engines
 from autotune.search.objectives import EvalContext, Objective
@@ -197,13 +197,16 @@ def _set_up(plan: SearchPlan, models: SearchModels, budget: TimeBudget,
     # With a budget, the screen's references and cost parts come first (no deadline can
     # cut them), and every stage is sized from the time left after them.
     screened = fitting.prepare_screen(plan, budget, speed, screening)
+    # `--target ENGINE` that measures here: its screen ranks at the engine's own costs,
+    # profiled (or loaded) now, before the sizing, which counts what it took.
+    target_prices = fitting.price_target(plan, budget, speed, screening) if screened else None
     plan = fitting.size(plan, budget, speed, len(models.engine_spaces), screened)
     runner.settings.trials = plan.trials
     return _Run(plan, models, identity, runner, screening, budget,
                 Stops(plan.run_dir, plan.run_dir / BEST_FILE), clock,
                 screen_planned=plan.fidelity == "multi" and screened,
                 validates=bool(plan.held_out),
-                profile=profile if fresh else None)
+                profile=profile if fresh else None, target_prices=target_prices)
 
 
 def _settings(plan: SearchPlan, identity: StudyIdentity) -> SearchSettings:
@@ -244,6 +247,8 @@ class _Run:
     screen_planned: bool             # multi fidelity, and the budget holds its set-up
     validates: bool                  # prompts are held out
     profile: Any = None              # the hardware profile measured now, to write
+    # `--target ENGINE`'s own costs its screen ranked at (`fitting.price_target`).
+    target_prices: EnginePrices | None = None
     # What the stages leave for the later ones and the outcome.
     frozen: FrozenContext | None = None         # the run record's, once written
     began: float = 0.0                          # when the study's stages began
@@ -322,7 +327,7 @@ class _Run:
         predicted."""
         self.plan = fitting.held_out(self.plan, self.budget, self.runner.study)
         self.race_plan = validation.choose(self.plan, self.runner, self.engine_screens,
-                                           self.budget)
+                                           self.budget, self.target_prices)
 
     def race(self) -> None:
         """The race on the held-out prompts; then every answered engine not raced in

@@ -22,10 +22,10 @@ from autotune.pipeline.progress import held_out_prompt, note
 from autotune.records import ranking
 from autotune.records.validation import RaceLog, ValidationRecord
 from autotune.search import finalists
-from autotune.search.engine_prices import ENGINE_PRICES, engine_pool_predictions
+from autotune.search.engine_prices import ENGINE_PRICES, EnginePrices, engine_pool_predictions
 from autotune.search.engine_screens import PREDICTED_MARGIN, engine_finalists, predicted_behind
 from autotune.search.pool_prediction import predict_pool
-from autotune.search.screen_finalists import screen_finalists
+from autotune.search.screen_finalists import screen_finalists, screen_ranked_finalists
 from autotune.search.screening import screen_study_name
 from autotune.search.study import StudyRunner
 from autotune.workloads.prompts import workload_digest
@@ -54,11 +54,13 @@ class Raced:
 
 
 def choose(plan: SearchPlan, runner: StudyRunner, screens: dict[str, StudyRunner],
-           budget: TimeBudget) -> Race | None:
+           budget: TimeBudget, target_prices: EnginePrices | None = None) -> Race | None:
     """The race's finalists and the held-out pool's predictions; None where there is
     nothing to race: a current record of these prompts and repeats is stored already
     (judged again under another --min-gain), or other workers are still measuring (the
-    last one to finish validates)."""
+    last one to finish validates). With `target_prices` (the --target engine's own
+    costs ranked its screen, `fitting.price_target`), autotune's own finalists are the
+    screen's picks and the pool is predicted at those costs."""
     study, held = runner.study, plan.split
     record = finalists.current_record(study)
     resume = None
@@ -86,11 +88,13 @@ def choose(plan: SearchPlan, runner: StudyRunner, screens: dict[str, StudyRunner
         note(f"{running} trial(s) still running in other workers; the last "
              "worker to finish validates the finalists")
         return None
-    own = finalists.pick_finalists(study, plan.objective, plan.finalists)
+    own = (_screen_ranked(plan, runner) if target_prices is not None
+           else finalists.pick_finalists(study, plan.objective, plan.finalists))
     # The floor yields to a smaller --finalists: the user's own count stands.
     floor = min(SPECULATIVE_FLOOR, plan.finalists)
     chosen = [*own, *_from_screen(plan, runner, floor, floor - len(own)), *engines_chosen]
-    predicted = (predict_pool(runner.context, chosen, held.pool)
+    predicted = (predict_pool(runner.context, chosen, held.pool,
+                              target_prices.profiles if target_prices is not None else None)
                  if len(held.pool) > len(held.held_out) else {})
     return Race(chosen, predicted, resume, tuple(screens))
 
@@ -186,6 +190,24 @@ def _say_race_stop(budget: TimeBudget, race_log: RaceLog | None, sample: int) ->
     budget.forget_stops("the race after ")
     if race_log.stopped == "budget":
         budget.stopped_at(f"the race after {race_log.measured} of {sample} held-out prompts")
+
+
+def _screen_ranked(plan: SearchPlan, runner: StudyRunner) -> list[finalists.Finalist]:
+    """Autotune's own finalists where the --target engine's own costs ranked its screen:
+    the screen's best --finalists configs, then the best documented default; the
+    measured trials' ranking (autotune's decoder's costs) only where no screen ran."""
+    study = runner.study
+    try:
+        screen = optuna.load_study(study_name=screen_study_name(plan.study_name),
+                                   storage=runner.storage)
+    except KeyError:                    # no screen ran (the budget left it out)
+        return finalists.pick_finalists(study, plan.objective, plan.finalists)
+    chosen = screen_ranked_finalists(study, screen, plan.objective, plan.finalists)
+    chosen += finalists.default_finalist(study, plan.objective, chosen)
+    note(f"autotune's own finalists: the screen's best at {plan.target}'s own costs "
+         "(profiled in the engine), not the measured trials' ranking (timed in "
+         "autotune's decoder): " + ", ".join(f"{f.label} ({f.role})" for f in chosen))
+    return chosen
 
 
 def _from_screen(plan: SearchPlan, runner: StudyRunner, floor: int,

@@ -91,7 +91,7 @@ __all__ = ["DEFAULT_MIN_GAIN", "DO_NOT_SPECULATE", "OWN_ENGINE", "SPECULATE", "U
            "VALIDATION_ATTR", "Answer", "Finalist", "FinalistEntry", "Judgement",
            "ValidationRecord",
            "answer", "current_record", "engine_names", "engine_record",
-           "finalist_of", "measure_finalists", "record_arms", "rejudged",
+           "default_finalist", "finalist_of", "measure_finalists", "record_arms", "rejudged",
            "resumable",
            "pick_finalists", "shown_faster", "store_record", "stored_record"]
 
@@ -140,18 +140,23 @@ def finalist_of(trial: FrozenTrial, role: str, engine: str = OWN_ENGINE) -> Fina
                     preset=record.preset, params=config, search=search, engine=engine)
 
 
+def _ordered(study: optuna.Study, objective: ranking.Directions) -> list[TrialRecord]:
+    """`study`'s complete speculative trials in rank order, measured trials first: a
+    screen's copy (`search.screen_finalists`, its figures predicted) comes after them,
+    and gives way to a trial that measured its config."""
+    records = [record for record in map(TrialRecord.of, ranking.ranked(study, objective))
+               if record.speculates and not record.is_baseline]
+    measured = {_config_key(r.config_json) for r in records if not r.from_screen}
+    return [r for r in records if not r.from_screen] + [
+        r for r in records if r.from_screen and _config_key(r.config_json) not in measured]
+
+
 def pick_finalists(study: optuna.Study, objective: ranking.Directions,
                    n: int) -> list[Finalist]:
     """The `n` best distinct speculative configs by `autotune.records.ranking` (a point measured
     twice is one finalist), plus the best-ranked documented default (a queued preset)
     when it is not among them. The AR baseline is the reference, never a finalist."""
-    records = [record for record in map(TrialRecord.of, ranking.ranked(study, objective))
-               if record.speculates and not record.is_baseline]
-    # Measured trials first: a screen's copy (`search.screen_finalists`, its figures
-    # predicted) comes after them, and gives way to a trial that measured its config.
-    measured = {_config_key(r.config_json) for r in records if not r.from_screen}
-    order = [r for r in records if not r.from_screen] + [
-        r for r in records if r.from_screen and _config_key(r.config_json) not in measured]
+    order = _ordered(study, objective)
     chosen: list[Finalist] = []
     seen: set[str] = set()
     for record in order:
@@ -159,15 +164,19 @@ def pick_finalists(study: optuna.Study, objective: ranking.Directions,
         if key not in seen and len(chosen) < n:
             seen.add(key)
             chosen.append(finalist_of(record.trial, f"search #{len(chosen) + 1}"))
+    return chosen + default_finalist(study, objective, chosen)
 
-    def is_default(record: TrialRecord) -> bool:
-        return (record.preset not in (None, BASELINE)
-                and not str(record.preset).startswith("enqueue"))
 
-    default = next((r for r in order if is_default(r)), None)
-    if default is not None and _config_key(default.config_json) not in seen:
-        chosen.append(finalist_of(default.trial, f"default {default.preset}"))
-    return chosen
+def default_finalist(study: optuna.Study, objective: ranking.Directions,
+                     chosen: list[Finalist]) -> list[Finalist]:
+    """The best-ranked documented default (a queued preset) of `study`'s complete
+    trials, as a finalist, unless `chosen` holds its config; else none."""
+    seen = {_config_key(f.params) for f in chosen}
+    default = next((r for r in _ordered(study, objective) if r.preset not in (None, BASELINE)
+                    and not str(r.preset).startswith("enqueue")), None)
+    if default is None or _config_key(default.config_json) in seen:
+        return []
+    return [finalist_of(default.trial, f"default {default.preset}")]
 
 
 def shown_faster(entry: FinalistEntry, min_gain: float = DEFAULT_MIN_GAIN) -> bool:

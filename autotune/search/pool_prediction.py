@@ -19,6 +19,9 @@ from autotune.common.memory import release_freed_memory
 from autotune.measure.paired import PromptPair
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from autotune.backends.profile import EngineProfile
     from autotune.schema.config import DecodeConfig
     from autotune.replay.run import Replayer
     from autotune.search.finalists import Finalist
@@ -28,10 +31,13 @@ if TYPE_CHECKING:
 __all__ = ["predict_pool"]
 
 
-def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
+def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt],
+                 profiles: Mapping[str, EngineProfile] | None = None
                  ) -> dict[str, list[PromptPair]]:
     """Per finalist arm that the replay tier can predict: one predicted pair (its own
-    and the AR baseline's decode times and tokens) per pool prompt."""
+    and the AR baseline's decode times and tokens) per pool prompt; priced at an
+    engine's own costs where `profiles` holds its rules' (the --target engine's, whose
+    race measures in the engine), else at our decoder's."""
     from autotune.schema.config import config_from_mapping
     from autotune.replay import PARTS_FILE, kept, replay_refusal
     from autotune.replay.costs import CostParts, parts_key, stored_parts
@@ -58,8 +64,10 @@ def predict_pool(ctx: EvalContext, finalists: list[Finalist], pool: list[Prompt]
     # item 6). A later use of the screens' Replayer makes them again where it needs them.
     kept.forget_all()
     release_freed_memory()
-    predicted = _predicted_pairs(Replayer(ctx.target, ctx.draft, pool, ctx.max_new_tokens,
-                                          parts_path, parts=parts), replayable)
+    pooled = Replayer(ctx.target, ctx.draft, pool, ctx.max_new_tokens, parts_path,
+                      parts=parts)
+    pooled.engine_profiles.update(profiles or {})
+    predicted = _predicted_pairs(pooled, replayable)
     # The replayer (the pool's references, its sources' tables and caches) is gone:
     # its pages go back to the OS, or the race starts from this stage's peak (issue 51).
     release_freed_memory()

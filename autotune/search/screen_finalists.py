@@ -34,7 +34,7 @@ from autotune.records.trial import (BASELINE_ATTR, CONFIG_ATTR, METRICS_ATTR,
                                           TrialRecord)
 from autotune.records.summary import MeasurementSummary
 
-__all__ = ["screen_finalists"]
+__all__ = ["screen_finalists", "screen_ranked_finalists"]
 
 
 def _key(record: TrialRecord) -> str:
@@ -61,6 +61,32 @@ def screen_finalists(study: optuna.Study, screen: optuna.Study,
         copy = copies.get(key) or _copy(study, trial, rank)
         copies[key] = copy
         chosen.append(finalist_of(copy, f"screen #{rank}"))
+    return chosen
+
+
+def screen_ranked_finalists(study: optuna.Study, screen: optuna.Study,
+                            objective: ranking.Directions, n: int) -> list[Finalist]:
+    """The screen's best `n` distinct speculative configs as finalists "screen #k", in its
+    rank order: where the screen priced them at the --target engine's own costs and the
+    measured trials timed them in autotune's decoder (issue 60: vLLM's prices and ours
+    ranked its configs in opposite orders, ρ -0.88), the race in the engine decides
+    among the screen's picks. A config a measured trial holds is that trial; the others
+    are copies (as `screen_finalists`)."""
+    if n <= 0:
+        return []
+    held = [t for t in ranking.complete(study) if TrialRecord.of(t).speculates]
+    copies = {_key(r): r.trial for r in map(TrialRecord.of, held) if r.from_screen}
+    measured = {_key(r): r.trial for r in map(TrialRecord.of, held) if not r.from_screen}
+    order = [t for t in ranking.ranked(screen, objective)
+             if TrialRecord.of(t).speculates and t.state == TrialState.COMPLETE]
+    chosen: list[Finalist] = []
+    for rank, trial in enumerate(distinct_trials(order), start=1):
+        if len(chosen) >= n:
+            break
+        key = _key(TrialRecord.of(trial))
+        held_trial = measured.get(key) or copies.get(key) or _copy(study, trial, rank)
+        copies.setdefault(key, held_trial)
+        chosen.append(finalist_of(held_trial, f"screen #{rank}"))
     return chosen
 
 
