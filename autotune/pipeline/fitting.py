@@ -114,8 +114,7 @@ def price_target(plan: SearchPlan, budget: TimeBudget | None, ar_s: float | None
     if not plan.in_engine or plan.fidelity != "multi":
         return None
     if budget and ar_s is not None and not cached_engine(plan.target, plan.model):
-        need = profile_seconds(plan.target, engine_cost(plan.target, plan.model), ar_s,
-                               plan.max_new_tokens)
+        need = profile_seconds(plan.target, plan.model, ar_s)
         if not budget.target_prices_fit(plan.target, need):
             note(f"left out of this --time-budget: {budget.trimmed[-1]}")
             return None
@@ -190,7 +189,7 @@ def _profiles_seconds(plan: SearchPlan, engines: list[str], ar_s: float) -> floa
     """The engines' cost profiles not in the cache yet, estimated (issue 60): measured in
     the engines before their screens, in the `engines` stage."""
     from autotune.search.engine_prices import cached_engine, profile_seconds
-    return sum(profile_seconds(e, engine_cost(e, plan.model), ar_s, plan.max_new_tokens)
+    return sum(profile_seconds(e, plan.model, ar_s)
                for e in engines if not cached_engine(e, plan.model))
 
 
@@ -225,7 +224,7 @@ def profiled_engines(plan: SearchPlan, budget: TimeBudget | None) -> list[str]:
                           dataclasses.replace(budget.shape, engine_profiles_s=0.0), ar_s)
     room = budget.left() - sum(later[s] for s in ("engines", "pool", "race", "engine_races"))
     costs = {e: 0.0 if cached_engine(e, plan.model)
-             else profile_seconds(e, engine_cost(e, plan.model), ar_s, plan.max_new_tokens)
+             else profile_seconds(e, plan.model, ar_s)
              for e in engines}
     chosen = []
     for engine in sorted(engines, key=costs.__getitem__):

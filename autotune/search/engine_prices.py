@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.backends import BACKEND_RECORDS, BackendUnavailable, EngineCost, open_backend
+from autotune.backends import BACKEND_RECORDS, BackendUnavailable, engine_cost, open_backend
 from autotune.backends.profile import (PROFILES_FILE, EngineProfile, ProfileKey,
                                        load_profile, profile_file, store_profile,
                                        stored_keys)
@@ -90,14 +90,23 @@ def cached_engine(engine: str, model_spec: str) -> bool:
                for text in stored_keys(profile_file()))
 
 
-def profile_seconds(engine: str, cost: EngineCost, ar_s: float, max_new_tokens: int) -> float:
-    """A profile of `engine` measured now, estimated: each config's engine started and
-    its decodes (tokens at the engine's cost per token over our AR token)."""
+def profile_seconds(engine: str, model_spec: str, ar_s: float) -> float:
+    """A profile of `engine` on `model_spec` measured now, estimated: each config's
+    engine started and its decodes (tokens at the engine's cost per token over our AR
+    token, `engine_cost`).
+
+    A compiled engine's start is priced cold, at the larger of its recorded start-up and
+    its prior: a profile is measured once per machine and key, and its configs are ones
+    the engine has not compiled before. vLLM's compiled CPU build recorded 12-19 s
+    start-ups for engines its compile cache knew, and its first profile took 375 s, 94 s
+    a config (issue 60: a `--target vllm` run passed its 600 s budget by 160 s)."""
+    cost = engine_cost(engine, model_spec)
     ks = profile_ks(engine)
     tokens = sum(_DECODES * max(LEAST_TOKENS, STEPS_PER_POINT * (k + 1)) for k in (0, *ks))
-    del max_new_tokens        # the profile decodes its own lengths
-    return (profile_runs(engine) * cost.start_seconds(ar_s)
-            + tokens * cost.token_ratio * ar_s)
+    start = cost.start_seconds(ar_s)
+    if _version_mode(engine, model_spec)[1] == "compiled":
+        start = max(start, cost.start_tokens * ar_s)
+    return profile_runs(engine) * start + tokens * cost.token_ratio * ar_s
 
 
 def _context(ctx: "EvalContext") -> int:
