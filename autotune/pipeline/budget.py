@@ -304,9 +304,11 @@ class Budget:
         left = max(self.left(), 0.0)
         if need_s <= TARGET_PRICES_SHARE * left:
             return True
+        more = need_s / TARGET_PRICES_SHARE - left + self.seconds
         self.trimmed.append(f"{engine}'s own cost profile (about {need_s:.0f} s of the "
-                            f"{left:.0f} s left; its screen priced at autotune's "
-                            "decoder's costs)")
+                            f"{left:.0f} s left; its screen priced at autotune's decoder's "
+                            f"costs; a --time-budget of {more:.0f} s measures it once, and "
+                            "later runs reuse it)")
         return False
 
     def parts_measured_at(self, effort: PartsEffort) -> None:
