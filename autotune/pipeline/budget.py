@@ -100,8 +100,9 @@ SCREEN_SETUP_MAX = 0.5
 
 # `--target ENGINE` that runs here: its cost profile, measured in the engine before the
 # sizing when the cache has none (issue 60: its screen then ranks at the engine's own
-# prices), may take this share of the time left (vLLM's CPU build: about 100 s at 34
-# ms/token, its engines started four times); else the screen keeps our decoder's prices.
+# prices), may take this share of the time left; else the screen keeps our decoder's
+# prices. vLLM's compiled CPU build, four engines started cold, took 375 s on 2 cores
+# (more than a 10-minute budget holds; a run with a longer one measures it once).
 TARGET_PRICES_SHARE = 0.25
 
 # The stages the budget shares out, in the order they run: the last, the engines'
