@@ -959,3 +959,18 @@ def test_medusa_is_a_named_loss_on_vllm_0_33() -> None:
     with pytest.raises(AutotuneError):
         export(doc, "vllm", lossy=True)                 # fatal: nothing to fall back to
     assert "vllm" not in expressible(doc)
+
+
+def test_suffix_measured_with_our_rules_names_vllms_last_round_rules() -> None:
+    """The decoder applies the last rounds' rules to every model-free drafter (suffix
+    trees as n-grams): a suffix config measured with autotune's rules is not vLLM's
+    figure, and the loss names the difference (before, only `ngram` listed them)."""
+    doc = frozen(method="suffix", k=12)
+    assert "vllm" not in expressible(doc)
+    result = export(doc, "vllm", lossy=True)
+    assert result.dropped == [
+        "engine=autotune: measured with autotune's rules: autotune drafts no more n-gram "
+        "tokens than are left to generate; vLLM drafts all k n-gram tokens even when fewer "
+        "are left to generate; autotune stops drafting when one token is left; vLLM drafts "
+        "n-gram tokens even when one token is left to generate; search with --target vllm "
+        "to measure it as vLLM runs it"]

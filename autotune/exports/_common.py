@@ -275,8 +275,9 @@ def rules_loss(src: Source, engine: str) -> Loss | None:
         # Another runner of the same engine (vLLM's V1 beside its default V2): the
         # export's launch notes name the runner its figures hold for.
         return None
-    names = relevant(cfg.method, cfg.greedy, cfg.exit_policy, model_drafter=spec.drafts and not spec.confident_drafts,
-                     separate_draft=spec.needs_draft)
+    names = relevant(cfg.method, cfg.greedy, cfg.exit_policy,
+                     model_drafter=spec.drafts and not spec.confident_drafts,
+                     separate_draft=spec.needs_draft, model_free=spec.model_free)
     diff = differences(measured, rules, names)
     if not diff:
         return None

@@ -501,17 +501,20 @@ def engine_rules(name: str) -> EngineRules:
 
 
 def relevant(method: str, greedy: bool, exit_policy: str, model_drafter: bool,
-             separate_draft: bool) -> list[str]:
+             separate_draft: bool, model_free: bool = False) -> list[str]:
     """The EngineRules fields that change what a config (`method`, greedy or sampling,
-    `exit_policy`) does: the n-gram rules for n-gram drafting, the sampling rules for a
-    model drafter under sampling, the threshold rule for a separate draft model under a
-    confidence-type policy."""
+    `exit_policy`) does: the n-gram rules for n-gram drafting, the last rounds' rules
+    for any model-free drafter (`model_free`: suffix trees too; the decoder applies
+    them to every one), the sampling rules for a model drafter under sampling, the
+    threshold rule for a separate draft model under a confidence-type policy."""
     out: list[str] = []
     if method == "ngram":
         out += ["ngram_match", "ngram_pool", "ngram_stops_at_eos", "ngram_ignores_budget",
                 "ngram_pads_drafts", "ngram_drafts_last_token"]
         if not greedy:
             out.append("ngram_top_p_crop")
+    elif model_free:
+        out += ["ngram_ignores_budget", "ngram_drafts_last_token"]
     if model_drafter and not greedy:
         out += ["greedy_model_drafts", "match_verification"]
     if separate_draft and exit_policy in ("confidence", "adaptive"):
