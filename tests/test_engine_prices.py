@@ -298,12 +298,11 @@ def test_a_target_engine_prices_its_own_screen_where_its_profile_fits_the_budget
     assert any("hf's own cost profile" in cut for cut in short.trimmed)
     assert not ctx.memo["replayer"].engine_profiles
     # Not the engine's to measure, or no screen: nothing priced, nothing measured.
-    monkeypatch.setattr(engine_prices, "_measure", _never)
-    for other in ({"in_engine": False}, {"fidelity": "measure"}):
-        assert fitting.price_target(types.SimpleNamespace(**{**vars(plan), **other}),
-                                    None, None, ctx) is None
-    monkeypatch.undo()
-    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    with monkeypatch.context() as patched:
+        patched.setattr(engine_prices, "_measure", _never)
+        for other in ({"in_engine": False}, {"fidelity": "measure"}):
+            assert fitting.price_target(types.SimpleNamespace(**{**vars(plan), **other}),
+                                        None, None, ctx) is None
     # Without a budget it is measured, kept in the run folder, and prices the screen.
     prices = fitting.price_target(plan, None, None, ctx)
     assert prices is not None and set(prices.profiles) == {"hf"}

@@ -101,7 +101,7 @@ def prepare_screen(plan: SearchPlan, budget: TimeBudget | None, ar_s: float | No
 
 
 def price_target(plan: SearchPlan, budget: TimeBudget | None, ar_s: float | None,
-                 screening: "EvalContext") -> "EnginePrices | None":
+                 screening: EvalContext) -> EnginePrices | None:
     """`--target ENGINE` that measures here, with a replay screen: the engine's cost
     profile (cached, or measured in it now where its estimate fits the budget,
     `Budget.target_prices_fit`) installed on `screening`'s replayer, so its screen ranks

@@ -192,15 +192,22 @@ def _say_race_stop(budget: TimeBudget, race_log: RaceLog | None, sample: int) ->
         budget.stopped_at(f"the race after {race_log.measured} of {sample} held-out prompts")
 
 
+def _screen_study(plan: SearchPlan, runner: StudyRunner) -> optuna.Study | None:
+    """The run's replay screen; None where no screen ran (the budget left it out)."""
+    try:
+        return optuna.load_study(study_name=screen_study_name(plan.study_name),
+                                 storage=runner.storage)
+    except KeyError:
+        return None
+
+
 def _screen_ranked(plan: SearchPlan, runner: StudyRunner) -> list[finalists.Finalist]:
     """Autotune's own finalists where the --target engine's own costs ranked its screen:
     the screen's best --finalists configs, then the best documented default; the
     measured trials' ranking (autotune's decoder's costs) only where no screen ran."""
     study = runner.study
-    try:
-        screen = optuna.load_study(study_name=screen_study_name(plan.study_name),
-                                   storage=runner.storage)
-    except KeyError:                    # no screen ran (the budget left it out)
+    screen = _screen_study(plan, runner)
+    if screen is None:
         return finalists.pick_finalists(study, plan.objective, plan.finalists)
     chosen = screen_ranked_finalists(study, screen, plan.objective, plan.finalists)
     chosen += finalists.default_finalist(study, plan.objective, chosen)
@@ -216,10 +223,8 @@ def _from_screen(plan: SearchPlan, runner: StudyRunner, floor: int,
     fewer than the two a decision needs (`search.screen_finalists`), said in one line."""
     if need <= 0 or plan.fidelity != "multi":
         return []
-    try:
-        screen = optuna.load_study(study_name=screen_study_name(plan.study_name),
-                                   storage=runner.storage)
-    except KeyError:                    # no screen ran (the budget left it out)
+    screen = _screen_study(plan, runner)
+    if screen is None:
         return []
     taken = screen_finalists(runner.study, screen, plan.objective, need)
     if taken:

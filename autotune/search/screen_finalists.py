@@ -46,22 +46,7 @@ def screen_finalists(study: optuna.Study, screen: optuna.Study,
     """Up to `need` of `screen`'s best distinct speculative configs that no complete
     trial of `study` holds, each as a complete trial of `study` (an earlier run's copy
     reused), as finalists "screen #k" in the screen's rank order."""
-    if need <= 0:
-        return []
-    held = [t for t in ranking.complete(study) if TrialRecord.of(t).speculates]
-    copies = {_key(r): r.trial for r in map(TrialRecord.of, held) if r.from_screen}
-    measured = [t for t in held if not TrialRecord.of(t).from_screen]
-    order = [t for t in ranking.ranked(screen, objective)
-             if TrialRecord.of(t).speculates and t.state == TrialState.COMPLETE]
-    chosen: list[Finalist] = []
-    for rank, trial in enumerate(distinct_trials(order, taken=measured), start=1):
-        if len(chosen) >= need:
-            break
-        key = _key(TrialRecord.of(trial))
-        copy = copies.get(key) or _copy(study, trial, rank)
-        copies[key] = copy
-        chosen.append(finalist_of(copy, f"screen #{rank}"))
-    return chosen
+    return _screen_picks(study, screen, objective, need, measured_too=False)
 
 
 def screen_ranked_finalists(study: optuna.Study, screen: optuna.Study,
@@ -72,21 +57,32 @@ def screen_ranked_finalists(study: optuna.Study, screen: optuna.Study,
     ranked its configs in opposite orders, ρ -0.88), the race in the engine decides
     among the screen's picks. A config a measured trial holds is that trial; the others
     are copies (as `screen_finalists`)."""
+    return _screen_picks(study, screen, objective, n, measured_too=True)
+
+
+def _screen_picks(study: optuna.Study, screen: optuna.Study, objective: ranking.Directions,
+                  n: int, measured_too: bool) -> list[Finalist]:
+    """Up to `n` of `screen`'s best distinct speculative configs, in its rank order, each
+    as a trial of `study`: the measured trial holding it (`measured_too`; else configs
+    a measured trial holds, or decodes like, are passed over), else a copy (an earlier
+    run's reused)."""
     if n <= 0:
         return []
-    held = [t for t in ranking.complete(study) if TrialRecord.of(t).speculates]
-    copies = {_key(r): r.trial for r in map(TrialRecord.of, held) if r.from_screen}
-    measured = {_key(r): r.trial for r in map(TrialRecord.of, held) if not r.from_screen}
+    held = [TrialRecord.of(t) for t in ranking.complete(study)]
+    held = [r for r in held if r.speculates]
+    copies = {_key(r): r.trial for r in held if r.from_screen}
+    measured = {_key(r): r.trial for r in held if not r.from_screen}
     order = [t for t in ranking.ranked(screen, objective)
              if TrialRecord.of(t).speculates and t.state == TrialState.COMPLETE]
+    taken = () if measured_too else list(measured.values())
     chosen: list[Finalist] = []
-    for rank, trial in enumerate(distinct_trials(order), start=1):
+    for rank, trial in enumerate(distinct_trials(order, taken=taken), start=1):
         if len(chosen) >= n:
             break
         key = _key(TrialRecord.of(trial))
-        held_trial = measured.get(key) or copies.get(key) or _copy(study, trial, rank)
-        copies.setdefault(key, held_trial)
-        chosen.append(finalist_of(held_trial, f"screen #{rank}"))
+        kept = measured.get(key) or copies.get(key) or _copy(study, trial, rank)
+        copies[key] = kept
+        chosen.append(finalist_of(kept, f"screen #{rank}"))
     return chosen
 
 
